@@ -1,0 +1,1 @@
+"""stoic adapter (work in progress)."""

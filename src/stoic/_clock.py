@@ -1,0 +1,91 @@
+"""Clocks: where every policy reads time and sleeps.
+
+A policy measures time on one clock for its whole life: the ``clock=`` it was given, else the
+ambient clock when it was built (seed 000, "Clock"). Instants are integer nanoseconds on a
+monotonic timeline; wall-clock time is never used for state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from typing import Protocol, runtime_checkable
+
+
+class TimerHandle(Protocol):
+    """What :meth:`Clock.call_at` returns: something that can be cancelled."""
+
+    def cancel(self) -> None: ...
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """A monotonic clock that can also wake asyncio code up.
+
+    ``now_ns()`` returns integer nanoseconds on a monotonic timeline. ``call_at(when_ns, callback)``
+    runs ``callback`` (on the running event loop) once the clock reaches ``when_ns``.
+    ``sleep_until(when_ns)`` suspends the calling task until then; cancelling the task cancels
+    the sleep. ``sleep_until_blocking(when_ns)`` blocks the calling thread until then.
+    """
+
+    def now_ns(self) -> int: ...
+
+    def call_at(self, when_ns: int, callback: Callable[[], object]) -> TimerHandle: ...
+
+    async def sleep_until(self, when_ns: int) -> None: ...
+
+    def sleep_until_blocking(self, when_ns: int) -> None: ...
+
+
+class SystemClock:
+    """The process's monotonic clock (``time.monotonic_ns``) and asyncio's timers."""
+
+    __slots__ = ()
+
+    def now_ns(self) -> int:
+        return time.monotonic_ns()
+
+    def now(self) -> float:
+        """The current instant in seconds on this clock's monotonic timeline."""
+        return time.monotonic_ns() / 1e9
+
+    def call_at(self, when_ns: int, callback: Callable[[], object]) -> TimerHandle:
+        loop = asyncio.get_running_loop()
+        return loop.call_later(max(0, when_ns - time.monotonic_ns()) / 1e9, callback)
+
+    async def sleep_until(self, when_ns: int) -> None:
+        await asyncio.sleep(max(0, when_ns - time.monotonic_ns()) / 1e9)
+
+    def sleep_until_blocking(self, when_ns: int) -> None:
+        delay = when_ns - time.monotonic_ns()
+        if delay > 0:
+            time.sleep(delay / 1e9)
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+SYSTEM_CLOCK = SystemClock()
+
+_ambient_clock: ContextVar[Clock] = ContextVar("stoic.clock", default=SYSTEM_CLOCK)
+
+
+def current_clock() -> Clock:
+    """The ambient clock: the one installed with :func:`use_clock`, else the system clock."""
+    return _ambient_clock.get()
+
+
+@contextlib.contextmanager
+def use_clock(clock: Clock) -> Iterator[Clock]:
+    """Make ``clock`` the ambient clock for the enclosed block (and tasks it creates).
+
+    Policies built inside the block keep this clock for life; deadlines set inside it run on it.
+    """
+    token = _ambient_clock.set(clock)
+    try:
+        yield clock
+    finally:
+        _ambient_clock.reset(token)

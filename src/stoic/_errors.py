@@ -1,0 +1,102 @@
+"""The error hierarchy: rejections (a policy refused to run the operation) and defects.
+
+An operation's own exception always propagates unchanged; stoic never wraps it. A policy that
+refuses raises a subclass of :class:`Rejected` (design/python.md, "Errors").
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class RejectionReason(enum.StrEnum):
+    """Why a policy refused to run an operation (``Rejected.reason``)."""
+
+    CIRCUIT_OPEN = "circuit_open"
+    RATE_LIMITED = "rate_limited"
+    BULKHEAD_FULL = "bulkhead_full"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Rejected(Exception):
+    """A policy refused to run the operation; the operation did not run.
+
+    Attributes: ``reason`` (:class:`RejectionReason`), ``retry_after`` (seconds until trying
+    again could succeed, or ``None`` when unknown) and ``label`` (the refusing policy's label).
+    """
+
+    reason: RejectionReason = RejectionReason.CIRCUIT_OPEN
+
+    def __init__(self, message: str = "", *, label: str | None = None, retry_after: float | None = None) -> None:
+        self.label = label
+        self.retry_after = retry_after
+        super().__init__(message or self._default_message())
+
+    def _default_message(self) -> str:
+        text = f"{self.reason.value}"
+        if self.label is not None:
+            text += f" ({self.label})"
+        if self.retry_after is not None:
+            text += f"; retry after {self.retry_after:.3f}s"
+        return text
+
+
+class CircuitOpen(Rejected):
+    """A circuit breaker is open, or half-open with every probe permit taken."""
+
+    reason = RejectionReason.CIRCUIT_OPEN
+
+
+class RateLimited(Rejected):
+    """A rate limiter could not grant the permits in time, or its queue was full."""
+
+    reason = RejectionReason.RATE_LIMITED
+
+
+class BulkheadFull(Rejected):
+    """A bulkhead had every slot and every queue place taken."""
+
+    reason = RejectionReason.BULKHEAD_FULL
+
+
+class BudgetExhausted(Rejected):
+    """A retry budget had no token for another attempt."""
+
+    reason = RejectionReason.BUDGET_EXHAUSTED
+
+
+class DeadlineExceeded(Rejected, TimeoutError):
+    """The ambient deadline passed: raised by :func:`stoic.timeout` when it cuts a block short,
+    and by policies that refuse to start (or keep waiting for) work that is already late.
+    Also a :class:`TimeoutError`, so existing ``except TimeoutError`` handlers keep working."""
+
+    reason = RejectionReason.DEADLINE_EXCEEDED
+
+
+class Defect(Exception):
+    """A bug in our own code, not a sign of the dependency's health.
+
+    Raise it (or subclass it) for programming errors. Policies never count a defect against a
+    dependency and never retry it; they re-raise it unchanged.
+    """
+
+
+def is_defect(error: BaseException) -> bool:
+    """True when ``error`` is or wraps a :class:`Defect`.
+
+    "Wraps" means: a ``Defect`` in its explicit ``__cause__`` chain, or inside an exception group.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, Defect):
+            return True
+        if isinstance(current, BaseExceptionGroup) and any(is_defect(inner) for inner in current.exceptions):
+            return True
+        current = current.__cause__
+    return False

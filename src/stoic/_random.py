@@ -1,0 +1,52 @@
+"""Randomness for jitter: one stream per call site, reproducible under a seed.
+
+In production every call site draws from its own ``random.Random`` seeded from the OS, so
+concurrent callers draw independently. Inside ``stoic.testing.seeded(n)`` each call site's
+stream is derived from ``n`` and the site, so a seed reproduces a run's delays exactly
+(design/python.md, "Randomness"; seed 001, "Jitter and seeds").
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+from contextvars import ContextVar
+
+
+class _Streams:
+    __slots__ = ("seed", "streams", "lock")
+
+    def __init__(self, seed: int | None) -> None:
+        self.seed = seed
+        self.streams: dict[str, random.Random] = {}
+        self.lock = threading.Lock()
+
+    def get(self, site: str) -> random.Random:
+        stream = self.streams.get(site)
+        if stream is None:
+            with self.lock:
+                stream = self.streams.get(site)
+                if stream is None:
+                    stream = random.Random() if self.seed is None else random.Random(f"{self.seed}:{site}")
+                    self.streams[site] = stream
+        return stream
+
+
+_PROCESS = _Streams(None)
+_ambient: ContextVar[_Streams] = ContextVar("stoic.random", default=_PROCESS)
+
+
+def call_site(depth: int = 1) -> str:
+    """``"file:line"`` of the caller ``depth`` frames above the function calling this."""
+    frame = sys._getframe(depth + 1)
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+def stream(site: str) -> random.Random:
+    """The ambient random stream for ``site`` (a call-site key)."""
+    return _ambient.get().get(site)
+
+
+def _seeded_streams(seed: int) -> _Streams:
+    return _Streams(seed)

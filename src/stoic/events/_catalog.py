@@ -1,0 +1,191 @@
+"""The event catalog: every event's name, level and exact attribute keys, as data.
+
+This is the one place an event is written down. Docs (docs/events.md), the OpenTelemetry and
+structlog adapters and the contract tests are driven from it; :class:`stoic.testing.RecordingSink`
+rejects any event that is not here or carries other attributes.
+
+Sources: seed 000 "Events" (breaker, ratelimiter, bulkhead, hedge) and seed 001 "Events" (retry).
+Where a seed names an event without attributes, the catalog says which were added and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from ._event import AttributeValue, Level
+
+
+@dataclass(frozen=True, slots=True)
+class Attribute:
+    """One attribute key: its Python type name and meaning (durations are seconds)."""
+
+    type: str
+    description: str
+    optional: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec:
+    """One catalog entry."""
+
+    name: str
+    level: Level
+    description: str
+    attributes: Mapping[str, Attribute] = field(default_factory=dict)
+
+    @property
+    def required(self) -> frozenset[str]:
+        return frozenset(k for k, a in self.attributes.items() if not a.optional)
+
+    @property
+    def allowed(self) -> frozenset[str]:
+        return frozenset(self.attributes)
+
+    def check(self, attributes: Mapping[str, AttributeValue]) -> list[str]:
+        """Problems with ``attributes`` against this entry (empty when they conform)."""
+        problems: list[str] = []
+        keys = set(attributes)
+        if missing := self.required - keys:
+            problems.append(f"{self.name}: missing attributes {sorted(missing)}")
+        if extra := keys - self.allowed:
+            problems.append(f"{self.name}: attributes not in the catalog {sorted(extra)}")
+        for key in keys & self.allowed:
+            value = attributes[key]
+            expected = self.attributes[key].type
+            ok = {
+                "str": isinstance(value, str),
+                "int": isinstance(value, int) and not isinstance(value, bool),
+                "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+                "bool": isinstance(value, bool),
+            }[expected]
+            if not ok:
+                problems.append(f"{self.name}: {key}={value!r} is not {expected}")
+        return problems
+
+
+def _a(type_: str, description: str, optional: bool = False) -> Attribute:
+    return Attribute(type_, description, optional)
+
+
+_ERROR_TYPE = _a("str", "the error's type name (OTel `error.type`); messages are never recorded")
+
+_SPECS: tuple[EventSpec, ...] = (
+    # --- circuit breaker (seed 000, Events; CircuitBreaker) ---
+    EventSpec("breaker.opened", Level.WARNING, "The breaker opened; calls are rejected until the open period ends.", {
+        "trigger": _a("str", "failure_rate, slow_calls, probe_failed, probe_slow, probe_timeout or forced"),
+        "calls": _a("int", "calls in the window when it opened"),
+        "failures": _a("int", "failed calls in the window"),
+        "slow_calls": _a("int", "slow calls in the window"),
+        "trips": _a("int", "consecutive trips, this one included"),
+        "open_for": _a("float", "seconds it stays open (absent when forced: open until released)", optional=True),
+    }),
+    EventSpec("breaker.half_open", Level.INFO, "The open period ended (observed lazily); probes may run.", {
+        "probes": _a("int", "probe permits for this half-open episode"),
+    }),
+    EventSpec("breaker.closed", Level.INFO, "The breaker closed with an empty window.", {
+        "reason": _a("str", "probes_succeeded, forced or reset"),
+    }),
+    EventSpec("breaker.reset", Level.INFO, "reset() closed the breaker and forgot its trip count."),
+    EventSpec("breaker.rejected", Level.DEBUG, "A call was refused without running.", {
+        "state": _a("str", "closed, open or half_open"),
+        "retry_after": _a("float", "seconds until the breaker may admit a call (open only)", optional=True),
+        "reason": _a("str", "cancelled or deadline_exceeded, when refused for the caller's sake", optional=True),
+    }),
+    EventSpec("breaker.recorded", Level.DEBUG, "A completed call was recorded in the window (or as a probe).", {
+        "outcome": _a("str", "success or failure"),
+        "slow": _a("bool", "whether it took longer than slow_call_duration"),
+        "state": _a("str", "the state it was recorded in: closed or half_open"),
+        "duration": _a("float", "the call's duration in seconds on the breaker's clock (added to the seed's "
+                       "list: the call-duration histogram is derived from it)"),
+    }),
+    EventSpec("breaker.ignored", Level.DEBUG, "A completed call was not evidence about the dependency.", {
+        "reason": _a("str", "cancelled, rejection or stale"),
+    }),
+    EventSpec("breaker.defect", Level.ERROR, "The operation raised a Defect: re-raised, never counted."),
+    # --- rate limiter (seed 000, Events; RateLimiter) ---
+    EventSpec("ratelimiter.rejected", Level.INFO, "acquire refused: nothing queued, nothing consumed.", {
+        "reason": _a("str", "would_exceed_deadline, queue_full, cancelled or deadline_exceeded"),
+        "permits": _a("int", "permits requested"),
+        "retry_after": _a("float", "seconds until the request could be served, when known", optional=True),
+    }),
+    EventSpec("ratelimiter.oversized", Level.WARNING,
+              "A request asked for more permits than the burst; it can never be served."),
+    EventSpec("ratelimiter.waited", Level.DEBUG, "A queued acquire was served.", {
+        "permits": _a("int", "permits granted"),
+        "waited": _a("float", "seconds spent waiting"),
+    }),
+    # --- bulkhead (seed 000, Events; Bulkhead) ---
+    EventSpec("bulkhead.rejected", Level.INFO, "A call was refused or left the queue without a slot.", {
+        "reason": _a("str", "bulkhead_full, cancelled or deadline_exceeded"),
+        "capacity": _a("int", "max_concurrent"),
+        "waiting": _a("int", "callers queued when it was full", optional=True),
+    }),
+    # --- hedge (seed 000, Events; hedge) ---
+    EventSpec("hedge.started", Level.INFO, "A hedged attempt started beside the running ones.", {
+        "attempt": _a("int", "the attempt number started (2 or more)"),
+        "elapsed": _a("float", "seconds since the first attempt started"),
+    }),
+    EventSpec("hedge.attempt_failed", Level.DEBUG, "One attempt failed.", {
+        "attempt": _a("int", "the failed attempt's number"),
+        "running": _a("int", "attempts still running"),
+        "error.type": _ERROR_TYPE,
+    }),
+    EventSpec("hedge.won", Level.INFO, "An attempt won after at least one hedge had started.", {
+        "attempt": _a("int", "the winning attempt's number"),
+        "started": _a("int", "attempts started in all"),
+        "latency": _a("float", "seconds from the first start to the win"),
+    }),
+    EventSpec("hedge.budget_exhausted", Level.WARNING, "No retry-budget token: no hedge; running attempts go on."),
+    EventSpec("hedge.deadline_skip", Level.INFO, "No hedge: the ambient deadline leaves no time for one."),
+    EventSpec("hedge.all_failed", Level.WARNING, "Every started attempt failed; the first failure is raised."),
+    # --- retry (seed 001, Events) ---
+    EventSpec("retry.attempt_failed", Level.INFO, "An attempt failed and will be retried.", {
+        "attempt": _a("int", "the failed attempt's number (1 is the first)"),
+        "error.type": _ERROR_TYPE,
+        "decision": _a("str", "retry or retry_after"),
+        "next_delay": _a("float", "seconds slept before the next attempt (exactly the delay slept)"),
+    }),
+    EventSpec("retry.succeeded", Level.INFO, "An operation succeeded after at least one retry.", {
+        "attempts": _a("int", "attempts made in all (added: the seed names no attributes)"),
+    }),
+    EventSpec("retry.exhausted", Level.WARNING, "The schedule allowed no further attempt; the last error is raised.", {
+        "attempts": _a("int", "attempts made in all"),
+        "error.type": _ERROR_TYPE,
+    }),
+    EventSpec("retry.budget_exhausted", Level.WARNING, "The retry budget had no token; the last error is raised.", {
+        "attempt": _a("int", "the failed attempt's number"),
+        "error.type": _ERROR_TYPE,
+    }),
+    EventSpec("retry.deadline_skip", Level.INFO, "Another attempt could not finish before the ambient deadline.", {
+        "attempt": _a("int", "the failed attempt's number"),
+        "error.type": _ERROR_TYPE,
+    }),
+    EventSpec("retry.defect", Level.ERROR, "The operation raised a Defect: never retried.", {
+        "attempt": _a("int", "the attempt's number"),
+        "error.type": _ERROR_TYPE,
+    }),
+    EventSpec("retry.permanent", Level.INFO, "The classifier said stop; the error is raised.", {
+        "attempt": _a("int", "the failed attempt's number"),
+        "error.type": _ERROR_TYPE,
+    }),
+    EventSpec("retry.nested", Level.INFO, "A retry inside another retry's attempt made a single attempt.", {
+        "error.type": _ERROR_TYPE,
+    }),
+    EventSpec("retry.after_capped", Level.WARNING, "A Retry-After longer than five minutes was capped.", {
+        "requested": _a("float", "seconds the error asked for"),
+        "capped": _a("float", "seconds actually used"),
+    }),
+)
+
+CATALOG: Mapping[str, EventSpec] = MappingProxyType({spec.name: spec for spec in _SPECS})
+"""Every event stoic emits, by name."""
+
+
+def check_event(name: str, attributes: Mapping[str, AttributeValue]) -> list[str]:
+    """Problems with an event of ``name`` carrying ``attributes`` (empty when it conforms)."""
+    spec = CATALOG.get(name)
+    if spec is None:
+        return [f"{name}: not in the catalog"]
+    return spec.check(attributes)

@@ -1,0 +1,34 @@
+"""The stdlib-logging sink (the core's own adapter; structlog's lives in stoic-structlog)."""
+
+from __future__ import annotations
+
+import logging
+
+from ._event import Event, Level
+
+
+class LoggingSink:
+    """Logs each event to a stdlib ``logging.Logger`` (default ``logging.getLogger("stoic")``).
+
+    The message is ``"<name> <label> key=value ..."``; the structured fields are also passed as
+    ``extra`` (``stoic_event``, ``stoic_label``, ``stoic_attributes``) for formatters that want
+    them. ``level`` is the lowest event level forwarded (default ``Level.INFO``). Never
+    configures logging: the application decides handlers and levels.
+    """
+
+    def __init__(self, logger: logging.Logger | None = None, level: Level = Level.INFO) -> None:
+        self.logger = logger if logger is not None else logging.getLogger("stoic")
+        self.level = level
+
+    def emit(self, event: Event) -> None:
+        if not self.logger.isEnabledFor(event.level):
+            return
+        attrs = " ".join(f"{k}={v}" for k, v in event.attributes.items())
+        self.logger.log(
+            event.level,
+            "%s %s%s",
+            event.name,
+            event.label,
+            f" {attrs}" if attrs else "",
+            extra={"stoic_event": event.name, "stoic_label": event.label, "stoic_attributes": dict(event.attributes)},
+        )

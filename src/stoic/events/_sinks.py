@@ -1,0 +1,125 @@
+"""Sinks: where events go. Process-wide and context-scoped, fanned out, failures isolated.
+
+Cost model: a policy asks :func:`enabled` (or reads :func:`min_level`) before building an
+event, so an event no sink wants is never built. A sink that raises never breaks a call and
+never changes a policy's decision; its failure is logged once per sink, not per event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from typing import Protocol, runtime_checkable
+
+from ._event import AttributeValue, Event, Level
+
+_OFF = 1_000  # above every level: nothing wanted
+
+_log = logging.getLogger("stoic.events")
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Anything with ``emit(event)``. An optional ``level`` attribute (a :class:`Level`, default
+    ``Level.INFO``) is the lowest level the sink wants; lower events are never built for it."""
+
+    def emit(self, event: Event) -> None: ...
+
+
+def _sink_level(sink: Sink) -> int:
+    return int(getattr(sink, "level", Level.INFO))
+
+
+class _Registry:
+    __slots__ = ("sinks", "min_level", "lock", "failed")
+
+    def __init__(self) -> None:
+        self.sinks: tuple[Sink, ...] = ()
+        self.min_level = _OFF
+        self.lock = threading.Lock()
+        self.failed: set[int] = set()
+
+
+_process = _Registry()
+# (sinks, their lowest level) for the current context, or None.
+_scoped: ContextVar[tuple[tuple[Sink, ...], int] | None] = ContextVar("stoic.sinks", default=None)
+
+
+def min_level() -> int:
+    """The lowest level any ambient sink wants (``1000`` when there is no sink)."""
+    scoped = _scoped.get()
+    if scoped is None:
+        return _process.min_level
+    return scoped[1] if scoped[1] < _process.min_level else _process.min_level
+
+
+def enabled(level: int) -> bool:
+    """Whether an event at ``level`` would reach any ambient sink."""
+    return min_level() <= level
+
+
+def add_sink(sink: Sink) -> None:
+    """Install ``sink`` process-wide (every thread, task and context). Idempotent."""
+    with _process.lock:
+        if any(s is sink for s in _process.sinks):
+            return
+        _process.sinks = (*_process.sinks, sink)
+        _process.min_level = min(_sink_level(s) for s in _process.sinks)
+
+
+def remove_sink(sink: Sink) -> None:
+    """Remove a process-wide sink installed with :func:`add_sink`; no error if absent."""
+    with _process.lock:
+        _process.sinks = tuple(s for s in _process.sinks if s is not sink)
+        _process.min_level = min((_sink_level(s) for s in _process.sinks), default=_OFF)
+
+
+def process_sinks() -> tuple[Sink, ...]:
+    """The process-wide sinks, in installation order."""
+    return _process.sinks
+
+
+@contextlib.contextmanager
+def use_sinks(*sinks: Sink) -> Iterator[None]:
+    """Add ``sinks`` for the enclosed block only (this context and tasks created in it).
+
+    Scoped sinks add to the process-wide ones and to any enclosing scope's sinks.
+    """
+    outer = _scoped.get()
+    combined = (*(outer[0] if outer else ()), *sinks)
+    token = _scoped.set((combined, min((_sink_level(s) for s in combined), default=_OFF)))
+    try:
+        yield
+    finally:
+        _scoped.reset(token)
+
+
+def _deliver(sink: Sink, event: Event) -> None:
+    try:
+        sink.emit(event)
+    except Exception:  # a sink must never break a call
+        key = id(sink)
+        if key not in _process.failed:
+            _process.failed.add(key)
+            _log.error("stoic: sink %r raised while handling %s; further failures of this sink are not logged",
+                       sink, event.name, exc_info=True)
+
+
+def emit(name: str, label: str, level: Level, time_ns: int, attributes: Mapping[str, AttributeValue]) -> None:
+    """Build an event and hand it to every ambient sink that wants its level.
+
+    Callers on a hot path check :func:`enabled` first so the attribute dict is never built
+    when nobody listens.
+    """
+    event = Event(name, label, level, attributes, time_ns)
+    for sink in _process.sinks:
+        if _sink_level(sink) <= level:
+            _deliver(sink, event)
+    scoped = _scoped.get()
+    if scoped is not None:
+        for sink in scoped[0]:
+            if _sink_level(sink) <= level and not any(s is sink for s in _process.sinks):
+                _deliver(sink, event)

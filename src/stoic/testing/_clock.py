@@ -1,0 +1,190 @@
+"""A virtual clock: time moves only when a test says so, and nothing really waits."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import threading
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from .._clock import TimerHandle
+from .._durations import Seconds, to_ns
+
+T = TypeVar("T")
+
+
+class _VirtualTimer:
+    __slots__ = ("when_ns", "seq", "callback", "cancelled")
+
+    def __init__(self, when_ns: int, seq: int, callback: Callable[[], object]) -> None:
+        self.when_ns = when_ns
+        self.seq = seq
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def __lt__(self, other: _VirtualTimer) -> bool:
+        return (self.when_ns, self.seq) < (other.when_ns, other.seq)
+
+
+async def settle(limit: int = 10_000) -> None:
+    """Let every runnable task and callback run until the event loop has nothing ready.
+
+    Time does not move. Uses the loop's ready queue when it can see it (CPython's loops);
+    otherwise yields a fixed number of times.
+    """
+    loop = asyncio.get_running_loop()
+    for i in range(limit):
+        await asyncio.sleep(0)
+        ready = getattr(loop, "_ready", None)
+        if ready is None:
+            if i >= 200:
+                return
+        elif not ready:
+            return
+
+
+class VirtualClock:
+    """A :class:`stoic.Clock` whose time only moves on :meth:`advance` or :meth:`run_until_idle`.
+
+    Timers and sleeps registered on it fire in instant order as time is moved, each followed by
+    a :func:`settle` so the tasks they wake run before the clock moves on. ``start`` is the
+    initial instant in seconds. Thread-safe for ``now_ns`` and blocking sleeps; advance it from
+    the event loop's thread.
+    """
+
+    def __init__(self, start: Seconds = 0.0) -> None:
+        self._now_ns = to_ns(start, "start", allow_zero=True)
+        self._timers: list[_VirtualTimer] = []
+        self._seq = 0
+        self._cond = threading.Condition()
+
+    # --- the Clock protocol ---
+    def now_ns(self) -> int:
+        return self._now_ns
+
+    def now(self) -> float:
+        """The current virtual instant in seconds."""
+        return self._now_ns / 1e9
+
+    def call_at(self, when_ns: int, callback: Callable[[], object]) -> TimerHandle:
+        with self._cond:
+            self._seq += 1
+            timer = _VirtualTimer(when_ns, self._seq, callback)
+            heapq.heappush(self._timers, timer)
+        if when_ns <= self._now_ns:
+            # Already due: run it soon, as a real loop would, without moving time.
+            loop = asyncio.get_running_loop()
+            loop.call_soon(self._run_due)
+        return timer
+
+    async def sleep_until(self, when_ns: int) -> None:
+        if when_ns <= self._now_ns:
+            await asyncio.sleep(0)
+            return
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not future.done():
+                future.set_result(None)
+
+        handle = self.call_at(when_ns, wake)
+        try:
+            await future
+        finally:
+            handle.cancel()
+
+    def sleep_until_blocking(self, when_ns: int) -> None:
+        with self._cond:
+            while self._now_ns < when_ns:
+                self._cond.wait()
+
+    # --- driving time ---
+    @property
+    def pending_timers(self) -> int:
+        """How many timers (sleeps included) are waiting for the clock to move."""
+        return sum(1 for t in self._timers if not t.cancelled)
+
+    def next_timer_ns(self) -> int | None:
+        """The instant of the earliest pending timer, or ``None``."""
+        self._drop_cancelled()
+        return self._timers[0].when_ns if self._timers else None
+
+    def _drop_cancelled(self) -> None:
+        while self._timers and self._timers[0].cancelled:
+            heapq.heappop(self._timers)
+
+    def _pop_due(self, limit_ns: int) -> _VirtualTimer | None:
+        with self._cond:
+            self._drop_cancelled()
+            if self._timers and self._timers[0].when_ns <= limit_ns:
+                return heapq.heappop(self._timers)
+        return None
+
+    def _run_due(self) -> None:
+        while (timer := self._pop_due(self._now_ns)) is not None:
+            timer.callback()
+
+    def _set_now(self, ns: int) -> None:
+        with self._cond:
+            if ns > self._now_ns:
+                self._now_ns = ns
+            self._cond.notify_all()
+
+    async def advance(self, seconds: Seconds) -> None:
+        """Move time forward by ``seconds`` (>= 0), firing every timer due on the way in order.
+
+        Runnable tasks are settled before the move, and after each timer fires, so a task woken
+        at instant t runs (and may register new timers) before time passes t.
+        """
+        target = self._now_ns + to_ns(seconds, "seconds", allow_zero=True)
+        await settle()
+        while (timer := self._pop_due(target)) is not None:
+            self._set_now(timer.when_ns)
+            timer.callback()
+            await settle()
+        self._set_now(target)
+        await settle()
+
+    async def advance_to(self, instant: float) -> None:
+        """Move time forward to ``instant`` seconds (no-op if already past)."""
+        target = round(instant * 1e9)
+        if target > self._now_ns:
+            await self.advance((target - self._now_ns) / 1e9)
+
+    async def run_until_idle(self, limit: Seconds = 86_400.0) -> float:
+        """Settle, then keep jumping to the next timer until none is left (or ``limit`` seconds
+        of virtual time have passed, against a timer that re-arms itself forever).
+
+        Returns the virtual seconds that passed.
+        """
+        start = self._now_ns
+        end = start + to_ns(limit, "limit")
+        await settle()
+        while (when := self.next_timer_ns()) is not None and when <= end:
+            await self.advance((max(when, self._now_ns) - self._now_ns) / 1e9)
+        return (self._now_ns - start) / 1e9
+
+    async def run(self, awaitable: Awaitable[T], limit: Seconds = 86_400.0) -> T:
+        """Run ``awaitable`` to completion on virtual time, jumping from timer to timer.
+
+        Returns its result or raises its exception. Raises ``RuntimeError`` (after cancelling it)
+        when it is blocked with no timer left to fire, or still running after ``limit`` seconds.
+        """
+        task = asyncio.ensure_future(awaitable)
+        end = self._now_ns + to_ns(limit, "limit")
+        await settle()
+        while not task.done():
+            when = self.next_timer_ns()
+            if when is None or when > end:
+                task.cancel()
+                raise RuntimeError("VirtualClock.run: the task is blocked with no timer left to fire")
+            await self.advance((max(when, self._now_ns) - self._now_ns) / 1e9)
+        return task.result()
+
+    def __repr__(self) -> str:
+        return f"VirtualClock(now={self.now():.9f}s, pending={self.pending_timers})"

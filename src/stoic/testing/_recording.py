@@ -1,0 +1,52 @@
+"""RecordingSink: keeps every event, and checks each against the catalog."""
+
+from __future__ import annotations
+
+import threading
+
+from ..events import Event, Level, check_event
+
+
+class CatalogViolation(AssertionError):
+    """An emitted event is not in the catalog, or carries other attributes than its entry."""
+
+
+class RecordingSink:
+    """A sink that records events in order, for tests.
+
+    ``level`` is the lowest level recorded (default ``Level.DEBUG``: everything). With
+    ``strict=True`` (the default) an event that breaks the catalog contract is recorded in
+    :attr:`violations` and :meth:`assert_contract` fails; the sink itself never raises, since a
+    sink must not change the policy it observes.
+    """
+
+    def __init__(self, level: Level = Level.DEBUG, *, strict: bool = True) -> None:
+        self.level = level
+        self.strict = strict
+        self.events: list[Event] = []
+        self.violations: list[str] = []
+        self._lock = threading.Lock()
+
+    def emit(self, event: Event) -> None:
+        with self._lock:
+            self.events.append(event)
+            if self.strict:
+                self.violations.extend(check_event(event.name, event.attributes))
+
+    def names(self) -> list[str]:
+        """The names of the recorded events, in order."""
+        return [e.name for e in self.events]
+
+    def of(self, name: str) -> list[Event]:
+        """The recorded events called ``name``, in order."""
+        return [e for e in self.events if e.name == name]
+
+    def clear(self) -> None:
+        with self._lock:
+            self.events.clear()
+            self.violations.clear()
+
+    def assert_contract(self) -> None:
+        """Fail if any recorded event broke the catalog contract."""
+        if self.violations:
+            raise CatalogViolation("\n".join(self.violations))
