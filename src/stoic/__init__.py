@@ -3,6 +3,8 @@
 The public surface is re-exported here; the work lives in private modules.
 """
 
+from ._attempt import Attempt
+from ._budget import RetryBudget
 from ._clock import SYSTEM_CLOCK, Clock, SystemClock, current_clock, use_clock
 from ._deadline import Timeout, cancelled_by_deadline, deadline, time_remaining, timeout
 from ._durations import Seconds
@@ -17,6 +19,7 @@ from ._errors import (
     RejectionReason,
     is_defect,
 )
+from ._policy import Policy
 from .events import CATALOG, Event, Level, LoggingSink, Sink, add_sink, remove_sink, use_sinks
 
 __version__ = "0.1.0"
@@ -24,6 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CATALOG",
     "SYSTEM_CLOCK",
+    "Attempt",
     "BudgetExhausted",
     "BulkheadFull",
     "CircuitOpen",
@@ -33,9 +37,11 @@ __all__ = [
     "Event",
     "Level",
     "LoggingSink",
+    "Policy",
     "RateLimited",
     "Rejected",
     "RejectionReason",
+    "RetryBudget",
     "Seconds",
     "Sink",
     "SystemClock",

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Iterator
 
 from .. import _random
+from .._budget import reset_budgets
 from ._clock import VirtualClock, settle
 from ._recording import CatalogViolation, RecordingSink
 
@@ -23,4 +24,4 @@ def seeded(seed: int) -> Iterator[None]:
         _random._ambient.reset(token)
 
 
-__all__ = ["CatalogViolation", "RecordingSink", "VirtualClock", "seeded", "settle"]
+__all__ = ["CatalogViolation", "RecordingSink", "VirtualClock", "reset_budgets", "seeded", "settle"]

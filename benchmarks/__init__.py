@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks of stoic against peer libraries (run: `make bench`)."""

@@ -1,0 +1,167 @@
+"""Retry budgets: retrying can never turn an outage into a bigger one (seed 001, "Budgets").
+
+Each first attempt deposits ``ratio`` earned tokens (capped, so a long success streak cannot
+bank a burst for the next outage); a reserve refills at ``reserve_per_second`` up to
+``reserve_capacity`` so a quiet caller can still retry; every retry or hedge spends one token,
+earned tokens first. Under a full outage retries add at most ``ratio`` x first attempts plus the
+reserve's trickle. Arithmetic is exact integers: one token is 10**15 units.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from typing import ClassVar
+
+from ._clock import Clock, current_clock
+from ._durations import check_fraction
+
+_UNIT = 10**15  # units per token
+_UNITS_PER_NS_PER_TOKEN_PER_S = 10**6  # 1 token/s for 1 ns = 10**15 / 10**9 units
+
+
+class RetryBudget:
+    """A token bucket shared by the retries (and hedges) that use it.
+
+    ``RetryBudget(ratio=0.2, reserve_per_second=1.0, reserve_capacity=10)`` is a bucket of its
+    own; :meth:`named` shares one bucket per name; :data:`PER_CALL_SITE` (the default of
+    ``retry``, ``Retrying`` and ``hedge``) gives each call site its own; :data:`UNLIMITED` never
+    refuses. ``earned_capacity`` caps banked earned tokens (default ``max(10, reserve_capacity)``).
+
+    Raises ``ValueError`` for ``ratio`` outside (0, 1], a negative or non-finite
+    ``reserve_per_second``, or a negative ``reserve_capacity``/``earned_capacity``.
+    The reserve starts full and refills on the budget's clock (``clock=``, else the ambient one).
+    """
+
+    PER_CALL_SITE: ClassVar[RetryBudget]
+    UNLIMITED: ClassVar[RetryBudget]
+
+    __slots__ = (
+        "_clock", "_earned", "_earned_cap", "_kind", "_last_ns", "_lock", "_ratio_units",
+        "_refill_units_per_ns", "_reserve", "_reserve_cap", "name", "ratio", "reserve_capacity",
+        "reserve_per_second",
+    )
+
+    def __init__(
+        self,
+        ratio: float = 0.2,
+        reserve_per_second: float = 1.0,
+        reserve_capacity: int = 10,
+        *,
+        earned_capacity: int | None = None,
+        clock: Clock | None = None,
+        _kind: str = "bucket",
+        name: str | None = None,
+    ) -> None:
+        self.ratio = check_fraction(ratio, "ratio", low_open=True)
+        if not math.isfinite(reserve_per_second) or reserve_per_second < 0:
+            raise ValueError(f"reserve_per_second must be a finite number >= 0, got {reserve_per_second!r}")
+        if reserve_capacity < 0:
+            raise ValueError(f"reserve_capacity must be >= 0, got {reserve_capacity!r}")
+        cap = max(10, reserve_capacity) if earned_capacity is None else earned_capacity
+        if cap < 0:
+            raise ValueError(f"earned_capacity must be >= 0, got {earned_capacity!r}")
+        self.reserve_per_second = float(reserve_per_second)
+        self.reserve_capacity = reserve_capacity
+        self.name = name
+        self._kind = _kind
+        self._ratio_units = round(self.ratio * _UNIT)
+        self._refill_units_per_ns = round(self.reserve_per_second * _UNITS_PER_NS_PER_TOKEN_PER_S)
+        self._earned_cap = cap * _UNIT
+        self._reserve_cap = reserve_capacity * _UNIT
+        self._earned = 0
+        self._reserve = self._reserve_cap
+        self._clock = clock if clock is not None else current_clock()
+        self._last_ns = self._clock.now_ns()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def named(cls, name: str, ratio: float = 0.2, reserve_per_second: float = 1.0,
+              reserve_capacity: int = 10) -> RetryBudget:
+        """The process-wide budget called ``name`` (created with these parameters on first use),
+        shared by every call site that hits one dependency."""
+        return _registry.get(f"name:{name}", lambda: cls(ratio, reserve_per_second, reserve_capacity, name=name))
+
+    @classmethod
+    def for_call_site(cls, site: str) -> RetryBudget:
+        """The default per-call-site budget for ``site`` (used when ``PER_CALL_SITE`` is given)."""
+        return _registry.get(f"site:{site}", lambda: cls(name=site))
+
+    def resolve(self, site: str) -> RetryBudget:
+        """The bucket this budget means at ``site``: itself, or the site's own for ``PER_CALL_SITE``."""
+        return RetryBudget.for_call_site(site) if self._kind == "per_call_site" else self
+
+    def _refill(self) -> None:
+        now = self._clock.now_ns()
+        elapsed = now - self._last_ns
+        if elapsed > 0:
+            self._last_ns = now
+            self._reserve = min(self._reserve_cap, self._reserve + elapsed * self._refill_units_per_ns)
+
+    def deposit(self) -> None:
+        """Record a first attempt: earn ``ratio`` tokens (up to the earned cap)."""
+        if self._kind == "unlimited":
+            return
+        with self._lock:
+            self._earned = min(self._earned_cap, self._earned + self._ratio_units)
+
+    def try_spend(self) -> bool:
+        """Take one token for a retry or hedge; ``False`` (taking nothing) when there is none."""
+        if self._kind == "unlimited":
+            return True
+        with self._lock:
+            if self._earned >= _UNIT:
+                self._earned -= _UNIT
+                return True
+            self._refill()
+            if self._reserve >= _UNIT:
+                self._reserve -= _UNIT
+                return True
+            return False
+
+    @property
+    def tokens(self) -> float:
+        """Whole and fractional tokens available now (``inf`` when unlimited)."""
+        if self._kind == "unlimited":
+            return math.inf
+        with self._lock:
+            self._refill()
+            return (self._earned + self._reserve) / _UNIT
+
+    def __repr__(self) -> str:
+        if self._kind != "bucket":
+            return f"RetryBudget.{self._kind.upper()}"
+        return (f"RetryBudget(ratio={self.ratio}, reserve_per_second={self.reserve_per_second}, "
+                f"reserve_capacity={self.reserve_capacity}{f', name={self.name!r}' if self.name else ''})")
+
+
+class _Registry:
+    def __init__(self) -> None:
+        self._budgets: dict[str, RetryBudget] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str, make: Callable[[], RetryBudget]) -> RetryBudget:
+        budget = self._budgets.get(key)
+        if budget is None:
+            with self._lock:
+                budget = self._budgets.get(key)
+                if budget is None:
+                    budget = make()
+                    self._budgets[key] = budget
+        return budget
+
+    def clear(self) -> None:
+        with self._lock:
+            self._budgets.clear()
+
+
+_registry = _Registry()
+
+RetryBudget.PER_CALL_SITE = RetryBudget(_kind="per_call_site")
+RetryBudget.UNLIMITED = RetryBudget(_kind="unlimited")
+
+
+def reset_budgets() -> None:
+    """Forget every named and per-call-site budget (tests call this between cases)."""
+    _registry.clear()
