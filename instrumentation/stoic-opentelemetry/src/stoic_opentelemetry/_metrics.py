@@ -1,0 +1,286 @@
+"""Metrics: counters and histograms derived from events, gauges read from observed policies.
+
+Every instrument comes from :data:`._table.METRICS`. The sink wants DEBUG events (the call
+counter and duration histogram come from ``breaker.recorded``, the wait histogram from
+``ratelimiter.waited``), so installing it makes policies build their debug events: that is the
+price of per-call metrics, paid only when metrics are on.
+
+Cheapness: ``emit`` is one dict lookup for events no metric uses; attribute dicts are built once
+per (label, key, value) and reused for every measurement (they are never mutated).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from opentelemetry.metrics import (
+    CallbackOptions,
+    Counter,
+    Histogram,
+    Meter,
+    MeterProvider,
+    Observation,
+    get_meter_provider,
+)
+
+from stoic.events import AttributeValue, Event, Level
+
+from ._table import BREAKER_STATES, LABEL, METRICS, RETRY_OUTCOMES, SECOND_BUCKETS, MetricSpec
+from ._version import __version__
+
+_Attrs = dict[str, AttributeValue]
+_MAX_CACHED = 10_000  # attribute dicts kept; beyond this (a label explosion) they are built per call
+
+# Event -> the breaker state it proves (a transition). recorded/rejected only introduce a breaker.
+_BREAKER_TRANSITIONS = {
+    "breaker.opened": "open",
+    "breaker.half_open": "half_open",
+    "breaker.closed": "closed",
+}
+
+
+class _Strong:
+    """A strong reference with the call shape of ``weakref.ref`` (for objects without weakref support)."""
+
+    __slots__ = ("_target",)
+
+    def __init__(self, target: object) -> None:
+        self._target = target
+
+    def __call__(self) -> object:
+        return self._target
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class MetricsSink:
+    """Turns events into the metrics of :data:`stoic_opentelemetry.METRICS`.
+
+    ``meter_provider`` defaults to the global one. ``level`` is ``Level.DEBUG`` (needed for the
+    per-call metrics; a higher level silently loses them). Policies registered with
+    :meth:`observe` feed the gauges through their properties (duck typing: ``.state``,
+    ``.available_permits``, ``.waiter_count``, ``.active_count``, ``.queued_count``,
+    ``.current_delay``; whichever exist), read at collection time; they are held weakly when
+    they allow it. Breakers not observed still get a state gauge from their transition events.
+    """
+
+    def __init__(self, meter_provider: MeterProvider | None = None, *, level: Level = Level.DEBUG) -> None:
+        self.level = level
+        provider = meter_provider if meter_provider is not None else get_meter_provider()
+        self._meter: Meter = provider.get_meter("stoic_opentelemetry", __version__)
+        self._closed = False
+        self._lock = threading.Lock()
+        self._attrs: dict[tuple[str, ...] | tuple[str, str, AttributeValue], _Attrs] = {}
+        self._label_only: dict[str, _Attrs] = {}
+        self._breaker_states: dict[str, str] = {}
+        self._observed: tuple[Callable[[], object | None], ...] = ()
+        self._counters: dict[str, Counter] = {}
+        self._histograms: dict[str, Histogram] = {}
+        for spec in METRICS:
+            self._create(spec)
+        self._handlers: dict[str, Callable[[Event], None]] = self._build_handlers()
+
+    # --- instruments ---
+    def _create(self, spec: MetricSpec) -> None:
+        if spec.kind == "counter":
+            self._counters[spec.name] = self._meter.create_counter(spec.name, spec.unit, spec.description)
+        elif spec.kind == "histogram":
+            self._histograms[spec.name] = self._meter.create_histogram(
+                spec.name, spec.unit, spec.description, explicit_bucket_boundaries_advisory=list(SECOND_BUCKETS)
+            )
+        elif spec.name == "stoic.breaker.state":
+            self._meter.create_observable_gauge(spec.name, [self._observe_breaker_state], spec.unit, spec.description)
+        else:
+            (prop,) = spec.properties
+            self._meter.create_observable_gauge(spec.name, [self._property_callback(prop)], spec.unit,
+                                                spec.description)
+
+    # --- cached attribute dicts ---
+    def _label(self, label: str) -> _Attrs:
+        attrs = self._label_only.get(label)
+        if attrs is None:
+            attrs = {LABEL: label}
+            if len(self._label_only) < _MAX_CACHED:
+                self._label_only[label] = attrs
+        return attrs
+
+    def _with(self, label: str, key: str, value: AttributeValue) -> _Attrs:
+        cache_key = (label, key, value)
+        attrs = self._attrs.get(cache_key)
+        if attrs is None:
+            attrs = {LABEL: label, key: value}
+            if len(self._attrs) < _MAX_CACHED:
+                self._attrs[cache_key] = attrs
+        return attrs
+
+    # --- events ---
+    def emit(self, event: Event) -> None:
+        handler = self._handlers.get(event.name)
+        if handler is not None and not self._closed:
+            handler(event)
+
+    def _build_handlers(self) -> dict[str, Callable[[Event], None]]:
+        c, h = self._counters, self._histograms
+        calls, duration = c["stoic.breaker.calls"], h["stoic.breaker.call.duration"]
+        breaker_rejections, transitions = c["stoic.breaker.rejections"], c["stoic.breaker.transitions"]
+        wait, limiter_rejections = h["stoic.ratelimiter.wait.duration"], c["stoic.ratelimiter.rejections"]
+        bulkhead_rejections = c["stoic.bulkhead.rejections"]
+        hedge_attempts, hedge_wins = c["stoic.hedge.attempts"], c["stoic.hedge.wins"]
+        retries, outcomes = c["stoic.retry.retries"], c["stoic.retry.outcomes"]
+        states = self._breaker_states
+        attr, label_only = self._with, self._label
+
+        def recorded(e: Event) -> None:
+            a = e.attributes
+            attrs = attr(e.label, "outcome", a.get("outcome", "unknown"))
+            calls.add(1, attrs)
+            seconds = a.get("duration")
+            if _is_number(seconds):
+                duration.record(seconds, attrs)  # type: ignore[arg-type]  # narrowed by _is_number
+            if e.label not in states:
+                states[e.label] = str(a.get("state", "closed"))
+
+        def rejected(e: Event) -> None:
+            state = e.attributes.get("state", "unknown")
+            breaker_rejections.add(1, attr(e.label, "state", state))
+            if e.label not in states and state in BREAKER_STATES:
+                states[e.label] = str(state)
+
+        def transition(e: Event) -> None:
+            state = _BREAKER_TRANSITIONS[e.name]
+            states[e.label] = state
+            transitions.add(1, attr(e.label, "state", state))
+
+        def reset(e: Event) -> None:
+            states[e.label] = "closed"
+
+        def waited(e: Event) -> None:
+            seconds = e.attributes.get("waited")
+            if _is_number(seconds):
+                wait.record(seconds, label_only(e.label))  # type: ignore[arg-type]  # narrowed by _is_number
+
+        def limiter_rejected(e: Event) -> None:
+            limiter_rejections.add(1, attr(e.label, "reason", e.attributes.get("reason", "unknown")))
+
+        def oversized(e: Event) -> None:
+            limiter_rejections.add(1, attr(e.label, "reason", "oversized"))
+
+        def bulkhead_rejected(e: Event) -> None:
+            bulkhead_rejections.add(1, attr(e.label, "reason", e.attributes.get("reason", "unknown")))
+
+        def hedge_started(e: Event) -> None:
+            hedge_attempts.add(1, label_only(e.label))
+
+        def hedge_won(e: Event) -> None:
+            hedge_wins.add(1, attr(e.label, "attempt", e.attributes.get("attempt", 0)))
+
+        def attempt_failed(e: Event) -> None:
+            retries.add(1, attr(e.label, "error.type", e.attributes.get("error.type", "unknown")))
+
+        def outcome(value: str) -> Callable[[Event], None]:
+            def count(e: Event) -> None:
+                outcomes.add(1, attr(e.label, "outcome", value))
+
+            return count
+
+        handlers: dict[str, Callable[[Event], None]] = {
+            "breaker.recorded": recorded,
+            "breaker.rejected": rejected,
+            "breaker.opened": transition,
+            "breaker.half_open": transition,
+            "breaker.closed": transition,
+            "breaker.reset": reset,
+            "ratelimiter.waited": waited,
+            "ratelimiter.rejected": limiter_rejected,
+            "ratelimiter.oversized": oversized,
+            "bulkhead.rejected": bulkhead_rejected,
+            "hedge.started": hedge_started,
+            "hedge.won": hedge_won,
+            "retry.attempt_failed": attempt_failed,
+        }
+        for name, value in RETRY_OUTCOMES.items():
+            handlers[name] = outcome(value)
+        return handlers
+
+    @property
+    def handled_events(self) -> frozenset[str]:
+        """The catalog events some metric is derived from."""
+        return frozenset(self._handlers)
+
+    # --- observed policies ---
+    def observe(self, *policies: object) -> None:
+        """Register ``policies`` whose properties feed the gauges (weakly held when possible)."""
+        refs: list[Callable[[], object | None]] = []
+        for policy in policies:
+            try:
+                refs.append(weakref.ref(policy))
+            except TypeError:  # no __weakref__ slot: keep it alive
+                refs.append(_Strong(policy))
+        with self._lock:
+            known = {id(r()) for r in self._observed}
+            self._observed = (*self._observed, *(r for r in refs if id(r()) not in known))
+
+    def _alive(self) -> list[tuple[str, object]]:
+        out: list[tuple[str, object]] = []
+        dead = False
+        for ref in self._observed:
+            policy = ref()
+            if policy is None:
+                dead = True
+                continue
+            label = getattr(policy, "label", None)
+            out.append((label if isinstance(label, str) and label else type(policy).__name__.lower(), policy))
+        if dead:
+            with self._lock:
+                self._observed = tuple(r for r in self._observed if r() is not None)
+        return out
+
+    def _observe_breaker_state(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._closed:
+            return []
+        states = dict(self._breaker_states)
+        for label, policy in self._alive():
+            try:
+                state = getattr(policy, "state", None)
+            except Exception:  # a property that raises must not break collection
+                continue
+            value = getattr(state, "value", state)
+            if value in BREAKER_STATES:
+                states[label] = str(value)
+        return [
+            Observation(1 if each == current else 0, self._with(label, "state", each))
+            for label, current in states.items()
+            for each in BREAKER_STATES
+        ]
+
+    def _property_callback(self, prop: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def callback(options: CallbackOptions) -> Iterable[Observation]:
+            if self._closed:
+                return []
+            observations: list[Observation] = []
+            for label, policy in self._alive():
+                try:
+                    value: Any = getattr(policy, prop, None)
+                except Exception:  # a property that raises must not break collection
+                    continue
+                if _is_number(value):
+                    observations.append(Observation(value, self._label(label)))
+            return observations
+
+        return callback
+
+    def close(self) -> None:
+        """Stop counting and stop reporting gauges (OTel cannot remove instruments)."""
+        self._closed = True
+        with self._lock:
+            self._observed = ()
+        self._breaker_states.clear()
+
+    def __repr__(self) -> str:
+        return f"MetricsSink(level={self.level.name}, observed={len(self._observed)})"
+
