@@ -40,7 +40,9 @@ class _Registry:
         self.sinks: tuple[Sink, ...] = ()
         self.min_level = _OFF
         self.lock = threading.Lock()
-        self.failed: set[int] = set()
+        # Failed sinks by id, kept alive so a new sink can never reuse a failed one's id and
+        # inherit its silence.
+        self.failed: dict[int, Sink] = {}
 
 
 _process = _Registry()
@@ -103,7 +105,7 @@ def _deliver(sink: Sink, event: Event) -> None:
     except Exception:  # a sink must never break a call
         key = id(sink)
         if key not in _process.failed:
-            _process.failed.add(key)
+            _process.failed[key] = sink
             _log.error("stoic: sink %r raised while handling %s; further failures of this sink are not logged",
                        sink, event.name, exc_info=True)
 
