@@ -91,7 +91,13 @@ def use_sinks(*sinks: Sink) -> Iterator[None]:
     Scoped sinks add to the process-wide ones and to any enclosing scope's sinks.
     """
     outer = _scoped.get()
-    combined = (*(outer[0] if outer else ()), *sinks)
+    base = outer[0] if outer else ()
+    # A sink already in scope (or repeated here) is kept once: each sink sees an event once.
+    added: list[Sink] = []
+    for sink in sinks:
+        if not any(s is sink for s in base) and not any(s is sink for s in added):
+            added.append(sink)
+    combined = (*base, *added)
     token = _scoped.set((combined, min((_sink_level(s) for s in combined), default=_OFF)))
     try:
         yield
