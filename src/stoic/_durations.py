@@ -29,6 +29,8 @@ def to_ns(value: Seconds, name: str, *, allow_zero: bool = False) -> int:
         if not math.isfinite(value):
             raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
         ns = round(value * NS_PER_SECOND)
+        if value < 0 and ns == 0:  # a tiny negative rounds to 0 ns: still negative, still refused
+            ns = -1
     if ns < 0 or (ns == 0 and not allow_zero):
         allowed = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be {allowed} seconds, got {value!r}")
