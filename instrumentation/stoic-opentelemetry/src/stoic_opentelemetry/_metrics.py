@@ -5,8 +5,12 @@ counter and duration histogram come from ``breaker.recorded``, the wait histogra
 ``ratelimiter.waited``), so installing it makes policies build their debug events: that is the
 price of per-call metrics, paid only when metrics are on.
 
-Cheapness: ``emit`` is one dict lookup for events no metric uses; attribute dicts are built once
-per (label, key, value) and reused for every measurement (they are never mutated).
+Cheapness: ``emit`` is one dict lookup for events no metric uses. Counters are tallied here
+(a dict lookup and an uncontended lock per event) and reported through observable counters at
+collection time: the SDK's synchronous ``Counter.add`` validates and hashes the attributes on
+every call, which costs several microseconds. Histograms have no observable form, so they are
+recorded synchronously with attribute dicts built once per (label, value) and reused (never
+mutated).
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ from typing import Any
 
 from opentelemetry.metrics import (
     CallbackOptions,
-    Counter,
     Histogram,
     Meter,
     MeterProvider,
@@ -40,6 +43,36 @@ _BREAKER_TRANSITIONS = {
     "breaker.half_open": "half_open",
     "breaker.closed": "closed",
 }
+
+
+class _Tally:
+    """One counter's totals by (label, attribute value), read by an observable counter callback.
+
+    Totals are cumulative and only grow, which is what an observable counter reports.
+    """
+
+    __slots__ = ("_key", "_cells", "_lock", "closed")
+
+    def __init__(self, key: str | None) -> None:
+        self._key = key  # the attribute besides stoic.label, or None
+        self._cells: dict[tuple[str, AttributeValue], list[Any]] = {}  # -> [attributes, total]
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def add(self, label: str, value: AttributeValue = "") -> None:
+        with self._lock:
+            cell = self._cells.get((label, value))
+            if cell is None:
+                attrs: _Attrs = {LABEL: label} if self._key is None else {LABEL: label, self._key: value}
+                cell = self._cells[(label, value)] = [attrs, 0]
+            cell[1] += 1
+
+    def observe(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self.closed:
+            return []
+        with self._lock:
+            totals = [(attrs, total) for attrs, total in self._cells.values()]
+        return [Observation(total, attrs) for attrs, total in totals]
 
 
 class _Strong:
@@ -79,7 +112,7 @@ class MetricsSink:
         self._label_only: dict[str, _Attrs] = {}
         self._breaker_states: dict[str, str] = {}
         self._observed: tuple[Callable[[], object | None], ...] = ()
-        self._counters: dict[str, Counter] = {}
+        self._counters: dict[str, _Tally] = {}
         self._histograms: dict[str, Histogram] = {}
         for spec in METRICS:
             self._create(spec)
@@ -88,7 +121,8 @@ class MetricsSink:
     # --- instruments ---
     def _create(self, spec: MetricSpec) -> None:
         if spec.kind == "counter":
-            self._counters[spec.name] = self._meter.create_counter(spec.name, spec.unit, spec.description)
+            tally = self._counters[spec.name] = _Tally(spec.attributes[1] if len(spec.attributes) > 1 else None)
+            self._meter.create_observable_counter(spec.name, [tally.observe], spec.unit, spec.description)
         elif spec.kind == "histogram":
             self._histograms[spec.name] = self._meter.create_histogram(
                 spec.name, spec.unit, spec.description, explicit_bucket_boundaries_advisory=list(SECOND_BUCKETS)
@@ -137,24 +171,24 @@ class MetricsSink:
 
         def recorded(e: Event) -> None:
             a = e.attributes
-            attrs = attr(e.label, "outcome", a.get("outcome", "unknown"))
-            calls.add(1, attrs)
+            outcome = a.get("outcome", "unknown")
+            calls.add(e.label, outcome)
             seconds = a.get("duration")
             if _is_number(seconds):
-                duration.record(seconds, attrs)  # type: ignore[arg-type]  # narrowed by _is_number
+                duration.record(seconds, attr(e.label, "outcome", outcome))  # type: ignore[arg-type]  # a number
             if e.label not in states:
                 states[e.label] = str(a.get("state", "closed"))
 
         def rejected(e: Event) -> None:
             state = e.attributes.get("state", "unknown")
-            breaker_rejections.add(1, attr(e.label, "state", state))
+            breaker_rejections.add(e.label, state)
             if e.label not in states and state in BREAKER_STATES:
                 states[e.label] = str(state)
 
         def transition(e: Event) -> None:
             state = _BREAKER_TRANSITIONS[e.name]
             states[e.label] = state
-            transitions.add(1, attr(e.label, "state", state))
+            transitions.add(e.label, state)
 
         def reset(e: Event) -> None:
             states[e.label] = "closed"
@@ -165,26 +199,26 @@ class MetricsSink:
                 wait.record(seconds, label_only(e.label))  # type: ignore[arg-type]  # narrowed by _is_number
 
         def limiter_rejected(e: Event) -> None:
-            limiter_rejections.add(1, attr(e.label, "reason", e.attributes.get("reason", "unknown")))
+            limiter_rejections.add(e.label, e.attributes.get("reason", "unknown"))
 
         def oversized(e: Event) -> None:
-            limiter_rejections.add(1, attr(e.label, "reason", "oversized"))
+            limiter_rejections.add(e.label, "oversized")
 
         def bulkhead_rejected(e: Event) -> None:
-            bulkhead_rejections.add(1, attr(e.label, "reason", e.attributes.get("reason", "unknown")))
+            bulkhead_rejections.add(e.label, e.attributes.get("reason", "unknown"))
 
         def hedge_started(e: Event) -> None:
-            hedge_attempts.add(1, label_only(e.label))
+            hedge_attempts.add(e.label)
 
         def hedge_won(e: Event) -> None:
-            hedge_wins.add(1, attr(e.label, "attempt", e.attributes.get("attempt", 0)))
+            hedge_wins.add(e.label, e.attributes.get("attempt", 0))
 
         def attempt_failed(e: Event) -> None:
-            retries.add(1, attr(e.label, "error.type", e.attributes.get("error.type", "unknown")))
+            retries.add(e.label, e.attributes.get("error.type", "unknown"))
 
         def outcome(value: str) -> Callable[[Event], None]:
             def count(e: Event) -> None:
-                outcomes.add(1, attr(e.label, "outcome", value))
+                outcomes.add(e.label, value)
 
             return count
 
@@ -275,8 +309,10 @@ class MetricsSink:
         return callback
 
     def close(self) -> None:
-        """Stop counting and stop reporting gauges (OTel cannot remove instruments)."""
+        """Stop counting; counters and gauges stop reporting (OTel cannot remove instruments)."""
         self._closed = True
+        for tally in self._counters.values():
+            tally.closed = True
         with self._lock:
             self._observed = ()
         self._breaker_states.clear()
