@@ -341,8 +341,19 @@ def test_metrics_want_debug_events_and_uninstrument_removes_everything():
     assert "stoic.bulkhead.active" not in got or not list(points(got["stoic.bulkhead.active"]))
     assert [p.count for p in points(got["stoic.breaker.call.duration"])] == [1]  # the second was not recorded
     again = instrument(meter_provider=provider, span_events=False)  # allowed once uninstrumented
-    again.uninstrument()
-    provider.shutdown()
+    try:
+        revived = FakeBulkhead("bh2", active=3)
+        again.observe(revived)
+        fire("breaker.recorded")
+        got = collect(reader)
+    finally:
+        again.uninstrument()
+        provider.shutdown()
+    # OTel keeps an instrument name's first registration: the new sink must report through it,
+    # and a counter carries on from its total rather than going back to zero.
+    assert [p.value for p in points(got["stoic.breaker.calls"])] == [2]
+    assert [p.value for p in points(got["stoic.bulkhead.active"])] == [3]
+    assert [p.count for p in points(got["stoic.breaker.call.duration"])] == [2]
 
 
 def test_malformed_events_never_raise_and_never_reach_the_error_log(caplog):
