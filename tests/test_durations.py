@@ -45,7 +45,7 @@ def test_zero_is_rejected_unless_allowed(value):
     assert to_ns(value, "window", allow_zero=True) == 0
 
 
-@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 1e300, -1e300])
 def test_non_finite_durations_are_rejected(value):
     with pytest.raises(ValueError, match="delay must be a finite number of seconds"):
         to_ns(value, "delay")
