@@ -128,6 +128,9 @@ def test_unlimited_never_refuses():
         ({"reserve_per_second": math.nan}, "reserve_per_second"),
         ({"reserve_capacity": -1}, "reserve_capacity"),
         ({"earned_capacity": -1}, "earned_capacity"),
+        ({"reserve_capacity": 2.5}, "reserve_capacity"),
+        ({"reserve_capacity": True}, "reserve_capacity"),
+        ({"earned_capacity": 1.5}, "earned_capacity"),
     ],
 )
 def test_invalid_parameters_are_refused_naming_them(kwargs, parameter):
