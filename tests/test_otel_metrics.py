@@ -451,3 +451,15 @@ def test_counts_from_many_threads_are_exact():
     assert calls == {("b0", "success"): 6000, ("b0", "failure"): 2000, ("b1", "success"): 6000, ("b1", "failure"): 2000}
     assert [p.value for p in points(got["stoic.hedge.attempts"])] == [16000]
     assert sum(p.count for p in points(got["stoic.breaker.call.duration"])) == 16000
+
+
+def test_a_provider_that_cannot_be_a_weak_key_still_gets_its_instruments():
+    from opentelemetry.metrics import NoOpMeterProvider
+
+    class Unhashable(NoOpMeterProvider):
+        __hash__ = None  # type: ignore[assignment]
+
+    sink = MetricsSink(Unhashable())
+    with stoic.use_sinks(sink):
+        fire("breaker.recorded")  # a no-op provider: nothing to see, nothing raised
+    assert sink.handled_events

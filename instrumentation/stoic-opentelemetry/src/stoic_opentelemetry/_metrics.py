@@ -123,7 +123,10 @@ _by_provider: weakref.WeakKeyDictionary[MeterProvider, _Instruments] = weakref.W
 
 def _instruments_for(provider: MeterProvider) -> _Instruments:
     with _registry_lock:
-        instruments = _by_provider.get(provider)
+        try:
+            instruments = _by_provider.get(provider)
+        except TypeError:  # a provider without weakref support: cannot be shared, make its own
+            return _Instruments(provider.get_meter("stoic_opentelemetry", __version__))
         if instruments is None:
             instruments = _Instruments(provider.get_meter("stoic_opentelemetry", __version__))
             _by_provider[provider] = instruments
