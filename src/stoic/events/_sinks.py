@@ -40,7 +40,9 @@ class _Registry:
         self.sinks: tuple[Sink, ...] = ()
         self.min_level = _OFF
         self.lock = threading.Lock()
-        self.failed: set[int] = set()
+        # Failed sinks by id, kept alive so a new sink can never reuse a failed one's id and
+        # inherit its silence.
+        self.failed: dict[int, Sink] = {}
 
 
 _process = _Registry()
@@ -89,7 +91,13 @@ def use_sinks(*sinks: Sink) -> Iterator[None]:
     Scoped sinks add to the process-wide ones and to any enclosing scope's sinks.
     """
     outer = _scoped.get()
-    combined = (*(outer[0] if outer else ()), *sinks)
+    base = outer[0] if outer else ()
+    # A sink already in scope (or repeated here) is kept once: each sink sees an event once.
+    added: list[Sink] = []
+    for sink in sinks:
+        if not any(s is sink for s in base) and not any(s is sink for s in added):
+            added.append(sink)
+    combined = (*base, *added)
     token = _scoped.set((combined, min((_sink_level(s) for s in combined), default=_OFF)))
     try:
         yield
@@ -103,7 +111,7 @@ def _deliver(sink: Sink, event: Event) -> None:
     except Exception:  # a sink must never break a call
         key = id(sink)
         if key not in _process.failed:
-            _process.failed.add(key)
+            _process.failed[key] = sink
             _log.error("stoic: sink %r raised while handling %s; further failures of this sink are not logged",
                        sink, event.name, exc_info=True)
 

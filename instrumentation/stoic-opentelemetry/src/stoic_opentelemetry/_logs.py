@@ -1,0 +1,50 @@
+"""Log-based events: each stoic event becomes an OpenTelemetry log record with an event name.
+
+Span events are being deprecated upstream in favour of log records that carry ``event_name``
+(OTEP 4430); this sink is the forward-looking option, off by default in ``instrument``.
+"""
+
+from __future__ import annotations
+
+from opentelemetry._logs import LoggerProvider, SeverityNumber, get_logger_provider
+
+from stoic.events import Event, Level
+
+from ._table import LABEL
+from ._version import __version__
+
+_SEVERITY: dict[int, tuple[SeverityNumber, str]] = {
+    Level.DEBUG: (SeverityNumber.DEBUG, "DEBUG"),
+    Level.INFO: (SeverityNumber.INFO, "INFO"),
+    Level.WARNING: (SeverityNumber.WARN, "WARN"),
+    Level.ERROR: (SeverityNumber.ERROR, "ERROR"),
+}
+
+
+class LogEventSink:
+    """Emits every event at ``level`` or above (default ``Level.INFO``) as an OTel log record.
+
+    The record has ``event_name`` set to the stoic event's name, the severity of its level
+    (DEBUG, INFO, WARN, ERROR), the event's attributes plus ``stoic.label``, and the event name
+    as its body (what log viewers show as the line). It is emitted in the current context, so
+    an SDK correlates it with the active span. ``logger_provider`` defaults to the global one
+    (read once, at construction; the global proxy follows a provider set later).
+    """
+
+    __slots__ = ("level", "_logger")
+
+    def __init__(self, logger_provider: LoggerProvider | None = None, level: Level = Level.INFO) -> None:
+        self.level = level
+        provider = logger_provider if logger_provider is not None else get_logger_provider()
+        self._logger = provider.get_logger("stoic_opentelemetry", __version__)
+
+    def emit(self, event: Event) -> None:
+        attributes = dict(event.attributes)
+        attributes[LABEL] = event.label
+        number, text = _SEVERITY.get(event.level, (SeverityNumber.INFO, "INFO"))
+        self._logger.emit(
+            event_name=event.name, severity_number=number, severity_text=text, body=event.name, attributes=attributes
+        )
+
+    def __repr__(self) -> str:
+        return f"LogEventSink(level={self.level.name})"

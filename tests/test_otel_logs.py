@@ -1,0 +1,77 @@
+"""Log-based events: each stoic event as an OpenTelemetry log record with an event name."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry._logs import SeverityNumber
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk.trace import TracerProvider
+from otel_support import SAMPLES, fire
+from stoic_opentelemetry import Instrumentation, LogEventSink, instrument
+
+from stoic.events import CATALOG, Level
+from stoic.testing import RecordingSink
+
+
+@pytest.fixture
+def logs(sink: RecordingSink) -> Iterator[tuple[InMemoryLogRecordExporter, Instrumentation]]:
+    exporter = InMemoryLogRecordExporter()
+    provider = LoggerProvider()
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    inst = instrument(logger_provider=provider, span_events=False, log_events=True, metrics=False)
+    yield exporter, inst
+    inst.uninstrument()
+    provider.shutdown()
+
+
+def records(exporter: InMemoryLogRecordExporter) -> list:
+    return [r.log_record for r in exporter.get_finished_logs()]
+
+
+def test_each_event_is_a_log_record_with_event_name_severity_and_attributes(logs):
+    exporter, inst = logs
+    assert isinstance(inst.logs, LogEventSink)
+    fire("breaker.opened", "payments")
+    fire("retry.defect", "payments")
+    fire("breaker.closed", "payments")
+    opened, defect, closed = records(exporter)
+    assert opened.event_name == "breaker.opened"
+    assert opened.severity_number == SeverityNumber.WARN and opened.severity_text == "WARN"
+    assert dict(opened.attributes) == {**SAMPLES["breaker.opened"], "stoic.label": "payments"}
+    assert opened.body == "breaker.opened"
+    assert defect.severity_number == SeverityNumber.ERROR
+    assert defect.attributes["error.type"] == "Defect"
+    assert closed.severity_number == SeverityNumber.INFO
+
+
+def test_records_carry_the_current_span_context(logs):
+    exporter, _ = logs
+    tracer = TracerProvider().get_tracer("t")
+    with tracer.start_as_current_span("call") as span:
+        fire("hedge.won")
+    (record,) = records(exporter)
+    assert record.trace_id == span.get_span_context().trace_id
+    assert record.span_id == span.get_span_context().span_id
+
+
+def test_level_filters_records(logs):
+    exporter, _ = logs
+    for name in SAMPLES:
+        fire(name)
+    assert [r.event_name for r in records(exporter)] == [n for n in SAMPLES if CATALOG[n].level >= Level.INFO]
+
+
+def test_a_debug_sink_maps_debug_severity():
+    from stoic.events import use_sinks
+
+    exporter = InMemoryLogRecordExporter()
+    provider = LoggerProvider()
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    with use_sinks(LogEventSink(provider, Level.DEBUG)):
+        fire("ratelimiter.waited")
+    (record,) = records(exporter)
+    assert record.severity_number == SeverityNumber.DEBUG
+    assert record.attributes["waited"] == 0.2
