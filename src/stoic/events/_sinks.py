@@ -33,21 +33,32 @@ def _sink_level(sink: Sink) -> int:
     return int(getattr(sink, "level", Level.INFO))
 
 
+# A sink with the level it wants, read once when it is installed (levels are compared as plain
+# ints on the emit path).
+_Entry = tuple[Sink, int]
+
+
 class _Registry:
-    __slots__ = ("sinks", "min_level", "lock", "failed")
+    __slots__ = ("entries", "failed", "ids", "lock", "min_level")
 
     def __init__(self) -> None:
-        self.sinks: tuple[Sink, ...] = ()
+        self.entries: tuple[_Entry, ...] = ()
+        self.ids: frozenset[int] = frozenset()
         self.min_level = _OFF
         self.lock = threading.Lock()
         # Failed sinks by id, kept alive so a new sink can never reuse a failed one's id and
         # inherit its silence.
         self.failed: dict[int, Sink] = {}
 
+    def _set(self, entries: tuple[_Entry, ...]) -> None:
+        self.entries = entries
+        self.ids = frozenset(id(s) for s, _ in entries)
+        self.min_level = min((lvl for _, lvl in entries), default=_OFF)
+
 
 _process = _Registry()
-# (sinks, their lowest level) for the current context, or None.
-_scoped: ContextVar[tuple[tuple[Sink, ...], int] | None] = ContextVar("stoic.sinks", default=None)
+# (entries, their lowest level) for the current context, or None.
+_scoped: ContextVar[tuple[tuple[_Entry, ...], int] | None] = ContextVar("stoic.sinks", default=None)
 
 
 def min_level() -> int:
@@ -64,41 +75,45 @@ def enabled(level: int) -> bool:
 
 
 def add_sink(sink: Sink) -> None:
-    """Install ``sink`` process-wide (every thread, task and context). Idempotent."""
+    """Install ``sink`` process-wide (every thread, task and context). Idempotent.
+
+    The sink's ``level`` is read now; change it by removing and adding the sink again.
+    """
     with _process.lock:
-        if any(s is sink for s in _process.sinks):
+        if id(sink) in _process.ids:
             return
-        _process.sinks = (*_process.sinks, sink)
-        _process.min_level = min(_sink_level(s) for s in _process.sinks)
+        _process._set((*_process.entries, (sink, _sink_level(sink))))
 
 
 def remove_sink(sink: Sink) -> None:
     """Remove a process-wide sink installed with :func:`add_sink`; no error if absent."""
     with _process.lock:
-        _process.sinks = tuple(s for s in _process.sinks if s is not sink)
-        _process.min_level = min((_sink_level(s) for s in _process.sinks), default=_OFF)
+        _process._set(tuple(e for e in _process.entries if e[0] is not sink))
 
 
 def process_sinks() -> tuple[Sink, ...]:
     """The process-wide sinks, in installation order."""
-    return _process.sinks
+    return tuple(s for s, _ in _process.entries)
 
 
 @contextlib.contextmanager
 def use_sinks(*sinks: Sink) -> Iterator[None]:
     """Add ``sinks`` for the enclosed block only (this context and tasks created in it).
 
-    Scoped sinks add to the process-wide ones and to any enclosing scope's sinks.
+    Scoped sinks add to the process-wide ones and to any enclosing scope's sinks. Each sink's
+    ``level`` is read on entry.
     """
     outer = _scoped.get()
     base = outer[0] if outer else ()
     # A sink already in scope (or repeated here) is kept once: each sink sees an event once.
-    added: list[Sink] = []
+    seen = {id(s) for s, _ in base}
+    added: list[_Entry] = []
     for sink in sinks:
-        if not any(s is sink for s in base) and not any(s is sink for s in added):
-            added.append(sink)
+        if id(sink) not in seen:
+            seen.add(id(sink))
+            added.append((sink, _sink_level(sink)))
     combined = (*base, *added)
-    token = _scoped.set((combined, min((_sink_level(s) for s in combined), default=_OFF)))
+    token = _scoped.set((combined, min((lvl for _, lvl in combined), default=_OFF)))
     try:
         yield
     finally:
@@ -123,11 +138,13 @@ def emit(name: str, label: str, level: Level, time_ns: int, attributes: Mapping[
     when nobody listens.
     """
     event = Event(name, label, level, attributes, time_ns)
-    for sink in _process.sinks:
-        if _sink_level(sink) <= level:
+    value = int(level)
+    for sink, wanted in _process.entries:
+        if wanted <= value:
             _deliver(sink, event)
     scoped = _scoped.get()
     if scoped is not None:
-        for sink in scoped[0]:
-            if _sink_level(sink) <= level and not any(s is sink for s in _process.sinks):
+        ids = _process.ids
+        for sink, wanted in scoped[0]:
+            if wanted <= value and id(sink) not in ids:
                 _deliver(sink, event)
