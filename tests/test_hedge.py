@@ -230,16 +230,33 @@ async def test_cancelling_the_caller_cancels_and_awaits_every_attempt(clock: Vir
 
 
 async def test_a_second_cancellation_while_draining_still_waits_for_every_attempt(clock: VirtualClock) -> None:
-    script = Script(clock, {1: Step(1.0, 1, linger=0.5), 2: Step(0.05, 2)})
-    outer = asyncio.ensure_future(hedge(IDEMPOTENT, script, delay=0.1))
-    await clock.advance(0.2)  # attempt 2 won at 0.15; attempt 1 lingers until 0.65
-    assert not outer.done()
+    running: set[int] = set()
+
+    async def op(attempt: stoic.Attempt) -> int:
+        running.add(attempt.number)
+        try:
+            if attempt.number == 1:
+                await clock.sleep_until(150_000_000)  # wins at 0.15
+                return 1
+            # The hedge refuses to stop before 0.65, however often it is cancelled.
+            while clock.now_ns() < 650_000_000:
+                try:
+                    await clock.sleep_until(650_000_000)
+                except asyncio.CancelledError:
+                    pass
+            return 2
+        finally:
+            running.discard(attempt.number)
+
+    outer = asyncio.ensure_future(hedge(IDEMPOTENT, op, delay=0.1))
+    await clock.advance(0.2)  # attempt 1 won at 0.15; the superseded hedge is still running
+    assert not outer.done() and running == {2}
     outer.cancel()
     await clock.advance(0.1)
-    assert not outer.done() and script.running == {1}
+    assert not outer.done() and running == {2}
     await clock.advance(0.4)
     assert outer.cancelled()  # cancellation is never swallowed, even with a winner in hand
-    assert script.running == set()
+    assert running == set()
 
 
 async def test_a_deadline_that_leaves_less_than_the_delay_skips_the_hedge(
@@ -268,6 +285,35 @@ async def test_a_deadline_with_room_lets_the_hedge_start(clock: VirtualClock, si
 
     assert await clock.run(call()) == 2
     assert sink.names() == ["hedge.started", "hedge.won"]
+
+
+async def test_a_deadline_firing_with_hedges_running_cancels_and_awaits_them_all(clock: VirtualClock) -> None:
+    script = Script(clock, {1: Step(1.0, 1), 2: Step(1.0, 2, linger=0.05), 3: Step(1.0, 3)})
+
+    async def call() -> object:
+        async with stoic.timeout(0.35):
+            return await hedge(IDEMPOTENT, script, delay=0.1, max_attempts=3, budget=RetryBudget.UNLIMITED)
+
+    with pytest.raises(stoic.DeadlineExceeded):
+        await clock.run(call())
+    assert script.started() == [1, 2, 3]
+    assert script.running == set()
+    assert clock.now() == pytest.approx(0.40)  # attempt 2 took 0.05 s to stop
+    assert "superseded" not in script.cancel_messages.values()
+
+
+async def test_a_deadline_firing_after_the_first_attempt_failed_still_raises_deadline_exceeded(
+    clock: VirtualClock,
+) -> None:
+    script = Script(clock, {1: Step(0.15, error=Boom()), 2: Step(1.0, 2)})
+
+    async def call() -> object:
+        async with stoic.timeout(0.3):
+            return await hedge(IDEMPOTENT, script, delay=0.1)
+
+    with pytest.raises(stoic.DeadlineExceeded):
+        await clock.run(call())
+    assert script.running == set() and clock.now() == pytest.approx(0.3)
 
 
 async def test_a_deadline_already_passed_rejects_without_running(clock: VirtualClock) -> None:
@@ -427,6 +473,27 @@ async def test_losers_errors_are_retrieved_and_nothing_is_left_behind(clock: Vir
     await asyncio.sleep(0)
     assert reported == []
     assert len(asyncio.all_tasks()) == before
+
+
+async def test_a_function_that_is_not_async_fails_the_call_cleanly(clock: VirtualClock) -> None:
+    def not_async(attempt: stoic.Attempt) -> int:
+        return 1
+
+    with pytest.raises(TypeError):
+        await clock.run(hedge(IDEMPOTENT, not_async, delay=0.1))  # type: ignore[arg-type]
+    assert clock.pending_timers == 0
+
+
+async def test_the_current_task_is_not_left_with_a_cancel_request(clock: VirtualClock) -> None:
+    async def call() -> tuple[object, int]:
+        script = Script(clock, {1: Step(1.0, 1), 2: Step(0.01, 2)})
+        result = await hedge(IDEMPOTENT, script, delay=0.1)  # the first attempt is superseded
+        task = asyncio.current_task()
+        assert task is not None
+        await clock.sleep_until(clock.now_ns() + 10_000_000)  # no stray cancellation arrives
+        return result, task.cancelling()
+
+    assert await clock.run(call()) == (2, 0)
 
 
 async def test_a_sink_that_raises_never_breaks_the_call(clock: VirtualClock) -> None:

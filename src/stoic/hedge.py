@@ -21,12 +21,13 @@ Only idempotent work may be hedged, and the call site has to say so: the first a
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 import itertools
 import os
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ._attempt import Attempt
 from ._budget import RetryBudget
@@ -180,7 +181,8 @@ class Hedge:
                 raise ValueError(f"window must be an integer >= 5, got {window!r}")
             self._estimate = WindowedQuantile(self.quantile, window, default_warmup(self.quantile, window))
         self._delay_ns = self._fixed_ns
-        self._lock = threading.Lock()
+        # Only an adaptive hedge has state shared across calls (and threads) to guard.
+        self._lock = threading.Lock() if self._estimate is not None else None
 
     @property
     def current_delay(self) -> float:
@@ -195,7 +197,7 @@ class Hedge:
     def _observe(self, latency_ns: int) -> None:
         # Only called for a call whose first attempt won (seed 003: the primaries' latencies).
         estimate = self._estimate
-        assert estimate is not None
+        assert estimate is not None and self._lock is not None
         with self._lock:
             estimate.add(float(latency_ns))
             value = estimate.value
@@ -216,6 +218,10 @@ class Hedge:
         ``idempotency`` must be :data:`IDEMPOTENT` (``TypeError`` otherwise). ``fn`` is an async
         callable receiving an :class:`~stoic.Attempt` (``number`` from 1, a ``call_id`` shared by
         the call's attempts, ``hedged`` true from attempt 2 on).
+
+        The first attempt runs in the calling task, as a plain ``await`` would (so a call that
+        finishes before the delay costs little more than one); hedges run as tasks in a copy of
+        the caller's context (deadline, sinks and clock included).
 
         Returns the first successful attempt's result after every other attempt has been
         cancelled (message ``"superseded"``) and has finished. Raises the first failure in
@@ -265,47 +271,175 @@ def hedge(
     return _race(policy, fn, (), {})
 
 
-class _Race:
-    """The bookkeeping of one hedged call, woken by attempt completions and the hedge timer."""
+# --- the engine ---------------------------------------------------------------------------------
+#
+# The first attempt runs inline, in the caller's own task, exactly like a bare ``await fn()``: a
+# call that finishes before the delay costs one timer handle, an Attempt and a budget deposit,
+# and no task at all. Hedges run as tasks. When a hedge wins while the first attempt is still
+# running, the caller's task is cancelled with "superseded" (as asyncio.timeout cancels the task
+# it guards) and the request is taken back with ``uncancel()`` once the first attempt has
+# stopped; a cancellation from anyone else is told apart by the task's count of cancel requests.
+#
+# While the first attempt runs, decisions are made in callbacks (the hedge timer, hedge tasks
+# finishing), in the call's context, captured at the start; afterwards the coroutine waits on a
+# future those callbacks complete. Either way the rules are the ones in the module docstring.
 
-    __slots__ = ("done", "fired", "loop", "waiter")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+class _Call:
+    """One hedged call: what the callbacks need to decide, and what they decided."""
+
+    __slots__ = (
+        "args", "call_id", "ctx", "decided", "end", "error", "fn", "handle", "hedges", "kwargs", "loop",
+        "policy", "primary_running", "start", "superseded", "task", "waiter", "winner", "finished",
+    )
+
+    def __init__(self, policy: Hedge, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any],
+                 fn: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...], kwargs: dict[str, Any],
+                 call_id: str, start: int) -> None:
+        self.policy = policy
         self.loop = loop
-        self.waiter: asyncio.Future[None] = loop.create_future()
-        self.done: list[asyncio.Task[Any]] = []  # finished attempts, in completion order
-        self.fired = False
+        self.task = task
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.call_id = call_id
+        self.start = start
+        self.ctx = contextvars.copy_context()
+        # ``hedges`` stays None until a hedge starts: the fast path reads nothing else.
+        self.hedges: list[asyncio.Task[Any]] | None = None
+        self.handle: TimerHandle | None = None
 
-    def on_done(self, task: asyncio.Task[Any]) -> None:
-        self.done.append(task)
-        waiter = self.waiter
-        if not waiter.done():
-            waiter.set_result(None)
+    def _begin(self) -> None:
+        # The rest of the state, created when the first hedge starts.
+        self.hedges = []
+        self.finished = 0  # attempts finished (the first attempt included)
+        self.primary_running = True
+        self.decided = False
+        self.winner = 0  # the winning attempt's number; 0 while there is none
+        self.error: BaseException | None = None  # the first failure in completion order
+        self.superseded = False  # the caller's task was cancelled because a hedge won
+        self.end = 0
+        self.waiter: asyncio.Future[None] | None = None
+
+    # --- callbacks ---
 
     def on_timer(self) -> None:
-        self.fired = True
+        self.handle = None
+        # Run in (a copy of) the call's context: sinks, the deadline and the clock are the
+        # caller's, whatever context the clock fires timers from.
+        self.ctx.copy().run(self._hedge)
+
+    def _hedge(self) -> None:
+        if self.hedges is not None and self.decided:
+            return
+        policy = self.policy
+        clock = policy._clock
+        delay_ns = policy._delay_ns
+        left = remaining_ns()
+        if left is not None and left < delay_ns:
+            if min_level() <= Level.INFO:
+                emit("hedge.deadline_skip", policy.label, Level.INFO, clock.now_ns(), {})
+            return
+        if not policy._budget.try_spend():
+            if min_level() <= Level.WARNING:
+                emit("hedge.budget_exhausted", policy.label, Level.WARNING, clock.now_ns(), {})
+            return
+        number = 2 if self.hedges is None else len(self.hedges) + 2
+        coro = self.fn(Attempt(number, self.call_id, True), *self.args, **self.kwargs)
+        if self.hedges is None:
+            self._begin()
+        hedges = self.hedges
+        assert hedges is not None
+        now = clock.now_ns()
+        task = self.loop.create_task(coro)
+        hedges.append(task)
+        task.add_done_callback(self.on_done)
+        if min_level() <= Level.INFO:
+            emit("hedge.started", policy.label, Level.INFO, now,
+                 {"attempt": number, "elapsed": (now - self.start) / 1e9})
+        if number < policy.max_attempts:
+            self.handle = clock.call_at(now + delay_ns, self.on_timer)
+
+    def on_done(self, task: asyncio.Task[Any]) -> None:
+        """A hedge task finished (runs in a copy of the context it was started in)."""
+        self.finished += 1
+        if not self.decided:
+            hedges = self.hedges
+            assert hedges is not None
+            number = hedges.index(task) + 2
+            error = _error_of(task)
+            if error is None:
+                self._win(number)
+            else:
+                self._fail(number, error)
+        else:
+            _consume(task)
         waiter = self.waiter
-        if not waiter.done():
+        if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def wait(self) -> None:
-        waiter = self.waiter
-        if waiter.done():
-            waiter = self.waiter = self.loop.create_future()
-        await waiter
+    # --- decisions ---
 
-    async def drain(self, tasks: list[asyncio.Task[Any]]) -> bool:
-        """Wait until every task has finished, even through cancellation; True if cancelled."""
+    def _running(self) -> int:
+        hedges = self.hedges
+        assert hedges is not None
+        return len(hedges) + 1 - self.finished
+
+    def _stop_timer(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+
+    def _win(self, number: int) -> None:
+        self.decided = True
+        self.winner = number
+        self.end = self.policy._clock.now_ns()
+        self._stop_timer()
+        hedges = self.hedges
+        assert hedges is not None
+        for task in hedges:
+            if not task.done():
+                task.cancel(SUPERSEDED)
+        if self.primary_running:
+            self.superseded = True
+            self.task.cancel(SUPERSEDED)
+
+    def _fail(self, number: int, error: BaseException) -> None:
+        running = self._running()
+        policy = self.policy
+        if min_level() <= Level.DEBUG:
+            emit("hedge.attempt_failed", policy.label, Level.DEBUG, policy._clock.now_ns(),
+                 {"attempt": number, "running": running, "error.type": type(error).__name__})
+        if self.error is None:
+            self.error = error
+        if running == 0:
+            # Nothing left in flight: a failure is retry's business, never a reason to hedge.
+            self.decided = True
+            self._stop_timer()
+
+    def abandon(self) -> None:
+        """The caller is leaving (cancelled, or an error of its own): cancel every hedge."""
+        self._stop_timer()
+        if self.hedges is not None:
+            self.decided = True
+            for task in self.hedges:
+                if not task.done():
+                    task.cancel()
+
+    async def settle(self) -> bool:
+        """Wait until decided and every hedge has finished, through cancellation (which would
+        otherwise leave attempts running after the call returns). True if the caller was
+        cancelled meanwhile: the caller raises it once everything has stopped."""
         cancelled = False
-        while len(self.done) < len(tasks):
+        hedges = self.hedges
+        assert hedges is not None
+        while not self.decided or self.finished < len(hedges) + 1:
+            waiter = self.waiter = self.loop.create_future()
             try:
-                await self.wait()
+                await waiter
             except asyncio.CancelledError:
-                # Keep waiting: returning with attempts still running would break the promise
-                # that nothing of the call outlives it. The cancellation is re-raised after.
                 cancelled = True
-        for task in tasks:
-            _consume(task)
+                self.abandon()
         return cancelled
 
 
@@ -317,8 +451,8 @@ def _consume(task: asyncio.Task[Any]) -> None:
 
 def _error_of(task: asyncio.Task[Any]) -> BaseException | None:
     if task.cancelled():
-        # An attempt cancelled by something other than this hedge (which only cancels on the
-        # way out): it is that attempt's outcome, like any other failure.
+        # Cancelled by something other than this hedge (which only cancels once decided): that
+        # is this attempt's outcome, like any other failure.
         try:
             task.result()
         except asyncio.CancelledError as exc:
@@ -328,155 +462,93 @@ def _error_of(task: asyncio.Task[Any]) -> BaseException | None:
 
 async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> R:
-    clock = policy._clock
     left = remaining_ns()
     if left is not None and left <= 0:
         raise DeadlineExceeded("deadline exceeded before the hedged call started", label=policy.label)
     loop = asyncio.get_running_loop()
-    budget = policy._budget
-    budget.deposit()
-    call_id = _new_call_id()
+    task = asyncio.current_task(loop)
+    if task is None:
+        raise RuntimeError("hedge must run inside an asyncio task")
+    clock = policy._clock
+    policy._budget.deposit()
     start = clock.now_ns()
-    delay_ns = policy._delay_ns
-    race = _Race(loop)
-    task: asyncio.Task[R] = loop.create_task(fn(Attempt(1, call_id, False), *args, **kwargs))
-    task.add_done_callback(race.on_done)
-    tasks: list[asyncio.Task[Any]] = [task]
-    # A timer handle, not a timer task: a call that finishes before the delay pays for one
-    # heap entry and its cancellation.
-    handle: TimerHandle | None
+    call_id = _new_call_id()
+    call = _Call(policy, loop, task, fn, args, kwargs, call_id, start)
+    cancels = task.cancelling()
+    # A timer handle, not a timer task.
     if clock is SYSTEM_CLOCK:
-        handle = loop.call_later(delay_ns / 1e9, race.on_timer)
+        call.handle = loop.call_later(policy._delay_ns / 1e9, call.on_timer)
     else:
-        handle = clock.call_at(start + delay_ns, race.on_timer)
+        call.handle = clock.call_at(start + policy._delay_ns, call.on_timer)
     try:
-        await race.waiter
-        if race.done and len(tasks) == 1:
-            # The common case: the first attempt finished before the delay.
-            handle.cancel()
-            handle = None
-            if not task.cancelled() and task.exception() is None:
-                if policy._estimate is not None:
-                    policy._observe(clock.now_ns() - start)
-                return task.result()
-        return await _decide(policy, race, tasks, fn, args, kwargs, call_id, start, handle)
-    except BaseException:
-        # The caller was cancelled (or a deadline fired): cancel every attempt and wait for
-        # them all before letting the cancellation through.
-        if handle is not None:
-            handle.cancel()
-        for t in tasks:
-            if not t.done():
-                t.cancel()
-        await race.drain(tasks)
-        raise
+        result = await fn(Attempt(1, call_id, False), *args, **kwargs)
+    except BaseException as exc:
+        if call.hedges is None:
+            # No hedge ever started: the first attempt's outcome is the call's.
+            if call.handle is not None:
+                call.handle.cancel()
+            if min_level() <= Level.DEBUG and not isinstance(exc, asyncio.CancelledError):
+                emit("hedge.attempt_failed", policy.label, Level.DEBUG, clock.now_ns(),
+                     {"attempt": 1, "running": 0, "error.type": type(exc).__name__})
+            raise
+        return await _after_primary(call, cancels, None, exc)
+    if call.hedges is None:
+        # The common case: the first attempt succeeded before any hedge started.
+        if call.handle is not None:
+            call.handle.cancel()
+        if policy._estimate is not None:
+            policy._observe(clock.now_ns() - start)
+        return result
+    return await _after_primary(call, cancels, result, None)
 
 
-async def _decide(
-    policy: Hedge,
-    race: _Race,
-    tasks: list[asyncio.Task[Any]],
-    fn: Callable[..., Coroutine[Any, Any, R]],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    call_id: str,
-    start: int,
-    handle: TimerHandle | None,
-) -> R:
-    """The slow path: process completions and timer firings until a winner or a final failure.
-
-    ``tasks`` is shared with the caller so that, on cancellation, it sees every started attempt.
-    """
-    clock = policy._clock
-    label = policy.label
-    first_failure: BaseException | None = None
-    seen = 0  # how many completions have been processed
-    hedging = True  # False once max_attempts, the budget or the deadline ended hedging
-    try:
-        while True:
-            while seen < len(race.done):
-                task = race.done[seen]
-                seen += 1
-                error = _error_of(task)
-                number = tasks.index(task) + 1
-                if error is None:
-                    if handle is not None:
-                        handle.cancel()
-                        handle = None
-                    return await _win(policy, race, tasks, task, number, start)
-                running = len(tasks) - seen
-                if min_level() <= Level.DEBUG:
-                    emit("hedge.attempt_failed", label, Level.DEBUG, clock.now_ns(),
-                         {"attempt": number, "running": running, "error.type": type(error).__name__})
-                if first_failure is None:
-                    first_failure = error
-                if running == 0:
-                    # Nothing left in flight: a failure is retry's business, not a reason to hedge.
-                    if handle is not None:
-                        handle.cancel()
-                        handle = None
-                    if len(tasks) > 1 and min_level() <= Level.WARNING:
-                        emit("hedge.all_failed", label, Level.WARNING, clock.now_ns(), {})
-                    raise first_failure
-            if race.fired:
-                race.fired = False
-                handle = None
-                if hedging:
-                    hedging, handle = _start_hedge(policy, race, tasks, fn, args, kwargs, call_id, start)
-            await race.wait()
-    finally:
-        if handle is not None:
-            handle.cancel()
-        del first_failure  # drop the traceback cycle through this frame
-
-
-def _start_hedge(
-    policy: Hedge,
-    race: _Race,
-    tasks: list[asyncio.Task[Any]],
-    fn: Callable[..., Coroutine[Any, Any, Any]],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    call_id: str,
-    start: int,
-) -> tuple[bool, TimerHandle | None]:
-    """Start the next attempt if the deadline and the budget allow; return (keep hedging, timer)."""
-    clock = policy._clock
-    label = policy.label
-    delay_ns = policy._delay_ns
-    left = remaining_ns()
-    if left is not None and left < delay_ns:
-        if min_level() <= Level.INFO:
-            emit("hedge.deadline_skip", label, Level.INFO, clock.now_ns(), {})
-        return False, None
-    if not policy._budget.try_spend():
-        if min_level() <= Level.WARNING:
-            emit("hedge.budget_exhausted", label, Level.WARNING, clock.now_ns(), {})
-        return False, None
-    number = len(tasks) + 1
-    now = clock.now_ns()
-    task = race.loop.create_task(fn(Attempt(number, call_id, True), *args, **kwargs))
-    task.add_done_callback(race.on_done)
-    tasks.append(task)
-    if min_level() <= Level.INFO:
-        emit("hedge.started", label, Level.INFO, now, {"attempt": number, "elapsed": (now - start) / 1e9})
-    if number >= policy.max_attempts:
-        return False, None
-    return True, clock.call_at(now + delay_ns, race.on_timer)
-
-
-async def _win(policy: Hedge, race: _Race, tasks: list[asyncio.Task[Any]], winner: asyncio.Task[R],
-               number: int, start: int) -> R:
-    clock = policy._clock
-    for task in tasks:
-        if not task.done():
-            task.cancel(SUPERSEDED)
-    end = clock.now_ns()
-    if await race.drain(tasks):
+async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseException | None) -> R:
+    """The first attempt has finished (``result`` or ``exc``) and at least one hedge started."""
+    call.primary_running = False
+    call.finished += 1
+    policy = call.policy
+    cancelled = False
+    if call.superseded:
+        # A hedge won and cancelled us: take that request back. Any count left over is someone
+        # else's cancellation, which goes through once everything has stopped.
+        cancelled = call.task.uncancel() > cancels
+        if cancelled:
+            call.abandon()
+    elif isinstance(exc, asyncio.CancelledError) and call.task.cancelling() > cancels:
+        cancelled = True  # the caller was cancelled (or its deadline fired)
+        call.abandon()
+    elif not isinstance(exc, Exception) and exc is not None and not isinstance(exc, asyncio.CancelledError):
+        call.abandon()  # KeyboardInterrupt, SystemExit: stop everything, let it through
+        await call.settle()
+        raise exc
+    elif not call.decided:
+        if exc is None:
+            call._win(1)
+        else:
+            call._fail(1, exc)
+    if await call.settle():
+        cancelled = True
+    if cancelled:
+        if isinstance(exc, asyncio.CancelledError):
+            raise exc
         raise asyncio.CancelledError
-    if number == 1 and policy._estimate is not None:
-        policy._observe(end - start)
-    if len(tasks) > 1 and min_level() <= Level.INFO:
+    if call.winner == 0:
+        error = call.error
+        assert error is not None
+        call.error = None
+        if min_level() <= Level.WARNING:
+            emit("hedge.all_failed", policy.label, Level.WARNING, policy._clock.now_ns(), {})
+        raise error
+    hedges = call.hedges
+    assert hedges is not None
+    clock = policy._clock
+    if call.winner == 1:
+        value = cast(R, result)
+        if policy._estimate is not None:
+            policy._observe(call.end - call.start)
+    else:
+        value = cast(R, hedges[call.winner - 2].result())
+    if min_level() <= Level.INFO:
         emit("hedge.won", policy.label, Level.INFO, clock.now_ns(),
-             {"attempt": number, "started": len(tasks), "latency": (end - start) / 1e9})
-    return winner.result()
+             {"attempt": call.winner, "started": len(hedges) + 1, "latency": (call.end - call.start) / 1e9})
+    return value
