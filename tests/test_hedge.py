@@ -7,12 +7,11 @@ import gc
 from typing import Any
 
 import pytest
+from _hedge_script import Script, Step
 
 import stoic
 from stoic import IDEMPOTENT, Hedge, RetryBudget, hedge
 from stoic.testing import RecordingSink, VirtualClock
-
-from ._hedge_script import Script, Step
 
 
 class Boom(Exception):
@@ -256,6 +255,29 @@ async def test_a_second_cancellation_while_draining_still_waits_for_every_attemp
     assert not outer.done() and running == {2}
     await clock.advance(0.4)
     assert outer.cancelled()  # cancellation is never swallowed, even with a winner in hand
+    assert running == set()
+
+
+async def test_a_caller_cancellation_racing_a_hedge_win_is_not_swallowed(clock: VirtualClock) -> None:
+    running: set[int] = set()
+    outer: asyncio.Future[int] | None = None
+
+    async def op(attempt: stoic.Attempt) -> int:
+        running.add(attempt.number)
+        try:
+            if attempt.number == 2:
+                await clock.sleep_until(clock.now_ns() + 50_000_000)
+                assert outer is not None
+                outer.cancel()  # the caller is cancelled just as this hedge wins
+                return 2
+            await clock.sleep_until(clock.now_ns() + 1_000_000_000)
+            return 1
+        finally:
+            running.discard(attempt.number)
+
+    outer = asyncio.ensure_future(hedge(IDEMPOTENT, op, delay=0.1))
+    await clock.advance(0.2)
+    assert outer.cancelled()
     assert running == set()
 
 

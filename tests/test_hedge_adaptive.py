@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from _hedge_script import Script, Step
 
 from stoic import IDEMPOTENT, Hedge, RetryBudget
 from stoic.testing import RecordingSink, VirtualClock
-
-from ._hedge_script import Script, Step
 
 
 async def call(clock: VirtualClock, policy: Hedge, *steps: Step) -> object:

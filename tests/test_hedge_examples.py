@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from examples import hedge_tail_latency, jitter_figure
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python -m pytest` has it; a bare `pytest` may not
+    sys.path.insert(0, str(ROOT))
+
+from examples import hedge_tail_latency, jitter_figure  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from _hedge_script import Script, Step
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stoic
 from stoic import IDEMPOTENT, RetryBudget, hedge
 from stoic.testing import RecordingSink, VirtualClock
-
-from ._hedge_script import Script, Step
 
 MS = 1_000_000  # ns
 

@@ -512,15 +512,14 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
         # A hedge won and cancelled us: take that request back. Any count left over is someone
         # else's cancellation, which goes through once everything has stopped.
         cancelled = call.task.uncancel() > cancels
-        if cancelled:
-            call.abandon()
     elif isinstance(exc, asyncio.CancelledError) and call.task.cancelling() > cancels:
         cancelled = True  # the caller was cancelled (or its deadline fired)
-        call.abandon()
-    elif not isinstance(exc, Exception) and exc is not None and not isinstance(exc, asyncio.CancelledError):
-        call.abandon()  # KeyboardInterrupt, SystemExit: stop everything, let it through
+    if exc is not None and not isinstance(exc, (Exception, asyncio.CancelledError)):
+        call.abandon()  # KeyboardInterrupt, SystemExit: stop everything and let it through
         await call.settle()
         raise exc
+    if cancelled:
+        call.abandon()
     elif not call.decided:
         if exc is None:
             call._win(1)
