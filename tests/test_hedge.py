@@ -338,6 +338,44 @@ async def test_a_deadline_firing_after_the_first_attempt_failed_still_raises_dea
     assert script.running == set() and clock.now() == pytest.approx(0.3)
 
 
+async def test_a_superseded_first_attempt_leaves_an_enclosing_timeout_intact(clock: VirtualClock) -> None:
+    async def call() -> object:
+        async with stoic.timeout(1.0):
+            script = Script(clock, {1: Step(5.0, 1), 2: Step(0.01, 2)})
+            result = await hedge(IDEMPOTENT, script, delay=0.1)  # cancels and uncancels this task
+            await clock.sleep_until(clock.now_ns() + 500_000_000)  # no stray cancellation, no early deadline
+        return result
+
+    assert await clock.run(call()) == 2
+    assert clock.now() == pytest.approx(0.61)
+
+    async def late() -> object:
+        async with stoic.timeout(1.0):
+            script = Script(clock, {1: Step(5.0, 1), 2: Step(0.01, 2)})
+            await hedge(IDEMPOTENT, script, delay=0.1)
+            await clock.sleep_until(clock.now_ns() + 5_000_000_000)
+        return "unreachable"
+
+    start = clock.now()
+    with pytest.raises(stoic.DeadlineExceeded):
+        await clock.run(late())
+    assert clock.now() - start == pytest.approx(1.0)  # the deadline still fires, on time
+
+
+async def test_a_superseded_first_attempt_leaves_asyncio_timeout_and_task_groups_intact(clock: VirtualClock) -> None:
+    async def one(i: int) -> object:
+        script = Script(clock, {1: Step(5.0, (i, 1)), 2: Step(0.01, (i, 2))})
+        async with asyncio.timeout(None):  # a stdlib timeout block around a superseded first attempt
+            return await hedge(IDEMPOTENT, script, delay=0.1, budget=RetryBudget.UNLIMITED)
+
+    async def group() -> list[object]:
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(one(i)) for i in range(50)]
+        return [t.result() for t in tasks]
+
+    assert await clock.run(group()) == [(i, 2) for i in range(50)]
+
+
 async def test_a_deadline_already_passed_rejects_without_running(clock: VirtualClock) -> None:
     script = Script(clock, {1: Step(0.01, 1)})
 

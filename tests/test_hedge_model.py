@@ -145,3 +145,49 @@ def test_hedge_matches_the_reference_simulation(plans: list[Plan], delay_ms: int
     if not expected.won:
         assert failures[0] == expected.attempt
         assert sorted(failures) == list(range(1, expected.started + 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    plans=plans_strategy,
+    delay_ms=st.integers(1, 60).map(lambda k: 2 * k),
+    max_attempts=st.integers(2, 4),
+    cancel_half_ms=st.integers(0, 400).map(lambda k: 2 * k + 1),  # odd half-milliseconds: no ties
+)
+def test_cancelling_the_caller_at_any_moment_stops_everything(plans: list[Plan], delay_ms: int, max_attempts: int,
+                                                             cancel_half_ms: int) -> None:
+    """Cancelled before the reference decides: CancelledError, and nothing left running once
+    the call has ended. Cancelled after: the reference's outcome, unchanged."""
+    # Lingering is left out here: a loser's linger would be cut short by the second cancellation.
+    plans = [Plan(p.duration_ms, p.ok, 0) for p in plans]
+    expected = simulate(plans, delay_ms, max_attempts, tokens=3)
+    cancel_ns = cancel_half_ms * MS // 2
+
+    async def scenario() -> tuple[str, set[int], int]:
+        clock = VirtualClock()
+        steps = {n: Step(p.duration_ms / 1000, value=n, error=None if p.ok else Failed(n))
+                 for n, p in enumerate(plans, start=1)}
+        script = Script(clock, steps)
+        budget = RetryBudget(ratio=0.001, reserve_per_second=0, reserve_capacity=3, clock=clock)
+        outer = asyncio.ensure_future(hedge(IDEMPOTENT, script, delay=delay_ms / 1000, max_attempts=max_attempts,
+                                            budget=budget, clock=clock))
+        await clock.advance(cancel_ns / 1e9)
+        outer.cancel()
+        await clock.run_until_idle()
+        await asyncio.sleep(0)
+        assert outer.done()
+        if outer.cancelled():
+            kind = "cancelled"
+        elif outer.exception() is not None:
+            kind = f"failed {outer.exception().number}"  # type: ignore[union-attr]
+        else:
+            kind = f"won {outer.result()}"
+        return kind, set(script.running), clock.pending_timers
+
+    kind, running, timers = asyncio.run(scenario())
+    if cancel_ns < expected.returned_ms * MS:
+        assert kind == "cancelled"
+    else:
+        assert kind == (f"won {expected.attempt}" if expected.won else f"failed {expected.attempt}")
+    assert running == set()
+    assert timers == 0
