@@ -167,6 +167,8 @@ class Hedge:
         self._clock = clock if clock is not None else current_clock()
         self._min_ns = None if delay_min is None else to_ns(delay_min, "delay_min", allow_zero=True)
         self._max_ns = None if delay_max is None else to_ns(delay_max, "delay_max", allow_zero=True)
+        if isinstance(window, bool) or not isinstance(window, int) or window < 5:
+            raise ValueError(f"window must be an integer >= 5, got {window!r}")
         self.window = window
         self._estimate: WindowedQuantile | None = None
         if quantile is None:
@@ -177,8 +179,6 @@ class Hedge:
             self.quantile = _check_quantile(quantile)
             if self._min_ns is not None and self._max_ns is not None and self._min_ns > self._max_ns:
                 raise ValueError(f"delay_min must be <= delay_max, got {delay_min!r} > {delay_max!r}")
-            if isinstance(window, bool) or not isinstance(window, int) or window < 5:
-                raise ValueError(f"window must be an integer >= 5, got {window!r}")
             self._estimate = WindowedQuantile(self.quantile, window, default_warmup(self.quantile, window))
         self._delay_ns = self._fixed_ns
         # Only an adaptive hedge has state shared across calls (and threads) to guard.
