@@ -21,11 +21,13 @@ from ._errors import (
 )
 from ._policy import Policy
 from .events import CATALOG, Event, Level, LoggingSink, Sink, add_sink, remove_sink, use_sinks
+from .hedge import IDEMPOTENT, Hedge, Idempotency, hedge
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CATALOG",
+    "IDEMPOTENT",
     "SYSTEM_CLOCK",
     "Attempt",
     "BudgetExhausted",
@@ -35,6 +37,8 @@ __all__ = [
     "DeadlineExceeded",
     "Defect",
     "Event",
+    "Hedge",
+    "Idempotency",
     "Level",
     "LoggingSink",
     "Policy",
@@ -51,6 +55,7 @@ __all__ = [
     "cancelled_by_deadline",
     "current_clock",
     "deadline",
+    "hedge",
     "is_defect",
     "remove_sink",
     "time_remaining",

@@ -1,0 +1,553 @@
+"""Hedged requests: start another copy of a slow call and take the first to succeed.
+
+Seed 000, "hedge" (with "Cancellation and deadlines, for every policy" and "Events"), and seed
+003, "Hedge" (the adaptive delay). Attempt 1 starts at once. If no attempt has succeeded
+``delay`` after the latest start, the next starts beside the running ones, up to
+``max_attempts``. The first success wins; the others are cancelled with the message
+``"superseded"`` and awaited before the call returns, so nothing the call started is still
+running when it returns. When every started attempt fails, the first failure (in completion
+order) is raised. Hedging answers slowness only: a failure with no other attempt running is
+raised at once, never followed by a hedge on a timer (that would be a retry, and would double
+the load on a dependency exactly when it is failing).
+
+Each hedge withdraws a token from a :class:`~stoic.RetryBudget` (each call's first attempt
+deposits); without a token there is no hedge and the running attempts go on. A hedge the
+ambient deadline leaves too little time for is not started (see :class:`Hedge`).
+
+Only idempotent work may be hedged, and the call site has to say so: the first argument is
+:data:`IDEMPOTENT`, the single member of :class:`Idempotency`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import enum
+import itertools
+import os
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar, cast
+
+from ._attempt import Attempt
+from ._budget import RetryBudget
+from ._clock import SYSTEM_CLOCK, Clock, TimerHandle, current_clock
+from ._deadline import remaining_ns
+from ._durations import Seconds, check_int, to_ns
+from ._errors import DeadlineExceeded
+from ._quantile import WindowedQuantile, _check_quantile, default_warmup
+from ._random import call_site
+from .events import Level, emit, min_level
+
+R = TypeVar("R")
+
+SUPERSEDED = "superseded"
+"""The message of the ``CancelledError`` a losing attempt receives (``exc.args[0]``)."""
+
+_DEFAULT_LABEL = "hedge"
+
+
+class Idempotency(enum.Enum):
+    """The promise a caller makes before hedging: running the operation twice is safe.
+
+    It has one member, :data:`IDEMPOTENT`, so hedging a call that is not idempotent means
+    writing a false statement in the source, where a reviewer can see it.
+    """
+
+    IDEMPOTENT = "idempotent"
+
+
+IDEMPOTENT = Idempotency.IDEMPOTENT
+"""Pass as the first argument of :func:`hedge` / :meth:`Hedge.execute`."""
+
+
+# Call ids: a random per-process prefix and a counter, 32 hex digits like ``uuid4().hex`` at a
+# tenth of its cost (this is on every call's path). The prefix is drawn again in a forked child
+# so two processes never hand out the same id.
+_ids = itertools.count()
+_id_prefix = os.urandom(8).hex()
+
+
+def _reseed_ids() -> None:
+    global _ids, _id_prefix
+    _ids = itertools.count()
+    _id_prefix = os.urandom(8).hex()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reseed_ids)
+
+
+def _new_call_id() -> str:
+    return f"{_id_prefix}{next(_ids):016x}"
+
+
+def _check_idempotency(idempotency: object) -> None:
+    if idempotency is not IDEMPOTENT:
+        raise TypeError(
+            "hedge runs an operation more than once; pass stoic.IDEMPOTENT as the first argument "
+            f"to state that this is safe, got {idempotency!r}"
+        )
+
+
+class Hedge:
+    """A reusable hedging policy; keeps its adaptive delay across calls.
+
+    ``Hedge(delay, *, max_attempts=2, budget=RetryBudget.PER_CALL_SITE, label=None,
+    quantile=None, delay_min=None, delay_max=None, window=1000, clock=None)``
+
+    - ``delay``: seconds (float or timedelta, >= 0) to wait after the latest start before
+      starting the next attempt. With ``quantile`` set it is the delay used until the estimate
+      has warmed up. ``0`` starts every attempt at once (a race).
+    - ``max_attempts``: attempts in all, the first included (>= 2).
+    - ``budget``: the :class:`~stoic.RetryBudget` hedges spend from; ``PER_CALL_SITE`` (the
+      default) means one budget for the line that constructed this ``Hedge``.
+    - ``label``: carried by every event (default ``"hedge"``).
+    - ``quantile``: in (0, 1); when set, the delay is the streaming P-squared estimate of that
+      quantile of the latencies of calls whose first attempt won (seed 003, "Hedge"), clamped to
+      [``delay_min``, ``delay_max``]. The estimate restarts every ``window`` observations and
+      keeps the previous epoch's value until the new epoch has enough samples, so it follows
+      current traffic. ``delay_min``/``delay_max`` (seconds, >= 0) require ``quantile``.
+    - ``clock``: the clock for timers and latencies; default the ambient clock at construction.
+
+    Raises ``ValueError`` for a negative or non-finite delay, ``max_attempts`` < 2, ``quantile``
+    outside (0, 1), ``delay_min`` > ``delay_max``, ``delay_min``/``delay_max`` without
+    ``quantile``, or ``window`` < 5; ``TypeError`` for a budget that is not a RetryBudget.
+
+    Deadline rule: when a hedge is due and the ambient deadline (:func:`stoic.timeout`) leaves
+    less time than the current delay, the hedge is skipped (``hedge.deadline_skip``) and no
+    further hedge is started for that call: an attempt that has less time than the delay, which
+    is meant to sit near the slow end of normal latency, would most likely be cut off by the
+    deadline, costing a budget token and backend load for nothing.
+
+    Not a :class:`~stoic.Policy`: its operation takes the :class:`~stoic.Attempt` and the call
+    must state idempotency, so it wraps a pipeline (or a plain call) from the outside.
+    """
+
+    __slots__ = (
+        "_budget", "_clock", "_delay_ns", "_estimate", "_fixed_ns", "_lock", "_max_ns", "_min_ns",
+        "label", "max_attempts", "quantile", "window",
+    )
+
+    def __init__(
+        self,
+        delay: Seconds,
+        *,
+        max_attempts: int = 2,
+        budget: RetryBudget = RetryBudget.PER_CALL_SITE,
+        label: str | None = None,
+        quantile: float | None = None,
+        delay_min: Seconds | None = None,
+        delay_max: Seconds | None = None,
+        window: int = 1000,
+        clock: Clock | None = None,
+    ) -> None:
+        self._setup(delay, max_attempts, budget, label, quantile, delay_min, delay_max, window, clock,
+                    call_site(1) if budget is RetryBudget.PER_CALL_SITE else "")
+
+    def _setup(
+        self,
+        delay: Seconds,
+        max_attempts: int,
+        budget: RetryBudget,
+        label: str | None,
+        quantile: float | None,
+        delay_min: Seconds | None,
+        delay_max: Seconds | None,
+        window: int,
+        clock: Clock | None,
+        site: str,
+    ) -> None:
+        self._fixed_ns = to_ns(delay, "delay", allow_zero=True)
+        self.max_attempts = check_int(max_attempts, "max_attempts", minimum=2)
+        if not isinstance(budget, RetryBudget):
+            raise TypeError(f"budget must be a stoic.RetryBudget, got {type(budget).__name__}")
+        self._budget = budget.resolve(site) if site else budget
+        self.label = _DEFAULT_LABEL if label is None else label
+        self._clock = clock if clock is not None else current_clock()
+        self._min_ns = None if delay_min is None else to_ns(delay_min, "delay_min", allow_zero=True)
+        self._max_ns = None if delay_max is None else to_ns(delay_max, "delay_max", allow_zero=True)
+        if isinstance(window, bool) or not isinstance(window, int) or window < 5:
+            raise ValueError(f"window must be an integer >= 5, got {window!r}")
+        self.window = window
+        self._estimate: WindowedQuantile | None = None
+        if quantile is None:
+            self.quantile: float | None = None
+            if self._min_ns is not None or self._max_ns is not None:
+                raise ValueError("delay_min and delay_max require quantile (they bound the adaptive delay)")
+        else:
+            self.quantile = _check_quantile(quantile)
+            if self._min_ns is not None and self._max_ns is not None and self._min_ns > self._max_ns:
+                raise ValueError(f"delay_min must be <= delay_max, got {delay_min!r} > {delay_max!r}")
+            self._estimate = WindowedQuantile(self.quantile, window, default_warmup(self.quantile, window))
+        self._delay_ns = self._fixed_ns
+        # Only an adaptive hedge has state shared across calls (and threads) to guard.
+        self._lock = threading.Lock() if self._estimate is not None else None
+
+    @property
+    def current_delay(self) -> float:
+        """The delay (seconds) the next call would wait before its first hedge."""
+        return self._delay_ns / 1e9
+
+    @property
+    def budget(self) -> RetryBudget:
+        """The (resolved) budget hedges spend from."""
+        return self._budget
+
+    def _observe(self, latency_ns: int) -> None:
+        # Only called for a call whose first attempt won (seed 003: the primaries' latencies).
+        estimate = self._estimate
+        assert estimate is not None and self._lock is not None
+        with self._lock:
+            estimate.add(float(latency_ns))
+            value = estimate.value
+            if value is None:
+                return
+            ns = round(value)
+            if self._min_ns is not None and ns < self._min_ns:
+                ns = self._min_ns
+            if self._max_ns is not None and ns > self._max_ns:
+                ns = self._max_ns
+            self._delay_ns = ns
+
+    async def execute(
+        self, idempotency: Idempotency, fn: Callable[..., Coroutine[Any, Any, R]], /, *args: Any, **kwargs: Any
+    ) -> R:
+        """Run ``fn(attempt, *args, **kwargs)`` hedged; return the first successful result.
+
+        ``idempotency`` must be :data:`IDEMPOTENT` (``TypeError`` otherwise). ``fn`` is an async
+        callable receiving an :class:`~stoic.Attempt` (``number`` from 1, a ``call_id`` shared by
+        the call's attempts, ``hedged`` true from attempt 2 on).
+
+        The first attempt runs in the calling task, as a plain ``await`` would (so a call that
+        finishes before the delay costs little more than one); hedges run as tasks in a copy of
+        the caller's context (deadline, sinks and clock included).
+
+        Returns the first successful attempt's result after every other attempt has been
+        cancelled (message ``"superseded"``) and has finished. Raises the first failure in
+        completion order when every started attempt failed, or at once when an attempt fails
+        and no other is running. Raises :class:`~stoic.DeadlineExceeded` without running ``fn``
+        when the ambient deadline has already passed. When the caller is cancelled (or its
+        deadline fires), every attempt is cancelled and awaited, then ``CancelledError``
+        propagates.
+        """
+        _check_idempotency(idempotency)
+        return await _race(self, fn, args, kwargs)
+
+    def __repr__(self) -> str:
+        adaptive = f", quantile={self.quantile}" if self.quantile is not None else ""
+        return (f"Hedge(delay={self._fixed_ns / 1e9}, max_attempts={self.max_attempts}{adaptive}, "
+                f"label={self.label!r}, current_delay={self.current_delay})")
+
+
+def hedge(
+    idempotency: Idempotency,
+    fn: Callable[[Attempt], Coroutine[Any, Any, R]],
+    *,
+    delay: Seconds,
+    max_attempts: int = 2,
+    budget: RetryBudget = RetryBudget.PER_CALL_SITE,
+    label: str | None = None,
+    clock: Clock | None = None,
+) -> Coroutine[Any, Any, R]:
+    """Run ``fn(attempt)`` hedged once: ``result = await hedge(IDEMPOTENT, fn, delay=0.05)``.
+
+    See :class:`Hedge` for the parameters and the rules. ``idempotency`` must be
+    :data:`IDEMPOTENT`. ``delay`` is seconds (float or timedelta, >= 0); ``max_attempts`` >= 2
+    counts the first attempt. ``budget`` defaults to one budget per line that calls ``hedge()``.
+    ``clock`` defaults to the ambient clock at the call. The delay is fixed; keep a
+    :class:`Hedge` across calls for an adaptive one.
+
+    Arguments are checked when ``hedge()`` is called (``TypeError`` for a missing
+    :data:`IDEMPOTENT` or a wrong budget type, ``ValueError`` for a bad ``delay`` or
+    ``max_attempts``), before anything runs; it is a plain function returning the coroutine so
+    that the call site keying the default budget is the caller's line even when the coroutine
+    is wrapped in a task or ``gather``. Awaiting it returns or raises as :meth:`Hedge.execute`.
+    """
+    _check_idempotency(idempotency)
+    policy = Hedge.__new__(Hedge)
+    policy._setup(delay, max_attempts, budget, label, None, None, None, 1000, clock,
+                  call_site(1) if budget is RetryBudget.PER_CALL_SITE else "")
+    return _race(policy, fn, (), {})
+
+
+# --- the engine ---------------------------------------------------------------------------------
+#
+# The first attempt runs inline, in the caller's own task, exactly like a bare ``await fn()``: a
+# call that finishes before the delay costs one timer handle, an Attempt and a budget deposit,
+# and no task at all. Hedges run as tasks. When a hedge wins while the first attempt is still
+# running, the caller's task is cancelled with "superseded" (as asyncio.timeout cancels the task
+# it guards) and the request is taken back with ``uncancel()`` once the first attempt has
+# stopped; a cancellation from anyone else is told apart by the task's count of cancel requests.
+#
+# While the first attempt runs, decisions are made in callbacks (the hedge timer, hedge tasks
+# finishing), in the call's context, captured at the start; afterwards the coroutine waits on a
+# future those callbacks complete. Either way the rules are the ones in the module docstring.
+
+
+class _Call:
+    """One hedged call: what the callbacks need to decide, and what they decided."""
+
+    __slots__ = (
+        "args", "call_id", "ctx", "decided", "end", "error", "fn", "handle", "hedges", "kwargs", "loop",
+        "policy", "primary_running", "start", "superseded", "task", "waiter", "winner", "finished",
+    )
+
+    def __init__(self, policy: Hedge, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any],
+                 fn: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...], kwargs: dict[str, Any],
+                 call_id: str, start: int) -> None:
+        self.policy = policy
+        self.loop = loop
+        self.task = task
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.call_id = call_id
+        self.start = start
+        self.ctx = contextvars.copy_context()
+        # ``hedges`` stays None until a hedge starts: the fast path reads nothing else.
+        self.hedges: list[asyncio.Task[Any]] | None = None
+        self.handle: TimerHandle | None = None
+
+    def _begin(self) -> None:
+        # The rest of the state, created when the first hedge starts.
+        self.hedges = []
+        self.finished = 0  # attempts finished (the first attempt included)
+        self.primary_running = True
+        self.decided = False
+        self.winner = 0  # the winning attempt's number; 0 while there is none
+        self.error: BaseException | None = None  # the first failure in completion order
+        self.superseded = False  # the caller's task was cancelled because a hedge won
+        self.end = 0
+        self.waiter: asyncio.Future[None] | None = None
+
+    # --- callbacks ---
+
+    def on_timer(self) -> None:
+        self.handle = None
+        # Run in (a copy of) the call's context: sinks, the deadline and the clock are the
+        # caller's, whatever context the clock fires timers from.
+        self.ctx.copy().run(self._hedge)
+
+    def _hedge(self) -> None:
+        if self.hedges is not None and self.decided:
+            return
+        policy = self.policy
+        clock = policy._clock
+        delay_ns = policy._delay_ns
+        left = remaining_ns()
+        if left is not None and left < delay_ns:
+            if min_level() <= Level.INFO:
+                emit("hedge.deadline_skip", policy.label, Level.INFO, clock.now_ns(), {})
+            return
+        if not policy._budget.try_spend():
+            if min_level() <= Level.WARNING:
+                emit("hedge.budget_exhausted", policy.label, Level.WARNING, clock.now_ns(), {})
+            return
+        number = 2 if self.hedges is None else len(self.hedges) + 2
+        coro = self.fn(Attempt(number, self.call_id, True), *self.args, **self.kwargs)
+        if self.hedges is None:
+            self._begin()
+        hedges = self.hedges
+        assert hedges is not None
+        now = clock.now_ns()
+        task = self.loop.create_task(coro)
+        hedges.append(task)
+        task.add_done_callback(self.on_done)
+        if min_level() <= Level.INFO:
+            emit("hedge.started", policy.label, Level.INFO, now,
+                 {"attempt": number, "elapsed": (now - self.start) / 1e9})
+        if number < policy.max_attempts:
+            self.handle = clock.call_at(now + delay_ns, self.on_timer)
+
+    def on_done(self, task: asyncio.Task[Any]) -> None:
+        """A hedge task finished (runs in a copy of the context it was started in)."""
+        self.finished += 1
+        if not self.decided:
+            hedges = self.hedges
+            assert hedges is not None
+            number = hedges.index(task) + 2
+            error = _error_of(task)
+            if error is None:
+                self._win(number)
+            else:
+                self._fail(number, error)
+        else:
+            _consume(task)
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # --- decisions ---
+
+    def _running(self) -> int:
+        hedges = self.hedges
+        assert hedges is not None
+        return len(hedges) + 1 - self.finished
+
+    def _stop_timer(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+
+    def _win(self, number: int) -> None:
+        self.decided = True
+        self.winner = number
+        self.end = self.policy._clock.now_ns()
+        self._stop_timer()
+        hedges = self.hedges
+        assert hedges is not None
+        for task in hedges:
+            if not task.done():
+                task.cancel(SUPERSEDED)
+        if self.primary_running:
+            self.superseded = True
+            self.task.cancel(SUPERSEDED)
+
+    def _fail(self, number: int, error: BaseException) -> None:
+        running = self._running()
+        policy = self.policy
+        if min_level() <= Level.DEBUG:
+            emit("hedge.attempt_failed", policy.label, Level.DEBUG, policy._clock.now_ns(),
+                 {"attempt": number, "running": running, "error.type": type(error).__name__})
+        if self.error is None:
+            self.error = error
+        if running == 0:
+            # Nothing left in flight: a failure is retry's business, never a reason to hedge.
+            self.decided = True
+            self._stop_timer()
+
+    def abandon(self) -> None:
+        """The caller is leaving (cancelled, or an error of its own): cancel every hedge."""
+        self._stop_timer()
+        if self.hedges is not None:
+            self.decided = True
+            for task in self.hedges:
+                if not task.done():
+                    task.cancel()
+
+    async def settle(self) -> bool:
+        """Wait until decided and every hedge has finished, through cancellation (which would
+        otherwise leave attempts running after the call returns). True if the caller was
+        cancelled meanwhile: the caller raises it once everything has stopped."""
+        cancelled = False
+        hedges = self.hedges
+        assert hedges is not None
+        while not self.decided or self.finished < len(hedges) + 1:
+            waiter = self.waiter = self.loop.create_future()
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                cancelled = True
+                self.abandon()
+        return cancelled
+
+
+def _consume(task: asyncio.Task[Any]) -> None:
+    # Mark a finished attempt's exception as retrieved, so asyncio does not log it.
+    if not task.cancelled():
+        task.exception()
+
+
+def _error_of(task: asyncio.Task[Any]) -> BaseException | None:
+    if task.cancelled():
+        # Cancelled by something other than this hedge (which only cancels once decided): that
+        # is this attempt's outcome, like any other failure.
+        try:
+            task.result()
+        except asyncio.CancelledError as exc:
+            return exc
+    return task.exception()
+
+
+async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> R:
+    left = remaining_ns()
+    if left is not None and left <= 0:
+        raise DeadlineExceeded("deadline exceeded before the hedged call started", label=policy.label)
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task(loop)
+    if task is None:
+        raise RuntimeError("hedge must run inside an asyncio task")
+    clock = policy._clock
+    policy._budget.deposit()
+    start = clock.now_ns()
+    call_id = _new_call_id()
+    call = _Call(policy, loop, task, fn, args, kwargs, call_id, start)
+    cancels = task.cancelling()
+    # A timer handle, not a timer task.
+    if clock is SYSTEM_CLOCK:
+        call.handle = loop.call_later(policy._delay_ns / 1e9, call.on_timer)
+    else:
+        call.handle = clock.call_at(start + policy._delay_ns, call.on_timer)
+    try:
+        result = await fn(Attempt(1, call_id, False), *args, **kwargs)
+    except BaseException as exc:
+        if call.hedges is None:
+            # No hedge ever started: the first attempt's outcome is the call's.
+            if call.handle is not None:
+                call.handle.cancel()
+            if min_level() <= Level.DEBUG and not isinstance(exc, asyncio.CancelledError):
+                emit("hedge.attempt_failed", policy.label, Level.DEBUG, clock.now_ns(),
+                     {"attempt": 1, "running": 0, "error.type": type(exc).__name__})
+            raise
+        return await _after_primary(call, cancels, None, exc)
+    if call.hedges is None:
+        # The common case: the first attempt succeeded before any hedge started.
+        if call.handle is not None:
+            call.handle.cancel()
+        if policy._estimate is not None:
+            policy._observe(clock.now_ns() - start)
+        return result
+    return await _after_primary(call, cancels, result, None)
+
+
+async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseException | None) -> R:
+    """The first attempt has finished (``result`` or ``exc``) and at least one hedge started."""
+    call.primary_running = False
+    call.finished += 1
+    policy = call.policy
+    cancelled = False
+    if call.superseded:
+        # A hedge won and cancelled us: take that request back. Any count left over is someone
+        # else's cancellation, which goes through once everything has stopped.
+        cancelled = call.task.uncancel() > cancels
+    elif isinstance(exc, asyncio.CancelledError) and call.task.cancelling() > cancels:
+        cancelled = True  # the caller was cancelled (or its deadline fired)
+    if exc is not None and not isinstance(exc, (Exception, asyncio.CancelledError)):
+        call.abandon()  # KeyboardInterrupt, SystemExit: stop everything and let it through
+        await call.settle()
+        raise exc
+    if cancelled:
+        call.abandon()
+    elif not call.decided:
+        if exc is None:
+            call._win(1)
+        else:
+            call._fail(1, exc)
+    if await call.settle():
+        cancelled = True
+    if cancelled:
+        if isinstance(exc, asyncio.CancelledError):
+            raise exc
+        raise asyncio.CancelledError
+    if call.winner == 0:
+        error = call.error
+        assert error is not None
+        call.error = None
+        if min_level() <= Level.WARNING:
+            emit("hedge.all_failed", policy.label, Level.WARNING, policy._clock.now_ns(), {})
+        raise error
+    hedges = call.hedges
+    assert hedges is not None
+    clock = policy._clock
+    if call.winner == 1:
+        value = cast(R, result)
+        if policy._estimate is not None:
+            policy._observe(call.end - call.start)
+    else:
+        value = cast(R, hedges[call.winner - 2].result())
+    if min_level() <= Level.INFO:
+        emit("hedge.won", policy.label, Level.INFO, clock.now_ns(),
+             {"attempt": call.winner, "started": len(hedges) + 1, "latency": (call.end - call.start) / 1e9})
+    return value

@@ -1,0 +1,594 @@
+"""hedge / Hedge on virtual time: seed 000 "hedge" and its Testing list, and the deadline rules."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from typing import Any
+
+import pytest
+from _hedge_script import Script, Step
+
+import stoic
+from stoic import IDEMPOTENT, Hedge, RetryBudget, hedge
+from stoic.testing import RecordingSink, VirtualClock
+
+
+class Boom(Exception):
+    pass
+
+
+async def run_and_observe(clock: VirtualClock, script: Script, call: Any) -> tuple[object, float, set[int]]:
+    """Run ``call`` (an awaitable) on virtual time; return its result, the return instant and
+    the attempts still running at that instant."""
+
+    async def observed() -> tuple[object, float, set[int]]:
+        result = await call
+        return result, clock.now(), set(script.running)
+
+    result: tuple[object, float, set[int]] = await clock.run(observed())
+    return result
+
+
+async def test_a_fast_first_attempt_never_hedges(clock: VirtualClock, sink: RecordingSink) -> None:
+    script = Script(clock, {1: Step(0.02, "one")})
+    result, at, running = await run_and_observe(clock, script, hedge(IDEMPOTENT, script, delay=0.1))
+    assert (result, at, running) == ("one", pytest.approx(0.02), set())
+    assert script.started() == [1]
+    assert script.attempts[0].number == 1 and not script.attempts[0].hedged
+    assert sink.events == []
+    assert clock.pending_timers == 0  # the hedge timer was cancelled, not left to fire
+
+
+async def test_slow_first_attempt_hedge_wins_and_loser_is_cancelled_with_superseded_and_awaited(
+    clock: VirtualClock, sink: RecordingSink
+) -> None:
+    script = Script(clock, {1: Step(1.0, "slow"), 2: Step(0.05, "fast")})
+    result, at, running = await run_and_observe(clock, script, hedge(IDEMPOTENT, script, delay=0.1))
+    assert result == "fast"
+    assert at == pytest.approx(0.15)
+    assert running == set()  # nothing of the call still running when it returns
+    assert script.cancel_messages == {1: "superseded"}
+    assert [(k, n) for k, n, _ in script.log] == [
+        ("start", 1), ("start", 2), ("succeeded", 2), ("cancelled", 1)]
+    first, second = script.attempts
+    assert (first.number, first.hedged, second.number, second.hedged) == (1, False, 2, True)
+    assert first.call_id == second.call_id == first.idempotency_key
+    assert sink.names() == ["hedge.started", "hedge.won"]
+    started, won = sink.events
+    assert started.attributes == {"attempt": 2, "elapsed": pytest.approx(0.1)}
+    assert won.attributes == {"attempt": 2, "started": 2, "latency": pytest.approx(0.15)}
+    assert started.label == won.label == "hedge"
+
+
+async def test_a_loser_that_ignores_cancellation_delays_the_return(clock: VirtualClock) -> None:
+    script = Script(clock, {1: Step(1.0, "slow", linger=0.5), 2: Step(0.05, "fast")})
+    result, at, running = await run_and_observe(clock, script, hedge(IDEMPOTENT, script, delay=0.1))
+    assert result == "fast"  # the loser's late value is not taken
+    assert at == pytest.approx(0.65)  # 0.15 (win) + 0.5 the loser kept running
+    assert running == set()
+    assert ("lingered", 1, pytest.approx(0.65)) in script.log
+
+
+async def test_the_primary_can_still_win_after_a_hedge_started(clock: VirtualClock, sink: RecordingSink) -> None:
+    script = Script(clock, {1: Step(0.12, "primary"), 2: Step(1.0, "hedge")})
+    result, at, running = await run_and_observe(clock, script, hedge(IDEMPOTENT, script, delay=0.1))
+    assert (result, at, running) == ("primary", pytest.approx(0.12), set())
+    assert script.cancel_messages == {2: "superseded"}
+    assert sink.of("hedge.won")[0].attributes == {"attempt": 1, "started": 2, "latency": pytest.approx(0.12)}
+
+
+async def test_up_to_max_attempts_start_each_delay_after_the_latest(clock: VirtualClock, sink: RecordingSink) -> None:
+    script = Script(clock, {1: Step(5.0, 1), 2: Step(5.0, 2), 3: Step(5.0, 3), 4: Step(0.01, 4)})
+    result, at, running = await run_and_observe(
+        clock, script, hedge(IDEMPOTENT, script, delay=0.1, max_attempts=3))
+    assert script.started() == [1, 2, 3]  # never a fourth
+    starts = [t for k, _, t in script.log if k == "start"]
+    assert starts == [pytest.approx(0.0), pytest.approx(0.1), pytest.approx(0.2)]
+    assert (result, at, running) == (1, pytest.approx(5.0), set())  # attempt 1 finishes first
+    assert [e.attributes["attempt"] for e in sink.of("hedge.started")] == [2, 3]
+    assert set(script.cancel_messages.values()) == {"superseded"}
+
+
+async def test_every_attempt_failed_raises_the_first_failure_in_completion_order(
+    clock: VirtualClock, sink: RecordingSink
+) -> None:
+    late, early = Boom("attempt 1"), Boom("attempt 2")
+    script = Script(clock, {1: Step(0.3, error=late), 2: Step(0.1, error=early)})
+    with pytest.raises(Boom) as caught:
+        await clock.run(hedge(IDEMPOTENT, script, delay=0.1))
+    assert caught.value is early  # attempt 2 failed first (at 0.2), unchanged, not wrapped
+    assert clock.now() == pytest.approx(0.3)
+    assert script.running == set()
+    assert sink.names() == ["hedge.started", "hedge.attempt_failed", "hedge.attempt_failed", "hedge.all_failed"]
+    failed = sink.of("hedge.attempt_failed")
+    assert [e.attributes for e in failed] == [
+        {"attempt": 2, "running": 1, "error.type": "Boom"},
+        {"attempt": 1, "running": 0, "error.type": "Boom"},
+    ]
+    assert failed[0].level == stoic.Level.DEBUG
+
+
+async def test_no_hedge_after_a_fast_failure(clock: VirtualClock, sink: RecordingSink) -> None:
+    error = Boom("fast")
+    script = Script(clock, {1: Step(0.01, error=error), 2: Step(0.01, "never")})
+    with pytest.raises(Boom) as caught:
+        await clock.run(hedge(IDEMPOTENT, script, delay=0.1, max_attempts=3))
+    assert caught.value is error
+    assert clock.now() == pytest.approx(0.01)  # raised at once, not after the delay
+    assert script.started() == [1]
+    assert clock.pending_timers == 0
+    # A single failing attempt is the operation's own failure: no all_failed for it.
+    assert sink.names() == ["hedge.attempt_failed"]
+
+
+async def test_a_failure_while_others_run_keeps_hedging_on_the_timer(clock: VirtualClock) -> None:
+    script = Script(clock, {1: Step(1.0, "one"), 2: Step(0.02, error=Boom()), 3: Step(0.05, "three")})
+    result, at, running = await run_and_observe(
+        clock, script, hedge(IDEMPOTENT, script, delay=0.1, max_attempts=3))
+    # Attempt 2 fails at 0.12; attempt 3 still waits for 0.1 after the latest start (0.2).
+    assert [(k, n, t) for k, n, t in script.log if k == "start"] == [
+        ("start", 1, 0.0), ("start", 2, pytest.approx(0.1)), ("start", 3, pytest.approx(0.2))]
+    assert (result, at, running) == ("three", pytest.approx(0.25), set())
+
+
+async def test_a_failed_hedge_then_a_primary_success_returns_the_success(clock: VirtualClock) -> None:
+    script = Script(clock, {1: Step(0.3, "primary"), 2: Step(0.05, error=Boom())})
+    result, at, _ = await run_and_observe(clock, script, hedge(IDEMPOTENT, script, delay=0.1))
+    assert (result, at) == ("primary", pytest.approx(0.3))
+
+
+# --- the budget ---
+
+
+async def test_no_token_no_hedge_and_the_running_attempt_continues(clock: VirtualClock, sink: RecordingSink) -> None:
+    empty = RetryBudget(ratio=0.01, reserve_per_second=0, reserve_capacity=0)
+    script = Script(clock, {1: Step(0.5, "slow"), 2: Step(0.01, "never")})
+    result, at, running = await run_and_observe(
+        clock, script, hedge(IDEMPOTENT, script, delay=0.1, budget=empty))
+    assert (result, at, running) == ("slow", pytest.approx(0.5), set())
+    assert script.started() == [1]
+    assert sink.names() == ["hedge.budget_exhausted"]
+    assert sink.events[0].level == stoic.Level.WARNING
+
+
+async def test_a_budget_of_one_token_serves_one_hedge_across_two_calls(
+    clock: VirtualClock, sink: RecordingSink
+) -> None:
+    one = RetryBudget(ratio=0.01, reserve_per_second=0, reserve_capacity=1)
+    policy = Hedge(0.1, budget=one)
+    first = Script(clock, {1: Step(1.0, "a1"), 2: Step(0.05, "a2")})
+    second = Script(clock, {1: Step(1.0, "b1"), 2: Step(0.05, "b2")})
+
+    async def both() -> list[object]:
+        return list(await asyncio.gather(policy.execute(IDEMPOTENT, first), policy.execute(IDEMPOTENT, second)))
+
+    assert await clock.run(both()) == ["a2", "b1"]
+    assert first.started() == [1, 2] and second.started() == [1]
+    assert sink.names().count("hedge.started") == 1
+    assert sink.names().count("hedge.budget_exhausted") == 1
+    assert one.tokens == pytest.approx(0.02)  # two deposits of 0.01 remain, the token was spent
+
+
+async def test_each_hedge_spends_a_token_and_each_call_deposits(clock: VirtualClock) -> None:
+    budget = RetryBudget(ratio=0.5, reserve_per_second=0, reserve_capacity=0)
+    policy = Hedge(0.1, budget=budget, max_attempts=3)
+    for _ in range(2):  # two fast calls: 2 x 0.5 earned
+        await clock.run(policy.execute(IDEMPOTENT, Script(clock, {1: Step(0.01, "x")})))
+    assert budget.tokens == pytest.approx(1.0)
+    slow = Script(clock, {1: Step(1.0, 1), 2: Step(1.0, 2), 3: Step(1.0, 3)})
+    await clock.run(policy.execute(IDEMPOTENT, slow))
+    # The third call deposited 0.5 (1.5 in all) and one hedge spent 1; 0.5 is too little for another.
+    assert slow.started() == [1, 2]
+    assert budget.tokens == pytest.approx(0.5)
+
+
+def test_the_default_budget_is_per_call_site() -> None:
+    a = Hedge(0.1)
+    b = Hedge(0.1)
+    same = [Hedge(0.1) for _ in range(2)]
+    assert a.budget is not b.budget
+    assert same[0].budget is same[1].budget
+    assert a.budget is not RetryBudget.PER_CALL_SITE
+    shared = RetryBudget.named("backend")
+    assert Hedge(0.1, budget=shared).budget is shared
+
+
+async def test_hedge_function_budget_is_per_call_site_of_hedge(clock: VirtualClock) -> None:
+    # A full outage of slowness: every call wants a hedge. Calls on one line share one budget,
+    # whose reserve (10, refilling 1/s over the 4 s) plus 0.2 earned per call runs out.
+    line_a = 0
+    for _ in range(20):
+        script = Script(clock, {1: Step(0.2, "a"), 2: Step(0.01, "b")})
+        await clock.run(hedge(IDEMPOTENT, script, delay=0.001))
+        line_a += len(script.started()) - 1
+    script = Script(clock, {1: Step(0.2, "a"), 2: Step(0.01, "b")})
+    await clock.run(hedge(IDEMPOTENT, script, delay=0.001))  # another line: its own full budget
+    assert line_a < 20
+    assert script.started() == [1, 2]
+
+
+# --- cancellation and deadlines ---
+
+
+async def test_cancelling_the_caller_cancels_and_awaits_every_attempt(clock: VirtualClock, sink: RecordingSink) -> None:
+    script = Script(clock, {1: Step(1.0, 1), 2: Step(1.0, 2, linger=0.3)})
+    outer = asyncio.ensure_future(hedge(IDEMPOTENT, script, delay=0.1))
+    await clock.advance(0.15)
+    assert script.running == {1, 2}
+    outer.cancel()
+    await clock.advance(0.1)
+    assert not outer.done()  # attempt 2 ignores cancellation for 0.3 s: the caller waits for it
+    assert script.running == {2}
+    await clock.advance(0.25)
+    assert outer.cancelled()
+    assert script.running == set()
+    assert 1 in script.cancel_messages and script.cancel_messages[1] != "superseded"
+    assert clock.pending_timers == 0
+    assert "hedge.won" not in sink.names()
+
+
+async def test_a_second_cancellation_while_draining_still_waits_for_every_attempt(clock: VirtualClock) -> None:
+    running: set[int] = set()
+
+    async def op(attempt: stoic.Attempt) -> int:
+        running.add(attempt.number)
+        try:
+            if attempt.number == 1:
+                await clock.sleep_until(150_000_000)  # wins at 0.15
+                return 1
+            # The hedge refuses to stop before 0.65, however often it is cancelled.
+            while clock.now_ns() < 650_000_000:
+                try:
+                    await clock.sleep_until(650_000_000)
+                except asyncio.CancelledError:
+                    pass
+            return 2
+        finally:
+            running.discard(attempt.number)
+
+    outer = asyncio.ensure_future(hedge(IDEMPOTENT, op, delay=0.1))
+    await clock.advance(0.2)  # attempt 1 won at 0.15; the superseded hedge is still running
+    assert not outer.done() and running == {2}
+    outer.cancel()
+    await clock.advance(0.1)
+    assert not outer.done() and running == {2}
+    await clock.advance(0.4)
+    assert outer.cancelled()  # cancellation is never swallowed, even with a winner in hand
+    assert running == set()
+
+
+async def test_a_caller_cancellation_racing_a_hedge_win_is_not_swallowed(clock: VirtualClock) -> None:
+    running: set[int] = set()
+    outer: asyncio.Future[int] | None = None
+
+    async def op(attempt: stoic.Attempt) -> int:
+        running.add(attempt.number)
+        try:
+            if attempt.number == 2:
+                await clock.sleep_until(clock.now_ns() + 50_000_000)
+                assert outer is not None
+                outer.cancel()  # the caller is cancelled just as this hedge wins
+                return 2
+            await clock.sleep_until(clock.now_ns() + 1_000_000_000)
+            return 1
+        finally:
+            running.discard(attempt.number)
+
+    outer = asyncio.ensure_future(hedge(IDEMPOTENT, op, delay=0.1))
+    await clock.advance(0.2)
+    assert outer.cancelled()
+    assert running == set()
+
+
+async def test_a_deadline_that_leaves_less_than_the_delay_skips_the_hedge(
+    clock: VirtualClock, sink: RecordingSink
+) -> None:
+    script = Script(clock, {1: Step(1.0, 1), 2: Step(0.01, 2)})
+
+    async def call() -> object:
+        async with stoic.timeout(0.15):
+            return await hedge(IDEMPOTENT, script, delay=0.1)
+
+    with pytest.raises(stoic.DeadlineExceeded):
+        await clock.run(call())
+    assert script.started() == [1]  # at 0.1 only 0.05 was left, less than the 0.1 delay
+    assert script.running == set()
+    assert clock.now() == pytest.approx(0.15)
+    assert sink.names() == ["hedge.deadline_skip"]
+
+
+async def test_a_deadline_with_room_lets_the_hedge_start(clock: VirtualClock, sink: RecordingSink) -> None:
+    script = Script(clock, {1: Step(1.0, 1), 2: Step(0.01, 2)})
+
+    async def call() -> object:
+        async with stoic.timeout(0.2):
+            return await hedge(IDEMPOTENT, script, delay=0.1)
+
+    assert await clock.run(call()) == 2
+    assert sink.names() == ["hedge.started", "hedge.won"]
+
+
+async def test_a_deadline_firing_with_hedges_running_cancels_and_awaits_them_all(clock: VirtualClock) -> None:
+    script = Script(clock, {1: Step(1.0, 1), 2: Step(1.0, 2, linger=0.05), 3: Step(1.0, 3)})
+
+    async def call() -> object:
+        async with stoic.timeout(0.35):
+            return await hedge(IDEMPOTENT, script, delay=0.1, max_attempts=3, budget=RetryBudget.UNLIMITED)
+
+    with pytest.raises(stoic.DeadlineExceeded):
+        await clock.run(call())
+    assert script.started() == [1, 2, 3]
+    assert script.running == set()
+    assert clock.now() == pytest.approx(0.40)  # attempt 2 took 0.05 s to stop
+    assert "superseded" not in script.cancel_messages.values()
+
+
+async def test_a_deadline_firing_after_the_first_attempt_failed_still_raises_deadline_exceeded(
+    clock: VirtualClock,
+) -> None:
+    script = Script(clock, {1: Step(0.15, error=Boom()), 2: Step(1.0, 2)})
+
+    async def call() -> object:
+        async with stoic.timeout(0.3):
+            return await hedge(IDEMPOTENT, script, delay=0.1)
+
+    with pytest.raises(stoic.DeadlineExceeded):
+        await clock.run(call())
+    assert script.running == set() and clock.now() == pytest.approx(0.3)
+
+
+async def test_a_superseded_first_attempt_leaves_an_enclosing_timeout_intact(clock: VirtualClock) -> None:
+    async def call() -> object:
+        async with stoic.timeout(1.0):
+            script = Script(clock, {1: Step(5.0, 1), 2: Step(0.01, 2)})
+            result = await hedge(IDEMPOTENT, script, delay=0.1)  # cancels and uncancels this task
+            await clock.sleep_until(clock.now_ns() + 500_000_000)  # no stray cancellation, no early deadline
+        return result
+
+    assert await clock.run(call()) == 2
+    assert clock.now() == pytest.approx(0.61)
+
+    async def late() -> object:
+        async with stoic.timeout(1.0):
+            script = Script(clock, {1: Step(5.0, 1), 2: Step(0.01, 2)})
+            await hedge(IDEMPOTENT, script, delay=0.1)
+            await clock.sleep_until(clock.now_ns() + 5_000_000_000)
+        return "unreachable"
+
+    start = clock.now()
+    with pytest.raises(stoic.DeadlineExceeded):
+        await clock.run(late())
+    assert clock.now() - start == pytest.approx(1.0)  # the deadline still fires, on time
+
+
+async def test_a_superseded_first_attempt_leaves_asyncio_timeout_and_task_groups_intact(clock: VirtualClock) -> None:
+    async def one(i: int) -> object:
+        script = Script(clock, {1: Step(5.0, (i, 1)), 2: Step(0.01, (i, 2))})
+        async with asyncio.timeout(None):  # a stdlib timeout block around a superseded first attempt
+            return await hedge(IDEMPOTENT, script, delay=0.1, budget=RetryBudget.UNLIMITED)
+
+    async def group() -> list[object]:
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(one(i)) for i in range(50)]
+        return [t.result() for t in tasks]
+
+    assert await clock.run(group()) == [(i, 2) for i in range(50)]
+
+
+async def test_a_deadline_already_passed_rejects_without_running(clock: VirtualClock) -> None:
+    script = Script(clock, {1: Step(0.01, 1)})
+
+    async def call() -> object:
+        async with stoic.deadline(-1.0):
+            return await hedge(IDEMPOTENT, script, delay=0.1)
+
+    with pytest.raises(stoic.DeadlineExceeded):
+        await clock.run(call())
+    assert script.started() == []
+
+
+async def test_attempts_see_the_ambient_deadline(clock: VirtualClock) -> None:
+    seen: list[float | None] = []
+
+    async def op(attempt: stoic.Attempt) -> int:
+        seen.append(stoic.time_remaining())
+        await clock.sleep_until(clock.now_ns() + (500_000_000 if attempt.number == 1 else 10_000_000))
+        return attempt.number
+
+    async def call() -> int:
+        async with stoic.timeout(1.0):
+            return await hedge(IDEMPOTENT, op, delay=0.1)
+
+    assert await clock.run(call()) == 2
+    assert seen == [pytest.approx(1.0), pytest.approx(0.9)]
+
+
+# --- shape of the API ---
+
+
+async def test_idempotency_must_be_stated(clock: VirtualClock) -> None:
+    script = Script(clock, {1: Step(0.01, 1)})
+    with pytest.raises(TypeError, match="IDEMPOTENT"):
+        await hedge("idempotent", script, delay=0.1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        await Hedge(0.1).execute(None, script)  # type: ignore[arg-type]
+    assert stoic.IDEMPOTENT is stoic.Idempotency.IDEMPOTENT
+    assert list(stoic.Idempotency) == [stoic.IDEMPOTENT]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"delay": -0.1}, "delay"),
+        ({"delay": float("nan")}, "delay"),
+        ({"delay": 0.1, "max_attempts": 1}, "max_attempts"),
+        ({"delay": 0.1, "max_attempts": 0}, "max_attempts"),
+        ({"delay": 0.1, "quantile": 0.0}, "quantile"),
+        ({"delay": 0.1, "quantile": 1.0}, "quantile"),
+        ({"delay": 0.1, "quantile": 1.5}, "quantile"),
+        ({"delay": 0.1, "quantile": -0.2}, "quantile"),
+        ({"delay": 0.1, "quantile": 0.9, "delay_min": 0.5, "delay_max": 0.2}, "delay_min"),
+        ({"delay": 0.1, "quantile": 0.9, "delay_min": -1.0}, "delay_min"),
+        ({"delay": 0.1, "delay_min": 0.01}, "quantile"),
+        ({"delay": 0.1, "delay_max": 1.0}, "quantile"),
+        ({"delay": 0.1, "quantile": 0.9, "window": 4}, "window"),
+    ],
+)
+def test_invalid_configuration_is_a_value_error_naming_the_parameter(kwargs: dict[str, Any], match: str) -> None:
+    delay = kwargs.pop("delay")
+    with pytest.raises(ValueError, match=match):
+        Hedge(delay, **kwargs)
+
+
+async def test_hedge_function_validates_before_running(clock: VirtualClock) -> None:
+    script = Script(clock, {1: Step(0.01, 1)})
+    with pytest.raises(ValueError, match="max_attempts"):
+        await hedge(IDEMPOTENT, script, delay=0.1, max_attempts=1)
+    with pytest.raises(ValueError, match="delay"):
+        await hedge(IDEMPOTENT, script, delay=-1)
+    with pytest.raises(TypeError, match="budget"):
+        await hedge(IDEMPOTENT, script, delay=0.1, budget="lots")  # type: ignore[arg-type]
+    assert script.started() == []
+
+
+async def test_execute_passes_extra_arguments_after_the_attempt(clock: VirtualClock) -> None:
+    async def op(attempt: stoic.Attempt, a: int, *, b: int) -> tuple[int, int, int]:
+        return attempt.number, a, b
+
+    assert await clock.run(Hedge(0.1).execute(IDEMPOTENT, op, 5, b=7)) == (1, 5, 7)
+
+
+async def test_call_ids_are_shared_within_a_call_and_unique_across_calls(clock: VirtualClock) -> None:
+    ids: list[tuple[int, str]] = []
+
+    async def op(attempt: stoic.Attempt) -> None:
+        ids.append((attempt.number, attempt.call_id))
+        await clock.sleep_until(clock.now_ns() + (200_000_000 if attempt.number == 1 else 1_000_000))
+
+    policy = Hedge(0.1, budget=RetryBudget.UNLIMITED)
+    for _ in range(3):
+        await clock.run(policy.execute(IDEMPOTENT, op))
+    assert [n for n, _ in ids] == [1, 2] * 3
+    per_call = [ids[i][1] for i in (0, 2, 4)]
+    assert [ids[i][1] for i in (1, 3, 5)] == per_call
+    assert len(set(per_call)) == 3
+    assert all(len(c) == 32 and int(c, 16) >= 0 for c in per_call)
+
+
+async def test_label_is_on_every_event(clock: VirtualClock, sink: RecordingSink) -> None:
+    script = Script(clock, {1: Step(1.0, 1), 2: Step(0.01, 2)})
+    await clock.run(hedge(IDEMPOTENT, script, delay=0.1, label="users-api"))
+    assert {e.label for e in sink.events} == {"users-api"}
+
+
+async def test_explicit_clock_is_used_for_timers(sink: RecordingSink) -> None:
+    virtual = VirtualClock()  # not ambient: the hedge must still run its timer on it
+    script = Script(virtual, {1: Step(1.0, 1), 2: Step(0.01, 2)})
+    assert await virtual.run(hedge(IDEMPOTENT, script, delay=0.1, clock=virtual)) == 2
+    assert sink.of("hedge.started")[0].attributes["elapsed"] == pytest.approx(0.1)
+
+
+async def test_policy_keeps_the_clock_it_was_built_with() -> None:
+    virtual = VirtualClock()
+    with stoic.use_clock(virtual):
+        policy = Hedge(0.1)
+    script = Script(virtual, {1: Step(1.0, 1), 2: Step(0.01, 2)})
+    assert await virtual.run(policy.execute(IDEMPOTENT, script)) == 2
+
+
+async def test_zero_delay_races_every_attempt_at_once(clock: VirtualClock) -> None:
+    script = Script(clock, {1: Step(0.3, 1), 2: Step(0.2, 2), 3: Step(0.1, 3)})
+    result, at, running = await run_and_observe(
+        clock, script, hedge(IDEMPOTENT, script, delay=0, max_attempts=3, budget=RetryBudget.UNLIMITED))
+    assert (result, at, running) == (3, pytest.approx(0.1), set())
+    assert [t for k, _, t in script.log if k == "start"] == [0.0, 0.0, 0.0]
+
+
+async def test_works_on_the_system_clock() -> None:
+    async def op(attempt: stoic.Attempt) -> int:
+        if attempt.number == 1:
+            await asyncio.sleep(10)
+        return attempt.number
+
+    assert await hedge(IDEMPOTENT, op, delay=0.001) == 2
+    assert await hedge(IDEMPOTENT, lambda a: asyncio.sleep(0, a.number), delay=1.0) == 1
+
+
+async def test_losers_errors_are_retrieved_and_nothing_is_left_behind(clock: VirtualClock) -> None:
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+
+    async def op(attempt: stoic.Attempt) -> int:
+        try:
+            await clock.sleep_until(clock.now_ns() + (1_000_000_000 if attempt.number == 1 else 50_000_000))
+        except asyncio.CancelledError:
+            raise Boom("raised while being cancelled") from None
+        return attempt.number
+
+    before = len(asyncio.all_tasks())
+    assert await clock.run(hedge(IDEMPOTENT, op, delay=0.1)) == 2
+    gc.collect()
+    await asyncio.sleep(0)
+    assert reported == []
+    assert len(asyncio.all_tasks()) == before
+
+
+async def test_a_function_that_is_not_async_fails_the_call_cleanly(clock: VirtualClock) -> None:
+    def not_async(attempt: stoic.Attempt) -> int:
+        return 1
+
+    with pytest.raises(TypeError):
+        await clock.run(hedge(IDEMPOTENT, not_async, delay=0.1))  # type: ignore[arg-type]
+    assert clock.pending_timers == 0
+
+
+async def test_the_current_task_is_not_left_with_a_cancel_request(clock: VirtualClock) -> None:
+    async def call() -> tuple[object, int]:
+        script = Script(clock, {1: Step(1.0, 1), 2: Step(0.01, 2)})
+        result = await hedge(IDEMPOTENT, script, delay=0.1)  # the first attempt is superseded
+        task = asyncio.current_task()
+        assert task is not None
+        await clock.sleep_until(clock.now_ns() + 10_000_000)  # no stray cancellation arrives
+        return result, task.cancelling()
+
+    assert await clock.run(call()) == (2, 0)
+
+
+async def test_a_sink_that_raises_never_breaks_the_call(clock: VirtualClock) -> None:
+    class Broken:
+        level = stoic.Level.DEBUG
+
+        def emit(self, event: stoic.Event) -> None:
+            raise RuntimeError("sink down")
+
+    script = Script(clock, {1: Step(1.0, 1), 2: Step(0.01, 2)})
+    with stoic.use_sinks(Broken()):
+        assert await clock.run(hedge(IDEMPOTENT, script, delay=0.1)) == 2
+
+
+async def test_three_hundred_concurrent_hedged_calls_leave_nothing_running(clock: VirtualClock) -> None:
+    policy = Hedge(0.05, max_attempts=3, budget=RetryBudget.UNLIMITED)
+    scripts = [
+        Script(clock, {n: Step(((i * 7 + n * 13) % 17) / 100 + 0.001, (i, n),
+                               error=Boom() if (i + n) % 5 == 0 else None) for n in (1, 2, 3)})
+        for i in range(300)
+    ]
+
+    async def one(script: Script) -> object:
+        try:
+            result = await policy.execute(IDEMPOTENT, script)
+        except Boom:
+            result = "failed"
+        assert script.running == set()
+        return result
+
+    async def everything() -> list[object]:
+        return list(await asyncio.gather(*(one(s) for s in scripts)))
+
+    results = await clock.run(everything())
+    assert len(results) == 300
+    assert sum(1 for r in results if r == "failed") > 0
+    assert all(s.running == set() for s in scripts)
+    assert clock.pending_timers == 0

@@ -1,0 +1,78 @@
+"""The adaptive hedge delay (seed 003, "Hedge": the observed quantile of primary latencies)."""
+
+from __future__ import annotations
+
+import pytest
+from _hedge_script import Script, Step
+
+from stoic import IDEMPOTENT, Hedge, RetryBudget
+from stoic.testing import RecordingSink, VirtualClock
+
+
+async def call(clock: VirtualClock, policy: Hedge, *steps: Step) -> object:
+    return await clock.run(policy.execute(IDEMPOTENT, Script(clock, dict(enumerate(steps, start=1)))))
+
+
+async def test_the_fixed_delay_is_used_until_the_estimate_warms_up(clock: VirtualClock) -> None:
+    policy = Hedge(0.2, quantile=0.5, budget=RetryBudget.UNLIMITED)  # warm-up: 20 samples at p50
+    assert policy.current_delay == 0.2
+    for _ in range(19):
+        await call(clock, policy, Step(0.010, "ok"))
+    assert policy.current_delay == 0.2
+    await call(clock, policy, Step(0.010, "ok"))
+    assert policy.current_delay == pytest.approx(0.010)
+
+
+async def test_the_delay_follows_the_quantile_of_primary_latencies(clock: VirtualClock) -> None:
+    policy = Hedge(1.0, quantile=0.9, budget=RetryBudget.UNLIMITED)  # warm-up: 50 samples
+    for i in range(200):
+        await call(clock, policy, Step((10 + i % 10) / 1000, "ok"))  # 10..19 ms, evenly
+    assert policy.current_delay == pytest.approx(0.019, abs=0.0015)
+
+
+async def test_the_adaptive_delay_is_the_one_hedges_wait(clock: VirtualClock, sink: RecordingSink) -> None:
+    policy = Hedge(1.0, quantile=0.5, budget=RetryBudget.UNLIMITED)
+    for _ in range(20):
+        await call(clock, policy, Step(0.030, "ok"))
+    sink.clear()
+    assert await call(clock, policy, Step(0.5, "slow"), Step(0.01, "hedge")) == "hedge"
+    assert sink.of("hedge.started")[0].attributes["elapsed"] == pytest.approx(0.030)
+
+
+async def test_the_estimate_is_clamped_to_delay_min_and_delay_max(clock: VirtualClock) -> None:
+    low = Hedge(1.0, quantile=0.5, delay_min=0.05, delay_max=0.5, budget=RetryBudget.UNLIMITED)
+    high = Hedge(0.01, quantile=0.5, delay_min=0.05, delay_max=0.5, budget=RetryBudget.UNLIMITED)
+    for _ in range(20):
+        await call(clock, low, Step(0.002, "fast"))
+        await call(clock, high, Step(2.0, "slow"))
+    assert low.current_delay == pytest.approx(0.05)
+    assert high.current_delay == pytest.approx(0.5)
+
+
+async def test_only_successful_primaries_feed_the_estimate(clock: VirtualClock) -> None:
+    policy = Hedge(0.1, quantile=0.5, budget=RetryBudget.UNLIMITED)
+    for _ in range(30):  # the hedge wins: the primary's latency is unknown, nothing is learnt
+        await call(clock, policy, Step(1.0, "slow"), Step(0.01, "hedge"))
+    for _ in range(30):  # fast failures say nothing about latency either
+        with pytest.raises(RuntimeError):
+            await call(clock, policy, Step(0.001, error=RuntimeError()))
+    assert policy.current_delay == 0.1
+    for _ in range(20):  # a primary that wins after a hedge started still counts
+        await call(clock, policy, Step(0.15, "primary"), Step(1.0, "late hedge"))
+    assert policy.current_delay == pytest.approx(0.15)
+
+
+async def test_the_delay_forgets_old_traffic(clock: VirtualClock) -> None:
+    policy = Hedge(1.0, quantile=0.5, window=100, budget=RetryBudget.UNLIMITED)
+    for _ in range(300):
+        await call(clock, policy, Step(0.010, "ok"))
+    assert policy.current_delay == pytest.approx(0.010)
+    for _ in range(120):  # one window and the new epoch's warm-up of slower (but winning) primaries
+        await call(clock, policy, Step(0.040, "ok"), Step(1.0, "late"))
+    assert policy.current_delay == pytest.approx(0.040)
+
+
+def test_repr_and_properties() -> None:
+    policy = Hedge(0.25, max_attempts=3, quantile=0.95, label="users")
+    assert (policy.max_attempts, policy.quantile, policy.label, policy.window) == (3, 0.95, "users", 1000)
+    assert "quantile=0.95" in repr(policy) and "current_delay=0.25" in repr(policy)
