@@ -21,6 +21,7 @@ from ._errors import (
 )
 from ._policy import Policy
 from .events import CATALOG, Event, Level, LoggingSink, Sink, add_sink, remove_sink, use_sinks
+from .schedule import BoundedSchedule, Schedule
 
 __version__ = "0.1.0"
 
@@ -28,6 +29,7 @@ __all__ = [
     "CATALOG",
     "SYSTEM_CLOCK",
     "Attempt",
+    "BoundedSchedule",
     "BudgetExhausted",
     "BulkheadFull",
     "CircuitOpen",
@@ -42,6 +44,7 @@ __all__ = [
     "Rejected",
     "RejectionReason",
     "RetryBudget",
+    "Schedule",
     "Seconds",
     "Sink",
     "SystemClock",
