@@ -441,10 +441,9 @@ def _top_limit(node: _Node) -> int | None:
             below = _top_limit(inner)
             return limit if below is None else min(limit, below)
         case _Capped(inner) | _Jittered(inner) | _Attempts(inner):
+            # These only ever shorten (or end) what the up_to below them allowed.
             return _top_limit(inner)
-        case _Intersection(a, b):
-            la, lb = _top_limit(a), _top_limit(b)
-            return lb if la is None else la if lb is None else min(la, lb)
+    # Not through union/intersection/and_then: their delay is not the one the up_to judged.
     return None
 
 

@@ -1,0 +1,180 @@
+"""Retrying (retry as a pipeline stage) and Pipeline (seed 000, "Retrying", "Semantics").
+
+Errors are flat by construction in Python: every stage runs "the rest of the pipeline" as its
+operation, an inner policy's refusal is an ordinary exception (a :class:`stoic.Rejected`)
+that outer stages see as the operation's error, and the caller sees either the operation's own
+exception or the refusing policy's rejection, never a wrapper.
+
+Recommended order, outermost first: overall timeout (``stoic.timeout`` around the call) ->
+``Retrying`` -> ``CircuitBreaker`` -> ``RateLimiter`` -> ``Bulkhead`` -> attempt timeout
+(``stoic.timeout`` inside the operation) -> the operation. Retry sits outside the breaker so
+each attempt is judged and an open breaker's ``retry_after`` shapes the backoff; the breaker
+sits outside the limiter and bulkhead so local load-shedding never reaches its window; the
+attempt timeout is innermost so a hung call is a slow, failed call to the breaker.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, ParamSpec, TypeVar
+
+from . import _random
+from ._budget import RetryBudget
+from ._classify import ClassifierLike, RetryClassifier, RetryNesting
+from ._clock import Clock, current_clock
+from ._policy import Policy
+from ._retry import _Retrier, wants_attempt
+from .schedule import BoundedSchedule
+
+__all__ = ["Pipeline", "Retrying"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Retrying:
+    """``retry`` as a reusable :class:`stoic.Policy`, for use alone or as a pipeline stage.
+
+    ``Retrying(schedule, *, budget=RetryBudget.PER_CALL_SITE, classify=RetryClassifier.standard,
+    nesting=RetryNesting.SINGLE_ATTEMPT, label=None, clock=None)``. The per-call-site budget is
+    that of this construction (file:line of ``Retrying(...)``), shared by every call through it.
+    Sleeps run on ``clock``, else the ambient clock at construction. ``label`` names the events
+    (default: the operation's qualified name).
+
+    ``await execute(fn, *args, **kwargs)`` for coroutine functions, ``call(fn, ...)`` for plain
+    ones, or use it as a decorator on either. Semantics, checks and events are :func:`stoic.retry`'s.
+    Raises ``TypeError`` at construction for an unbounded schedule.
+    """
+
+    __slots__ = ("_retrier",)
+
+    def __init__(
+        self,
+        schedule: BoundedSchedule,
+        *,
+        budget: RetryBudget = RetryBudget.PER_CALL_SITE,
+        classify: ClassifierLike = RetryClassifier.standard,
+        nesting: RetryNesting = RetryNesting.SINGLE_ATTEMPT,
+        label: str | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._retrier = _Retrier(schedule, budget, classify, nesting, label, None,
+                                 clock if clock is not None else current_clock(), _random.call_site(1))
+
+    @property
+    def schedule(self) -> BoundedSchedule:
+        return self._retrier.schedule
+
+    @property
+    def label(self) -> str | None:
+        return self._retrier.label
+
+    @property
+    def budget(self) -> RetryBudget:
+        """The bucket calls through this stage draw on (its own, for ``PER_CALL_SITE``)."""
+        return self._retrier._bucket()
+
+    async def execute(self, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> R:
+        """Run ``await fn(*args, **kwargs)`` under the schedule; see :func:`stoic.retry`."""
+        return await self._retrier.run(fn, args, kwargs)
+
+    def call(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
+        """Run plain ``fn(*args, **kwargs)`` under the schedule; see :func:`stoic.retry_sync`."""
+        return self._retrier.run_sync(fn, args, kwargs)
+
+    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
+        """Decorate a coroutine function or a plain function."""
+        return self._retrier.decorate(fn)
+
+    def __repr__(self) -> str:
+        r = self._retrier
+        return f"Retrying({r.schedule!r}, budget={r.budget!r}, classify={r.classify!r}, nesting={r.nesting})"
+
+
+class _Rest:
+    """The rest of a pipeline from stage ``index`` on: what stage ``index - 1`` runs as its
+    operation. Forwards an ``attempt`` keyword to the user's operation when it wants one."""
+
+    __slots__ = ("args", "fn", "index", "kwargs", "stages", "stoic_label", "wants_attempt")
+
+    def __init__(self, stages: tuple[Policy, ...], index: int, fn: Callable[..., Awaitable[Any]],
+                 args: tuple[Any, ...], kwargs: dict[str, Any], wants: bool) -> None:
+        self.stages = stages
+        self.index = index
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.wants_attempt = wants
+        self.stoic_label = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+
+    async def __call__(self, **attempt: Any) -> Any:
+        kwargs = {**self.kwargs, **attempt} if attempt else self.kwargs
+        index = self.index
+        if index == len(self.stages):
+            return await self.fn(*self.args, **kwargs)
+        return await self.stages[index].execute(
+            _Rest(self.stages, index + 1, self.fn, self.args, kwargs, self.wants_attempt))
+
+
+class Pipeline:
+    """Policies composed outermost first; itself a :class:`stoic.Policy` (seed 000, "Pipeline").
+
+    ``Pipeline(a, b, c).execute(fn)`` runs ``a.execute(lambda: b.execute(lambda: c.execute(fn)))``.
+    A nested ``Pipeline`` is flattened into its stages. Errors stay flat: the caller sees the
+    operation's own exception or the refusing stage's :class:`stoic.Rejected`, never a wrapper,
+    and each stage sees an inner stage's refusal as its operation's error (so a breaker can
+    decline to count it and ``Retrying`` can honour its ``retry_after``). An operation that
+    declares ``attempt`` receives the innermost ``Retrying``'s :class:`stoic.Attempt`.
+
+    Raises ``TypeError`` for a stage without an ``execute`` method.
+    """
+
+    __slots__ = ("_stages",)
+    _stages: tuple[Policy, ...]
+
+    def __init__(self, *stages: Policy | Sequence[Policy]) -> None:
+        flat: list[Policy] = []
+        for stage in stages:
+            if isinstance(stage, Pipeline):
+                flat.extend(stage._stages)
+            elif isinstance(stage, (list, tuple)):
+                flat.extend(Pipeline(*stage)._stages)
+            elif callable(getattr(stage, "execute", None)):
+                flat.append(stage)  # type: ignore[arg-type]
+            else:
+                raise TypeError(f"a pipeline stage must be a Policy (with an execute method), got {stage!r}")
+        self._stages = tuple(flat)
+
+    @property
+    def stages(self) -> tuple[Policy, ...]:
+        """The stages, outermost first (nested pipelines flattened)."""
+        return self._stages
+
+    async def execute(self, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> R:
+        """Run ``await fn(*args, **kwargs)`` through every stage, outermost first."""
+        stages = self._stages
+        if not stages:
+            return await fn(*args, **kwargs)
+        wants = "attempt" not in kwargs and wants_attempt(fn)
+        result: R = await stages[0].execute(_Rest(stages, 1, fn, args, kwargs, wants))
+        return result
+
+    def __call__(self, fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        """Decorate a coroutine function: each call runs through the pipeline."""
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError("Pipeline decorates coroutine functions (its stages are asynchronous)")
+        execute = self.execute
+
+        @functools.wraps(fn)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            return await execute(fn, *args, **kwargs)
+
+        return wrapper
+
+    def __len__(self) -> int:
+        return len(self._stages)
+
+    def __repr__(self) -> str:
+        return f"Pipeline({', '.join(repr(s) for s in self._stages)})"
