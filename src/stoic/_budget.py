@@ -156,7 +156,10 @@ class _Registry:
         self._budgets: dict[str, RetryBudget] = {}
         # (code object, instruction offset) of a call site -> ("file:line", its budget): lets a hot
         # call resolve its per-call-site budget without formatting a string on every call.
-        self.frames: dict[tuple[object, int], tuple[str, RetryBudget]] = {}
+        # Keyed by the code object's id (hashing a code object hashes its contents: slow); the
+        # entry holds the code object itself, which both proves the id and keeps it from reuse.
+        self.frames: dict[int, tuple[object, int, str, RetryBudget]] = {}
+        self.generation = 0  # bumped by clear(), so holders of a cached budget know to look again
         self._lock = threading.Lock()
 
     def get(self, key: str, make: Callable[[], RetryBudget]) -> RetryBudget:
@@ -173,6 +176,7 @@ class _Registry:
         with self._lock:
             self._budgets.clear()
             self.frames.clear()
+            self.generation += 1
 
 
 _registry = _Registry()
@@ -181,14 +185,18 @@ RetryBudget.PER_CALL_SITE = RetryBudget(_kind="per_call_site")
 RetryBudget.UNLIMITED = RetryBudget(_kind="unlimited")
 
 
-def site_of_frame(frame: FrameType) -> tuple[str, RetryBudget]:
-    """``("file:line", per-call-site budget)`` of the call being made in ``frame`` (cached)."""
-    key = (frame.f_code, frame.f_lasti)
-    entry = _registry.frames.get(key)
-    if entry is None:
-        site = f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        entry = (site, RetryBudget.for_call_site(site))
-        _registry.frames[key] = entry
+def site_of_frame(frame: FrameType) -> tuple[object, int, str, RetryBudget]:
+    """``(code, offset, "file:line", per-call-site budget)`` of the call being made in ``frame``.
+
+    Cached by an integer key (no tuple to build or hash on the hot path); the entry repeats the
+    code object and offset, so a key collision is detected and simply recomputed."""
+    code = frame.f_code
+    lasti = frame.f_lasti
+    entry = _registry.frames.get(id(code) | (lasti << 48))
+    if entry is None or entry[0] is not code or entry[1] != lasti:
+        site = f"{code.co_filename}:{frame.f_lineno}"
+        entry = (code, lasti, site, RetryBudget.for_call_site(site))
+        _registry.frames[id(code) | (lasti << 48)] = entry
     return entry
 
 

@@ -18,10 +18,11 @@ from typing import Any, ParamSpec, TypeVar
 
 from . import _random
 from ._attempt import Attempt
-from ._budget import RetryBudget, site_of_frame
+from ._budget import RetryBudget, _registry, site_of_frame
 from ._classify import ClassifierLike, RetryClassifier, RetryNesting, as_classifier
 from ._clock import Clock, current_clock
 from ._deadline import Timeout, remaining_ns
+from ._deadline import _current as _deadline_scope
 from ._durations import Seconds, to_ns
 from ._errors import is_defect
 from .events import Level, emit, min_level
@@ -37,6 +38,7 @@ RETRY_AFTER_CAP_NS = 300 * 1_000_000_000
 _in_attempt: ContextVar[bool] = ContextVar("stoic.retry.in_attempt", default=False)
 
 _SINGLE = RetryNesting.SINGLE_ATTEMPT
+_FRAMES = _registry.frames  # cleared in place by reset_budgets(), never replaced
 
 
 def in_retry_attempt() -> bool:
@@ -57,14 +59,15 @@ def _check_schedule(schedule: object) -> BoundedSchedule:
 
 # --- does the operation want an Attempt? -----------------------------------------------------
 
-_CODE_WANTS: dict[CodeType, bool] = {}
+# id(code) -> (code, wants): hashing a code object hashes its contents (slow), so key by id and
+# keep the code object in the entry, which proves the id and keeps it from being reused.
+_CODE_WANTS: dict[int, tuple[CodeType, bool]] = {}
 
 
 def _code_wants(code: CodeType) -> bool:
-    wants = _CODE_WANTS.get(code)
-    if wants is None:
-        names = code.co_varnames[code.co_posonlyargcount: code.co_argcount + code.co_kwonlyargcount]
-        wants = _CODE_WANTS[code] = "attempt" in names
+    names = code.co_varnames[code.co_posonlyargcount: code.co_argcount + code.co_kwonlyargcount]
+    wants = "attempt" in names
+    _CODE_WANTS[id(code)] = (code, wants)
     return wants
 
 
@@ -75,14 +78,28 @@ def wants_attempt(fn: Callable[..., object]) -> bool:
     (unless the caller passed ``attempt`` itself); any other operation is called with exactly the
     arguments given. Cheap for functions and bound methods (cached per code object).
     """
-    code = getattr(fn, "__code__", None)
+    try:
+        code = fn.__code__
+    except AttributeError:
+        return _wants_slow(fn)
+    entry = _CODE_WANTS.get(id(code))
+    if entry is not None and entry[0] is code:
+        return entry[1]
     if isinstance(code, CodeType):
         return _code_wants(code)
+    return _wants_slow(fn)
+
+
+def _wants_slow(fn: Callable[..., object]) -> bool:
     declared = getattr(fn, "wants_attempt", None)
     if isinstance(declared, bool):
         return declared
     if isinstance(fn, functools.partial):
         return "attempt" not in fn.keywords and wants_attempt(fn.func)
+    call_code = getattr(getattr(type(fn), "__call__", None), "__code__", None)  # noqa: B004
+    if isinstance(call_code, CodeType):  # a callable object: its class's __call__ decides (cached)
+        entry = _CODE_WANTS.get(id(call_code))
+        return entry[1] if entry is not None and entry[0] is call_code else _code_wants(call_code)
     try:
         parameter = inspect.signature(fn).parameters.get("attempt")
     except (TypeError, ValueError):
@@ -186,18 +203,47 @@ def _task_cancelled() -> bool:
 async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
                      kwargs: dict[str, Any], site: str, bucket: RetryBudget, classify: RetryClassifier,
                      nesting: RetryNesting, label: str | None, attempt_ns: int | None, clock: Clock) -> R:
-    nested = _in_attempt.get()
-    bucket.deposit()
+    """The first attempt, inline and lean; the rest (and unusual calls) in :func:`_loop_async`."""
+    next(bucket._deposits)  # the first attempt's deposit (RetryBudget.deposit, inlined)
+    if attempt_ns is not None or ("attempt" not in kwargs and wants_attempt(fn)):
+        return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
+                                 clock, _in_attempt.get(), None, -1)
+    # Only the deadline check (5) and up_to use the start: without them, success reads no time.
+    started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
+    if _in_attempt.get():
+        try:
+            return await fn(*args, **kwargs)
+        except Exception as caught:
+            error = caught
+        return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
+                                 clock, True, error, started)
+    token = _in_attempt.set(True)
+    try:
+        return await fn(*args, **kwargs)
+    except Exception as caught:
+        error = caught
+    finally:
+        _in_attempt.reset(token)
+    return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
+                             clock, False, error, started)
+
+
+async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
+                      kwargs: dict[str, Any], site: str, bucket: RetryBudget, classify: RetryClassifier,
+                      nesting: RetryNesting, label: str | None, attempt_ns: int | None, clock: Clock,
+                      nested: bool, error: Exception | None, started: int) -> R:
+    """Every attempt after a failed first one (``error``), or all of them (``error`` None)."""
     attempt: Attempt | None = None
     if "attempt" not in kwargs and wants_attempt(fn):
         attempt = Attempt(1)
         kwargs = {**kwargs, "attempt": attempt}
     run: _Run | None = None
     number = 1
-    started = clock.now_ns()
+    if error is None:
+        started = clock.now_ns()
     while True:
-        token = None if nested else _in_attempt.set(True)
-        try:
+        if error is None:
+            token = None if nested else _in_attempt.set(True)
             try:
                 if attempt_ns is None:
                     result = await fn(*args, **kwargs)
@@ -206,21 +252,25 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
                     # CancelledError: the Timeout takes its own cancellation back.
                     async with Timeout(clock.now_ns() + attempt_ns, clock, label):
                         result = await fn(*args, **kwargs)
+            except Exception as caught:
+                error = caught
+            else:
+                if run is not None:
+                    run.succeeded(number)
+                return result
             finally:
                 if token is not None:
                     _in_attempt.reset(token)
-        except Exception as error:
-            if _task_cancelled():
-                raise  # (1) the task running the retry was cancelled: never retried, never swallowed
-            if run is None:
-                run = _Run(schedule, site, bucket, classify, nesting is _SINGLE, nested, label or _label_of(fn),
-                           clock, started)
-            if not run.after_failure(error, number, started):
-                raise  # the last attempt's own exception, unchanged
-        else:
-            if run is not None:
-                run.succeeded(number)
-            return result
+        if _task_cancelled():
+            raise error  # (1) the task running the retry was cancelled: never retried, never swallowed
+        if started < 0:
+            started = clock.now_ns()  # no deadline and no up_to: the start matters to nothing
+        if run is None:
+            run = _Run(schedule, site, bucket, classify, nesting is _SINGLE, nested, label or _label_of(fn),
+                       clock, started)
+        if not run.after_failure(error, number, started):
+            raise error  # the last attempt's own exception, unchanged
+        error = None
         number += 1
         if attempt is not None:
             attempt = Attempt(number, attempt.call_id)
@@ -230,39 +280,72 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
         started = clock.now_ns()
 
 
+def _not_a_coroutine(fn: Callable[..., object], result: object) -> None:
+    if isinstance(result, CoroutineType):
+        result.close()
+        raise TypeError(f"{_label_of(fn)} returned a coroutine: await retry(...) for async operations")
+
+
 def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any],
               site: str, bucket: RetryBudget, classify: RetryClassifier, nesting: RetryNesting,
               label: str | None, clock: Clock) -> R:
+    """The first attempt of a plain function, inline; the rest in :func:`_loop_sync`."""
+    next(bucket._deposits)
+    if "attempt" not in kwargs and wants_attempt(fn):
+        return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
+                          _in_attempt.get(), None, -1)
+    started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
     nested = _in_attempt.get()
-    bucket.deposit()
+    token = None if nested else _in_attempt.set(True)
+    try:
+        result = fn(*args, **kwargs)
+    except Exception as caught:
+        error = caught
+    else:
+        if type(result) is CoroutineType:
+            _not_a_coroutine(fn, result)
+        return result
+    finally:
+        if token is not None:
+            _in_attempt.reset(token)
+    return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock, nested, error,
+                      started)
+
+
+def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any],
+               site: str, bucket: RetryBudget, classify: RetryClassifier, nesting: RetryNesting,
+               label: str | None, clock: Clock, nested: bool, error: Exception | None, started: int) -> R:
     attempt: Attempt | None = None
     if "attempt" not in kwargs and wants_attempt(fn):
         attempt = Attempt(1)
         kwargs = {**kwargs, "attempt": attempt}
     run: _Run | None = None
     number = 1
-    started = clock.now_ns()
+    if error is None:
+        started = clock.now_ns()
     while True:
-        token = None if nested else _in_attempt.set(True)
-        try:
+        if error is None:
+            token = None if nested else _in_attempt.set(True)
             try:
                 result = fn(*args, **kwargs)
+            except Exception as caught:
+                error = caught
+            else:
+                _not_a_coroutine(fn, result)
+                if run is not None:
+                    run.succeeded(number)
+                return result
             finally:
                 if token is not None:
                     _in_attempt.reset(token)
-        except Exception as error:
-            if run is None:
-                run = _Run(schedule, site, bucket, classify, nesting is _SINGLE, nested, label or _label_of(fn),
-                           clock, started)
-            if not run.after_failure(error, number, started):
-                raise
-        else:
-            if isinstance(result, CoroutineType):
-                result.close()
-                raise TypeError(f"{_label_of(fn)} returned a coroutine: await retry(...) for async operations")
-            if run is not None:
-                run.succeeded(number)
-            return result
+        if started < 0:
+            started = clock.now_ns()
+        if run is None:
+            run = _Run(schedule, site, bucket, classify, nesting is _SINGLE, nested, label or _label_of(fn),
+                       clock, started)
+        if not run.after_failure(error, number, started):
+            raise error
+        error = None
         number += 1
         if attempt is not None:
             attempt = Attempt(number, attempt.call_id)
@@ -326,13 +409,18 @@ def retry(
     """
     if type(schedule) is not BoundedSchedule:
         _check_schedule(schedule)
-    site, site_budget = site_of_frame(sys._getframe(1))
-    attempt_ns = None if attempt_timeout is None else to_ns(attempt_timeout, "attempt_timeout")
+    frame = sys._getframe(1)
+    code = frame.f_code
+    entry = _FRAMES.get(id(code) | (frame.f_lasti << 48))  # site_of_frame's cache, inlined
+    if entry is None or entry[0] is not code or entry[1] != frame.f_lasti:
+        entry = site_of_frame(frame)
+    _, _, site, site_budget = entry
     return _run_async(
         schedule, fn, args, kwargs, site,
         site_budget if budget is RetryBudget.PER_CALL_SITE else _budget(budget),
         classify if type(classify) is RetryClassifier else as_classifier(classify),
-        _nesting(nesting), label, attempt_ns, current_clock(),
+        nesting if nesting is _SINGLE else _nesting(nesting), label,
+        None if attempt_timeout is None else to_ns(attempt_timeout, "attempt_timeout"), current_clock(),
     )
 
 
@@ -353,21 +441,25 @@ def retry_sync(
     still decides (5)."""
     if type(schedule) is not BoundedSchedule:
         _check_schedule(schedule)
-    if inspect.iscoroutinefunction(fn):
-        raise TypeError("retry_sync needs a plain function; await retry(...) for a coroutine function")
-    site, site_budget = site_of_frame(sys._getframe(1))
+    # (A coroutine function is caught when it returns its coroutine: cheaper than inspecting it.)
+    frame = sys._getframe(1)
+    code = frame.f_code
+    entry = _FRAMES.get(id(code) | (frame.f_lasti << 48))
+    if entry is None or entry[0] is not code or entry[1] != frame.f_lasti:
+        entry = site_of_frame(frame)
+    _, _, site, site_budget = entry
     return _run_sync(
         schedule, fn, args, kwargs, site,
         site_budget if budget is RetryBudget.PER_CALL_SITE else _budget(budget),
         classify if type(classify) is RetryClassifier else as_classifier(classify),
-        _nesting(nesting), label, current_clock(),
+        nesting if nesting is _SINGLE else _nesting(nesting), label, current_clock(),
     )
 
 
 class _Retrier:
     """What :func:`retrying` and ``Retrying`` share: settings fixed once, a site, a clock."""
 
-    __slots__ = ("attempt_ns", "budget", "classify", "clock", "label", "nesting", "schedule", "site")
+    __slots__ = ("attempt_ns", "budget", "classify", "clock", "label", "nesting", "schedule", "site", "_cache")
 
     def __init__(self, schedule: BoundedSchedule, budget: RetryBudget, classify: ClassifierLike,
                  nesting: RetryNesting, label: str | None, attempt_timeout: Seconds | None,
@@ -380,36 +472,95 @@ class _Retrier:
         self.attempt_ns = None if attempt_timeout is None else to_ns(attempt_timeout, "attempt_timeout")
         self.clock = clock
         self.site = site
+        self._cache: tuple[int, RetryBudget] = (-1, budget)
 
-    def _bucket(self) -> RetryBudget:
-        # Resolved per call (a dict lookup) so that reset_budgets() in tests is honoured.
-        return RetryBudget.for_call_site(self.site) if self.budget is RetryBudget.PER_CALL_SITE else self.budget
+    def bucket(self) -> RetryBudget:
+        """The bucket for the next call: the given budget, or this site's own. The site's is
+        cached until ``reset_budgets()`` bumps the registry's generation."""
+        if self.budget is not RetryBudget.PER_CALL_SITE:
+            return self.budget
+        generation, bucket = self._cache
+        if generation != _registry.generation:
+            bucket = RetryBudget.for_call_site(self.site)
+            self._cache = (_registry.generation, bucket)
+        return bucket
 
-    async def run(self, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-        return await _run_async(self.schedule, fn, args, kwargs, self.site, self._bucket(), self.classify,
-                                self.nesting, self.label, self.attempt_ns,
-                                self.clock if self.clock is not None else current_clock())
+    def run(self, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
+            kwargs: dict[str, Any]) -> Coroutine[Any, Any, R]:
+        return _run_async(self.schedule, fn, args, kwargs, self.site, self.bucket(), self.classify,
+                          self.nesting, self.label, self.attempt_ns,
+                          self.clock if self.clock is not None else current_clock())
 
     def run_sync(self, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-        return _run_sync(self.schedule, fn, args, kwargs, self.site, self._bucket(), self.classify, self.nesting,
+        return _run_sync(self.schedule, fn, args, kwargs, self.site, self.bucket(), self.classify, self.nesting,
                          self.label, self.clock if self.clock is not None else current_clock())
 
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
         if inspect.iscoroutinefunction(fn):
-            run = self.run
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                return await run(fn, args, kwargs)
-
-            return async_wrapper  # type: ignore[return-value]
+            return self._decorate_async(fn)  # type: ignore[no-any-return]
         if self.attempt_ns is not None:
             raise TypeError("attempt_timeout needs a coroutine function: a plain function cannot be interrupted")
-        run_sync = self.run_sync
+        return self._decorate_sync(fn)
+
+    def _decorate_async(self, fn: Callable[..., Awaitable[Any]]) -> Any:
+        # The first attempt is inlined here (as in _run_async) so a decorated call that succeeds
+        # costs one coroutine, not three. Anything unusual goes to the general loop.
+        schedule, classify, nesting, label, attempt_ns = (
+            self.schedule, self.classify, self.nesting, self.label, self.attempt_ns)
+        site, fixed_clock, bucket_of = self.site, self.clock, self.bucket
+        general = attempt_ns is not None or wants_attempt(fn)
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            bucket = bucket_of()
+            clock = fixed_clock if fixed_clock is not None else current_clock()
+            if general:
+                return await _run_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label,
+                                        attempt_ns, clock)
+            next(bucket._deposits)
+            started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
+            nested = _in_attempt.get()
+            token = None if nested else _in_attempt.set(True)
+            try:
+                return await fn(*args, **kwargs)
+            except Exception as caught:
+                error = caught
+            finally:
+                if token is not None:
+                    _in_attempt.reset(token)
+            return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, None,
+                                     clock, nested, error, started)
+
+        return async_wrapper
+
+    def _decorate_sync(self, fn: Callable[P, R]) -> Callable[P, R]:
+        schedule, classify, nesting, label = self.schedule, self.classify, self.nesting, self.label
+        site, fixed_clock, bucket_of = self.site, self.clock, self.bucket
+        general = wants_attempt(fn)
 
         @functools.wraps(fn)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            return run_sync(fn, args, kwargs)
+            bucket = bucket_of()
+            clock = fixed_clock if fixed_clock is not None else current_clock()
+            if general:
+                return _run_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock)
+            next(bucket._deposits)
+            started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
+            nested = _in_attempt.get()
+            token = None if nested else _in_attempt.set(True)
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as caught:
+                error = caught
+            else:
+                if type(result) is CoroutineType:
+                    _not_a_coroutine(fn, result)
+                return result
+            finally:
+                if token is not None:
+                    _in_attempt.reset(token)
+            return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock, nested,
+                              error, started)
 
         return sync_wrapper
 

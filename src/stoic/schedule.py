@@ -723,12 +723,16 @@ class BoundedSchedule(Schedule):
     timeout from it instead of writing a second number down.
     """
 
-    __slots__ = ("_total_ns",)
+    __slots__ = ("_timed", "_total_ns")
     _total_ns: int | None
+    _timed: bool
 
     def __init__(self, node: _Node) -> None:
         super().__init__(node)
         object.__setattr__(self, "_total_ns", None)
+        # Whether stepping needs the elapsed time (an up_to somewhere): retry reads the clock for
+        # a first attempt only when this or an ambient deadline needs it.
+        object.__setattr__(self, "_timed", _has_up_to(node))
 
     @overload
     def union(self, other: BoundedSchedule) -> BoundedSchedule: ...
