@@ -78,9 +78,8 @@ def wants_attempt(fn: Callable[..., object]) -> bool:
     (unless the caller passed ``attempt`` itself); any other operation is called with exactly the
     arguments given. Cheap for functions and bound methods (cached per code object).
     """
-    try:
-        code = fn.__code__
-    except AttributeError:
+    code = getattr(fn, "__code__", None)  # (a default: no exception built for other callables)
+    if code is None:
         return _wants_slow(fn)
     entry = _CODE_WANTS.get(id(code))
     if entry is not None and entry[0] is code:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from . import _random
 from ._budget import RetryBudget
@@ -103,7 +103,7 @@ class _Rest:
     """The rest of a pipeline from stage ``index`` on: what stage ``index - 1`` runs as its
     operation. Forwards an ``attempt`` keyword to the user's operation when it wants one."""
 
-    __slots__ = ("args", "fn", "index", "kwargs", "stages", "stoic_label", "wants_attempt")
+    __slots__ = ("args", "fn", "index", "kwargs", "stages", "wants_attempt")
 
     def __init__(self, stages: tuple[Policy, ...], index: int, fn: Callable[..., Awaitable[Any]],
                  args: tuple[Any, ...], kwargs: dict[str, Any], wants: bool) -> None:
@@ -113,15 +113,26 @@ class _Rest:
         self.args = args
         self.kwargs = kwargs
         self.wants_attempt = wants
-        self.stoic_label = getattr(fn, "__qualname__", None) or type(fn).__qualname__
 
-    async def __call__(self, **attempt: Any) -> Any:
+    @property
+    def stoic_label(self) -> str:
+        """The user's operation's name (what a Retrying stage labels its events with)."""
+        return str(getattr(self.fn, "__qualname__", None) or type(self.fn).__qualname__)
+
+    def __call__(self, **attempt: Any) -> Awaitable[Any]:
         kwargs = {**self.kwargs, **attempt} if attempt else self.kwargs
-        index = self.index
-        if index == len(self.stages):
-            return await self.fn(*self.args, **kwargs)
-        return await self.stages[index].execute(
-            _Rest(self.stages, index + 1, self.fn, self.args, kwargs, self.wants_attempt))
+        return _enter(self.stages, self.index, self.fn, self.args, kwargs, self.wants_attempt)
+
+
+def _enter(stages: tuple[Policy, ...], index: int, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...],
+           kwargs: dict[str, Any], wants: bool) -> Awaitable[Any]:
+    """Stage ``index`` running the rest; the last stage runs ``fn`` itself unless an Attempt
+    must be forwarded (one object and one coroutine fewer per stage-free hop)."""
+    if index == len(stages):
+        return fn(*args, **kwargs)
+    if index == len(stages) - 1 and not wants:
+        return stages[index].execute(fn, *args, **kwargs)
+    return stages[index].execute(_Rest(stages, index + 1, fn, args, kwargs, wants))
 
 
 class Pipeline:
@@ -158,14 +169,14 @@ class Pipeline:
         """The stages, outermost first (nested pipelines flattened)."""
         return self._stages
 
-    async def execute(self, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> R:
-        """Run ``await fn(*args, **kwargs)`` through every stage, outermost first."""
-        stages = self._stages
-        if not stages:
-            return await fn(*args, **kwargs)
-        wants = "attempt" not in kwargs and wants_attempt(fn)
-        result: R = await stages[0].execute(_Rest(stages, 1, fn, args, kwargs, wants))
-        return result
+    def execute(self, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, R]:
+        """``await execute(fn, *args, **kwargs)`` runs ``fn`` through every stage, outermost first.
+
+        (A plain method returning the outermost stage's awaitable: no coroutine of its own.)"""
+        # Every stage's execute and every operation we are given returns a coroutine in practice;
+        # any other awaitable still works at run time.
+        return cast("Coroutine[Any, Any, R]",
+                    _enter(self._stages, 0, fn, args, kwargs, "attempt" not in kwargs and wants_attempt(fn)))
 
     def __call__(self, fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         """Decorate a coroutine function: each call runs through the pipeline."""
@@ -175,7 +186,8 @@ class Pipeline:
 
         @functools.wraps(fn)
         async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            return await execute(fn, *args, **kwargs)
+            result: R = await execute(fn, *args, **kwargs)
+            return result
 
         return wrapper
 
@@ -184,3 +196,9 @@ class Pipeline:
 
     def __repr__(self) -> str:
         return f"Pipeline({', '.join(repr(s) for s in self._stages)})"
+
+
+if TYPE_CHECKING:  # both are Policies, so a Pipeline can hold them and with_fallback take them
+
+    def _are_policies(retrying: Retrying, pipeline: Pipeline) -> tuple[Policy, Policy]:
+        return retrying, pipeline
