@@ -155,3 +155,18 @@ def test_saturating_math_never_traps(schedule: Schedule, seed: int) -> None:
 def test_repr_round_trips(schedule: Schedule) -> None:
     rebuilt = eval(repr(schedule), {"Schedule": Schedule})
     assert rebuilt == schedule and hash(rebuilt) == hash(schedule)
+
+
+@settings(max_examples=200, deadline=None)
+@given(trees, trees, trees, durations)
+def test_union_and_intersection_are_associative(a: Schedule, b: Schedule, c: Schedule, attempt_ns: list[int]) -> None:
+    assert run(a.union(b).union(c), None, attempt_ns) == run(a.union(b.union(c)), None, attempt_ns)
+    assert run(a.intersection(b).intersection(c), None, attempt_ns) == \
+        run(a.intersection(b.intersection(c)), None, attempt_ns)
+
+
+@settings(max_examples=200, deadline=None)
+@given(trees, durations)
+def test_union_with_itself_and_intersection_with_itself_change_nothing(a: Schedule, attempt_ns: list[int]) -> None:
+    assert run(a.union(a), None, attempt_ns) == run(a, None, attempt_ns)
+    assert run(a.intersection(a), None, attempt_ns) == run(a, None, attempt_ns)
