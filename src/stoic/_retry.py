@@ -20,7 +20,7 @@ from . import _random
 from ._attempt import Attempt
 from ._budget import RetryBudget, _registry, site_of_frame
 from ._classify import ClassifierLike, RetryClassifier, RetryNesting, as_classifier
-from ._clock import Clock, current_clock
+from ._clock import Clock, _ambient_clock, current_clock
 from ._deadline import Timeout, remaining_ns
 from ._deadline import _current as _deadline_scope
 from ._durations import Seconds, to_ns
@@ -39,6 +39,8 @@ _in_attempt: ContextVar[bool] = ContextVar("stoic.retry.in_attempt", default=Fal
 
 _SINGLE = RetryNesting.SINGLE_ATTEMPT
 _FRAMES = _registry.frames  # cleared in place by reset_budgets(), never replaced
+_PER_SITE = RetryBudget.PER_CALL_SITE
+_getframe = sys._getframe
 
 
 def in_retry_attempt() -> bool:
@@ -408,18 +410,18 @@ def retry(
     """
     if type(schedule) is not BoundedSchedule:
         _check_schedule(schedule)
-    frame = sys._getframe(1)
+    frame = _getframe(1)
     code = frame.f_code
-    entry = _FRAMES.get(id(code) | (frame.f_lasti << 48))  # site_of_frame's cache, inlined
-    if entry is None or entry[0] is not code or entry[1] != frame.f_lasti:
+    lasti = frame.f_lasti
+    entry = _FRAMES.get(id(code) | (lasti << 48))  # site_of_frame's cache, inlined
+    if entry is None or entry[0] is not code or entry[1] != lasti:
         entry = site_of_frame(frame)
-    _, _, site, site_budget = entry
     return _run_async(
-        schedule, fn, args, kwargs, site,
-        site_budget if budget is RetryBudget.PER_CALL_SITE else _budget(budget),
+        schedule, fn, args, kwargs, entry[2],
+        entry[3] if budget is _PER_SITE else _budget(budget),
         classify if type(classify) is RetryClassifier else as_classifier(classify),
         nesting if nesting is _SINGLE else _nesting(nesting), label,
-        None if attempt_timeout is None else to_ns(attempt_timeout, "attempt_timeout"), current_clock(),
+        None if attempt_timeout is None else to_ns(attempt_timeout, "attempt_timeout"), _ambient_clock.get(),
     )
 
 
@@ -441,17 +443,17 @@ def retry_sync(
     if type(schedule) is not BoundedSchedule:
         _check_schedule(schedule)
     # (A coroutine function is caught when it returns its coroutine: cheaper than inspecting it.)
-    frame = sys._getframe(1)
+    frame = _getframe(1)
     code = frame.f_code
-    entry = _FRAMES.get(id(code) | (frame.f_lasti << 48))
-    if entry is None or entry[0] is not code or entry[1] != frame.f_lasti:
+    lasti = frame.f_lasti
+    entry = _FRAMES.get(id(code) | (lasti << 48))
+    if entry is None or entry[0] is not code or entry[1] != lasti:
         entry = site_of_frame(frame)
-    _, _, site, site_budget = entry
     return _run_sync(
-        schedule, fn, args, kwargs, site,
-        site_budget if budget is RetryBudget.PER_CALL_SITE else _budget(budget),
+        schedule, fn, args, kwargs, entry[2],
+        entry[3] if budget is _PER_SITE else _budget(budget),
         classify if type(classify) is RetryClassifier else as_classifier(classify),
-        nesting if nesting is _SINGLE else _nesting(nesting), label, current_clock(),
+        nesting if nesting is _SINGLE else _nesting(nesting), label, _ambient_clock.get(),
     )
 
 
