@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _random
 from ._budget import RetryBudget
@@ -119,13 +119,13 @@ class _Rest:
         """The user's operation's name (what a Retrying stage labels its events with)."""
         return str(getattr(self.fn, "__qualname__", None) or type(self.fn).__qualname__)
 
-    def __call__(self, **attempt: Any) -> Awaitable[Any]:
+    def __call__(self, **attempt: Any) -> Any:
         kwargs = {**self.kwargs, **attempt} if attempt else self.kwargs
         return _enter(self.stages, self.index, self.fn, self.args, kwargs, self.wants_attempt)
 
 
 def _enter(stages: tuple[Policy, ...], index: int, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...],
-           kwargs: dict[str, Any], wants: bool) -> Awaitable[Any]:
+           kwargs: dict[str, Any], wants: bool) -> Any:
     """Stage ``index`` running the rest; the last stage runs ``fn`` itself unless an Attempt
     must be forwarded (one object and one coroutine fewer per stage-free hop)."""
     if index == len(stages):
@@ -175,8 +175,9 @@ class Pipeline:
         (A plain method returning the outermost stage's awaitable: no coroutine of its own.)"""
         # Every stage's execute and every operation we are given returns a coroutine in practice;
         # any other awaitable still works at run time.
-        return cast("Coroutine[Any, Any, R]",
-                    _enter(self._stages, 0, fn, args, kwargs, "attempt" not in kwargs and wants_attempt(fn)))
+        run: Coroutine[Any, Any, R] = _enter(self._stages, 0, fn, args, kwargs,
+                                             "attempt" not in kwargs and wants_attempt(fn))
+        return run
 
     def __call__(self, fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         """Decorate a coroutine function: each call runs through the pipeline."""
