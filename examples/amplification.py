@@ -65,9 +65,9 @@ async def table() -> list[tuple[str, int]]:
 def main() -> None:
     rows = asyncio.run(table())
     print(f"{LAYERS} layers x {SCHEDULE.maximum_attempts} attempts, dependency down, one request")
-    print(f"{'configuration':<50}{'calls to the dependency':>25}")
+    print(f"{'configuration':<56}{'calls to the dependency':>25}")
     for name, calls in rows:
-        print(f"{name:<50}{calls:>25}")
+        print(f"{name:<56}{calls:>25}")
 
 
 if __name__ == "__main__":
