@@ -33,3 +33,18 @@ def sink() -> Iterator[RecordingSink]:
     with stoic.use_sinks(recording):
         yield recording
     recording.assert_contract()
+
+
+class JumpingClock(VirtualClock):
+    """A VirtualClock whose blocking sleeps move time at once (for single-threaded sync tests)."""
+
+    def sleep_until_blocking(self, when_ns: int) -> None:
+        self._set_now(when_ns)
+
+
+@pytest.fixture
+def jumping_clock() -> Iterator[JumpingClock]:
+    """A JumpingClock installed as the ambient clock for the test."""
+    virtual = JumpingClock()
+    with stoic.use_clock(virtual):
+        yield virtual

@@ -5,6 +5,7 @@ The public surface is re-exported here; the work lives in private modules.
 
 from ._attempt import Attempt
 from ._budget import RetryBudget
+from ._classify import Retryable, RetryClassifier, RetryDecision, RetryNesting
 from ._clock import SYSTEM_CLOCK, Clock, SystemClock, current_clock, use_clock
 from ._deadline import Timeout, cancelled_by_deadline, deadline, time_remaining, timeout
 from ._durations import Seconds
@@ -20,8 +21,12 @@ from ._errors import (
     is_defect,
 )
 from ._policy import Policy
+from ._retry import recur, retry, retry_sync, retrying
 from .events import CATALOG, Event, Level, LoggingSink, Sink, add_sink, remove_sink, use_sinks
+from .fallback import with_fallback
 from .hedge import IDEMPOTENT, Hedge, Idempotency, hedge
+from .pipeline import Pipeline, Retrying
+from .schedule import BoundedSchedule, Schedule
 
 __version__ = "0.1.0"
 
@@ -30,6 +35,7 @@ __all__ = [
     "IDEMPOTENT",
     "SYSTEM_CLOCK",
     "Attempt",
+    "BoundedSchedule",
     "BudgetExhausted",
     "BulkheadFull",
     "CircuitOpen",
@@ -41,11 +47,18 @@ __all__ = [
     "Idempotency",
     "Level",
     "LoggingSink",
+    "Pipeline",
     "Policy",
     "RateLimited",
     "Rejected",
     "RejectionReason",
     "RetryBudget",
+    "RetryClassifier",
+    "RetryDecision",
+    "RetryNesting",
+    "Retryable",
+    "Retrying",
+    "Schedule",
     "Seconds",
     "Sink",
     "SystemClock",
@@ -57,9 +70,14 @@ __all__ = [
     "deadline",
     "hedge",
     "is_defect",
+    "recur",
     "remove_sink",
+    "retry",
+    "retry_sync",
+    "retrying",
     "time_remaining",
     "timeout",
     "use_clock",
     "use_sinks",
+    "with_fallback",
 ]

@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
 
 
-def _new_call_id() -> str:
-    return uuid.uuid4().hex
-
-
-@dataclass(frozen=True, slots=True)
 class Attempt:
     """One try of an operation under ``retry`` or ``hedge``.
 
@@ -18,11 +12,33 @@ class Attempt:
     one logical call and unique across calls: send it as an idempotency key so the server can
     recognise a repeat. ``hedged`` is true for an attempt started by ``hedge`` beside a running
     one (send it as a "hedged request" header if your server distinguishes them).
+
+    Immutable. ``call_id`` is generated on first use (a random UUID, hex), so an operation that
+    never reads it pays nothing for it.
     """
 
+    __slots__ = ("_call_id", "hedged", "number")
+
     number: int
-    call_id: str = field(default_factory=_new_call_id)
-    hedged: bool = False
+    hedged: bool
+    _call_id: str | None
+
+    def __init__(self, number: int, call_id: str | None = None, hedged: bool = False) -> None:
+        object.__setattr__(self, "number", number)
+        object.__setattr__(self, "_call_id", call_id)
+        object.__setattr__(self, "hedged", hedged)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Attempt is immutable")
+
+    @property
+    def call_id(self) -> str:
+        """The id shared by every attempt of this call (a UUID4 in hex)."""
+        call_id = self._call_id
+        if call_id is None:
+            call_id = uuid.uuid4().hex
+            object.__setattr__(self, "_call_id", call_id)
+        return call_id
 
     @property
     def idempotency_key(self) -> str:
@@ -32,3 +48,18 @@ class Attempt:
     @property
     def is_first(self) -> bool:
         return self.number == 1
+
+    def next(self) -> Attempt:
+        """The following attempt of the same call (same ``call_id``)."""
+        return Attempt(self.number + 1, self.call_id, self.hedged)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Attempt):
+            return NotImplemented
+        return (self.number, self.call_id, self.hedged) == (other.number, other.call_id, other.hedged)
+
+    def __hash__(self) -> int:
+        return hash((self.number, self.call_id, self.hedged))
+
+    def __repr__(self) -> str:
+        return f"Attempt(number={self.number}, call_id={self.call_id!r}, hedged={self.hedged})"

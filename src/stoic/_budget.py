@@ -9,9 +9,11 @@ reserve's trickle. Arithmetic is exact integers: one token is 10**15 units.
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 from collections.abc import Callable
+from types import FrameType
 from typing import ClassVar
 
 from ._clock import Clock, current_clock
@@ -39,7 +41,7 @@ class RetryBudget:
     UNLIMITED: ClassVar[RetryBudget]
 
     __slots__ = (
-        "_clock", "_earned", "_earned_cap", "_kind", "_last_ns", "_lock", "_ratio_units",
+        "_clock", "_deposits", "_earned", "_earned_cap", "_folded", "_kind", "_last_ns", "_lock", "_ratio_units",
         "_refill_units_per_ns", "_reserve", "_reserve_cap", "name", "ratio", "reserve_capacity",
         "reserve_per_second",
     )
@@ -71,6 +73,12 @@ class RetryBudget:
         self._earned_cap = cap * _UNIT
         self._reserve_cap = reserve_capacity * _UNIT
         self._earned = 0
+        # Deposits are counted lock-free (next() on a count is atomic under the GIL) and folded
+        # into _earned under the lock when tokens are read or spent. Folding n deposits at once
+        # gives exactly the capped sum of n single deposits, since between spends only deposits
+        # add: so a first attempt costs one next() call, not a lock round trip.
+        self._deposits = itertools.count()
+        self._folded = 0
         self._reserve = self._reserve_cap
         self._clock = clock if clock is not None else current_clock()
         self._last_ns = self._clock.now_ns()
@@ -99,18 +107,24 @@ class RetryBudget:
             self._last_ns = now
             self._reserve = min(self._reserve_cap, self._reserve + elapsed * self._refill_units_per_ns)
 
+    def _fold(self) -> None:
+        # Called with the lock held. This next() takes a number itself: skip it next time.
+        taken = next(self._deposits)
+        new = taken - self._folded
+        self._folded = taken + 1
+        if new:
+            self._earned = min(self._earned_cap, self._earned + new * self._ratio_units)
+
     def deposit(self) -> None:
-        """Record a first attempt: earn ``ratio`` tokens (up to the earned cap)."""
-        if self._kind == "unlimited":
-            return
-        with self._lock:
-            self._earned = min(self._earned_cap, self._earned + self._ratio_units)
+        """Record a first attempt: earn ``ratio`` tokens (up to the earned cap). Lock-free."""
+        next(self._deposits)
 
     def try_spend(self) -> bool:
         """Take one token for a retry or hedge; ``False`` (taking nothing) when there is none."""
         if self._kind == "unlimited":
             return True
         with self._lock:
+            self._fold()
             if self._earned >= _UNIT:
                 self._earned -= _UNIT
                 return True
@@ -126,6 +140,7 @@ class RetryBudget:
         if self._kind == "unlimited":
             return math.inf
         with self._lock:
+            self._fold()
             self._refill()
             return (self._earned + self._reserve) / _UNIT
 
@@ -139,6 +154,12 @@ class RetryBudget:
 class _Registry:
     def __init__(self) -> None:
         self._budgets: dict[str, RetryBudget] = {}
+        # (code object, instruction offset) of a call site -> ("file:line", its budget): lets a hot
+        # call resolve its per-call-site budget without formatting a string on every call.
+        # Keyed by the code object's id (hashing a code object hashes its contents: slow); the
+        # entry holds the code object itself, which both proves the id and keeps it from reuse.
+        self.frames: dict[int, tuple[object, int, str, RetryBudget]] = {}
+        self.generation = 0  # bumped by clear(), so holders of a cached budget know to look again
         self._lock = threading.Lock()
 
     def get(self, key: str, make: Callable[[], RetryBudget]) -> RetryBudget:
@@ -154,12 +175,29 @@ class _Registry:
     def clear(self) -> None:
         with self._lock:
             self._budgets.clear()
+            self.frames.clear()
+            self.generation += 1
 
 
 _registry = _Registry()
 
 RetryBudget.PER_CALL_SITE = RetryBudget(_kind="per_call_site")
 RetryBudget.UNLIMITED = RetryBudget(_kind="unlimited")
+
+
+def site_of_frame(frame: FrameType) -> tuple[object, int, str, RetryBudget]:
+    """``(code, offset, "file:line", per-call-site budget)`` of the call being made in ``frame``.
+
+    Cached by an integer key (no tuple to build or hash on the hot path); the entry repeats the
+    code object and offset, so a key collision is detected and simply recomputed."""
+    code = frame.f_code
+    lasti = frame.f_lasti
+    entry = _registry.frames.get(id(code) | (lasti << 48))
+    if entry is None or entry[0] is not code or entry[1] != lasti:
+        site = f"{code.co_filename}:{frame.f_lineno}"
+        entry = (code, lasti, site, RetryBudget.for_call_site(site))
+        _registry.frames[id(code) | (lasti << 48)] = entry
+    return entry
 
 
 def reset_budgets() -> None:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from .. import _random
 from .._budget import reset_budgets
 from ._clock import VirtualClock, settle
+from ._faults import FaultyOperation, fail_times, fail_with, hang
 from ._recording import CatalogViolation, RecordingSink
 
 
@@ -24,4 +25,15 @@ def seeded(seed: int) -> Iterator[None]:
         _random._ambient.reset(token)
 
 
-__all__ = ["CatalogViolation", "RecordingSink", "VirtualClock", "reset_budgets", "seeded", "settle"]
+__all__ = [
+    "CatalogViolation",
+    "FaultyOperation",
+    "RecordingSink",
+    "VirtualClock",
+    "fail_times",
+    "fail_with",
+    "hang",
+    "reset_budgets",
+    "seeded",
+    "settle",
+]

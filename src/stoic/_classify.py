@@ -1,0 +1,218 @@
+"""What to do with a failed attempt: retry decisions and classifiers (seed 001, "Default
+classification")."""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Callable
+from typing import ClassVar, Protocol, TypeAlias, runtime_checkable
+
+from ._durations import Seconds, to_ns
+from ._errors import BudgetExhausted, DeadlineExceeded, Rejected
+
+
+class RetryDecision:
+    """A classifier's verdict on one failed attempt.
+
+    :data:`RETRY` (wait as the schedule says, then try again), :data:`STOP` (raise the error
+    now), or :meth:`retry_after` (wait this long instead of the schedule's delay; the schedule's
+    bound, the budget and the deadline still apply, and the wait is capped at five minutes).
+    """
+
+    __slots__ = ("_after_ns", "_kind")
+
+    RETRY: ClassVar[RetryDecision]
+    STOP: ClassVar[RetryDecision]
+
+    _kind: str
+    _after_ns: int | None
+
+    def __init__(self, kind: str, after_ns: int | None = None) -> None:
+        # Private: use RETRY, STOP or retry_after().
+        object.__setattr__(self, "_kind", kind)
+        object.__setattr__(self, "_after_ns", after_ns)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("RetryDecision is immutable")
+
+    @staticmethod
+    def retry_after(seconds: Seconds) -> RetryDecision:
+        """Retry after ``seconds`` (>= 0, float or timedelta) in place of the schedule's delay."""
+        return RetryDecision("retry_after", to_ns(seconds, "seconds", allow_zero=True))
+
+    @property
+    def retries(self) -> bool:
+        """Whether this decision allows another attempt."""
+        return self._kind != "stop"
+
+    @property
+    def after(self) -> float | None:
+        """Seconds to wait for a ``retry_after`` decision, else ``None``."""
+        return None if self._after_ns is None else self._after_ns / 1e9
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RetryDecision):
+            return NotImplemented
+        return (self._kind, self._after_ns) == (other._kind, other._after_ns)
+
+    def __hash__(self) -> int:
+        return hash((self._kind, self._after_ns))
+
+    def __repr__(self) -> str:
+        if self._after_ns is not None:
+            return f"RetryDecision.retry_after({self._after_ns / 1e9!r})"
+        return f"RetryDecision.{self._kind.upper()}"
+
+
+RetryDecision.RETRY = RetryDecision("retry")
+RetryDecision.STOP = RetryDecision("stop")
+
+
+@runtime_checkable
+class Retryable(Protocol):
+    """An exception that knows whether retrying it can help: it has a ``retry_decision``
+    attribute (a :class:`RetryDecision`). The standard classifier obeys it."""
+
+    @property
+    def retry_decision(self) -> RetryDecision: ...
+
+
+class RetryNesting(enum.Enum):
+    """What a retry does when it starts inside another retry's attempt (seed 001, "Nesting").
+
+    ``SINGLE_ATTEMPT`` (the default) makes one attempt and raises its error, so only the
+    outermost layer retries (five layers of three attempts make 3 calls, not 243). ``ALLOW``
+    retries anyway: for a layer that retries a different dependency than the one around it.
+    """
+
+    SINGLE_ATTEMPT = "single_attempt"
+    ALLOW = "allow"
+
+
+_Verdict: TypeAlias = "RetryDecision | bool"
+
+# The same bytes fail the same way: decoding and encoding errors never get better by retrying.
+_DETERMINISTIC: tuple[type[BaseException], ...] = (UnicodeError, json.JSONDecodeError)
+# Errors that mean the calling code is wrong, not the dependency.
+_PROGRAMMING: tuple[type[BaseException], ...] = (
+    TypeError, AttributeError, NameError, AssertionError, NotImplementedError,
+)
+_STOP_TYPES = (*_DETERMINISTIC, *_PROGRAMMING)
+_TRANSIENT: tuple[type[BaseException], ...] = (TimeoutError, ConnectionError)
+
+
+def _own_decision(error: BaseException) -> RetryDecision | None:
+    decision = getattr(error, "retry_decision", None)
+    return decision if isinstance(decision, RetryDecision) else None
+
+
+def _rejection(error: Rejected) -> RetryDecision:
+    if isinstance(error, BudgetExhausted):
+        return RetryDecision.STOP  # an inner budget ran dry: another attempt spends what is not there
+    if isinstance(error, DeadlineExceeded):
+        return RetryDecision.RETRY  # an attempt timeout: transient (the ambient deadline is checked apart)
+    if error.retry_after is not None and error.retry_after >= 0:
+        return RetryDecision("retry_after", round(error.retry_after * 1e9))
+    return RetryDecision.RETRY
+
+
+def _standard(error: BaseException) -> RetryDecision:
+    decision = _own_decision(error)
+    if decision is not None:
+        return decision
+    if isinstance(error, Rejected):
+        return _rejection(error)
+    if isinstance(error, _STOP_TYPES):
+        return RetryDecision.STOP
+    return RetryDecision.RETRY
+
+
+def _transient_only(error: BaseException) -> RetryDecision:
+    decision = _own_decision(error)
+    if decision is not None:
+        return decision
+    if isinstance(error, Rejected):
+        return _rejection(error)
+    if isinstance(error, _TRANSIENT):
+        return RetryDecision.RETRY
+    return RetryDecision.STOP
+
+
+def _never(error: BaseException) -> RetryDecision:
+    return RetryDecision.STOP
+
+
+class RetryClassifier:
+    """Decides, per failed attempt, whether to retry (seed 001, "Default classification").
+
+    ``RetryClassifier(fn)`` wraps ``fn(error) -> RetryDecision | bool`` (``True`` retries).
+    Whatever the classifier says, a :class:`stoic.Defect` is never retried, and cancellation
+    never reaches it (``asyncio.CancelledError`` is not an ``Exception``).
+
+    - :data:`standard` (the default): an error with a ``retry_decision`` (:class:`Retryable`)
+      decides; stops on ``UnicodeError`` and ``json.JSONDecodeError`` (the same bytes fail the
+      same way) and on programming errors (``TypeError``, ``AttributeError``, ``NameError``,
+      ``AssertionError``, ``NotImplementedError``); stops on :class:`stoic.BudgetExhausted`;
+      honours a rejection's ``retry_after`` (an open breaker's, a rate limiter's); treats
+      :class:`stoic.DeadlineExceeded` (an attempt timeout) as transient; retries anything else.
+      Every other safety net is on by default (bounded schedule, per-call-site budget, nested
+      retries collapse), so an unknown error costs a few bounded attempts, not an outage.
+    - :data:`transient_only`: a ``retry_decision`` decides; rejections as above;
+      ``TimeoutError`` and ``ConnectionError`` retry; everything else stops.
+    - :data:`never`: always stop (one attempt, keeping retry's events and nesting mark).
+    """
+
+    __slots__ = ("_fn", "name")
+
+    standard: ClassVar[RetryClassifier]
+    transient_only: ClassVar[RetryClassifier]
+    never: ClassVar[RetryClassifier]
+
+    def __init__(self, fn: Callable[[BaseException], _Verdict], *, name: str | None = None) -> None:
+        if not callable(fn):
+            raise TypeError(f"a classifier must be callable, got {type(fn).__name__}")
+        self._fn = fn
+        self.name = name or getattr(fn, "__qualname__", type(fn).__qualname__)
+
+    def __call__(self, error: BaseException) -> RetryDecision:
+        verdict = self._fn(error)
+        if isinstance(verdict, RetryDecision):
+            return verdict
+        return RetryDecision.RETRY if verdict else RetryDecision.STOP
+
+    def __repr__(self) -> str:
+        return f"RetryClassifier.{self.name}" if self.name in ("standard", "transient_only", "never") \
+            else f"RetryClassifier({self.name})"
+
+
+RetryClassifier.standard = RetryClassifier(_standard, name="standard")
+RetryClassifier.transient_only = RetryClassifier(_transient_only, name="transient_only")
+RetryClassifier.never = RetryClassifier(_never, name="never")
+
+ClassifierLike: TypeAlias = (
+    "RetryClassifier | Callable[[BaseException], RetryDecision | bool] | type[BaseException]"
+    " | tuple[type[BaseException], ...]"
+)
+
+
+def as_classifier(classify: ClassifierLike) -> RetryClassifier:
+    """Accept a classifier, a callable, or exception type(s) to retry (all others stop)."""
+    if isinstance(classify, RetryClassifier):
+        return classify
+    if isinstance(classify, type) and issubclass(classify, BaseException):
+        types: tuple[type[BaseException], ...] = (classify,)
+    elif isinstance(classify, tuple) and all(isinstance(t, type) and issubclass(t, BaseException) for t in classify):
+        types = classify
+    elif callable(classify):
+        return RetryClassifier(classify)  # type: ignore[arg-type]
+    else:
+        raise TypeError(f"classify must be a RetryClassifier, a callable or exception types, got {classify!r}")
+
+    def _on(error: BaseException) -> RetryDecision:
+        decision = _own_decision(error)
+        if decision is not None:
+            return decision
+        return RetryDecision.RETRY if isinstance(error, types) else RetryDecision.STOP
+
+    return RetryClassifier(_on, name=f"on({', '.join(t.__name__ for t in types)})")

@@ -1,0 +1,54 @@
+"""with_fallback: what to return when every policy around a call has failed (seed 002,
+"Falling back").
+
+A function rather than a policy or a stage, on purpose: a fallback swallows the error, so it
+belongs outside everything else. Inside a retry it would make the retry see a success; inside a
+breaker it would hide the failures the breaker must count. Taking the policy as an argument
+leaves the outermost position as the only one available, and keeps the substitute typed to the
+operation's own result.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from ._errors import is_defect
+from ._policy import Policy
+
+__all__ = ["with_fallback"]
+
+R = TypeVar("R")
+
+
+async def with_fallback(
+    policy: Policy,
+    fn: Callable[..., Awaitable[R]],
+    /,
+    *args: Any,
+    fallback: Callable[[Exception], R | Awaitable[R]],
+    should_handle: Callable[[Exception], bool] | None = None,
+    **kwargs: Any,
+) -> R:
+    """``await policy.execute(fn, *args, **kwargs)``; if that raises an ``Exception`` that
+    ``should_handle`` accepts, return ``fallback(error)`` instead (awaited if it returns an
+    awaitable: sync or async fallbacks both work).
+
+    ``should_handle`` defaults to "every ``Exception`` except a :class:`stoic.Defect`" (a bug
+    should be loud, not papered over). ``asyncio.CancelledError``, ``KeyboardInterrupt``,
+    ``SystemExit`` and every other ``BaseException`` are never handled. An exception raised by
+    ``fallback`` itself propagates, chained to the original. ``policy`` may be any
+    :class:`stoic.Policy`, a ``Pipeline`` included.
+    """
+    try:
+        result: R = await policy.execute(fn, *args, **kwargs)
+        return result
+    except Exception as error:
+        handle = (not is_defect(error)) if should_handle is None else should_handle(error)
+        if not handle:
+            raise
+        substitute = fallback(error)
+        if inspect.isawaitable(substitute):
+            return await substitute
+        return substitute

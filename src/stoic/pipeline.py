@@ -1,0 +1,205 @@
+"""Retrying (retry as a pipeline stage) and Pipeline (seed 000, "Retrying", "Semantics").
+
+Errors are flat by construction in Python: every stage runs "the rest of the pipeline" as its
+operation, an inner policy's refusal is an ordinary exception (a :class:`stoic.Rejected`)
+that outer stages see as the operation's error, and the caller sees either the operation's own
+exception or the refusing policy's rejection, never a wrapper.
+
+Recommended order, outermost first: overall timeout (``stoic.timeout`` around the call) ->
+``Retrying`` -> ``CircuitBreaker`` -> ``RateLimiter`` -> ``Bulkhead`` -> attempt timeout
+(``stoic.timeout`` inside the operation) -> the operation. Retry sits outside the breaker so
+each attempt is judged and an open breaker's ``retry_after`` shapes the backoff; the breaker
+sits outside the limiter and bulkhead so local load-shedding never reaches its window; the
+attempt timeout is innermost so a hung call is a slow, failed call to the breaker.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from . import _random
+from ._budget import RetryBudget
+from ._classify import ClassifierLike, RetryClassifier, RetryNesting
+from ._clock import Clock, current_clock
+from ._policy import Policy
+from ._retry import _Retrier, _run_async, _run_sync, wants_attempt
+from .schedule import BoundedSchedule
+
+__all__ = ["Pipeline", "Retrying"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Retrying:
+    """``retry`` as a reusable :class:`stoic.Policy`, for use alone or as a pipeline stage.
+
+    ``Retrying(schedule, *, budget=RetryBudget.PER_CALL_SITE, classify=RetryClassifier.standard,
+    nesting=RetryNesting.SINGLE_ATTEMPT, label=None, clock=None)``. The per-call-site budget is
+    that of this construction (file:line of ``Retrying(...)``), shared by every call through it.
+    Sleeps run on ``clock``, else the ambient clock at construction. ``label`` names the events
+    (default: the operation's qualified name).
+
+    ``await execute(fn, *args, **kwargs)`` for coroutine functions, ``call(fn, ...)`` for plain
+    ones, or use it as a decorator on either. Semantics, checks and events are :func:`stoic.retry`'s.
+    Raises ``TypeError`` at construction for an unbounded schedule.
+    """
+
+    __slots__ = ("_retrier",)
+
+    def __init__(
+        self,
+        schedule: BoundedSchedule,
+        *,
+        budget: RetryBudget = RetryBudget.PER_CALL_SITE,
+        classify: ClassifierLike = RetryClassifier.standard,
+        nesting: RetryNesting = RetryNesting.SINGLE_ATTEMPT,
+        label: str | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._retrier = _Retrier(schedule, budget, classify, nesting, label, None,
+                                 clock if clock is not None else current_clock(), _random.call_site(1))
+
+    @property
+    def schedule(self) -> BoundedSchedule:
+        return self._retrier.schedule
+
+    @property
+    def label(self) -> str | None:
+        return self._retrier.label
+
+    @property
+    def budget(self) -> RetryBudget:
+        """The bucket calls through this stage draw on (its own, for ``PER_CALL_SITE``)."""
+        return self._retrier.bucket()
+
+    def execute(self, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, R]:
+        """``await execute(fn, *args, **kwargs)`` runs ``fn`` under the schedule; see :func:`stoic.retry`.
+
+        (A plain method returning the coroutine: one coroutine per call instead of two.)"""
+        r = self._retrier
+        return _run_async(r.schedule, fn, args, kwargs, r.site, r.bucket(), r.classify, r.nesting, r.label, None,
+                          r.clock if r.clock is not None else current_clock())
+
+    def call(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
+        """Run plain ``fn(*args, **kwargs)`` under the schedule; see :func:`stoic.retry_sync`."""
+        r = self._retrier
+        return _run_sync(r.schedule, fn, args, kwargs, r.site, r.bucket(), r.classify, r.nesting, r.label,
+                         r.clock if r.clock is not None else current_clock())
+
+    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
+        """Decorate a coroutine function or a plain function."""
+        return self._retrier.decorate(fn)
+
+    def __repr__(self) -> str:
+        r = self._retrier
+        return f"Retrying({r.schedule!r}, budget={r.budget!r}, classify={r.classify!r}, nesting={r.nesting})"
+
+
+class _Rest:
+    """The rest of a pipeline from stage ``index`` on: what stage ``index - 1`` runs as its
+    operation. Forwards an ``attempt`` keyword to the user's operation when it wants one."""
+
+    __slots__ = ("args", "fn", "index", "kwargs", "stages", "wants_attempt")
+
+    def __init__(self, stages: tuple[Policy, ...], index: int, fn: Callable[..., Awaitable[Any]],
+                 args: tuple[Any, ...], kwargs: dict[str, Any], wants: bool) -> None:
+        self.stages = stages
+        self.index = index
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.wants_attempt = wants
+
+    @property
+    def stoic_label(self) -> str:
+        """The user's operation's name (what a Retrying stage labels its events with)."""
+        return str(getattr(self.fn, "__qualname__", None) or type(self.fn).__qualname__)
+
+    def __call__(self, **attempt: Any) -> Any:
+        kwargs = {**self.kwargs, **attempt} if attempt else self.kwargs
+        return _enter(self.stages, self.index, self.fn, self.args, kwargs, self.wants_attempt)
+
+
+def _enter(stages: tuple[Policy, ...], index: int, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...],
+           kwargs: dict[str, Any], wants: bool) -> Any:
+    """Stage ``index`` running the rest; the last stage runs ``fn`` itself unless an Attempt
+    must be forwarded (one object and one coroutine fewer per stage-free hop)."""
+    if index == len(stages):
+        return fn(*args, **kwargs)
+    if index == len(stages) - 1 and not wants:
+        return stages[index].execute(fn, *args, **kwargs)
+    return stages[index].execute(_Rest(stages, index + 1, fn, args, kwargs, wants))
+
+
+class Pipeline:
+    """Policies composed outermost first; itself a :class:`stoic.Policy` (seed 000, "Pipeline").
+
+    ``Pipeline(a, b, c).execute(fn)`` runs ``a.execute(lambda: b.execute(lambda: c.execute(fn)))``.
+    A nested ``Pipeline`` is flattened into its stages. Errors stay flat: the caller sees the
+    operation's own exception or the refusing stage's :class:`stoic.Rejected`, never a wrapper,
+    and each stage sees an inner stage's refusal as its operation's error (so a breaker can
+    decline to count it and ``Retrying`` can honour its ``retry_after``). An operation that
+    declares ``attempt`` receives the innermost ``Retrying``'s :class:`stoic.Attempt`.
+
+    Raises ``TypeError`` for a stage without an ``execute`` method.
+    """
+
+    __slots__ = ("_stages",)
+    _stages: tuple[Policy, ...]
+
+    def __init__(self, *stages: Policy | Sequence[Policy]) -> None:
+        flat: list[Policy] = []
+        for stage in stages:
+            if isinstance(stage, Pipeline):
+                flat.extend(stage._stages)
+            elif isinstance(stage, (list, tuple)):
+                flat.extend(Pipeline(*stage)._stages)
+            elif callable(getattr(stage, "execute", None)):
+                flat.append(stage)  # type: ignore[arg-type]
+            else:
+                raise TypeError(f"a pipeline stage must be a Policy (with an execute method), got {stage!r}")
+        self._stages = tuple(flat)
+
+    @property
+    def stages(self) -> tuple[Policy, ...]:
+        """The stages, outermost first (nested pipelines flattened)."""
+        return self._stages
+
+    def execute(self, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, R]:
+        """``await execute(fn, *args, **kwargs)`` runs ``fn`` through every stage, outermost first.
+
+        (A plain method returning the outermost stage's awaitable: no coroutine of its own.)"""
+        # Every stage's execute and every operation we are given returns a coroutine in practice;
+        # any other awaitable still works at run time.
+        run: Coroutine[Any, Any, R] = _enter(self._stages, 0, fn, args, kwargs,
+                                             "attempt" not in kwargs and wants_attempt(fn))
+        return run
+
+    def __call__(self, fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        """Decorate a coroutine function: each call runs through the pipeline."""
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError("Pipeline decorates coroutine functions (its stages are asynchronous)")
+        execute = self.execute
+
+        @functools.wraps(fn)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            result: R = await execute(fn, *args, **kwargs)
+            return result
+
+        return wrapper
+
+    def __len__(self) -> int:
+        return len(self._stages)
+
+    def __repr__(self) -> str:
+        return f"Pipeline({', '.join(repr(s) for s in self._stages)})"
+
+
+if TYPE_CHECKING:  # both are Policies, so a Pipeline can hold them and with_fallback take them
+
+    def _are_policies(retrying: Retrying, pipeline: Pipeline) -> tuple[Policy, Policy]:
+        return retrying, pipeline

@@ -1,0 +1,800 @@
+"""Schedules: when to try again, as data (seed 001, "Schedules are data", "Bounded by type").
+
+A :class:`Schedule` is an immutable tree of small frozen nodes. It does nothing by itself: a
+*stepper* built from it answers, once per failed attempt, "wait this long and go again" or
+"stop". Because it is data, a schedule prints as the code that builds it, compares and hashes by
+structure, reports its worst case, and steps the same way in a test as in production.
+
+``retry`` accepts only a :class:`BoundedSchedule`, and the only ways to make one are
+:meth:`Schedule.attempts` and :meth:`Schedule.delays` (and combining bounded schedules, which
+keeps the bound). Delays are integer nanoseconds inside and float seconds outside; arithmetic
+saturates (an exponential at attempt 1,000,000 is just its cap), so nothing ever overflows.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal, TypeAlias, TypeVar, overload
+
+from ._durations import Seconds, check_fraction, check_int, to_ns
+
+__all__ = ["BoundedSchedule", "Schedule"]
+
+MAX_NS = 2**63 - 1
+"""Every delay saturates here (about 292 years): nothing is ever larger, nothing overflows."""
+
+DEFAULT_CAP_NS = 300 * 1_000_000_000
+"""Exponential and Fibonacci schedules are capped at five minutes unless ``capped`` says otherwise."""
+
+_S = TypeVar("_S", bound="Schedule")
+
+
+# --- the nodes -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Fixed:
+    delay: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Linear:
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Exponential:
+    base: int
+    factor: float
+    cap: int
+    explicit_cap: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Fibonacci:
+    base: int
+    cap: int
+    explicit_cap: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Decorrelated:
+    base: int
+    cap: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Delays:
+    delays: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Capped:
+    inner: _Node
+    cap: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Jittered:
+    inner: _Node
+    fraction: float
+
+
+@dataclass(frozen=True, slots=True)
+class _UpTo:
+    inner: _Node
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Union:
+    a: _Node
+    b: _Node
+
+
+@dataclass(frozen=True, slots=True)
+class _Intersection:
+    a: _Node
+    b: _Node
+
+
+@dataclass(frozen=True, slots=True)
+class _AndThen:
+    a: _Node
+    b: _Node
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempts:
+    inner: _Node
+    count: int
+
+
+_Node: TypeAlias = (
+    "_Fixed | _Linear | _Exponential | _Fibonacci | _Decorrelated | _Delays | _Capped | _Jittered | _UpTo"
+    " | _Union | _Intersection | _AndThen | _Attempts"
+)
+
+
+
+# --- saturating arithmetic -------------------------------------------------------------------
+
+def _exp_delay(base: int, factor: float, cap: int, k: int) -> int:
+    """``min(cap, base * factor**k)`` without ever overflowing, for any ``k >= 0``."""
+    if base == 0 or cap == 0:
+        return 0
+    if base >= cap:
+        return cap
+    if factor == 1 or k == 0:
+        return base
+    # Compare in log space first so that factor**k is only computed when it stays below the cap.
+    if k * math.log(factor) >= math.log(cap / base):
+        return cap
+    if isinstance(factor, int):
+        return min(cap, base * int(factor**k))
+    return min(cap, round(base * factor**k))
+
+
+def _fib_delay(base: int, cap: int, n: int) -> int:
+    """``min(cap, base * fib(n))`` with fib(1) = fib(2) = 1; saturates within ~92 steps."""
+    if base == 0 or cap == 0:
+        return 0
+    a, b = 1, 1
+    for _ in range(n - 1):
+        if base * a >= cap:
+            return cap
+        a, b = b, a + b
+    return min(cap, base * a)
+
+
+# --- stepping --------------------------------------------------------------------------------
+
+class _Step:
+    """A stateful interpreter of one node: ``next(elapsed_ns)`` is the delay before the next
+    attempt, or ``None`` to stop (and ``None`` for ever after). ``elapsed_ns`` is the time since
+    this node started stepping. ``rng`` is ``None`` in maximal mode (jitter never shortens)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def next(self, elapsed_ns: int) -> int | None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+class _FixedStep(_Step):
+    __slots__ = ("d",)
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.d = d
+
+    def next(self, elapsed_ns: int) -> int | None:
+        return self.d
+
+
+class _LinearStep(_Step):
+    __slots__ = ("d",)
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.d = d
+
+    def next(self, elapsed_ns: int) -> int | None:
+        self.n += 1
+        return min(MAX_NS, self.d * self.n)
+
+
+class _ExpStep(_Step):
+    __slots__ = ("node", "last")
+
+    def __init__(self, node: _Exponential) -> None:
+        super().__init__()
+        self.node = node
+        self.last = -1
+
+    def next(self, elapsed_ns: int) -> int | None:
+        node = self.node
+        if self.last == node.cap:  # saturated: no more arithmetic, however many attempts follow
+            return self.last
+        self.last = _exp_delay(node.base, node.factor, node.cap, self.n)
+        self.n += 1
+        return self.last
+
+
+class _FibStep(_Step):
+    __slots__ = ("base", "cap", "a", "b")
+
+    def __init__(self, node: _Fibonacci) -> None:
+        super().__init__()
+        self.base, self.cap = node.base, node.cap
+        self.a, self.b = 1, 1
+
+    def next(self, elapsed_ns: int) -> int | None:
+        value = min(self.cap, self.base * self.a)
+        if value < self.cap:
+            self.a, self.b = self.b, self.a + self.b
+        return value
+
+
+class _DecorrelatedStep(_Step):
+    __slots__ = ("base", "cap", "prev", "rng")
+
+    def __init__(self, node: _Decorrelated, rng: random.Random | None) -> None:
+        super().__init__()
+        self.base, self.cap, self.prev, self.rng = node.base, node.cap, node.base, rng
+
+    def next(self, elapsed_ns: int) -> int | None:
+        high = min(self.cap, self.prev * 3)
+        if self.rng is None or high <= self.base:
+            value = high
+        else:
+            value = min(high, self.base + int((high - self.base) * self.rng.random()))
+        self.prev = value
+        return value
+
+
+class _DelaysStep(_Step):
+    __slots__ = ("delays",)
+
+    def __init__(self, delays: tuple[int, ...]) -> None:
+        super().__init__()
+        self.delays = delays
+
+    def next(self, elapsed_ns: int) -> int | None:
+        if self.n >= len(self.delays):
+            return None
+        self.n += 1
+        return self.delays[self.n - 1]
+
+
+class _CappedStep(_Step):
+    __slots__ = ("inner", "cap")
+
+    def __init__(self, inner: _Step, cap: int) -> None:
+        super().__init__()
+        self.inner, self.cap = inner, cap
+
+    def next(self, elapsed_ns: int) -> int | None:
+        d = self.inner.next(elapsed_ns)
+        return d if d is None or d <= self.cap else self.cap
+
+
+class _JitterStep(_Step):
+    __slots__ = ("inner", "fraction", "rng")
+
+    def __init__(self, inner: _Step, fraction: float, rng: random.Random | None) -> None:
+        super().__init__()
+        self.inner, self.fraction, self.rng = inner, fraction, rng
+
+    def next(self, elapsed_ns: int) -> int | None:
+        d = self.inner.next(elapsed_ns)
+        if d is None or d == 0 or self.rng is None:
+            return d
+        # Jitter only ever shortens, so whatever cap the inner delay respected still holds.
+        cut = int(d * self.fraction * self.rng.random())
+        return d - (cut if cut <= d else d)
+
+
+class _UpToStep(_Step):
+    __slots__ = ("inner", "limit", "done")
+
+    def __init__(self, inner: _Step, limit: int) -> None:
+        super().__init__()
+        self.inner, self.limit, self.done = inner, limit, False
+
+    def next(self, elapsed_ns: int) -> int | None:
+        if self.done:
+            return None
+        d = self.inner.next(elapsed_ns)
+        # No attempt may start after the limit: stop when the wait would carry us past it.
+        if d is None or elapsed_ns + d > self.limit:
+            self.done = True
+            return None
+        return d
+
+
+class _UnionStep(_Step):
+    __slots__ = ("a", "b", "a_done", "b_done")
+
+    def __init__(self, a: _Step, b: _Step) -> None:
+        super().__init__()
+        self.a, self.b, self.a_done, self.b_done = a, b, False, False
+
+    def next(self, elapsed_ns: int) -> int | None:
+        da = None if self.a_done else self.a.next(elapsed_ns)
+        db = None if self.b_done else self.b.next(elapsed_ns)
+        self.a_done, self.b_done = da is None, db is None
+        if da is None:
+            return db
+        if db is None:
+            return da
+        return da if da <= db else db
+
+
+class _IntersectionStep(_Step):
+    __slots__ = ("a", "b", "done")
+
+    def __init__(self, a: _Step, b: _Step) -> None:
+        super().__init__()
+        self.a, self.b, self.done = a, b, False
+
+    def next(self, elapsed_ns: int) -> int | None:
+        if self.done:
+            return None
+        da = self.a.next(elapsed_ns)
+        db = self.b.next(elapsed_ns)
+        if da is None or db is None:
+            self.done = True
+            return None
+        return da if da >= db else db
+
+
+class _AndThenStep(_Step):
+    __slots__ = ("a", "b", "offset")
+
+    def __init__(self, a: _Step, b: _Step) -> None:
+        super().__init__()
+        self.a, self.b, self.offset = a, b, -1
+
+    def next(self, elapsed_ns: int) -> int | None:
+        if self.offset < 0:
+            d = self.a.next(elapsed_ns)
+            if d is not None:
+                return d
+            self.offset = elapsed_ns  # the second schedule starts its own clock now
+        return self.b.next(elapsed_ns - self.offset)
+
+
+class _AttemptsStep(_Step):
+    __slots__ = ("inner", "retries")
+
+    def __init__(self, inner: _Step, count: int) -> None:
+        super().__init__()
+        self.inner, self.retries = inner, count - 1
+
+    def next(self, elapsed_ns: int) -> int | None:
+        if self.n >= self.retries:
+            return None
+        d = self.inner.next(elapsed_ns)
+        if d is None:
+            self.n = self.retries
+            return None
+        self.n += 1
+        return d
+
+
+def _build(node: _Node, rng: random.Random | None) -> _Step:
+    match node:
+        case _Fixed(delay):
+            return _FixedStep(delay)
+        case _Linear(step):
+            return _LinearStep(step)
+        case _Exponential():
+            return _ExpStep(node)
+        case _Fibonacci():
+            return _FibStep(node)
+        case _Decorrelated():
+            return _DecorrelatedStep(node, rng)
+        case _Delays(delays):
+            return _DelaysStep(delays)
+        case _Capped(inner, cap):
+            return _CappedStep(_build(inner, rng), cap)
+        case _Jittered(inner, fraction):
+            return _JitterStep(_build(inner, rng), fraction, rng)
+        case _UpTo(inner, limit):
+            return _UpToStep(_build(inner, rng), limit)
+        case _Union(a, b):
+            return _UnionStep(_build(a, rng), _build(b, rng))
+        case _Intersection(a, b):
+            return _IntersectionStep(_build(a, rng), _build(b, rng))
+        case _AndThen(a, b):
+            return _AndThenStep(_build(a, rng), _build(b, rng))
+        case _Attempts(inner, count):
+            return _AttemptsStep(_build(inner, rng), count)
+    raise AssertionError(f"unknown schedule node {node!r}")  # pragma: no cover
+
+
+# --- structural facts ------------------------------------------------------------------------
+
+def _max_retries(node: _Node) -> int | None:
+    """The most retries ``node`` can ever allow (``None``: unbounded)."""
+    match node:
+        case _Delays(delays):
+            return len(delays)
+        case _Capped(inner) | _Jittered(inner) | _UpTo(inner):
+            return _max_retries(inner)
+        case _Union(a, b):
+            ra, rb = _max_retries(a), _max_retries(b)
+            return None if ra is None or rb is None else max(ra, rb)
+        case _Intersection(a, b):
+            ra, rb = _max_retries(a), _max_retries(b)
+            return rb if ra is None else ra if rb is None else min(ra, rb)
+        case _AndThen(a, b):
+            ra, rb = _max_retries(a), _max_retries(b)
+            return None if ra is None or rb is None else ra + rb
+        case _Attempts(inner, count):
+            ri = _max_retries(inner)
+            return count - 1 if ri is None else min(count - 1, ri)
+    return None
+
+
+def _has_up_to(node: _Node) -> bool:
+    match node:
+        case _UpTo():
+            return True
+        case _Capped(inner) | _Jittered(inner) | _Attempts(inner):
+            return _has_up_to(inner)
+        case _Union(a, b) | _Intersection(a, b) | _AndThen(a, b):
+            return _has_up_to(a) or _has_up_to(b)
+    return False
+
+
+def _top_limit(node: _Node) -> int | None:
+    """The tightest ``up_to`` limit that governs the whole schedule (through caps, jitter and
+    attempt bounds), or ``None``. No attempt starts after it, so the total delay is within it."""
+    match node:
+        case _UpTo(inner, limit):
+            below = _top_limit(inner)
+            return limit if below is None else min(limit, below)
+        case _Capped(inner) | _Jittered(inner) | _Attempts(inner):
+            # These only ever shorten (or end) what the up_to below them allowed.
+            return _top_limit(inner)
+    # Not through union/intersection/and_then: their delay is not the one the up_to judged.
+    return None
+
+
+def _prefix_bound(node: _Node, i: int) -> int:
+    """An upper bound on any delay ``node`` can produce at step ``i`` or earlier, whatever the
+    timing (used when ``up_to`` makes the exact worst case depend on how long attempts take)."""
+    match node:
+        case _Fixed(delay):
+            return delay
+        case _Linear(step):
+            return min(MAX_NS, step * i)
+        case _Exponential(base, factor, cap):
+            return _exp_delay(base, factor, cap, i - 1)
+        case _Fibonacci(base, cap):
+            return _fib_delay(base, cap, i)
+        case _Decorrelated(base, cap):
+            return _exp_delay(base, 3, cap, i) if base < cap else cap
+        case _Delays(delays):
+            return max(delays[:i], default=0)
+        case _Capped(inner, cap):
+            return min(cap, _prefix_bound(inner, i))
+        case _Jittered(inner) | _UpTo(inner) | _Attempts(inner):
+            return _prefix_bound(inner, i)
+        case _Union(a, b) | _Intersection(a, b) | _AndThen(a, b):
+            return max(_prefix_bound(a, i), _prefix_bound(b, i))
+    raise AssertionError(f"unknown schedule node {node!r}")  # pragma: no cover
+
+
+# --- repr ------------------------------------------------------------------------------------
+
+def _sec(ns: int) -> str:
+    if ns % 1_000_000_000 == 0:
+        return str(ns // 1_000_000_000)
+    return repr(ns / 1e9)
+
+
+def _fraction(fraction: float) -> str:
+    if fraction == 1.0:
+        return ""
+    if fraction == 0.5:
+        return '"equal"'
+    return repr(fraction)
+
+
+def _repr(node: _Node) -> str:
+    match node:
+        case _Fixed(delay):
+            return f"Schedule.fixed({_sec(delay)})"
+        case _Linear(step):
+            return f"Schedule.linear({_sec(step)})"
+        case _Exponential(base, factor, cap, explicit):
+            text = f"Schedule.exponential({_sec(base)}" + ("" if factor == 2 else f", factor={factor!r}") + ")"
+            return text + (f".capped({_sec(cap)})" if explicit else "")
+        case _Fibonacci(base, cap, explicit):
+            return f"Schedule.fibonacci({_sec(base)})" + (f".capped({_sec(cap)})" if explicit else "")
+        case _Decorrelated(base, cap):
+            return f"Schedule.decorrelated({_sec(base)}, {_sec(cap)})"
+        case _Delays(delays):
+            return f"Schedule.delays([{', '.join(_sec(d) for d in delays)}])"
+        case _Capped(inner, cap):
+            return f"{_repr(inner)}.capped({_sec(cap)})"
+        case _Jittered(inner, fraction):
+            return f"{_repr(inner)}.jittered({_fraction(fraction)})"
+        case _UpTo(inner, limit):
+            return f"{_repr(inner)}.up_to({_sec(limit)})"
+        case _Union(a, b):
+            return f"{_repr(a)}.union({_repr(b)})"
+        case _Intersection(a, b):
+            return f"{_repr(a)}.intersection({_repr(b)})"
+        case _AndThen(a, b):
+            return f"{_repr(a)}.and_then({_repr(b)})"
+        case _Attempts(inner, count):
+            return f"{_repr(inner)}.attempts({count})"
+    raise AssertionError(f"unknown schedule node {node!r}")  # pragma: no cover
+
+
+def _wrap(node: _Node) -> Schedule:
+    """The value for ``node``: a :class:`BoundedSchedule` exactly when its retries are finite."""
+    return BoundedSchedule(node) if _max_retries(node) is not None else Schedule(node)
+
+
+# --- the public values -----------------------------------------------------------------------
+
+class Schedule:
+    """When to try again: an immutable, inspectable tree (seed 001, "Schedules are data").
+
+    Build one from a base (:meth:`fixed`, :meth:`linear`, :meth:`exponential`, :meth:`fibonacci`,
+    :meth:`decorrelated`) and refine it (:meth:`capped`, :meth:`jittered`, :meth:`up_to`,
+    :meth:`union`, :meth:`intersection`, :meth:`and_then`); bound it with :meth:`attempts` to get
+    the :class:`BoundedSchedule` that ``retry`` accepts. Durations are seconds (float, int or
+    ``timedelta``); a negative or non-finite one raises ``ValueError`` naming the parameter.
+
+    Schedules compare and hash by structure and print as the code that builds them. The n-th
+    delay is the wait after the n-th failed attempt (before attempt n + 1).
+    """
+
+    __slots__ = ("_node",)
+    _node: _Node
+
+    def __init__(self, node: _Node) -> None:
+        # Private: build schedules with the class methods.
+        object.__setattr__(self, "_node", node)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    # --- bases ---
+    @staticmethod
+    def fixed(delay: Seconds) -> Schedule:
+        """The same ``delay`` (seconds, >= 0) before every retry. Unbounded."""
+        return Schedule(_Fixed(to_ns(delay, "delay", allow_zero=True)))
+
+    @staticmethod
+    def linear(step: Seconds) -> Schedule:
+        """``step``, ``2 x step``, ``3 x step``, ... (seconds, >= 0; saturating). Unbounded, uncapped."""
+        return Schedule(_Linear(to_ns(step, "step", allow_zero=True)))
+
+    @staticmethod
+    def exponential(base: Seconds, factor: float = 2) -> Schedule:
+        """``base``, ``base x factor``, ``base x factor**2``, ... capped at five minutes unless
+        :meth:`capped` follows directly (then that cap replaces the default).
+
+        Raises ``ValueError`` for a negative or non-finite ``base`` or ``factor`` below 1."""
+        base_ns = to_ns(base, "base", allow_zero=True)
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor < 1:
+            raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
+        return Schedule(_Exponential(base_ns, factor, DEFAULT_CAP_NS, False))
+
+    @staticmethod
+    def fibonacci(base: Seconds) -> Schedule:
+        """``base x 1, 1, 2, 3, 5, 8, ...``, capped at five minutes unless :meth:`capped` follows."""
+        return Schedule(_Fibonacci(to_ns(base, "base", allow_zero=True), DEFAULT_CAP_NS, False))
+
+    @staticmethod
+    def decorrelated(base: Seconds, cap: Seconds) -> Schedule:
+        """Decorrelated jitter: each delay is drawn uniformly from ``[base, 3 x previous]``
+        (the previous starting at ``base``), never above ``cap``. Random by construction.
+
+        Raises ``ValueError`` for negative durations or ``cap < base``."""
+        base_ns = to_ns(base, "base", allow_zero=True)
+        cap_ns = to_ns(cap, "cap", allow_zero=True)
+        if cap_ns < base_ns:
+            raise ValueError(f"cap must be >= base ({base!r} seconds), got {cap!r}")
+        return Schedule(_Decorrelated(base_ns, cap_ns))
+
+    @staticmethod
+    def delays(delays: Iterable[Seconds]) -> BoundedSchedule:
+        """Exactly these delays, then stop: ``len(delays) + 1`` attempts at most. An empty list
+        means a single attempt. Raises ``ValueError`` for a negative or non-finite delay."""
+        return BoundedSchedule(_Delays(tuple(to_ns(d, f"delays[{i}]", allow_zero=True) for i, d in enumerate(delays))))
+
+    # --- refinements ---
+    def capped(self: _S, at: Seconds) -> _S:
+        """No delay above ``at`` seconds (>= 0). Directly after an exponential or Fibonacci base
+        (its jitter aside) it replaces the default five-minute cap; anywhere else it only lowers."""
+        cap = to_ns(at, "at", allow_zero=True)
+        node = self._node
+        if isinstance(node, _Jittered):
+            # Jitter is applied last, so it keeps working at the cap (field report 7).
+            return _wrap(_Jittered(self._with(node.inner).capped(at)._node, node.fraction))  # type: ignore[return-value]
+        if isinstance(node, (_Exponential, _Fibonacci)):
+            new_cap = min(node.cap, cap) if node.explicit_cap else cap
+            if isinstance(node, _Exponential):
+                return _wrap(_Exponential(node.base, node.factor, new_cap, True))  # type: ignore[return-value]
+            return _wrap(_Fibonacci(node.base, new_cap, True))  # type: ignore[return-value]
+        if isinstance(node, _Capped):
+            return _wrap(_Capped(node.inner, min(node.cap, cap)))  # type: ignore[return-value]
+        return _wrap(_Capped(node, cap))  # type: ignore[return-value]
+
+    def jittered(self: _S, kind: Literal["full", "equal"] | float = "full") -> _S:
+        """Shorten each delay by a random part: ``"full"`` draws from ``(0, d]``, ``"equal"``
+        from ``(d/2, d]``, a number ``f`` in [0, 1] from ``(d x (1 - f), d]``. Jitter never
+        lengthens a delay, so every cap holds, and it is applied after any cap, so delays at the
+        cap still spread out. Randomness comes from the retry's call-site stream
+        (reproducible under ``stoic.testing.seeded``). ``ValueError`` for another kind or a
+        fraction outside [0, 1]."""
+        if kind == "full":
+            fraction = 1.0
+        elif kind == "equal":
+            fraction = 0.5
+        elif isinstance(kind, str):
+            raise ValueError(f'jitter kind must be "full", "equal" or a fraction in [0, 1], got {kind!r}')
+        else:
+            fraction = check_fraction(kind, "jitter", low_open=False)
+        return _wrap(_Jittered(self._node, fraction))  # type: ignore[return-value]
+
+    def up_to(self: _S, elapsed: Seconds) -> _S:
+        """Also stop once another attempt would start more than ``elapsed`` seconds after the
+        first began. An extra stop condition, not a bound: it does not make a schedule bounded
+        (a zero-delay schedule under a time limit could spin)."""
+        return _wrap(_UpTo(self._node, to_ns(elapsed, "elapsed", allow_zero=True)))  # type: ignore[return-value]
+
+    def union(self, other: Schedule) -> Schedule:
+        """Go on while either goes on, waiting the shorter of their delays. Bounded when both are."""
+        return _wrap(_Union(self._node, _node_of(other)))
+
+    @overload
+    def intersection(self, other: BoundedSchedule) -> BoundedSchedule: ...
+    @overload
+    def intersection(self, other: Schedule) -> Schedule: ...
+    def intersection(self, other: Schedule) -> Schedule:
+        """Go on while both go on, waiting the longer of their delays. Bounded when either is."""
+        return _wrap(_Intersection(self._node, _node_of(other)))
+
+    def and_then(self, other: Schedule) -> Schedule:
+        """This schedule until it stops, then ``other`` from its start (its own elapsed clock).
+        Bounded when both are."""
+        return _wrap(_AndThen(self._node, _node_of(other)))
+
+    def attempts(self, count: int) -> BoundedSchedule:
+        """At most ``count`` attempts in all (the first included): the way to bound a schedule.
+        ``ValueError`` unless ``count`` is an integer >= 1 (zero never means "unlimited")."""
+        check_int(count, "count", minimum=1)
+        node = self._node
+        if isinstance(node, _Attempts):
+            return BoundedSchedule(_Attempts(node.inner, min(node.count, count)))
+        return BoundedSchedule(_Attempts(node, count))
+
+    # --- inspection ---
+    def maximal_delays(self, limit: int) -> list[float]:
+        """The first ``limit`` delays (seconds) of the worst case: jitter at its longest,
+        attempts failing instantly (which is how ``up_to`` limits are evaluated here). Fewer when
+        the schedule stops earlier."""
+        check_int(limit, "limit", minimum=0)
+        return [d / 1e9 for d in self._delays_ns(None, limit)]
+
+    def _delays_ns(self, rng: random.Random | None, limit: int) -> list[int]:
+        step = _build(self._node, rng)
+        out: list[int] = []
+        elapsed = 0
+        while len(out) < limit:
+            d = step.next(elapsed)
+            if d is None:
+                break
+            out.append(d)
+            elapsed = min(MAX_NS, elapsed + d)
+        return out
+
+    def _stepper(self, rng: random.Random | None) -> _Step:
+        """A fresh interpreter (``rng=None``: maximal mode, no jitter)."""
+        return _build(self._node, rng)
+
+    def _with(self, node: _Node) -> Schedule:
+        return _wrap(node)
+
+    @property
+    def is_bounded(self) -> bool:
+        """Whether the number of attempts is finite (then this is a :class:`BoundedSchedule`)."""
+        return _max_retries(self._node) is not None
+
+    def __repr__(self) -> str:
+        return _repr(self._node)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Schedule):
+            return NotImplemented
+        return self._node == other._node
+
+    def __hash__(self) -> int:
+        return hash(self._node)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_wrap, (self._node,))
+
+
+def _node_of(schedule: Schedule) -> _Node:
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"expected a Schedule, got {type(schedule).__name__}")
+    return schedule._node
+
+
+class BoundedSchedule(Schedule):
+    """A schedule with a finite number of attempts: what ``retry`` and ``Retrying`` accept.
+
+    Made by :meth:`Schedule.attempts` or :meth:`Schedule.delays` (and kept by refining or
+    combining bounded schedules). It knows its worst case, so a caller can derive an outer
+    timeout from it instead of writing a second number down.
+    """
+
+    __slots__ = ("_timed", "_total_ns")
+    _total_ns: int | None
+    _timed: bool
+
+    def __init__(self, node: _Node) -> None:
+        super().__init__(node)
+        object.__setattr__(self, "_total_ns", None)
+        # Whether stepping needs the elapsed time (an up_to somewhere): retry reads the clock for
+        # a first attempt only when this or an ambient deadline needs it.
+        object.__setattr__(self, "_timed", _has_up_to(node))
+
+    @overload
+    def union(self, other: BoundedSchedule) -> BoundedSchedule: ...
+    @overload
+    def union(self, other: Schedule) -> Schedule: ...
+    def union(self, other: Schedule) -> Schedule:
+        return super().union(other)
+
+    def intersection(self, other: Schedule) -> BoundedSchedule:
+        return super().intersection(other)  # type: ignore[return-value]
+
+    @overload
+    def and_then(self, other: BoundedSchedule) -> BoundedSchedule: ...
+    @overload
+    def and_then(self, other: Schedule) -> Schedule: ...
+    def and_then(self, other: Schedule) -> Schedule:
+        return super().and_then(other)
+
+    @property
+    def maximum_attempts(self) -> int:
+        """The most attempts this schedule allows, the first included."""
+        retries = _max_retries(self._node)
+        assert retries is not None
+        return retries + 1
+
+    @property
+    def maximum_total_delay(self) -> float:
+        """Seconds: an upper bound on the time spent waiting between attempts in one call.
+
+        Exact (the sum of :meth:`maximal_delays`) unless ``up_to`` makes the delays depend on
+        how long attempts take; then a safe bound that also never exceeds the ``up_to`` limit.
+        """
+        return self._total_delay_ns() / 1e9
+
+    def _total_delay_ns(self) -> int:
+        total = self._total_ns
+        if total is None:
+            retries = self.maximum_attempts - 1
+            if not _has_up_to(self._node):
+                total = min(MAX_NS, sum(self._delays_ns(None, retries)))
+            else:
+                total = 0
+                limit = _top_limit(self._node)
+                for i in range(1, retries + 1):
+                    total += _prefix_bound(self._node, i)
+                    if limit is not None and total >= limit:
+                        total = limit
+                        break
+                total = min(MAX_NS, total)
+            object.__setattr__(self, "_total_ns", total)
+        return total
+
+    def worst_case(self, attempt_timeout: Seconds) -> float:
+        """Seconds the whole call can take when every attempt runs for ``attempt_timeout``:
+        ``maximum_attempts x attempt_timeout + maximum_total_delay``. Use it to size an outer
+        ``stoic.timeout`` from the same numbers as the retry (seed 001, "API")."""
+        per_attempt = to_ns(attempt_timeout, "attempt_timeout")
+        return min(MAX_NS, self.maximum_attempts * per_attempt + self._total_delay_ns()) / 1e9
+
+    def maximal_delays(self, limit: int | None = None) -> list[float]:
+        """The worst-case delays (seconds), all of them unless ``limit`` is given."""
+        return super().maximal_delays(self.maximum_attempts - 1 if limit is None else limit)
+
+
+

@@ -1,0 +1,98 @@
+"""Fault-injecting operations for tests: fail n times then succeed, always fail, hang."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from .._clock import current_clock
+from .._durations import Seconds, to_ns
+
+T = TypeVar("T")
+
+ErrorSpec = BaseException | type[BaseException] | Callable[[], BaseException]
+
+
+def _make_error(spec: ErrorSpec) -> BaseException:
+    if isinstance(spec, BaseException):
+        # A fresh copy per raise (same type, args and attributes) so tracebacks do not pile up.
+        return copy.copy(spec)
+    error = spec()
+    if not isinstance(error, BaseException):
+        raise TypeError(f"the error factory returned {error!r}, not an exception")
+    return error
+
+
+class FaultyOperation(Generic[T]):
+    """An async operation (``await op(*args, **kwargs)``; ``op.sync(...)`` is the plain form)
+    whose first ``failures`` calls raise, after which it returns ``result``; ``failures=None``
+    raises for ever; ``hang=True`` never returns (until cancelled).
+
+    Each call first takes ``takes`` seconds on the ambient clock (virtual in tests). Records
+    ``calls``, ``started_at`` (clock seconds at each call's start) and ``raised`` (the exceptions
+    raised, in order, so a test can check identity with what the caller caught).
+    """
+
+    wants_attempt = False  # never handed an Attempt by retry
+
+    def __init__(self, failures: int | None, error: ErrorSpec, result: T, *, takes: Seconds = 0,
+                 hang: bool = False) -> None:
+        if failures is not None and failures < 0:
+            raise ValueError(f"failures must be >= 0, got {failures!r}")
+        self.failures = failures
+        self.error = error
+        self.result = result
+        self.takes_ns = to_ns(takes, "takes", allow_zero=True)
+        self.hang = hang
+        self.calls = 0
+        self.started_at: list[float] = []
+        self.raised: list[BaseException] = []
+
+    def _outcome(self) -> T:
+        if self.failures is None or self.calls <= self.failures:
+            error = _make_error(self.error)
+            self.raised.append(error)
+            raise error
+        return self.result
+
+    async def __call__(self, *args: object, **kwargs: object) -> T:
+        clock = current_clock()
+        self.calls += 1
+        self.started_at.append(clock.now_ns() / 1e9)
+        if self.hang:
+            await asyncio.get_running_loop().create_future()  # never completes; cancellable
+        if self.takes_ns:
+            await clock.sleep_until(clock.now_ns() + self.takes_ns)
+        return self._outcome()
+
+    def sync(self, *args: object, **kwargs: object) -> T:
+        """The plain-function form (blocking sleeps on the ambient clock)."""
+        clock = current_clock()
+        self.calls += 1
+        self.started_at.append(clock.now_ns() / 1e9)
+        if self.takes_ns:
+            clock.sleep_until_blocking(clock.now_ns() + self.takes_ns)
+        return self._outcome()
+
+    def __repr__(self) -> str:
+        return f"FaultyOperation(failures={self.failures}, calls={self.calls})"
+
+
+def fail_times(n: int, exc: ErrorSpec = ConnectionError, *, then: T = None,  # type: ignore[assignment]
+               takes: Seconds = 0) -> FaultyOperation[T]:
+    """An operation that raises ``exc`` (an instance, a type or a factory) on its first ``n``
+    calls, then returns ``then``. Each call takes ``takes`` seconds on the ambient clock."""
+    return FaultyOperation(n, exc, then, takes=takes)
+
+
+def fail_with(exc: ErrorSpec, *, takes: Seconds = 0) -> FaultyOperation[None]:
+    """An operation that always raises ``exc`` (e.g. an exception whose ``retry_decision`` is
+    ``RetryDecision.STOP``)."""
+    return FaultyOperation(None, exc, None, takes=takes)
+
+
+def hang() -> FaultyOperation[None]:
+    """An operation that never finishes until cancelled (by a deadline or its caller)."""
+    return FaultyOperation(0, ConnectionError, None, hang=True)

@@ -1,0 +1,249 @@
+"""Pipeline and Retrying: stage order, flattening, flat errors, Retrying as a stage (seed 000)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+import stoic
+from stoic import (
+    Attempt,
+    BulkheadFull,
+    CircuitOpen,
+    Pipeline,
+    Policy,
+    RateLimited,
+    RetryBudget,
+    Retrying,
+    Schedule,
+)
+from stoic.testing import RecordingSink, VirtualClock, fail_times, fail_with
+
+
+class Stage:
+    """A fake policy recording entry and exit into a shared log."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name = name
+        self.log = log
+
+    async def execute(self, fn: Callable[..., Awaitable[Any]], /, *args: Any, **kwargs: Any) -> Any:
+        self.log.append(f">{self.name}")
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            self.log.append(f"<{self.name}")
+
+
+class Refusing:
+    """A fake policy that refuses its first ``n`` calls with ``rejection``."""
+
+    def __init__(self, n: int, rejection: Exception) -> None:
+        self.n = n
+        self.rejection = rejection
+        self.calls = 0
+        self.seen: list[BaseException] = []
+
+    async def execute(self, fn: Callable[..., Awaitable[Any]], /, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls <= self.n:
+            raise self.rejection
+        try:
+            return await fn(*args, **kwargs)
+        except Exception as error:
+            self.seen.append(error)
+            raise
+
+
+async def test_stages_run_outermost_first(clock: VirtualClock) -> None:
+    log: list[str] = []
+
+    async def op(x: int) -> int:
+        log.append("op")
+        return x + 1
+
+    pipeline = Pipeline(Stage("a", log), Stage("b", log), Stage("c", log))
+    assert await pipeline.execute(op, 1) == 2
+    assert log == [">a", ">b", ">c", "op", "<c", "<b", "<a"]
+    assert isinstance(pipeline, Policy)
+
+
+async def test_nested_pipelines_and_lists_are_flattened(clock: VirtualClock) -> None:
+    log: list[str] = []
+    a, b, c, d = (Stage(n, log) for n in "abcd")
+    pipeline = Pipeline(a, Pipeline(b, [c]), Pipeline(), d)
+    assert pipeline.stages == (a, b, c, d)
+    assert len(pipeline) == 4
+
+    async def op() -> str:
+        return "ok"
+
+    assert await Pipeline(Pipeline(pipeline)).execute(op) == "ok"
+    assert log == [">a", ">b", ">c", ">d", "<d", "<c", "<b", "<a"]
+
+
+async def test_an_empty_pipeline_just_runs_the_operation() -> None:
+    async def op(x: int, *, y: int) -> int:
+        return x * y
+
+    assert await Pipeline().execute(op, 3, y=4) == 12
+
+
+def test_a_stage_must_be_a_policy() -> None:
+    with pytest.raises(TypeError, match="execute"):
+        Pipeline(object())  # type: ignore[arg-type]
+
+
+async def test_the_operations_own_error_comes_out_unchanged(clock: VirtualClock) -> None:
+    log: list[str] = []
+    op = fail_with(ValueError("bad"))
+    with pytest.raises(ValueError) as caught:
+        await Pipeline(Stage("a", log), Stage("b", log)).execute(op)
+    assert caught.value is op.raised[0]
+    assert caught.value.__cause__ is None
+
+
+@pytest.mark.parametrize("rejection", [CircuitOpen(label="api"), RateLimited(label="api"), BulkheadFull(label="api")])
+async def test_an_inner_rejection_comes_out_flat_and_is_the_outer_stages_operation_error(
+        rejection: Exception, clock: VirtualClock) -> None:
+    outer = Refusing(0, RuntimeError())
+    inner = Refusing(10, rejection)
+    op = fail_times(0, then="never")
+    with pytest.raises(type(rejection)) as caught:
+        await Pipeline(outer, inner).execute(op)
+    assert caught.value is rejection
+    assert outer.seen == [rejection]  # the outer stage saw the refusal as its operation's error
+    assert op.calls == 0
+
+
+async def test_retrying_honours_an_inner_rejections_retry_after(clock: VirtualClock, sink: RecordingSink) -> None:
+    breaker = Refusing(1, CircuitOpen(label="api", retry_after=4.5))
+    op = fail_times(0, then="ok")
+    pipeline = Pipeline(Retrying(Schedule.fixed(0.2).attempts(3)), breaker)
+    assert await clock.run(pipeline.execute(op)) == "ok"
+    assert clock.now() == 4.5
+    event = sink.of("retry.attempt_failed")[0]
+    assert event.attributes["decision"] == "retry_after"
+    assert event.attributes["error.type"] == "CircuitOpen"
+
+
+async def test_retrying_retries_a_half_open_rejection_on_the_schedule(clock: VirtualClock) -> None:
+    breaker = Refusing(2, CircuitOpen(label="api"))
+    pipeline = Pipeline(Retrying(Schedule.fixed(0.2).attempts(3)), breaker)
+    assert await clock.run(pipeline.execute(fail_times(0, then=1))) == 1
+    assert clock.now() == pytest.approx(0.4)
+
+
+async def test_retrying_passes_the_attempt_through_the_pipeline(clock: VirtualClock) -> None:
+    log: list[str] = []
+    seen: list[int] = []
+
+    async def op(path: str, *, attempt: Attempt) -> str:
+        seen.append(attempt.number)
+        if attempt.number < 2:
+            raise ConnectionError
+        return path
+
+    pipeline = Pipeline(Retrying(Schedule.fixed(1).attempts(3)), Stage("breaker", log))
+    assert await clock.run(pipeline.execute(op, "/users")) == "/users"
+    assert seen == [1, 2]
+    assert log == [">breaker", "<breaker", ">breaker", "<breaker"]
+
+
+async def test_retrying_each_attempt_goes_through_the_inner_stages(clock: VirtualClock, sink: RecordingSink) -> None:
+    log: list[str] = []
+    op = fail_times(2, then="ok")
+    pipeline = Pipeline(Stage("outer", log), Retrying(Schedule.fixed(1).attempts(3), label="api"), Stage("inner", log))
+    assert await clock.run(pipeline.execute(op)) == "ok"
+    assert log == [">outer", ">inner", "<inner", ">inner", "<inner", ">inner", "<inner", "<outer"]
+    assert {e.label for e in sink.events} == {"api"}
+
+
+async def test_retrying_default_label_is_the_users_operation(clock: VirtualClock, sink: RecordingSink) -> None:
+    async def get_user() -> None:
+        raise ConnectionError
+
+    with pytest.raises(ConnectionError):
+        await clock.run(Pipeline(Retrying(Schedule.fixed(0).attempts(2)), Stage("s", [])).execute(get_user))
+    assert sink.events[0].label.endswith("get_user")
+
+
+async def test_retrying_budget_is_per_construction_site(clock: VirtualClock) -> None:
+    first = Retrying(Schedule.fixed(0).attempts(50))
+    second = Retrying(Schedule.fixed(0).attempts(50))
+    assert first.budget is not second.budget
+    assert first.budget is first.budget
+    op = fail_with(ConnectionError())
+    with pytest.raises(ConnectionError):
+        await clock.run(first.execute(op))
+    assert op.calls == 11  # 1 + the reserve of 10 (0.2 earned is not a token)
+    op2 = fail_with(ConnectionError())
+    with pytest.raises(ConnectionError):
+        await clock.run(second.execute(op2))
+    assert op2.calls == 11
+    shared = RetryBudget.named("dep", reserve_capacity=2, reserve_per_second=0)
+    a = Retrying(Schedule.fixed(0).attempts(9), budget=shared)
+    b = Retrying(Schedule.fixed(0).attempts(9), budget=shared)
+    op3, op4 = fail_with(ConnectionError()), fail_with(ConnectionError())
+    for policy, op_ in ((a, op3), (b, op4)):
+        with pytest.raises(ConnectionError):
+            await clock.run(policy.execute(op_))
+    assert (op3.calls, op4.calls) == (3, 1)
+
+
+async def test_retrying_as_a_decorator_and_for_plain_functions(jumping_clock: VirtualClock) -> None:
+    policy = Retrying(Schedule.fixed(1).attempts(3))
+    calls = 0
+
+    @policy
+    async def fetch() -> int:
+        nonlocal calls
+        calls += 1
+        if calls < 2:
+            raise ConnectionError
+        return calls
+
+    assert await jumping_clock.run(fetch()) == 2
+    op = fail_times(1, then="sync")
+    assert policy.call(op.sync) == "sync"
+
+    @policy
+    def read() -> str:
+        return "plain"
+
+    assert read() == "plain"
+    assert "Retrying(Schedule.fixed(1).attempts(3)" in repr(policy)
+
+
+async def test_retrying_keeps_the_clock_it_was_built_with() -> None:
+    built_on = VirtualClock()
+    with stoic.use_clock(built_on):
+        policy = Retrying(Schedule.fixed(5).attempts(2))
+    op = fail_times(1, then="ok")
+    assert await built_on.run(policy.execute(op)) == "ok"
+    assert built_on.now() == 5
+
+
+async def test_pipeline_as_a_decorator(clock: VirtualClock) -> None:
+    log: list[str] = []
+    pipeline = Pipeline(Stage("a", log))
+
+    @pipeline
+    async def op(x: int) -> int:
+        return x * 3
+
+    assert await op(2) == 6
+    assert log == [">a", "<a"]
+    with pytest.raises(TypeError):
+        pipeline(lambda: 1)  # type: ignore[arg-type, return-value]
+
+
+async def test_nested_retrying_stages_collapse_to_the_outer_one(clock: VirtualClock, sink: RecordingSink) -> None:
+    op = fail_with(ConnectionError())
+    pipeline = Pipeline(Retrying(Schedule.fixed(0).attempts(3)), Retrying(Schedule.fixed(0).attempts(3)))
+    with pytest.raises(ConnectionError):
+        await clock.run(pipeline.execute(op))
+    assert op.calls == 3
+    assert len(sink.of("retry.nested")) == 3

@@ -1,0 +1,630 @@
+"""retry: the order of checks, classification, Retry-After, deadlines, budgets, cancellation,
+events, Attempt passing (seed 001, "Semantics"; field reports 6-10). All on virtual time."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from typing import Any
+
+import pytest
+
+import stoic
+from stoic import (
+    Attempt,
+    BudgetExhausted,
+    CircuitOpen,
+    DeadlineExceeded,
+    Defect,
+    RateLimited,
+    RetryBudget,
+    RetryClassifier,
+    RetryDecision,
+    Schedule,
+    retry,
+    retry_sync,
+    retrying,
+)
+from stoic.testing import RecordingSink, VirtualClock, fail_times, fail_with, hang, settle
+
+THREE = Schedule.exponential(1).attempts(3)
+
+
+class Stop(Exception):
+    retry_decision = RetryDecision.STOP
+
+
+class After(Exception):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.retry_decision = RetryDecision.retry_after(seconds)
+
+
+class TestBasics:
+    async def test_first_attempt_success_returns_without_events(self, clock: VirtualClock,
+                                                                sink: RecordingSink) -> None:
+        op = fail_times(0, then=42)
+        assert await retry(THREE, op) == 42
+        assert op.calls == 1
+        assert sink.events == []
+
+    async def test_failures_then_success_sleeps_the_schedule(self, clock: VirtualClock, sink: RecordingSink) -> None:
+        op = fail_times(2, then="ok")
+        assert await clock.run(retry(THREE, op)) == "ok"
+        assert op.started_at == [0.0, 1.0, 3.0]
+        assert sink.names() == ["retry.attempt_failed", "retry.attempt_failed", "retry.succeeded"]
+        first = sink.of("retry.attempt_failed")[0]
+        assert dict(first.attributes) == {"attempt": 1, "error.type": "ConnectionError", "decision": "retry",
+                                          "next_delay": 1.0}
+        assert sink.of("retry.succeeded")[0].attributes == {"attempts": 3}
+
+    async def test_exhausted_raises_the_last_attempts_own_exception(self, clock: VirtualClock,
+                                                                    sink: RecordingSink) -> None:
+        op = fail_times(5)
+        with pytest.raises(ConnectionError) as caught:
+            await clock.run(retry(THREE, op))
+        assert caught.value is op.raised[-1]
+        assert op.calls == 3
+        assert sink.of("retry.exhausted")[0].attributes == {"attempts": 3, "error.type": "ConnectionError"}
+        assert clock.now() == 3.0
+
+    async def test_arguments_are_forwarded(self, clock: VirtualClock) -> None:
+        async def add(a: int, b: int, *, scale: int = 1) -> int:
+            return (a + b) * scale
+
+        assert await retry(THREE, add, 2, 3, scale=10) == 50
+
+    async def test_label_defaults_to_the_operations_name(self, clock: VirtualClock, sink: RecordingSink) -> None:
+        async def fetch_user() -> None:
+            raise ConnectionError
+
+        with pytest.raises(ConnectionError):
+            await clock.run(retry(Schedule.fixed(0).attempts(2), fetch_user))
+        assert {e.label for e in sink.events} == {"TestBasics.test_label_defaults_to_the_operations_name."
+                                                  "<locals>.fetch_user"}
+        with pytest.raises(ConnectionError):
+            await clock.run(retry(Schedule.fixed(0).attempts(2), fetch_user, label="users"))
+        assert sink.events[-1].label == "users"
+
+
+class TestValidation:
+    async def test_an_unbounded_schedule_is_a_type_error_saying_how_to_bound_it(self) -> None:
+        with pytest.raises(TypeError, match=r"\.attempts\(n\).*Schedule\.delays"):
+            retry(Schedule.exponential(1), fail_times(0))  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="BoundedSchedule"):
+            retry(3, fail_times(0))  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"\.attempts\(n\)"):
+            stoic.Retrying(Schedule.fixed(1))  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf")])
+    async def test_zero_or_invalid_attempt_timeout_is_rejected(self, value: float) -> None:
+        # Field report 10: a zero timeout never means "no timeout".
+        with pytest.raises(ValueError, match="attempt_timeout"):
+            retry(THREE, fail_times(0), attempt_timeout=value)
+
+    def test_zero_budget_is_rejected_or_means_no_retries(self) -> None:
+        with pytest.raises(ValueError, match="ratio"):
+            RetryBudget(ratio=0)
+        with pytest.raises(ValueError, match="ratio"):
+            RetryBudget(ratio=1.5)
+        with pytest.raises(ValueError, match="reserve_capacity"):
+            RetryBudget(reserve_capacity=-1)
+        with pytest.raises(ValueError, match="reserve_per_second"):
+            RetryBudget(reserve_per_second=-1)
+
+    async def test_an_empty_reserve_means_exactly_no_retry_without_earnings(self, clock: VirtualClock,
+                                                                            sink: RecordingSink) -> None:
+        budget = RetryBudget(ratio=0.1, reserve_per_second=0, reserve_capacity=0)
+        op = fail_times(5)
+        with pytest.raises(ConnectionError):
+            await clock.run(retry(THREE, op, budget=budget))
+        assert op.calls == 1
+        assert sink.names() == ["retry.budget_exhausted"]
+
+    async def test_attempts_zero_is_rejected(self) -> None:
+        with pytest.raises(ValueError, match="count"):
+            Schedule.fixed(1).attempts(0)
+
+
+class TestClassification:
+    @pytest.mark.parametrize("error", [
+        UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+        json.JSONDecodeError("Expecting value", "x", 0),
+        TypeError("bad call"),
+        AttributeError("no such"),
+        BudgetExhausted(),
+        Stop(),
+    ])
+    async def test_standard_stops_on_errors_retrying_cannot_fix(self, error: Exception, clock: VirtualClock,
+                                                                 sink: RecordingSink) -> None:
+        op = fail_with(error)
+        with pytest.raises(type(error)):
+            await clock.run(retry(THREE, op))
+        assert op.calls == 1
+        assert sink.names() == ["retry.permanent"]
+
+    @pytest.mark.parametrize("error", [ConnectionError(), OSError(), ValueError("x"), RuntimeError(),
+                                       DeadlineExceeded(), RateLimited(), CircuitOpen()])
+    async def test_standard_retries_anything_else(self, error: Exception, clock: VirtualClock) -> None:
+        op = fail_times(2, error, then="ok")
+        assert await clock.run(retry(THREE, op)) == "ok"
+        assert op.calls == 3
+
+    async def test_a_defect_is_never_retried_whatever_the_classifier(self, clock: VirtualClock,
+                                                                     sink: RecordingSink) -> None:
+        class Bug(Defect):
+            pass
+
+        op = fail_with(Bug("oops"))
+        with pytest.raises(Bug):
+            await clock.run(retry(THREE, op, classify=lambda e: True))
+        assert op.calls == 1
+        assert sink.names() == ["retry.defect"]
+        assert sink.events[0].level == stoic.Level.ERROR
+
+    async def test_transient_only(self, clock: VirtualClock) -> None:
+        op = fail_with(ValueError("x"))
+        with pytest.raises(ValueError):
+            await clock.run(retry(THREE, op, classify=RetryClassifier.transient_only))
+        assert op.calls == 1
+        for error in (TimeoutError(), ConnectionResetError(), DeadlineExceeded(), After(1)):
+            op = fail_times(1, error, then=1)
+            assert await clock.run(retry(THREE, op, classify=RetryClassifier.transient_only)) == 1
+
+    async def test_never(self, clock: VirtualClock) -> None:
+        op = fail_times(1, then=1)
+        with pytest.raises(ConnectionError):
+            await clock.run(retry(THREE, op, classify=RetryClassifier.never))
+        assert op.calls == 1
+
+    async def test_custom_callables_and_exception_types(self, clock: VirtualClock) -> None:
+        op = fail_times(1, KeyError("k"), then=1)
+        assert await clock.run(retry(THREE, op, classify=lambda e: isinstance(e, KeyError))) == 1
+        op = fail_times(1, KeyError("k"), then=1)
+        with pytest.raises(KeyError):
+            await clock.run(retry(THREE, op, classify=(ConnectionError, TimeoutError)))
+        op = fail_times(1, TimeoutError, then=1)
+        assert await clock.run(retry(THREE, op, classify=TimeoutError)) == 1
+        op = fail_times(1, TimeoutError, then=1)
+        assert await clock.run(retry(THREE, op, classify=RetryClassifier(lambda e: RetryDecision.retry_after(7)))) == 1
+        assert op.started_at == [clock.now() - 7, clock.now()]
+        with pytest.raises(TypeError):
+            retry(THREE, op, classify=42)  # type: ignore[arg-type]
+
+    def test_decisions_are_values(self) -> None:
+        assert RetryDecision.retry_after(1.5) == RetryDecision.retry_after(1.5)
+        assert RetryDecision.retry_after(1.5).after == 1.5
+        assert RetryDecision.RETRY != RetryDecision.STOP
+        assert repr(RetryDecision.retry_after(2)) == "RetryDecision.retry_after(2.0)"
+        assert isinstance(Stop(), stoic.Retryable)
+        with pytest.raises(ValueError):
+            RetryDecision.retry_after(-1)
+
+
+class TestRetryAfter:
+    async def test_retry_after_replaces_the_schedules_delay(self, clock: VirtualClock, sink: RecordingSink) -> None:
+        op = fail_times(1, After(7.5), then="ok")
+        assert await clock.run(retry(THREE, op)) == "ok"
+        assert op.started_at == [0.0, 7.5]
+        event = sink.of("retry.attempt_failed")[0]
+        assert event.attributes["decision"] == "retry_after"
+        assert event.attributes["next_delay"] == 7.5
+
+    async def test_a_rejections_retry_after_is_honoured(self, clock: VirtualClock) -> None:
+        op = fail_times(1, CircuitOpen(retry_after=12.0), then="ok")
+        assert await clock.run(retry(THREE, op)) == "ok"
+        assert op.started_at == [0.0, 12.0]
+
+    async def test_retry_after_is_capped_at_five_minutes(self, clock: VirtualClock, sink: RecordingSink) -> None:
+        op = fail_times(1, After(3600), then="ok")
+        assert await clock.run(retry(THREE, op)) == "ok"
+        assert op.started_at == [0.0, 300.0]
+        assert sink.of("retry.after_capped")[0].attributes == {"requested": 3600.0, "capped": 300.0}
+
+    async def test_retry_after_keeps_the_schedules_bound(self, clock: VirtualClock, sink: RecordingSink) -> None:
+        op = fail_with(After(1))
+        with pytest.raises(After):
+            await clock.run(retry(Schedule.fixed(100).attempts(2), op))
+        assert op.started_at == [0.0, 1.0]
+        assert sink.names()[-1] == "retry.exhausted"
+
+    async def test_retry_after_keeps_the_budget(self, clock: VirtualClock, sink: RecordingSink) -> None:
+        op = fail_with(After(1))
+        budget = RetryBudget(ratio=1.0, reserve_per_second=0, reserve_capacity=0)
+        with pytest.raises(After):
+            await clock.run(retry(THREE, op, budget=budget))
+        assert op.calls == 2  # one earned token
+        assert sink.names()[-1] == "retry.budget_exhausted"
+
+    async def test_retry_after_keeps_the_deadline(self, clock: VirtualClock, sink: RecordingSink) -> None:
+        op = fail_with(After(20))
+
+        async def call() -> None:
+            async with stoic.timeout(10):
+                await retry(THREE, op)
+
+        with pytest.raises(After):
+            await clock.run(call())
+        assert op.calls == 1
+        assert sink.names() == ["retry.deadline_skip"]
+        assert clock.now() == 0
+
+
+class TestOrderOfChecks:
+    async def test_permanent_is_reported_before_exhaustion(self, clock: VirtualClock, sink: RecordingSink) -> None:
+        with pytest.raises(Stop):
+            await clock.run(retry(Schedule.fixed(1).attempts(1), fail_with(Stop())))
+        assert sink.names() == ["retry.permanent"]
+
+    async def test_exhaustion_is_reported_before_the_deadline(self, clock: VirtualClock,
+                                                              sink: RecordingSink) -> None:
+        async def call() -> None:
+            async with stoic.timeout(0.5):
+                await retry(Schedule.fixed(1).attempts(1), fail_with(ConnectionError()))
+
+        with pytest.raises(ConnectionError):
+            await clock.run(call())
+        assert sink.names() == ["retry.exhausted"]
+
+    async def test_a_deadline_skip_spends_no_budget_token(self, clock: VirtualClock, sink: RecordingSink) -> None:
+        budget = RetryBudget(ratio=0.5, reserve_per_second=0, reserve_capacity=3)
+        before = budget.tokens
+
+        async def call() -> None:
+            async with stoic.timeout(5):
+                await retry(Schedule.fixed(1).attempts(5), fail_with(ConnectionError(), takes=3), budget=budget)
+
+        with pytest.raises(ConnectionError):
+            await clock.run(call())
+        assert sink.names() == ["retry.deadline_skip"]
+        assert budget.tokens == before + 0.5  # the deposit, and nothing spent
+
+    async def test_nested_is_checked_before_the_classifier(self, clock: VirtualClock, sink: RecordingSink) -> None:
+        async def outer() -> None:
+            await retry(THREE, fail_with(Stop()))
+
+        with pytest.raises(Stop):
+            await clock.run(retry(Schedule.fixed(0).attempts(1), outer))
+        assert sink.names()[0] == "retry.nested"
+
+
+class TestDeadlines:
+    async def test_an_attempt_that_could_not_finish_in_time_is_skipped(self, clock: VirtualClock,
+                                                                      sink: RecordingSink) -> None:
+        op = fail_with(ConnectionError(), takes=3)
+
+        async def call() -> None:
+            async with stoic.timeout(10):
+                await retry(Schedule.fixed(1).attempts(10), op)
+
+        with pytest.raises(ConnectionError):  # the operation's own error, not DeadlineExceeded
+            await clock.run(call())
+        # Attempts at 0, 4: each takes 3 s, then 1 s of backoff. At 7 s, 1 + 3 >= 3 s left.
+        assert op.started_at == [0.0, 4.0]
+        assert clock.now() == 7.0
+        assert sink.of("retry.deadline_skip")[0].attributes == {"attempt": 2, "error.type": "ConnectionError"}
+
+    async def test_per_attempt_timeout_makes_a_hung_attempt_transient(self, clock: VirtualClock,
+                                                                      sink: RecordingSink) -> None:
+        op = hang()
+        with pytest.raises(DeadlineExceeded):
+            await clock.run(retry(Schedule.fixed(1).attempts(3), op, attempt_timeout=2))
+        assert op.started_at == [0.0, 3.0, 6.0]
+        assert clock.now() == 8.0
+        assert [e.attributes["error.type"] for e in sink.of("retry.attempt_failed")] == ["DeadlineExceeded"] * 2
+        assert clock.pending_timers == 0
+
+    async def test_attempt_timeout_does_not_touch_a_fast_attempt(self, clock: VirtualClock) -> None:
+        op = fail_times(1, then="ok", takes=1)
+        assert await clock.run(retry(Schedule.fixed(1).attempts(3), op, attempt_timeout=2)) == "ok"
+        assert clock.pending_timers == 0
+
+    async def test_the_ambient_deadline_inside_an_attempt_is_the_attempts(self, clock: VirtualClock) -> None:
+        seen: list[float | None] = []
+
+        async def op() -> None:
+            seen.append(stoic.time_remaining())
+            raise ConnectionError
+
+        with pytest.raises(ConnectionError):
+            await clock.run(retry(Schedule.fixed(1).attempts(2), op, attempt_timeout=2.5))
+        assert seen == [2.5, 2.5]
+
+    async def test_worst_case_sizes_an_outer_timeout_that_never_fires_first(self, clock: VirtualClock) -> None:
+        start = Schedule.fixed(0.65).attempts(2)
+        op = hang()
+
+        async def call() -> None:
+            async with stoic.timeout(start.worst_case(2.5) + 0.001):
+                await retry(start, op, attempt_timeout=2.5)
+
+        with pytest.raises(DeadlineExceeded):
+            await clock.run(call())
+        assert op.calls == 2
+        assert clock.now() == pytest.approx(5.65)  # the second attempt's own timeout, before the outer one
+
+
+class TestCancellation:
+    async def test_cancelled_from_outside_during_an_attempt(self, clock: VirtualClock, sink: RecordingSink) -> None:
+        # Field report 6: no second attempt, no backoff sleep, cancellation propagates at 1 s.
+        op = fail_with(ConnectionError(), takes=3)
+        task = asyncio.ensure_future(retry(Schedule.fixed(0.5).attempts(5), op))
+        await clock.advance(1)
+        task.cancel()
+        await settle()
+        assert task.cancelled()
+        assert op.calls == 1
+        assert clock.pending_timers == 0
+        assert clock.now() == 1.0
+        assert sink.events == []
+
+    async def test_cancelled_by_an_outer_deadline_during_an_attempt(self, clock: VirtualClock,
+                                                                    sink: RecordingSink) -> None:
+        op = fail_with(ConnectionError(), takes=3)
+
+        async def call() -> None:
+            async with stoic.timeout(1):
+                await retry(Schedule.fixed(0.5).attempts(5), op)
+
+        with pytest.raises(DeadlineExceeded):
+            await clock.run(call())
+        assert op.calls == 1
+        assert clock.now() == 1.0
+        assert sink.events == []
+
+    async def test_an_error_raised_while_the_task_is_being_cancelled_is_not_retried(
+            self, clock: VirtualClock) -> None:
+        calls = 0
+
+        async def op() -> None:
+            nonlocal calls
+            calls += 1
+            try:
+                await clock.sleep_until(clock.now_ns() + 3_000_000_000)
+            except asyncio.CancelledError:
+                raise ConnectionError("converted") from None
+
+        task = asyncio.ensure_future(retry(Schedule.fixed(0).attempts(5), op))
+        await clock.advance(1)
+        task.cancel()
+        await settle()
+        assert task.done()
+        with pytest.raises(ConnectionError):
+            task.result()
+        assert calls == 1
+
+    async def test_cancelled_during_the_backoff_propagates(self, clock: VirtualClock, sink: RecordingSink) -> None:
+        op = fail_with(ConnectionError())
+        task = asyncio.ensure_future(retry(Schedule.fixed(10).attempts(5), op))
+        await clock.advance(5)
+        assert op.calls == 1
+        task.cancel()
+        await settle()
+        assert task.cancelled()
+        assert clock.pending_timers == 0
+        await clock.advance(100)
+        assert op.calls == 1
+
+    async def test_a_cancelled_error_from_the_operation_passes_straight_through(
+            self, clock: VirtualClock, sink: RecordingSink) -> None:
+        op = fail_times(3, asyncio.CancelledError, then=1)
+        with pytest.raises(asyncio.CancelledError):
+            await retry(THREE, op)
+        assert op.calls == 1
+        assert sink.events == []
+
+    @pytest.mark.parametrize("error", [KeyboardInterrupt, SystemExit, GeneratorExit])
+    def test_base_exceptions_pass_straight_through(self, error: type[BaseException],
+                                                   jumping_clock: VirtualClock, sink: RecordingSink) -> None:
+        op = fail_times(3, error, then=1)
+        with pytest.raises(error):
+            retry_sync(THREE, op.sync)
+        assert op.calls == 1
+        assert sink.events == []
+
+
+class TestReportedDelay:
+    async def test_next_delay_is_exactly_the_delay_slept(self, clock: VirtualClock, sink: RecordingSink) -> None:
+        # Field report 9, with jitter, Retry-After and a cap in play, to the nanosecond.
+        starts: list[int] = []
+        errors = [ConnectionError(), After(2.123456789), ConnectionError(), ConnectionError()]
+
+        async def op() -> str:
+            starts.append(clock.now_ns())
+            await clock.sleep_until(clock.now_ns() + 333_333_333)
+            if len(starts) <= len(errors):
+                raise errors[len(starts) - 1]
+            return "ok"
+
+        schedule = Schedule.exponential(0.7, factor=3).capped(2).jittered().attempts(6)
+        assert await clock.run(retry(schedule, op)) == "ok"
+        failed = sink.of("retry.attempt_failed")
+        assert len(failed) == 4
+        for event, next_start in zip(failed, starts[1:], strict=True):
+            slept = next_start - event.time_ns
+            assert round(float(event.attributes["next_delay"]) * 1e9) == slept
+        assert failed[1].attributes["next_delay"] == 2.123456789
+
+
+class TestAttempt:
+    async def test_an_operation_declaring_attempt_receives_it(self, clock: VirtualClock) -> None:
+        seen: list[Attempt] = []
+
+        async def op(x: int, *, attempt: Attempt) -> int:
+            seen.append(attempt)
+            if attempt.number < 3:
+                raise ConnectionError
+            return x
+
+        assert await clock.run(retry(THREE, op, 7)) == 7
+        assert [a.number for a in seen] == [1, 2, 3]
+        assert len({a.call_id for a in seen}) == 1
+        assert seen[0].idempotency_key == seen[0].call_id and seen[0].is_first
+
+    async def test_attempt_rule_for_methods_partials_and_positional_parameters(self, clock: VirtualClock) -> None:
+        class Client:
+            async def get(self, attempt: Attempt) -> int:
+                return attempt.number
+
+        async def plain(**kwargs: Any) -> dict[str, Any]:
+            return kwargs
+
+        async def partial_target(a: int, attempt: Attempt) -> int:
+            return a * 10 + attempt.number
+
+        assert await retry(THREE, Client().get) == 1
+        assert await retry(THREE, plain) == {}
+        assert await retry(THREE, functools.partial(partial_target, 4)) == 41
+        assert await retry(THREE, partial_target, 5, attempt=Attempt(9)) == 59  # the caller's wins
+
+    def test_attempts_are_values(self) -> None:
+        a = Attempt(1)
+        assert a.next().call_id == a.call_id and a.next().number == 2
+        assert a == Attempt(1, a.call_id)
+        with pytest.raises(AttributeError):
+            a.number = 3  # type: ignore[misc]
+
+
+class TestBudget:
+    async def test_first_attempts_deposit_and_retries_spend(self, clock: VirtualClock) -> None:
+        budget = RetryBudget(ratio=0.5, reserve_per_second=0, reserve_capacity=0)
+        for _ in range(4):
+            await retry(THREE, fail_times(0), budget=budget)
+        assert budget.tokens == 2.0
+        op = fail_times(10)
+        with pytest.raises(ConnectionError):
+            await clock.run(retry(THREE, op, budget=budget))
+        assert op.calls == 3
+        assert budget.tokens == 0.5
+
+    async def test_each_call_site_has_its_own_budget(self, clock: VirtualClock, sink: RecordingSink) -> None:
+        # Drain the first site's reserve (10 tokens, no refill without time passing).
+        async def drain() -> None:
+            with pytest.raises(ConnectionError):
+                await retry(Schedule.fixed(0).attempts(100), fail_with(ConnectionError()))
+
+        await clock.run(drain())
+        assert len(sink.of("retry.attempt_failed")) == 10  # reserve 10 + 0.2 earned
+        sink.clear()
+        op = fail_times(2, then=1)
+        assert await clock.run(retry(Schedule.fixed(0).attempts(3), op)) == 1  # another site: fresh
+
+    async def test_named_budgets_are_shared_across_call_sites(self, clock: VirtualClock) -> None:
+        shared = RetryBudget.named("api.example.com", reserve_per_second=0, reserve_capacity=1)
+        op1, op2 = fail_with(ConnectionError()), fail_with(ConnectionError())
+        with pytest.raises(ConnectionError):
+            await clock.run(retry(THREE, op1, budget=shared))
+        with pytest.raises(ConnectionError):
+            await clock.run(retry(THREE, op2, budget=shared))
+        assert (op1.calls, op2.calls) == (2, 1)
+
+    async def test_unlimited(self, clock: VirtualClock) -> None:
+        op = fail_with(ConnectionError())
+        with pytest.raises(ConnectionError):
+            await clock.run(retry(Schedule.fixed(0).attempts(50), op, budget=RetryBudget.UNLIMITED))
+        assert op.calls == 50
+
+    async def test_hundreds_of_concurrent_retries_stay_within_the_budget(self, clock: VirtualClock) -> None:
+        budget = RetryBudget(ratio=0.2, reserve_per_second=1, reserve_capacity=10, clock=clock)
+        ops = [fail_with(ConnectionError(), takes=0.01 * (i % 7)) for i in range(300)]
+
+        async def one(op: Any) -> None:
+            with pytest.raises(ConnectionError):
+                await retry(Schedule.fixed(0.1).jittered().attempts(4), op, budget=budget)
+
+        async def all_of() -> None:
+            await asyncio.gather(*(one(op) for op in ops))
+
+        await clock.run(all_of())
+        retries = sum(op.calls for op in ops) - len(ops)
+        elapsed = clock.now()
+        assert retries <= 0.2 * len(ops) + 10 + 1 * elapsed + 1e-9
+        assert retries >= 60  # the earned tokens really were spent
+
+
+class TestDecoratorAndSync:
+    async def test_decorator_on_a_coroutine_function(self, clock: VirtualClock, sink: RecordingSink) -> None:
+        calls = 0
+
+        @retrying(Schedule.fixed(1).attempts(3))
+        async def fetch(x: int) -> int:
+            nonlocal calls
+            calls += 1
+            if calls < 3:
+                raise ConnectionError
+            return x * 2
+
+        assert fetch.__name__ == "fetch"
+        assert await clock.run(fetch(21)) == 42
+        assert calls == 3
+        assert sink.events[0].label.endswith("fetch")
+
+    def test_decorator_on_a_plain_function(self, jumping_clock: VirtualClock, sink: RecordingSink) -> None:
+        calls: list[float] = []
+
+        @retrying(Schedule.exponential(2).attempts(4), label="sync")
+        def read(attempt: Attempt) -> int:
+            calls.append(jumping_clock.now())
+            if attempt.number < 4:
+                raise TimeoutError
+            return attempt.number
+
+        assert read() == 4
+        assert calls == [0.0, 2.0, 6.0, 14.0]
+        assert [e.label for e in sink.events] == ["sync"] * 4
+
+    def test_retry_sync(self, jumping_clock: VirtualClock, sink: RecordingSink) -> None:
+        op = fail_times(2, then="ok")
+        assert retry_sync(THREE, op.sync) == "ok"
+        assert op.started_at == [0.0, 1.0, 3.0]
+        with pytest.raises(TypeError, match="coroutine"):
+            retry_sync(THREE, op)
+        with pytest.raises(TypeError, match="attempt_timeout"):
+            retrying(THREE, attempt_timeout=1)(lambda: 1)
+
+    def test_retry_sync_exhausts_and_classifies(self, jumping_clock: VirtualClock, sink: RecordingSink) -> None:
+        op = fail_times(5)
+        with pytest.raises(ConnectionError) as caught:
+            retry_sync(THREE, op.sync)
+        assert caught.value is op.raised[-1]
+        stop = fail_with(Stop())
+        with pytest.raises(Stop):
+            retry_sync(THREE, stop.sync)
+        assert stop.calls == 1
+        assert sink.names()[-2:] == ["retry.exhausted", "retry.permanent"]
+
+    def test_retry_sync_nests(self, jumping_clock: VirtualClock) -> None:
+        inner = fail_with(ConnectionError())
+
+        def outer() -> None:
+            retry_sync(THREE, inner.sync)
+
+        with pytest.raises(ConnectionError):
+            retry_sync(THREE, outer)
+        assert inner.calls == 3
+
+
+class TestEvents:
+    async def test_a_raising_sink_never_breaks_a_retry(self, clock: VirtualClock) -> None:
+        class Boom:
+            level = stoic.Level.DEBUG
+
+            def emit(self, event: stoic.Event) -> None:
+                raise RuntimeError("sink down")
+
+        with stoic.use_sinks(Boom()):
+            op = fail_times(2, then="ok")
+            assert await clock.run(retry(THREE, op)) == "ok"
+            assert op.started_at == [0.0, 1.0, 3.0]
+
+    async def test_no_event_is_built_when_no_sink_listens(self, clock: VirtualClock,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+        import stoic._retry as engine
+
+        built: list[str] = []
+        monkeypatch.setattr(engine, "emit", lambda name, *a: built.append(name))
+        op = fail_times(2, then="ok")
+        assert await clock.run(retry(THREE, op)) == "ok"
+        assert built == []
+

@@ -1,0 +1,166 @@
+"""Nested retries collapse to one layer by default (seed 001, "Nesting"); recur."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+import stoic
+from stoic import RetryBudget, RetryNesting, Schedule, recur, retry
+from stoic._retry import in_retry_attempt
+from stoic.testing import RecordingSink, VirtualClock, fail_times, fail_with
+
+THREE = Schedule.fixed(0.1).attempts(3)
+
+
+async def layers(n: int, nesting: RetryNesting, budget: RetryBudget) -> int:
+    calls = 0
+
+    async def dependency() -> None:
+        nonlocal calls
+        calls += 1
+        raise ConnectionError
+
+    def wrap(inner: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+        async def layer() -> None:
+            await retry(THREE, inner, nesting=nesting, budget=budget)
+
+        return layer
+
+    op: Callable[[], Awaitable[None]] = dependency
+    for _ in range(n):
+        op = wrap(op)
+    with pytest.raises(ConnectionError):
+        await op()
+    return calls
+
+
+async def test_five_layers_of_three_attempts_make_243_calls_when_nesting_is_allowed(clock: VirtualClock) -> None:
+    assert await clock.run(layers(5, RetryNesting.ALLOW, RetryBudget.UNLIMITED)) == 243
+
+
+async def test_five_layers_of_three_attempts_make_3_calls_by_default(clock: VirtualClock,
+                                                                      sink: RecordingSink) -> None:
+    assert await clock.run(layers(5, RetryNesting.SINGLE_ATTEMPT, RetryBudget.UNLIMITED)) == 3
+    # Each of the outer layer's three attempts passes through four inner layers that each give up.
+    assert len(sink.of("retry.nested")) == 3 * 4
+    assert len(sink.of("retry.attempt_failed")) == 2
+    assert len(sink.of("retry.exhausted")) == 1
+
+
+def test_the_amplification_example_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    path = Path(__file__).resolve().parent.parent / "examples" / "amplification.py"
+    spec = importlib.util.spec_from_file_location("stoic_example_amplification", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    example.main()
+    printed = capsys.readouterr().out
+    rows = {name.strip(): int(calls) for name, calls in (line.rsplit(None, 1) for line in printed.splitlines()[2:])}
+    assert rows["every layer retries (ALLOW), no budget"] == 243
+    assert rows["stoic default (SINGLE_ATTEMPT)"] == 3
+    assert 3 < rows["every layer retries (ALLOW), default budget (one site)"] < 243
+
+
+async def test_a_nested_retry_still_succeeds_on_its_single_attempt(clock: VirtualClock) -> None:
+    inner = fail_times(0, then="ok")
+
+    async def outer() -> str:
+        return await retry(THREE, inner)
+
+    assert await clock.run(retry(THREE, outer)) == "ok"
+
+
+async def test_nesting_is_seen_by_tasks_an_attempt_creates(clock: VirtualClock) -> None:
+    inner = fail_with(ConnectionError())
+
+    async def outer() -> None:
+        await asyncio.create_task(retry(THREE, inner))
+
+    with pytest.raises(ConnectionError):
+        await clock.run(retry(THREE, outer))
+    assert inner.calls == 3  # one per outer attempt
+
+
+async def test_the_mark_is_only_set_during_attempts(clock: VirtualClock) -> None:
+    seen: list[bool] = []
+
+    async def op() -> None:
+        seen.append(in_retry_attempt())
+
+    assert not in_retry_attempt()
+    await retry(THREE, op)
+    assert seen == [True]
+    assert not in_retry_attempt()
+
+
+async def test_allow_on_an_inner_layer_retries_inside_an_outer_attempt(clock: VirtualClock) -> None:
+    inner = fail_with(ConnectionError())
+
+    async def outer() -> None:
+        await retry(THREE, inner, nesting=RetryNesting.ALLOW)
+
+    with pytest.raises(ConnectionError):
+        await clock.run(retry(Schedule.fixed(0).attempts(2), outer))
+    assert inner.calls == 6
+
+
+def test_nesting_must_be_a_retry_nesting() -> None:
+    with pytest.raises(TypeError):
+        retry(THREE, fail_times(0), nesting="allow")  # type: ignore[arg-type]
+
+
+class TestRecur:
+    async def test_runs_again_after_each_success_until_the_schedule_ends(self, clock: VirtualClock) -> None:
+        results = iter(range(10))
+
+        async def poll() -> int:
+            return next(results)
+
+        assert await clock.run(recur(Schedule.fixed(10).attempts(4), poll)) == 3
+        assert clock.now() == 30
+
+    async def test_an_unbounded_recur_runs_until_its_scope_stops_it(self, clock: VirtualClock) -> None:
+        op = fail_times(0, then=None)
+
+        async def supervised() -> None:
+            async with stoic.timeout(60):
+                await recur(Schedule.fixed(5), op)
+
+        with pytest.raises(stoic.DeadlineExceeded):
+            await clock.run(supervised())
+        assert op.calls == 12  # at 0, 5, ..., 55; the wake-up at 60 loses to the deadline
+        assert clock.pending_timers == 0
+
+    async def test_an_error_propagates_at_once(self, clock: VirtualClock) -> None:
+        op = fail_times(1)
+        with pytest.raises(ConnectionError):
+            await clock.run(recur(Schedule.fixed(1).attempts(5), op))
+        assert op.calls == 1
+
+    async def test_recur_can_be_cancelled(self, clock: VirtualClock) -> None:
+        op = fail_times(0)
+        task = asyncio.ensure_future(recur(Schedule.exponential(1), op))
+        await clock.advance(10)
+        task.cancel()
+        await clock.advance(0)
+        assert task.cancelled()
+        assert op.calls == 4  # 0, 1, 3, 7
+        assert clock.pending_timers == 0
+
+    async def test_recur_hands_out_numbered_attempts(self, clock: VirtualClock) -> None:
+        seen: list[int] = []
+
+        async def poll(attempt: stoic.Attempt) -> None:
+            seen.append(attempt.number)
+
+        await clock.run(recur(Schedule.fixed(1).attempts(3), poll))
+        assert seen == [1, 2, 3]
+
+    def test_recur_needs_a_schedule(self) -> None:
+        with pytest.raises(TypeError):
+            recur(3, fail_times(0))  # type: ignore[arg-type]
