@@ -164,3 +164,8 @@ def test_a_breaker_built_outside_any_loop_works_under_successive_loops() -> None
 
 def test_is_a_policy() -> None:
     assert isinstance(CircuitBreaker("p"), stoic.Policy)
+
+
+def test_the_label_must_be_a_string() -> None:
+    with pytest.raises(TypeError, match="label must be a str"):
+        CircuitBreaker(42)  # type: ignore[arg-type]

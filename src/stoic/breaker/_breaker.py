@@ -491,7 +491,8 @@ class CircuitBreaker:
                 self._probe_ok = self._probe_calls = self._probe_failures = self._probe_slow = 0
                 self._inflight.clear()
                 self._publish(_HALF_OPEN)
-                pending.append(("breaker.half_open", _INFO, {"probes": self._probes}))
+                if min_level() <= _INFO:
+                    pending.append(("breaker.half_open", _INFO, {"probes": self._probes}))
                 return
             if state is not _HALF_OPEN or not self._inflight:
                 return
@@ -503,16 +504,13 @@ class CircuitBreaker:
             self._probe_failures += 1
             self._reopen(expired_at, "probe_timeout", pending)
 
-    def _trip_closed(self, now: int, pending: _Pending | None = None) -> _Pending:
+    def _trip_closed(self, now: int, pending: _Pending) -> None:
         """The window reached a threshold: open. Only sustained health resets the trip count."""
         if now - self._closed_since >= self._open_duration.reset_after_ns:
             self._trips = 0
         window = self._window
         trigger = window.tripped() or "failure_rate"
-        if pending is None:
-            pending = []
         self._open(now, trigger, window.counts(now), pending)
-        return pending
 
     def _reopen(self, now: int, trigger: str, pending: _Pending) -> None:
         self._open(now, trigger, (self._probe_calls, self._probe_failures, self._probe_slow), pending)
@@ -528,10 +526,11 @@ class CircuitBreaker:
         self._window.clear()
         self._inflight.clear()
         self._publish(_OPEN)
-        pending.append(("breaker.opened", _WARNING, {
-            "trigger": trigger, "calls": counts[0], "failures": counts[1], "slow_calls": counts[2],
-            "trips": self._trips, "open_for": open_for / 1e9,
-        }))
+        if min_level() <= _WARNING:
+            pending.append(("breaker.opened", _WARNING, {
+                "trigger": trigger, "calls": counts[0], "failures": counts[1], "slow_calls": counts[2],
+                "trips": self._trips, "open_for": open_for / 1e9,
+            }))
 
     def _close(self, now: int, reason: str, pending: _Pending) -> None:
         changed = self._state is not _CLOSED
@@ -542,7 +541,8 @@ class CircuitBreaker:
         self._open_until = None
         if changed:
             self._publish(_CLOSED)
-            pending.append(("breaker.closed", _INFO, {"reason": reason}))
+            if min_level() <= _INFO:
+                pending.append(("breaker.closed", _INFO, {"reason": reason}))
 
     def _enter(self, state: BreakerState) -> None:
         """Start a new epoch in ``state``: calls admitted before become stale, and quick
