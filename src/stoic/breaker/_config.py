@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .._durations import NS_PER_SECOND, Seconds, check_fraction, check_int, to_ns, to_seconds
+from .._durations import Seconds, check_fraction, check_int, to_ns, to_seconds
 
 
 class BreakerState(enum.StrEnum):
@@ -220,7 +220,6 @@ def threshold_ppm(value: float, name: str) -> int:
 
 
 __all__ = [
-    "NS_PER_SECOND",
     "BreakerSnapshot",
     "BreakerState",
     "CountWindow",
