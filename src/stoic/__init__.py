@@ -22,6 +22,7 @@ from ._errors import (
 )
 from ._policy import Policy
 from ._retry import recur, retry, retry_sync, retrying
+from .breaker import BreakerSnapshot, BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
 from .events import CATALOG, Event, Level, LoggingSink, Sink, add_sink, remove_sink, use_sinks
 from .fallback import with_fallback
 from .hedge import IDEMPOTENT, Hedge, Idempotency, hedge
@@ -36,10 +37,14 @@ __all__ = [
     "SYSTEM_CLOCK",
     "Attempt",
     "BoundedSchedule",
+    "BreakerSnapshot",
+    "BreakerState",
     "BudgetExhausted",
     "BulkheadFull",
+    "CircuitBreaker",
     "CircuitOpen",
     "Clock",
+    "CountWindow",
     "DeadlineExceeded",
     "Defect",
     "Event",
@@ -47,6 +52,7 @@ __all__ = [
     "Idempotency",
     "Level",
     "LoggingSink",
+    "OpenDuration",
     "Pipeline",
     "Policy",
     "RateLimited",
@@ -62,6 +68,7 @@ __all__ = [
     "Seconds",
     "Sink",
     "SystemClock",
+    "TimeWindow",
     "Timeout",
     "__version__",
     "add_sink",
