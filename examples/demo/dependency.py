@@ -87,6 +87,9 @@ class Script:
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"  # keep-alive: the client reuses connections
+    # Headers and body go out in separate writes; with Nagle's algorithm on, the body waits for
+    # the client's delayed ACK (~40 ms) and every "fast" answer would take that long.
+    disable_nagle_algorithm = True
 
     def do_GET(self) -> None:
         script = self.server.script
