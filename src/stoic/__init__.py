@@ -20,6 +20,7 @@ from ._errors import (
     is_defect,
 )
 from ._policy import Policy
+from .breaker import BreakerSnapshot, BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
 from .events import CATALOG, Event, Level, LoggingSink, Sink, add_sink, remove_sink, use_sinks
 
 __version__ = "0.1.0"
@@ -28,15 +29,20 @@ __all__ = [
     "CATALOG",
     "SYSTEM_CLOCK",
     "Attempt",
+    "BreakerSnapshot",
+    "BreakerState",
     "BudgetExhausted",
     "BulkheadFull",
+    "CircuitBreaker",
     "CircuitOpen",
     "Clock",
+    "CountWindow",
     "DeadlineExceeded",
     "Defect",
     "Event",
     "Level",
     "LoggingSink",
+    "OpenDuration",
     "Policy",
     "RateLimited",
     "Rejected",
@@ -45,6 +51,7 @@ __all__ = [
     "Seconds",
     "Sink",
     "SystemClock",
+    "TimeWindow",
     "Timeout",
     "__version__",
     "add_sink",

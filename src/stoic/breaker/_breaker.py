@@ -1,0 +1,613 @@
+"""The circuit breaker: admission, recording, the state machine and manual control.
+
+Seed 000, "CircuitBreaker". Admission is a synchronous decision under a ``threading.Lock``
+that is released before the operation runs; nothing runs in the background (the open period
+is an instant on the breaker's clock and the move to half-open happens lazily, on the first
+call or state read at or after it). A generation number, bumped by every transition, tells a
+completion that belongs to an earlier state (stale) from a current one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import threading
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Final, ParamSpec, TypeVar, overload
+
+from .. import _random
+from .._clock import Clock, SystemClock, current_clock
+from .._deadline import _current as _deadline_scope
+from .._deadline import remaining_ns
+from .._durations import Seconds, check_int, to_ns
+from .._errors import CircuitOpen, DeadlineExceeded, Rejected, is_defect
+from ..events import Level, emit, min_level
+from ..events._sinks import _process as _sinks_registry
+from ..events._sinks import _scoped
+from ._config import BreakerSnapshot, BreakerState, CountWindow, OpenDuration, TimeWindow, threshold_ppm
+from ._stream import StateStream
+from ._window import FAILED, SLOW, CountRing, TimeBuckets
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_CLOSED: Final = BreakerState.CLOSED
+_OPEN: Final = BreakerState.OPEN
+_HALF_OPEN: Final = BreakerState.HALF_OPEN
+
+_DEBUG: Final = Level.DEBUG
+_INFO: Final = Level.INFO
+_WARNING: Final = Level.WARNING
+_ERROR: Final = Level.ERROR
+
+_deadline_get = _deadline_scope.get
+_scoped_sinks = _scoped.get
+_current_task = asyncio.current_task
+
+# Events gathered under the lock and emitted after it is released: (name, level, attributes).
+_Pending = list[tuple[str, Level, dict[str, Any]]]
+
+
+def _counts_by_default(error: BaseException) -> bool:
+    """False for a :class:`stoic.Rejected` (an inner policy's refusal), True for anything else."""
+    return not isinstance(error, Rejected)
+
+
+class CircuitBreaker:
+    """Stops calling a dependency that is failing, and probes it gradually once it may have recovered.
+
+    Seed 000, "CircuitBreaker". ``label`` names the breaker on every event and rejection.
+
+    Parameters (all keyword-only; durations are seconds as float or ``timedelta``):
+
+    - ``window``: :class:`TimeWindow` (default ``TimeWindow(60.0)``, ten buckets) or
+      :class:`CountWindow` (the exact last N calls).
+    - ``minimum_calls`` (>= 1, default 10; <= N for a count window): calls the window must
+      hold before it is judged.
+    - ``failure_rate_threshold`` (in (0, 1], default 0.5): opens when the failure rate is at
+      least this. ``slow_call_rate_threshold`` (in (0, 1], default 1.0): the same for slow calls.
+    - ``slow_call_duration`` (> 0, default 10.0): a call that takes longer is slow; a slow
+      half-open probe is a failed probe.
+    - ``open_duration``: :class:`OpenDuration` (default ``OpenDuration.exponential()``:
+      30 s, x2 per consecutive trip, at most 300 s, 20% jitter).
+    - ``half_open_probes`` (>= 1, default 1): probe permits for one half-open episode.
+    - ``half_open_timeout`` (> 0, default 60.0): a probe in flight this long counts as failed.
+    - ``record_when``: ``(error) -> bool``, True when ``error`` is a failure of the dependency
+      (default :meth:`counts_by_default`). False makes it a success, or for a
+      :class:`stoic.Rejected` an ignored call.
+    - ``clock``: the :class:`stoic.Clock` for the breaker's whole life (default: the ambient
+      clock at construction).
+
+    Raises ``ValueError`` naming the parameter and its range for any value out of range.
+    Use ``await breaker.execute(fn, ...)`` for coroutine functions, ``breaker.call(fn, ...)``
+    for plain functions (thread-safe), or ``@breaker`` on either.
+    """
+
+    __slots__ = (
+        "__weakref__", "_clock", "_closed_since", "_fppm", "_gen", "_inflight", "_lock", "_minimum",
+        "_next_probe", "_now", "_open_counts", "_open_duration", "_open_until", "_probe_calls",
+        "_probe_failures", "_probe_ok", "_probe_slow", "_probe_timeout_ns", "_probes", "_probes_free",
+        "_record_when", "_site", "_slow_ns", "_sppm", "_state", "_streams", "_trips", "_window",
+        "_window_kind", "label",
+    )
+
+    counts_by_default = staticmethod(_counts_by_default)
+
+    def __init__(
+        self,
+        label: str,
+        *,
+        window: TimeWindow | CountWindow = TimeWindow(60.0),  # noqa: B008 (immutable value)
+        minimum_calls: int = 10,
+        failure_rate_threshold: float = 0.5,
+        slow_call_duration: Seconds = 10.0,
+        slow_call_rate_threshold: float = 1.0,
+        open_duration: OpenDuration = OpenDuration.standard,
+        half_open_probes: int = 1,
+        half_open_timeout: Seconds = 60.0,
+        record_when: Callable[[Exception], bool] = _counts_by_default,
+        clock: Clock | None = None,
+    ) -> None:
+        if not isinstance(label, str):
+            raise TypeError(f"label must be a str, got {type(label).__name__}")
+        self.label = label
+        if not isinstance(window, (TimeWindow, CountWindow)):
+            raise ValueError(f"window must be TimeWindow(seconds) or CountWindow(calls), got {window!r}")
+        if isinstance(window, CountWindow):
+            minimum = check_int(minimum_calls, "minimum_calls", minimum=1, maximum=window.calls)
+        else:
+            minimum = check_int(minimum_calls, "minimum_calls", minimum=1)
+        self._minimum = minimum
+        self._fppm = threshold_ppm(failure_rate_threshold, "failure_rate_threshold")
+        self._sppm = threshold_ppm(slow_call_rate_threshold, "slow_call_rate_threshold")
+        self._slow_ns = to_ns(slow_call_duration, "slow_call_duration")
+        if not isinstance(open_duration, OpenDuration):
+            raise ValueError(f"open_duration must be an OpenDuration, got {open_duration!r}")
+        self._open_duration = open_duration
+        self._probes = check_int(half_open_probes, "half_open_probes", minimum=1)
+        self._probe_timeout_ns = to_ns(half_open_timeout, "half_open_timeout")
+        if not callable(record_when):
+            raise ValueError("record_when must be a callable (error) -> bool")
+        self._record_when = record_when
+        self._window_kind = window
+        self._window: CountRing | TimeBuckets = (
+            CountRing(window.calls, minimum, self._fppm, self._sppm)
+            if isinstance(window, CountWindow)
+            else TimeBuckets(window.bucket_ns, minimum, self._fppm, self._sppm)
+        )
+        self._clock = clock if clock is not None else current_clock()
+        # The system clock is read straight from time.monotonic_ns: one call fewer per read.
+        self._now: Callable[[], int] = (
+            time.monotonic_ns if type(self._clock) is SystemClock else self._clock.now_ns
+        )
+        # The construction call site keys this breaker's jitter stream (seeded under testing.seeded).
+        self._site = _random.call_site(1)
+        self._lock = threading.Lock()
+        self._state: BreakerState = _CLOSED
+        self._gen = 0
+        self._open_until: int | None = None
+        self._open_counts = (0, 0, 0)
+        self._trips = 0
+        self._closed_since = self._now()
+        self._probes_free = 0
+        self._probe_ok = 0
+        self._probe_calls = 0
+        self._probe_failures = 0
+        self._probe_slow = 0
+        self._inflight: dict[int, int] = {}
+        self._next_probe = 0
+        self._streams: weakref.WeakSet[StateStream] = weakref.WeakSet()
+
+    # ------------------------------------------------------------------ running operations
+    async def execute(self, fn: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run ``await fn(*args, **kwargs)`` through the breaker and return its result.
+
+        Raises :class:`stoic.CircuitOpen` without running ``fn`` when the breaker is open
+        (``retry_after`` = seconds left, ``None`` when forced open) or half-open with every
+        probe permit taken (``retry_after`` ``None``); :class:`stoic.DeadlineExceeded` when the
+        ambient deadline has already passed. Otherwise ``fn``'s own result or exception,
+        unchanged. A cancelled caller, a :class:`stoic.Defect` and an inner rejection are
+        never counted; ``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit`` and
+        ``asyncio.CancelledError`` pass through uncounted.
+        """
+        if _deadline_get() is not None:
+            self._refuse_if_late()
+        gen = self._gen
+        if self._state is _CLOSED:
+            probe = 0
+        else:
+            gen, probe = self._admit()
+        now = self._now
+        start = now()
+        try:
+            result = await fn(*args, **kwargs)
+        except BaseException as exc:
+            task = _current_task()
+            self._settle_error(exc, gen, probe, start, task is not None and task.cancelling() > 0)
+            raise
+        end = now()
+        if probe == 0 and end - start <= self._slow_ns:
+            # The closed-state fast path: one lock, no allocation, no event unless a sink wants it.
+            pending = None
+            lock = self._lock
+            lock.acquire()
+            try:
+                if gen == self._gen:
+                    if self._window.success(end):
+                        pending = self._trip_closed(end)
+                    recorded = True
+                else:
+                    recorded = False
+            finally:
+                lock.release()
+            if (_scoped_sinks() is not None or _sinks_registry.min_level <= _DEBUG) and min_level() <= _DEBUG:
+                self._emit_settled(recorded, "success", False, _CLOSED, end, end - start)
+            if pending:
+                self._flush(pending, end)
+            return result
+        self._settle_ok(gen, probe, start, end)
+        return result
+
+    def call(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the plain function ``fn(*args, **kwargs)`` through the breaker (thread-safe).
+
+        The same decisions and exceptions as :meth:`execute`; the lock is never held while
+        ``fn`` runs, so calls from many threads run concurrently.
+        """
+        if _deadline_get() is not None:
+            self._refuse_if_late()
+        gen = self._gen
+        if self._state is _CLOSED:
+            probe = 0
+        else:
+            gen, probe = self._admit()
+        now = self._now
+        start = now()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            self._settle_error(exc, gen, probe, start, False)
+            raise
+        end = now()
+        if probe == 0 and end - start <= self._slow_ns:
+            pending = None
+            lock = self._lock
+            lock.acquire()
+            try:
+                if gen == self._gen:
+                    if self._window.success(end):
+                        pending = self._trip_closed(end)
+                    recorded = True
+                else:
+                    recorded = False
+            finally:
+                lock.release()
+            if (_scoped_sinks() is not None or _sinks_registry.min_level <= _DEBUG) and min_level() <= _DEBUG:
+                self._emit_settled(recorded, "success", False, _CLOSED, end, end - start)
+            if pending:
+                self._flush(pending, end)
+            return result
+        self._settle_ok(gen, probe, start, end)
+        return result
+
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]: ...
+
+    def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
+        """Decorate a coroutine function (runs through :meth:`execute`) or a plain function
+        (through :meth:`call`); the wrapper keeps ``fn``'s name, docstring and signature."""
+        if inspect.iscoroutinefunction(fn):
+            execute = self.execute
+
+            @functools.wraps(fn)
+            async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
+                return await execute(fn, *args, **kwargs)
+
+            return run_async
+
+        call = self.call
+
+        @functools.wraps(fn)
+        def run(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return call(fn, *args, **kwargs)
+
+        return run
+
+    # ------------------------------------------------------------------ admission
+    def _refuse_if_late(self) -> None:
+        left = remaining_ns()
+        if left is not None and left <= 0:
+            if min_level() <= _DEBUG:
+                emit("breaker.rejected", self.label, _DEBUG, self._now(),
+                     {"state": self._state.value, "reason": "deadline_exceeded"})
+            raise DeadlineExceeded(f"deadline exceeded before calling through breaker {self.label!r}",
+                                   label=self.label)
+
+    def _admit(self) -> tuple[int, int]:
+        """Admission outside the closed fast path: (generation, probe id or 0), or CircuitOpen."""
+        now = self._now()
+        pending: _Pending = []
+        retry_after: int | None = None
+        with self._lock:
+            self._advance(now, pending)
+            state = self._state
+            if state is _CLOSED:
+                admitted: tuple[int, int] | None = (self._gen, 0)
+            elif state is _HALF_OPEN and self._probes_free > 0:
+                self._probes_free -= 1
+                self._next_probe += 1
+                self._inflight[self._next_probe] = now
+                admitted = (self._gen, self._next_probe)
+            else:
+                admitted = None
+                if state is _OPEN and self._open_until is not None:
+                    retry_after = self._open_until - now
+        if pending:
+            self._flush(pending, now)
+        if admitted is not None:
+            return admitted
+        seconds = None if retry_after is None else retry_after / 1e9
+        if min_level() <= _DEBUG:
+            attrs: dict[str, Any] = {"state": state.value}
+            if seconds is not None:
+                attrs["retry_after"] = seconds
+            emit("breaker.rejected", self.label, _DEBUG, now, attrs)
+        raise CircuitOpen(label=self.label, retry_after=seconds)
+
+    # ------------------------------------------------------------------ recording
+    def _settle_ok(self, gen: int, probe: int, start: int, end: int) -> None:
+        """Record a return (or an error ``record_when`` judged a success)."""
+        self._settle(gen, probe, start, end, failed=False)
+
+    def _settle_error(self, exc: BaseException, gen: int, probe: int, start: int, cancelling: bool) -> None:
+        end = self._now()
+        if cancelling or not isinstance(exc, Exception):
+            # The caller was cancelled or interrupted: no evidence about the dependency.
+            self._ignore(gen, probe, "cancelled", end)
+            return
+        if is_defect(exc):
+            self._ignore(gen, probe, None, end)
+            if min_level() <= _ERROR:
+                emit("breaker.defect", self.label, _ERROR, end, {})
+            return
+        try:
+            counts = bool(self._record_when(exc))
+        except Exception:
+            # A record_when that raises is a bug of ours, not the dependency's: never counted.
+            self._ignore(gen, probe, None, end)
+            if min_level() <= _ERROR:
+                emit("breaker.defect", self.label, _ERROR, end, {})
+            return
+        if not counts and isinstance(exc, Rejected):
+            self._ignore(gen, probe, "rejection", end)
+            return
+        self._settle(gen, probe, start, end, failed=counts)
+
+    def _settle(self, gen: int, probe: int, start: int, end: int, *, failed: bool) -> None:
+        duration = end - start
+        slow = duration > self._slow_ns
+        pending: _Pending = []
+        with self._lock:
+            if probe:
+                # A probe that outlived half_open_timeout re-opens the breaker, whoever looks first.
+                self._advance(end, pending)
+            state = self._state
+            recorded = gen == self._gen
+            if not recorded:
+                pass
+            elif probe == 0:
+                if self._window.add(end, (FAILED if failed else 0) | (SLOW if slow else 0)):
+                    self._trip_closed(end, pending)
+            else:
+                self._inflight.pop(probe, None)
+                self._probe_calls += 1
+                if failed:
+                    self._probe_failures += 1
+                if slow:
+                    self._probe_slow += 1
+                if failed:
+                    self._reopen(end, "probe_failed", pending)
+                elif slow:
+                    self._reopen(end, "probe_slow", pending)
+                else:
+                    self._probe_ok += 1
+                    if self._probe_ok >= self._probes:
+                        self._close(end, "probes_succeeded", pending)
+        if min_level() <= _DEBUG:
+            self._emit_settled(recorded, "failure" if failed else "success", slow, state, end, duration)
+        if pending:
+            self._flush(pending, end)
+
+    def _emit_settled(
+        self, recorded: bool, outcome: str, slow: bool, state: BreakerState, now: int, duration: int
+    ) -> None:
+        if recorded:
+            emit("breaker.recorded", self.label, _DEBUG, now,
+                 {"outcome": outcome, "slow": slow, "state": state.value, "duration": duration / 1e9})
+        else:
+            emit("breaker.ignored", self.label, _DEBUG, now, {"reason": "stale"})
+
+    def _ignore(self, gen: int, probe: int, reason: str | None, now: int) -> None:
+        """A completion without a verdict: a probe's permit goes back for another caller."""
+        pending: _Pending = []
+        with self._lock:
+            if probe:
+                self._advance(now, pending)
+            if gen == self._gen and probe and self._inflight.pop(probe, None) is not None:
+                self._probes_free += 1
+        if reason is not None and min_level() <= _DEBUG:
+            emit("breaker.ignored", self.label, _DEBUG, now, {"reason": reason})
+        if pending:
+            self._flush(pending, now)
+
+    # ------------------------------------------------------------------ transitions (under the lock)
+    def _advance(self, now: int, pending: _Pending) -> None:
+        """Apply the lazy transitions due by ``now``, each at the instant it fell due: open ->
+        half-open when the open period ends; a probe in flight for ``half_open_timeout`` re-opens."""
+        while True:
+            state = self._state
+            if state is _OPEN:
+                until = self._open_until
+                if until is None or now < until:
+                    return
+                self._gen += 1
+                self._state = _HALF_OPEN
+                self._probes_free = self._probes
+                self._probe_ok = self._probe_calls = self._probe_failures = self._probe_slow = 0
+                self._inflight.clear()
+                self._publish(_HALF_OPEN)
+                pending.append(("breaker.half_open", _INFO, {"probes": self._probes}))
+                return
+            if state is not _HALF_OPEN or not self._inflight:
+                return
+            expired_at = min(self._inflight.values()) + self._probe_timeout_ns
+            if now < expired_at:
+                return
+            # The open period counts from when the probe timed out, not from when it was noticed.
+            self._probe_calls += 1
+            self._probe_failures += 1
+            self._reopen(expired_at, "probe_timeout", pending)
+
+    def _trip_closed(self, now: int, pending: _Pending | None = None) -> _Pending:
+        """The window reached a threshold: open. Only sustained health resets the trip count."""
+        if now - self._closed_since >= self._open_duration.reset_after_ns:
+            self._trips = 0
+        window = self._window
+        trigger = window.tripped() or "failure_rate"
+        if pending is None:
+            pending = []
+        self._open(now, trigger, window.counts(now), pending)
+        return pending
+
+    def _reopen(self, now: int, trigger: str, pending: _Pending) -> None:
+        self._open(now, trigger, (self._probe_calls, self._probe_failures, self._probe_slow), pending)
+
+    def _open(self, now: int, trigger: str, counts: tuple[int, int, int], pending: _Pending) -> None:
+        self._trips += 1
+        duration = self._open_duration
+        draw = _random.stream(self._site).random() if duration.jitter > 0 else 0.0
+        open_for = duration.jittered_ns(self._trips, draw)
+        self._gen += 1
+        self._state = _OPEN
+        self._open_until = now + open_for
+        self._open_counts = counts
+        self._window.clear()
+        self._inflight.clear()
+        self._publish(_OPEN)
+        pending.append(("breaker.opened", _WARNING, {
+            "trigger": trigger, "calls": counts[0], "failures": counts[1], "slow_calls": counts[2],
+            "trips": self._trips, "open_for": open_for / 1e9,
+        }))
+
+    def _close(self, now: int, reason: str, pending: _Pending) -> None:
+        self._gen += 1
+        self._window.clear()
+        self._inflight.clear()
+        self._closed_since = now
+        self._open_until = None
+        if self._state is not _CLOSED:
+            self._state = _CLOSED
+            self._publish(_CLOSED)
+            pending.append(("breaker.closed", _INFO, {"reason": reason}))
+
+    def _publish(self, state: BreakerState) -> None:
+        # Under the lock, so every stream sees transitions in the order they happened.
+        if self._streams:
+            for stream in list(self._streams):
+                stream.publish(state)
+
+    def _flush(self, pending: _Pending, now: int) -> None:
+        level = min_level()
+        label = self.label
+        for name, lvl, attrs in pending:
+            if level <= lvl:
+                emit(name, label, lvl, now, attrs)
+
+    # ------------------------------------------------------------------ observation
+    @property
+    def state(self) -> BreakerState:
+        """The current state. Reading it applies the lazy transitions due now (open ->
+        half-open when the open period has ended; a timed-out probe re-opens)."""
+        state = self._state
+        if state is _CLOSED:
+            return state
+        now = self._now()
+        pending: _Pending = []
+        with self._lock:
+            self._advance(now, pending)
+            state = self._state
+        if pending:
+            self._flush(pending, now)
+        return state
+
+    def snapshot(self) -> BreakerSnapshot:
+        """A consistent :class:`BreakerSnapshot` at this instant (applies due transitions)."""
+        now = self._now()
+        pending: _Pending = []
+        with self._lock:
+            self._advance(now, pending)
+            state = self._state
+            retry_after: float | None = None
+            if state is _CLOSED:
+                if self._trips and now - self._closed_since >= self._open_duration.reset_after_ns:
+                    self._trips = 0
+                calls, failures, slow = self._window.counts(now)
+            elif state is _HALF_OPEN:
+                calls, failures, slow = self._probe_calls, self._probe_failures, self._probe_slow
+            else:
+                calls, failures, slow = self._open_counts
+                if self._open_until is not None:
+                    retry_after = (self._open_until - now) / 1e9
+            trips = self._trips
+        if pending:
+            self._flush(pending, now)
+        return BreakerSnapshot(
+            state=state,
+            calls=calls,
+            failures=failures,
+            slow_calls=slow,
+            failure_rate=failures / calls if calls else 0.0,
+            slow_call_rate=slow / calls if calls else 0.0,
+            trips=trips,
+            retry_after=retry_after,
+        )
+
+    def state_changes(self) -> StateStream:
+        """A new async iterator of every transition from now on, in order.
+
+        Keeps the newest 16 for a consumer that falls behind; never replays the current state
+        (read :attr:`state` after subscribing). Half-open is reported when first observed by a
+        call or a state read. Publishing never blocks the breaker and works from any thread.
+        The stream unsubscribes when its consumer is cancelled, on ``aclose()``, or when it is
+        dropped.
+        """
+        stream = StateStream(self._unsubscribe)
+        with self._lock:
+            self._streams.add(stream)
+        return stream
+
+    def _unsubscribe(self, stream: StateStream) -> None:
+        with self._lock:
+            self._streams.discard(stream)
+
+    # ------------------------------------------------------------------ manual control
+    def force_open(self) -> None:
+        """Open with no end: every call is rejected (``retry_after`` ``None``); the breaker is not
+        probed and never half-opens until :meth:`force_closed` or :meth:`reset`. Calls in
+        flight finish as stale. Does not count as a trip."""
+        now = self._now()
+        with self._lock:
+            if self._state is _OPEN and self._open_until is None:
+                return
+            window = self._window
+            if self._state is _CLOSED:
+                counts = window.counts(now)
+            elif self._state is _HALF_OPEN:
+                counts = (self._probe_calls, self._probe_failures, self._probe_slow)
+            else:
+                counts = self._open_counts
+            changed = self._state is not _OPEN
+            self._gen += 1
+            self._state = _OPEN
+            self._open_until = None
+            self._open_counts = counts
+            window.clear()
+            self._inflight.clear()
+            if changed:
+                self._publish(_OPEN)
+            trips = self._trips
+        if min_level() <= _WARNING:
+            emit("breaker.opened", self.label, _WARNING, now, {
+                "trigger": "forced", "calls": counts[0], "failures": counts[1], "slow_calls": counts[2],
+                "trips": trips,
+            })
+
+    def force_closed(self) -> None:
+        """Close now with an empty window; judging resumes at once (not a latch). The trip
+        count is kept (see :meth:`reset`). Calls in flight finish as stale."""
+        now = self._now()
+        pending: _Pending = []
+        with self._lock:
+            self._close(now, "forced", pending)
+        if pending:
+            self._flush(pending, now)
+
+    def reset(self) -> None:
+        """:meth:`force_closed` and forget the trip count: the next trip opens for the initial
+        duration. Emits ``breaker.reset`` (and ``breaker.closed`` when it was not closed)."""
+        now = self._now()
+        pending: _Pending = []
+        with self._lock:
+            self._close(now, "reset", pending)
+            self._trips = 0
+        pending.append(("breaker.reset", _INFO, {}))
+        self._flush(pending, now)
+
+    def __repr__(self) -> str:
+        return f"CircuitBreaker({self.label!r}, state={self._state.value}, window={self._window_kind!r})"

@@ -1,0 +1,230 @@
+"""Breaker configuration values: the window kinds, the open duration, the state and snapshot.
+
+Seed 000, "CircuitBreaker" (API, "The window", "Open duration and growth"). Every value is
+validated when it is built: ``ValueError`` naming the parameter and its allowed range.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .._durations import NS_PER_SECOND, Seconds, check_fraction, check_int, to_ns, to_seconds
+
+
+class BreakerState(enum.StrEnum):
+    """The state of a :class:`~stoic.CircuitBreaker`: ``closed``, ``open`` or ``half_open``."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class TimeWindow:
+    """Judge the calls of the last ``seconds`` (float seconds or timedelta, > 0).
+
+    Kept in ten buckets of ``seconds / 10``: the window spans between 9/10 of ``seconds`` and
+    ``seconds`` (the current bucket plus the nine before it). The default window kind.
+    Raises ``ValueError`` when ``seconds`` is not positive or is shorter than 10 ns.
+    """
+
+    __slots__ = ("bucket_ns", "ns")
+
+    BUCKETS: ClassVar[int] = 10
+
+    def __init__(self, seconds: Seconds) -> None:
+        ns = to_ns(seconds, "TimeWindow seconds")
+        if ns < self.BUCKETS:
+            raise ValueError(f"TimeWindow seconds must be >= 1e-08 (ten 1 ns buckets), got {seconds!r}")
+        self.ns = ns
+        self.bucket_ns = ns // self.BUCKETS
+
+    @property
+    def seconds(self) -> float:
+        """The window's span in seconds."""
+        return to_seconds(self.ns)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TimeWindow) and other.ns == self.ns
+
+    def __hash__(self) -> int:
+        return hash(("time", self.ns))
+
+    def __repr__(self) -> str:
+        return f"TimeWindow({self.seconds:g})"
+
+
+class CountWindow:
+    """Judge exactly the last ``calls`` recorded calls (an integer >= 1).
+
+    Right for a steady, high-volume dependency. Raises ``ValueError`` when ``calls < 1``.
+    """
+
+    __slots__ = ("calls",)
+
+    def __init__(self, calls: int) -> None:
+        self.calls = check_int(calls, "CountWindow calls", minimum=1)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CountWindow) and other.calls == self.calls
+
+    def __hash__(self) -> int:
+        return hash(("calls", self.calls))
+
+    def __repr__(self) -> str:
+        return f"CountWindow({self.calls})"
+
+
+class OpenDuration:
+    """How long the breaker stays open after a trip, and how that grows with repeated trips.
+
+    The k-th consecutive trip (k = 1, 2, ...) opens for ``initial * factor**(k - 1)`` capped
+    at ``maximum``, then shortened by a random fraction of up to ``jitter`` (jitter only ever
+    shortens, so the cap holds). The trip count resets once the breaker has stayed closed for
+    ``reset_after`` (default: ``maximum``); closing alone does not reset it.
+
+    Build with :meth:`fixed` or :meth:`exponential`. Attributes are seconds (floats) except
+    ``factor`` and ``jitter``. ``OpenDuration.standard`` is ``exponential()``.
+    """
+
+    __slots__ = ("factor", "initial_ns", "jitter", "maximum_ns", "reset_after_ns")
+
+    standard: ClassVar[OpenDuration]
+
+    def __init__(self, initial_ns: int, maximum_ns: int, factor: float, jitter: float, reset_after_ns: int) -> None:
+        # Private: use fixed() or exponential(), which validate.
+        self.initial_ns = initial_ns
+        self.maximum_ns = maximum_ns
+        self.factor = factor
+        self.jitter = jitter
+        self.reset_after_ns = reset_after_ns
+
+    @classmethod
+    def fixed(cls, seconds: Seconds, jitter: float = 0.2) -> OpenDuration:
+        """Open for ``seconds`` (> 0) on every trip, shortened by up to ``jitter`` (in [0, 1]).
+
+        Raises ``ValueError`` for a non-positive duration or a jitter outside [0, 1].
+        """
+        ns = to_ns(seconds, "open_duration seconds")
+        jit = check_fraction(jitter, "jitter", low_open=False)
+        return cls(ns, ns, 1.0, jit, ns)
+
+    @classmethod
+    def exponential(
+        cls,
+        initial: Seconds = 30.0,
+        factor: float = 2.0,
+        maximum: Seconds = 300.0,
+        jitter: float = 0.2,
+        reset_after: Seconds | None = None,
+    ) -> OpenDuration:
+        """Open for ``initial`` seconds, times ``factor`` per consecutive trip, capped at ``maximum``.
+
+        ``initial``, ``maximum`` and ``reset_after`` are seconds (> 0); ``factor`` >= 1 (1 is a
+        fixed duration); ``jitter`` in [0, 1]; ``reset_after`` defaults to ``maximum``.
+        Raises ``ValueError`` naming the parameter when any is out of range or
+        ``maximum < initial``.
+        """
+        initial_ns = to_ns(initial, "initial")
+        maximum_ns = to_ns(maximum, "maximum")
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor):
+            raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
+        if factor < 1:
+            raise ValueError(f"factor must be >= 1, got {factor!r}")
+        if maximum_ns < initial_ns:
+            raise ValueError(f"maximum must be >= initial ({initial!r} s), got {maximum!r}")
+        jit = check_fraction(jitter, "jitter", low_open=False)
+        reset_ns = maximum_ns if reset_after is None else to_ns(reset_after, "reset_after")
+        return cls(initial_ns, maximum_ns, float(factor), jit, reset_ns)
+
+    @property
+    def initial(self) -> float:
+        """Seconds open after the first trip (before jitter)."""
+        return to_seconds(self.initial_ns)
+
+    @property
+    def maximum(self) -> float:
+        """The cap in seconds."""
+        return to_seconds(self.maximum_ns)
+
+    @property
+    def reset_after(self) -> float:
+        """Seconds of staying closed after which the trip count starts again."""
+        return to_seconds(self.reset_after_ns)
+
+    def base_ns(self, trips: int) -> int:
+        """The un-jittered duration of the ``trips``-th consecutive trip (>= 1), in ns.
+
+        Computed through logarithms so that huge trip counts never overflow.
+        """
+        exponent = max(0, trips - 1)
+        if self.factor == 1.0 or exponent == 0:
+            return self.initial_ns
+        if exponent * math.log(self.factor) >= math.log(self.maximum_ns / self.initial_ns):
+            return self.maximum_ns
+        return min(self.maximum_ns, round(self.initial_ns * self.factor**exponent))
+
+    def jittered_ns(self, trips: int, draw: float) -> int:
+        """The duration for the ``trips``-th trip shortened by ``draw`` (in [0, 1)) x ``jitter``."""
+        base = self.base_ns(trips)
+        return max(1, base - round(base * self.jitter * draw))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OpenDuration) and (
+            self.initial_ns, self.maximum_ns, self.factor, self.jitter, self.reset_after_ns
+        ) == (other.initial_ns, other.maximum_ns, other.factor, other.jitter, other.reset_after_ns)
+
+    def __hash__(self) -> int:
+        return hash((self.initial_ns, self.maximum_ns, self.factor, self.jitter, self.reset_after_ns))
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenDuration(initial={self.initial:g}, factor={self.factor:g}, maximum={self.maximum:g}, "
+            f"jitter={self.jitter:g}, reset_after={self.reset_after:g})"
+        )
+
+
+OpenDuration.standard = OpenDuration.exponential()
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerSnapshot:
+    """A consistent view of a breaker at one instant (``CircuitBreaker.snapshot()``).
+
+    ``calls``/``failures``/``slow_calls`` are the evidence being judged: the window when
+    closed, the half-open episode's probes when half-open, and the evidence that tripped it
+    when open. Rates are fractions in [0, 1] (0.0 with no calls). ``trips`` is the count of
+    consecutive trips; ``retry_after`` the seconds left in the open period (``None`` unless
+    open with an end).
+    """
+
+    state: BreakerState
+    calls: int
+    failures: int
+    slow_calls: int
+    failure_rate: float
+    slow_call_rate: float
+    trips: int
+    retry_after: float | None
+
+
+def threshold_ppm(value: float, name: str) -> int:
+    """Validate a rate threshold in (0, 1] and return it in integer parts per million (>= 1)."""
+    fraction = check_fraction(value, name, low_open=True)
+    return max(1, round(fraction * 1_000_000))
+
+
+__all__ = [
+    "NS_PER_SECOND",
+    "BreakerSnapshot",
+    "BreakerState",
+    "CountWindow",
+    "OpenDuration",
+    "TimeWindow",
+    "threshold_ppm",
+]

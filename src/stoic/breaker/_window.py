@@ -1,0 +1,202 @@
+"""The breaker's rolling windows: the exact last N calls, or the last T in ten buckets.
+
+Seed 000, "The window" and "Judging". Each window keeps running totals so that recording a
+call and judging the thresholds are O(1); rates are compared in integer parts per million,
+never by floating-point division. Not thread-safe: the breaker calls them under its lock.
+
+Both windows have a cheaper :meth:`success` for the common call (returned in time, not
+failed): within one bucket (or once a count window is full) a success can only lower both
+rates, so it is judged in full only at the call that reaches ``minimum_calls`` or when older
+calls may have aged out since the last judgement.
+"""
+
+from __future__ import annotations
+
+FAILED = 1
+"""Outcome bit: recorded as a failure."""
+SLOW = 2
+"""Outcome bit: took longer than ``slow_call_duration``."""
+
+PPM = 1_000_000
+_EMPTY = -1  # a count-window slot that has never held a call
+_NEVER = -(1 << 62)  # an instant before any clock reading: forces a roll
+
+
+def judge(calls: int, failures: int, slow: int, minimum: int, failure_ppm: int, slow_ppm: int) -> str | None:
+    """The trigger when ``calls`` (>= ``minimum``) are over a threshold, else ``None``."""
+    if calls < minimum:
+        return None
+    if failures * PPM >= failure_ppm * calls:
+        return "failure_rate"
+    if slow * PPM >= slow_ppm * calls:
+        return "slow_calls"
+    return None
+
+
+class CountRing:
+    """The last ``size`` calls exactly, as a ring of outcome codes."""
+
+    __slots__ = ("_fppm", "_i", "_minimum", "_ring", "_size", "_sppm", "calls", "failures", "slow")
+
+    def __init__(self, size: int, minimum_calls: int, failure_ppm: int, slow_ppm: int) -> None:
+        self._minimum = minimum_calls
+        self._fppm = failure_ppm
+        self._sppm = slow_ppm
+        self._size = size
+        self._ring = [_EMPTY] * size
+        self._i = 0
+        self.calls = self.failures = self.slow = 0
+
+    def counts(self, now_ns: int) -> tuple[int, int, int]:
+        """(calls, failures, slow calls) in the window at ``now_ns``."""
+        return self.calls, self.failures, self.slow
+
+    def tripped(self) -> str | None:
+        return judge(self.calls, self.failures, self.slow, self._minimum, self._fppm, self._sppm)
+
+    def add(self, now_ns: int, code: int) -> bool:
+        """Record one call's outcome ``code`` (FAILED|SLOW bits); True when a threshold is reached."""
+        ring = self._ring
+        i = self._i
+        old = ring[i]
+        ring[i] = code
+        i += 1
+        self._i = 0 if i == self._size else i
+        if old < 0:
+            self.calls += 1
+        elif old:
+            if old & FAILED:
+                self.failures -= 1
+            if old & SLOW:
+                self.slow -= 1
+        if code & FAILED:
+            self.failures += 1
+        if code & SLOW:
+            self.slow += 1
+        calls = self.calls
+        return calls >= self._minimum and (
+            self.failures * PPM >= self._fppm * calls or self.slow * PPM >= self._sppm * calls
+        )
+
+    def success(self, now_ns: int) -> bool:
+        """Record a success that was not slow; True when a threshold is reached."""
+        ring = self._ring
+        i = self._i
+        old = ring[i]
+        ring[i] = 0
+        i += 1
+        self._i = 0 if i == self._size else i
+        if old < 0:
+            calls = self.calls + 1
+            self.calls = calls
+            if calls == self._minimum:
+                return self.tripped() is not None
+        elif old:
+            if old & FAILED:
+                self.failures -= 1
+            if old & SLOW:
+                self.slow -= 1
+        return False
+
+    def clear(self) -> None:
+        self._ring = [_EMPTY] * self._size
+        self._i = 0
+        self.calls = self.failures = self.slow = 0
+
+
+class TimeBuckets:
+    """The calls of the last ten buckets of ``bucket_ns`` (the current one included).
+
+    A call lands in bucket ``end_ns // bucket_ns``, so the window spans between nine and ten
+    bucket lengths. The current bucket's counts are plain integers (one increment per call);
+    the nine before it are summed once, when time reaches a new bucket. A completion stamped
+    earlier than the current bucket (a slower thread finishing late) counts in the current one.
+    """
+
+    __slots__ = (
+        "_bucket_ns", "_cur_calls", "_cur_failures", "_cur_slow", "_fppm", "_head", "_head_end", "_judge_at",
+        "_minimum", "_old_calls", "_old_failures", "_old_slow", "_rc", "_rf", "_rs", "_sppm",
+    )
+
+    _N = 10
+
+    def __init__(self, bucket_ns: int, minimum_calls: int, failure_ppm: int, slow_ppm: int) -> None:
+        self._minimum = minimum_calls
+        self._fppm = failure_ppm
+        self._sppm = slow_ppm
+        self._bucket_ns = bucket_ns
+        self.clear()
+
+    def clear(self) -> None:
+        n = self._N
+        self._rc = [0] * n  # per-bucket calls, failures, slow calls (the current slot kept at 0)
+        self._rf = [0] * n
+        self._rs = [0] * n
+        self._head: int | None = None  # the current bucket's number (end_ns // bucket_ns)
+        self._head_end = _NEVER  # first instant past the current bucket
+        self._cur_calls = self._cur_failures = self._cur_slow = 0
+        self._old_calls = self._old_failures = self._old_slow = 0
+        self._judge_at = self._minimum
+
+    def _roll(self, now_ns: int) -> None:
+        """Make the bucket of ``now_ns`` current (or re-derive the sums for the same bucket)."""
+        n = self._N
+        rc, rf, rs = self._rc, self._rf, self._rs
+        epoch = now_ns // self._bucket_ns
+        head = self._head
+        if head is not None:
+            if epoch < head:
+                epoch = head  # a late completion from before the current bucket
+            j = head % n
+            rc[j], rf[j], rs[j] = self._cur_calls, self._cur_failures, self._cur_slow
+        if head is None or epoch - head >= n:
+            for j in range(n):
+                rc[j] = rf[j] = rs[j] = 0
+        else:
+            for k in range(head + 1, epoch + 1):
+                j = k % n
+                rc[j] = rf[j] = rs[j] = 0
+        j = epoch % n
+        self._cur_calls, self._cur_failures, self._cur_slow = rc[j], rf[j], rs[j]
+        rc[j] = rf[j] = rs[j] = 0
+        self._old_calls, self._old_failures, self._old_slow = sum(rc), sum(rf), sum(rs)
+        self._head = epoch
+        self._head_end = (epoch + 1) * self._bucket_ns
+        self._judge_at = self._minimum - self._old_calls
+
+    def counts(self, now_ns: int) -> tuple[int, int, int]:
+        """(calls, failures, slow calls) in the window at ``now_ns`` (ages out old buckets)."""
+        if now_ns >= self._head_end:
+            self._roll(now_ns)
+            # Old successes may have aged out unjudged: make the next success go the full way.
+            self._head_end = _NEVER
+        return (
+            self._old_calls + self._cur_calls,
+            self._old_failures + self._cur_failures,
+            self._old_slow + self._cur_slow,
+        )
+
+    def tripped(self) -> str | None:
+        return judge(
+            self._old_calls + self._cur_calls, self._old_failures + self._cur_failures,
+            self._old_slow + self._cur_slow, self._minimum, self._fppm, self._sppm,
+        )
+
+    def add(self, now_ns: int, code: int) -> bool:
+        """Record one call that ended at ``now_ns``; True when a threshold is reached."""
+        if now_ns >= self._head_end:
+            self._roll(now_ns)
+        self._cur_calls += 1
+        if code & FAILED:
+            self._cur_failures += 1
+        if code & SLOW:
+            self._cur_slow += 1
+        return self.tripped() is not None
+
+    def success(self, now_ns: int) -> bool:
+        """Record a success that was not slow; True when a threshold is reached."""
+        if now_ns >= self._head_end:
+            return self.add(now_ns, 0)
+        calls = self._cur_calls + 1
+        self._cur_calls = calls
+        return calls == self._judge_at and self.tripped() is not None

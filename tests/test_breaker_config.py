@@ -1,0 +1,166 @@
+"""Configuration: defaults, validation (ValueError naming the parameter and its range), the
+decorator, and the open-duration arithmetic (seed 000, "API"; design/python.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from datetime import timedelta
+
+import pytest
+from _breaker_helpers import Boom
+
+import stoic
+from stoic import BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
+from stoic.testing import VirtualClock
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"failure_rate_threshold": 0.0}, r"failure_rate_threshold must be in \(0, 1\]"),
+        ({"failure_rate_threshold": 1.5}, r"failure_rate_threshold must be in \(0, 1\]"),
+        ({"failure_rate_threshold": -0.1}, r"failure_rate_threshold must be in \(0, 1\]"),
+        ({"failure_rate_threshold": float("nan")}, r"failure_rate_threshold"),
+        ({"slow_call_rate_threshold": 0}, r"slow_call_rate_threshold must be in \(0, 1\]"),
+        ({"slow_call_rate_threshold": 1.01}, r"slow_call_rate_threshold must be in \(0, 1\]"),
+        ({"minimum_calls": 0}, r"minimum_calls must be >= 1"),
+        ({"minimum_calls": 11, "window": CountWindow(10)}, r"minimum_calls must be in \[1, 10\]"),
+        ({"slow_call_duration": 0}, r"slow_call_duration must be > 0"),
+        ({"slow_call_duration": -1.0}, r"slow_call_duration must be > 0"),
+        ({"half_open_probes": 0}, r"half_open_probes must be >= 1"),
+        ({"half_open_timeout": 0}, r"half_open_timeout must be > 0"),
+        ({"half_open_timeout": timedelta(seconds=-1)}, r"half_open_timeout must be > 0"),
+        ({"window": 60}, r"window must be TimeWindow\(seconds\) or CountWindow\(calls\)"),
+        ({"open_duration": 30}, r"open_duration must be an OpenDuration"),
+        ({"record_when": "yes"}, r"record_when must be a callable"),
+    ],
+)
+def test_bad_breaker_parameters_are_rejected_by_name(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        CircuitBreaker("bad", **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: TimeWindow(0), r"TimeWindow seconds must be > 0"),
+        (lambda: TimeWindow(-5), r"TimeWindow seconds must be > 0"),
+        (lambda: TimeWindow(float("inf")), r"TimeWindow seconds must be a finite"),
+        (lambda: CountWindow(0), r"CountWindow calls must be >= 1"),
+        (lambda: CountWindow(2.5), r"CountWindow calls must be an integer"),  # type: ignore[arg-type]
+        (lambda: OpenDuration.fixed(0), r"open_duration seconds must be > 0"),
+        (lambda: OpenDuration.fixed(5, jitter=1.5), r"jitter must be in \[0, 1\]"),
+        (lambda: OpenDuration.fixed(5, jitter=-0.1), r"jitter must be in \[0, 1\]"),
+        (lambda: OpenDuration.exponential(initial=0), r"initial must be > 0"),
+        (lambda: OpenDuration.exponential(maximum=-1), r"maximum must be > 0"),
+        (lambda: OpenDuration.exponential(factor=0.5), r"factor must be >= 1"),
+        (lambda: OpenDuration.exponential(factor=float("inf")), r"factor must be a finite number >= 1"),
+        (lambda: OpenDuration.exponential(initial=30, maximum=10), r"maximum must be >= initial"),
+        (lambda: OpenDuration.exponential(jitter=2), r"jitter must be in \[0, 1\]"),
+        (lambda: OpenDuration.exponential(reset_after=0), r"reset_after must be > 0"),
+    ],
+)
+def test_bad_window_and_open_duration_values_are_rejected_by_name(build: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        build()  # type: ignore[operator]
+
+
+def test_defaults_follow_the_seed() -> None:
+    breaker = CircuitBreaker("d")
+    assert breaker._window_kind == TimeWindow(60.0)
+    assert breaker._minimum == 10
+    assert breaker._fppm == 500_000 and breaker._sppm == 1_000_000
+    assert breaker._slow_ns == 10_000_000_000
+    assert breaker._probes == 1
+    assert breaker._probe_timeout_ns == 60_000_000_000
+    assert breaker._open_duration == OpenDuration.exponential(30, 2, 300, 0.2) == OpenDuration.standard
+    assert breaker.label == "d"
+    assert breaker.state is BreakerState.CLOSED
+    assert str(BreakerState.HALF_OPEN) == "half_open"
+
+
+def test_durations_accept_timedelta() -> None:
+    assert TimeWindow(timedelta(minutes=1)) == TimeWindow(60)
+    assert OpenDuration.fixed(timedelta(seconds=5), jitter=0) == OpenDuration.fixed(5.0, jitter=0)
+    assert CircuitBreaker("t", slow_call_duration=timedelta(milliseconds=250))._slow_ns == 250_000_000
+
+
+def test_open_duration_growth_is_capped_and_never_overflows() -> None:
+    duration = OpenDuration.exponential(initial=30, factor=2, maximum=300, jitter=0)
+    assert [duration.base_ns(k) / 1e9 for k in range(1, 7)] == [30, 60, 120, 240, 300, 300]
+    assert duration.base_ns(10**9) == 300 * 10**9
+    slow_growth = OpenDuration.exponential(initial=1, factor=1.0000001, maximum=2, jitter=0)
+    assert slow_growth.base_ns(10**12) == 2 * 10**9
+    assert OpenDuration.fixed(7, jitter=0).base_ns(50) == 7 * 10**9
+    assert OpenDuration.exponential(initial=10, factor=1, maximum=10).base_ns(99) == 10 * 10**9
+
+
+def test_jitter_only_shortens() -> None:
+    duration = OpenDuration.exponential(initial=30, factor=2, maximum=300, jitter=0.2)
+    assert duration.jittered_ns(1, 0.0) == 30 * 10**9
+    assert duration.jittered_ns(1, 0.999999) == pytest.approx(24 * 10**9, rel=1e-5)
+    assert duration.jittered_ns(9, 0.5) == 270 * 10**9  # the cap, shortened by 10%
+
+
+def test_value_objects_compare_and_print() -> None:
+    assert CountWindow(5) == CountWindow(5) and CountWindow(5) != CountWindow(6)
+    assert hash(TimeWindow(1)) == hash(TimeWindow(1.0))
+    assert repr(TimeWindow(60)) == "TimeWindow(60)"
+    assert repr(CountWindow(3)) == "CountWindow(3)"
+    assert "factor=2" in repr(OpenDuration.standard)
+    assert OpenDuration.standard.initial == 30.0 and OpenDuration.standard.maximum == 300.0
+    assert "state=closed" in repr(CircuitBreaker("r"))
+
+
+async def test_decorator_keeps_the_signature_and_runs_coroutines_through_execute(clock: VirtualClock) -> None:
+    breaker = CircuitBreaker("deco", window=CountWindow(2), minimum_calls=1, failure_rate_threshold=0.5)
+
+    @breaker
+    async def fetch(path: str, *, retries: int = 0) -> str:
+        """Fetch a path."""
+        if path == "bad":
+            raise Boom(path)
+        return f"{path}:{retries}"
+
+    assert inspect.iscoroutinefunction(fetch)
+    assert fetch.__name__ == "fetch" and fetch.__doc__ == "Fetch a path."
+    assert str(inspect.signature(fetch)) == "(path: 'str', *, retries: 'int' = 0) -> 'str'"
+    assert await fetch("a", retries=2) == "a:2"
+    with pytest.raises(Boom):
+        await fetch("bad")
+    assert breaker.state is BreakerState.OPEN
+    with pytest.raises(stoic.CircuitOpen):
+        await fetch("a")
+
+
+def test_decorator_on_a_plain_function_runs_through_call() -> None:
+    breaker = CircuitBreaker("deco-sync", window=CountWindow(2), minimum_calls=1, failure_rate_threshold=0.5)
+
+    @breaker
+    def add(a: int, b: int) -> int:
+        if a < 0:
+            raise Boom("negative")
+        return a + b
+
+    assert not inspect.iscoroutinefunction(add)
+    assert add(1, 2) == 3
+    with pytest.raises(Boom):
+        add(-1, 2)
+    with pytest.raises(stoic.CircuitOpen):
+        add(1, 2)
+
+
+def test_a_breaker_built_outside_any_loop_works_under_successive_loops() -> None:
+    breaker = CircuitBreaker("import-time")
+
+    async def ok() -> int:
+        return 1
+
+    assert asyncio.run(breaker.execute(ok)) == 1
+    assert asyncio.run(breaker.execute(ok)) == 1
+    assert breaker.snapshot().calls == 2
+
+
+def test_is_a_policy() -> None:
+    assert isinstance(CircuitBreaker("p"), stoic.Policy)
