@@ -172,6 +172,7 @@ class Demo:
         self.t0 = time.monotonic()
         self.dependency: asyncio.subprocess.Process | None = None
         self.base_url = ""
+        self.state = "closed"  # as last reported by state_changes() (reading .state could move it)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -266,6 +267,19 @@ class Demo:
             )
             self.line(arrow)
             previous, since = new, now
+            self.state = new
+
+    async def show_status(self) -> None:
+        """On a terminal only: a status line under the log, refreshed with the running counts."""
+        s = self.stats
+        with self.console.status("", spinner="dots") as status:
+            while not self.stop.is_set():
+                status.update(
+                    f"{self.elapsed():6.1f}s  breaker {self.state}  calls {s.calls}  ok {s.successes}  "
+                    f"failed {sum(s.failures.values())}  rejected {sum(s.rejections.values())}"
+                    + ("  (Ctrl-C to stop)" if self.args.serve else ""))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop.wait(), timeout=0.2)
 
     async def watch_dependency(self, client: httpx.AsyncClient) -> None:
         """Poll the dependency's phase directly (not through the breaker), to narrate the script."""
@@ -334,6 +348,8 @@ class Demo:
                 watchers.append(asyncio.create_task(self.watch_dependency(client)))
                 workers.extend(
                     asyncio.create_task(self.worker(breaker, client, tracer)) for _ in range(args.workers))
+                if console.is_terminal:
+                    watchers.append(asyncio.create_task(self.show_status()))
                 if args.serve:
                     await self.stop.wait()
                 else:
@@ -420,7 +436,9 @@ def _configure_structlog(console: Console) -> None:
             structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
             structlog.dev.ConsoleRenderer(colors=console.is_terminal, pad_event_to=18),
         ],
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
+        # No file given: each logger takes sys.stdout when made, which is rich's while a status
+        # line is live, so log lines print above it instead of through it.
+        logger_factory=structlog.PrintLoggerFactory(),
         cache_logger_on_first_use=False,
     )
 
