@@ -33,6 +33,10 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	$(BIN)/python -m benchmarks $(ARGS)
 
+.PHONY: docs
+docs: $(STAMP)
+	$(BIN)/python docs/generate.py
+
 dashboards: $(STAMP)
 	$(BIN)/python -m dashboards.generate
 

@@ -21,7 +21,7 @@ SAMPLES: dict[str, dict[str, AttributeValue]] = {
     "breaker.recorded": {"outcome": "success", "slow": False, "state": "closed", "duration": 0.05},
     "breaker.ignored": {"reason": "cancelled"},
     "breaker.defect": {},
-    "ratelimiter.rejected": {"reason": "queue_full", "permits": 1},
+    "ratelimiter.rejected": {"reason": "would_exceed_deadline", "permits": 1, "retry_after": 0.5},
     "ratelimiter.oversized": {},
     "ratelimiter.waited": {"permits": 1, "waited": 0.2},
     "bulkhead.rejected": {"reason": "bulkhead_full", "capacity": 4, "waiting": 0},

@@ -325,7 +325,9 @@ def test_metrics_want_debug_events_and_uninstrument_removes_everything():
         bulkhead = FakeBulkhead("bh")
         inst.observe(bulkhead)
         fire("breaker.recorded")
-        assert [p.value for p in points(collect(reader)["stoic.bulkhead.active"])] == [1]
+        got = collect(reader)
+        assert [p.value for p in points(got["stoic.bulkhead.active"])] == [1]
+        assert [p.value for p in points(got["stoic.breaker.calls"])] == [1]
     finally:
         inst.uninstrument()
     assert not inst.installed
@@ -334,11 +336,24 @@ def test_metrics_want_debug_events_and_uninstrument_removes_everything():
     inst.uninstrument()  # idempotent
     fire("breaker.recorded")
     got = collect(reader)
-    assert [p.value for p in points(got["stoic.breaker.calls"])] == [1]  # the second was not counted
+    # observable instruments stop reporting; the synchronous histogram keeps its last value
+    assert "stoic.breaker.calls" not in got or not list(points(got["stoic.breaker.calls"]))
     assert "stoic.bulkhead.active" not in got or not list(points(got["stoic.bulkhead.active"]))
+    assert [p.count for p in points(got["stoic.breaker.call.duration"])] == [1]  # the second was not recorded
     again = instrument(meter_provider=provider, span_events=False)  # allowed once uninstrumented
-    again.uninstrument()
-    provider.shutdown()
+    try:
+        revived = FakeBulkhead("bh2", active=3)
+        again.observe(revived)
+        fire("breaker.recorded")
+        got = collect(reader)
+    finally:
+        again.uninstrument()
+        provider.shutdown()
+    # OTel keeps an instrument name's first registration: the new sink must report through it,
+    # and a counter carries on from its total rather than going back to zero.
+    assert [p.value for p in points(got["stoic.breaker.calls"])] == [2]
+    assert [p.value for p in points(got["stoic.bulkhead.active"])] == [3]
+    assert [p.count for p in points(got["stoic.breaker.call.duration"])] == [2]
 
 
 def test_malformed_events_never_raise_and_never_reach_the_error_log(caplog):
@@ -406,3 +421,45 @@ def test_the_table_is_consistent_with_the_brief():
     assert METRICS_BY_NAME["stoic.breaker.calls"].prometheus_name == "stoic_breaker_calls_total"
     assert METRICS_BY_NAME["stoic.breaker.call.duration"].prometheus_name == "stoic_breaker_call_duration_seconds"
     assert METRICS_BY_NAME["stoic.breaker.state"].prometheus_name == "stoic_breaker_state"
+
+
+def test_counts_from_many_threads_are_exact():
+    import threading
+
+    provider, reader = metric_provider()
+    inst = instrument(meter_provider=provider, span_events=False)
+    barrier = threading.Barrier(8)
+
+    def worker(n: int) -> None:
+        barrier.wait()
+        for i in range(2000):
+            fire("breaker.recorded", f"b{n % 2}", outcome="success" if i % 4 else "failure")
+            fire("hedge.started", "h")
+
+    try:
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        got = collect(reader)
+    finally:
+        inst.uninstrument()
+        provider.shutdown()
+    calls = {(p.attributes["stoic.label"], p.attributes["outcome"]): p.value
+             for p in points(got["stoic.breaker.calls"])}
+    assert calls == {("b0", "success"): 6000, ("b0", "failure"): 2000, ("b1", "success"): 6000, ("b1", "failure"): 2000}
+    assert [p.value for p in points(got["stoic.hedge.attempts"])] == [16000]
+    assert sum(p.count for p in points(got["stoic.breaker.call.duration"])) == 16000
+
+
+def test_a_provider_that_cannot_be_a_weak_key_still_gets_its_instruments():
+    from opentelemetry.metrics import NoOpMeterProvider
+
+    class Unhashable(NoOpMeterProvider):
+        __hash__ = None  # type: ignore[assignment]
+
+    sink = MetricsSink(Unhashable())
+    with stoic.use_sinks(sink):
+        fire("breaker.recorded")  # a no-op provider: nothing to see, nothing raised
+    assert sink.handled_events

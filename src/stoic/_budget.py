@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from ._clock import Clock, current_clock
-from ._durations import check_fraction
+from ._durations import check_fraction, check_int
 
 _UNIT = 10**15  # units per token
 _UNITS_PER_NS_PER_TOKEN_PER_S = 10**6  # 1 token/s for 1 ns = 10**15 / 10**9 units
@@ -30,7 +30,8 @@ class RetryBudget:
     refuses. ``earned_capacity`` caps banked earned tokens (default ``max(10, reserve_capacity)``).
 
     Raises ``ValueError`` for ``ratio`` outside (0, 1], a negative or non-finite
-    ``reserve_per_second``, or a negative ``reserve_capacity``/``earned_capacity``.
+    ``reserve_per_second``, or a ``reserve_capacity``/``earned_capacity`` that is not a whole
+    number >= 0.
     The reserve starts full and refills on the budget's clock (``clock=``, else the ambient one).
     """
 
@@ -57,11 +58,10 @@ class RetryBudget:
         self.ratio = check_fraction(ratio, "ratio", low_open=True)
         if not math.isfinite(reserve_per_second) or reserve_per_second < 0:
             raise ValueError(f"reserve_per_second must be a finite number >= 0, got {reserve_per_second!r}")
-        if reserve_capacity < 0:
-            raise ValueError(f"reserve_capacity must be >= 0, got {reserve_capacity!r}")
-        cap = max(10, reserve_capacity) if earned_capacity is None else earned_capacity
-        if cap < 0:
-            raise ValueError(f"earned_capacity must be >= 0, got {earned_capacity!r}")
+        # Whole tokens only: a fractional capacity would turn the exact integer arithmetic into floats.
+        check_int(reserve_capacity, "reserve_capacity", minimum=0)
+        cap = max(10, reserve_capacity) if earned_capacity is None else check_int(
+            earned_capacity, "earned_capacity", minimum=0)
         self.reserve_per_second = float(reserve_per_second)
         self.reserve_capacity = reserve_capacity
         self.name = name

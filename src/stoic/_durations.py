@@ -26,9 +26,13 @@ def to_ns(value: Seconds, name: str, *, allow_zero: bool = False) -> int:
     elif isinstance(value, int):
         ns = value * NS_PER_SECOND
     else:
-        if not math.isfinite(value):
+        # value * 1e9 overflows to inf above ~1.8e299 s: refuse it here rather than let round()
+        # raise OverflowError without the parameter's name.
+        if not math.isfinite(value * NS_PER_SECOND):
             raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
         ns = round(value * NS_PER_SECOND)
+        if value < 0 and ns == 0:  # a tiny negative rounds to 0 ns: still negative, still refused
+            ns = -1
     if ns < 0 or (ns == 0 and not allow_zero):
         allowed = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be {allowed} seconds, got {value!r}")

@@ -84,10 +84,10 @@ class Instrumentation:
         self._installed = True
 
     def uninstrument(self) -> None:
-        """Remove the sinks; gauges stop reporting and counters stop counting. Idempotent.
+        """Remove the sinks: events stop reaching OpenTelemetry. Idempotent.
 
-        OpenTelemetry cannot delete instruments, so series already exported stay in the meter
-        provider with their last values.
+        Counters and gauges (observable instruments) stop reporting; OpenTelemetry cannot delete
+        instruments, so the duration histograms keep their last values in the meter provider.
         """
         global _active
         for sink in self.sinks:

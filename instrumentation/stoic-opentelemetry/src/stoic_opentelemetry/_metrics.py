@@ -5,8 +5,12 @@ counter and duration histogram come from ``breaker.recorded``, the wait histogra
 ``ratelimiter.waited``), so installing it makes policies build their debug events: that is the
 price of per-call metrics, paid only when metrics are on.
 
-Cheapness: ``emit`` is one dict lookup for events no metric uses; attribute dicts are built once
-per (label, key, value) and reused for every measurement (they are never mutated).
+Cheapness: ``emit`` is one dict lookup for events no metric uses. Counters are tallied here
+(a dict lookup and an uncontended lock per event) and reported through observable counters at
+collection time: the SDK's synchronous ``Counter.add`` validates and hashes the attributes on
+every call, which costs several microseconds. Histograms have no observable form, so they are
+recorded synchronously with attribute dicts built once per (label, value) and reused (never
+mutated).
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ from typing import Any
 
 from opentelemetry.metrics import (
     CallbackOptions,
-    Counter,
     Histogram,
     Meter,
     MeterProvider,
@@ -28,7 +31,7 @@ from opentelemetry.metrics import (
 
 from stoic.events import AttributeValue, Event, Level
 
-from ._table import BREAKER_STATES, LABEL, METRICS, RETRY_OUTCOMES, SECOND_BUCKETS, MetricSpec
+from ._table import BREAKER_STATES, LABEL, METRICS, RETRY_OUTCOMES, SECOND_BUCKETS
 from ._version import __version__
 
 _Attrs = dict[str, AttributeValue]
@@ -40,6 +43,94 @@ _BREAKER_TRANSITIONS = {
     "breaker.half_open": "half_open",
     "breaker.closed": "closed",
 }
+
+
+class _Tally:
+    """One counter's totals by (label, attribute value), read by an observable counter callback.
+
+    Totals are cumulative and only grow, which is what an observable counter reports.
+    """
+
+    __slots__ = ("_key", "_cells", "_lock")
+
+    def __init__(self, key: str | None) -> None:
+        self._key = key  # the attribute besides stoic.label, or None
+        self._cells: dict[tuple[str, AttributeValue], list[Any]] = {}  # -> [attributes, total]
+        self._lock = threading.Lock()
+
+    def add(self, label: str, value: AttributeValue = "") -> None:
+        with self._lock:
+            cell = self._cells.get((label, value))
+            if cell is None:
+                attrs: _Attrs = {LABEL: label} if self._key is None else {LABEL: label, self._key: value}
+                cell = self._cells[(label, value)] = [attrs, 0]
+            cell[1] += 1
+
+    def observations(self) -> list[Observation]:
+        with self._lock:
+            totals = [(attrs, total) for attrs, total in self._cells.values()]
+        return [Observation(total, attrs) for attrs, total in totals]
+
+
+class _Instruments:
+    """The instruments of one meter provider, created once and shared by its MetricsSinks.
+
+    OpenTelemetry keeps the first registration of an instrument name and ignores a later one's
+    callbacks, so a MetricsSink built after another on the same provider (instrument, uninstrument,
+    instrument again) must reuse these. Counters keep their totals across sinks (a counter never
+    goes back); callbacks report for the attached sink and nothing while none is attached.
+    """
+
+    def __init__(self, meter: Meter) -> None:
+        self.sink: MetricsSink | None = None
+        self.tallies: dict[str, _Tally] = {}
+        self.histograms: dict[str, Histogram] = {}
+        for spec in METRICS:
+            if spec.kind == "counter":
+                tally = self.tallies[spec.name] = _Tally(spec.attributes[1] if len(spec.attributes) > 1 else None)
+                meter.create_observable_counter(spec.name, [self._counter(tally)], spec.unit, spec.description)
+            elif spec.kind == "histogram":
+                self.histograms[spec.name] = meter.create_histogram(
+                    spec.name, spec.unit, spec.description, explicit_bucket_boundaries_advisory=list(SECOND_BUCKETS)
+                )
+            elif spec.name == "stoic.breaker.state":
+                meter.create_observable_gauge(spec.name, [self._breaker_state], spec.unit, spec.description)
+            else:
+                (prop,) = spec.properties
+                meter.create_observable_gauge(spec.name, [self._gauge(prop)], spec.unit, spec.description)
+
+    def _counter(self, tally: _Tally) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def callback(options: CallbackOptions) -> Iterable[Observation]:
+            return [] if self.sink is None else tally.observations()
+
+        return callback
+
+    def _breaker_state(self, options: CallbackOptions) -> Iterable[Observation]:
+        sink = self.sink
+        return [] if sink is None else sink._breaker_state_observations()
+
+    def _gauge(self, prop: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def callback(options: CallbackOptions) -> Iterable[Observation]:
+            sink = self.sink
+            return [] if sink is None else sink._property_observations(prop)
+
+        return callback
+
+
+_registry_lock = threading.Lock()
+_by_provider: weakref.WeakKeyDictionary[MeterProvider, _Instruments] = weakref.WeakKeyDictionary()
+
+
+def _instruments_for(provider: MeterProvider) -> _Instruments:
+    with _registry_lock:
+        try:
+            instruments = _by_provider.get(provider)
+        except TypeError:  # a provider without weakref support: cannot be shared, make its own
+            return _Instruments(provider.get_meter("stoic_opentelemetry", __version__))
+        if instruments is None:
+            instruments = _Instruments(provider.get_meter("stoic_opentelemetry", __version__))
+            _by_provider[provider] = instruments
+        return instruments
 
 
 class _Strong:
@@ -67,38 +158,25 @@ class MetricsSink:
     ``.available_permits``, ``.waiter_count``, ``.active_count``, ``.queued_count``,
     ``.current_delay``; whichever exist), read at collection time; they are held weakly when
     they allow it. Breakers not observed still get a state gauge from their transition events.
+
+    Instruments are created once per meter provider (OpenTelemetry ignores a second registration
+    of a name): a later sink on the same provider reports through them, counters continuing from
+    their totals, and the newest sink feeds the gauges. After :meth:`close` nothing is counted and,
+    until another sink attaches, counters and gauges report nothing.
     """
 
     def __init__(self, meter_provider: MeterProvider | None = None, *, level: Level = Level.DEBUG) -> None:
         self.level = level
         provider = meter_provider if meter_provider is not None else get_meter_provider()
-        self._meter: Meter = provider.get_meter("stoic_opentelemetry", __version__)
         self._closed = False
         self._lock = threading.Lock()
-        self._attrs: dict[tuple[str, ...] | tuple[str, str, AttributeValue], _Attrs] = {}
+        self._attrs: dict[tuple[str, str, AttributeValue], _Attrs] = {}
         self._label_only: dict[str, _Attrs] = {}
         self._breaker_states: dict[str, str] = {}
         self._observed: tuple[Callable[[], object | None], ...] = ()
-        self._counters: dict[str, Counter] = {}
-        self._histograms: dict[str, Histogram] = {}
-        for spec in METRICS:
-            self._create(spec)
+        self._instruments = _instruments_for(provider)
+        self._instruments.sink = self  # the newest sink on a provider feeds its gauges
         self._handlers: dict[str, Callable[[Event], None]] = self._build_handlers()
-
-    # --- instruments ---
-    def _create(self, spec: MetricSpec) -> None:
-        if spec.kind == "counter":
-            self._counters[spec.name] = self._meter.create_counter(spec.name, spec.unit, spec.description)
-        elif spec.kind == "histogram":
-            self._histograms[spec.name] = self._meter.create_histogram(
-                spec.name, spec.unit, spec.description, explicit_bucket_boundaries_advisory=list(SECOND_BUCKETS)
-            )
-        elif spec.name == "stoic.breaker.state":
-            self._meter.create_observable_gauge(spec.name, [self._observe_breaker_state], spec.unit, spec.description)
-        else:
-            (prop,) = spec.properties
-            self._meter.create_observable_gauge(spec.name, [self._property_callback(prop)], spec.unit,
-                                                spec.description)
 
     # --- cached attribute dicts ---
     def _label(self, label: str) -> _Attrs:
@@ -125,7 +203,7 @@ class MetricsSink:
             handler(event)
 
     def _build_handlers(self) -> dict[str, Callable[[Event], None]]:
-        c, h = self._counters, self._histograms
+        c, h = self._instruments.tallies, self._instruments.histograms
         calls, duration = c["stoic.breaker.calls"], h["stoic.breaker.call.duration"]
         breaker_rejections, transitions = c["stoic.breaker.rejections"], c["stoic.breaker.transitions"]
         wait, limiter_rejections = h["stoic.ratelimiter.wait.duration"], c["stoic.ratelimiter.rejections"]
@@ -137,24 +215,24 @@ class MetricsSink:
 
         def recorded(e: Event) -> None:
             a = e.attributes
-            attrs = attr(e.label, "outcome", a.get("outcome", "unknown"))
-            calls.add(1, attrs)
+            outcome = a.get("outcome", "unknown")
+            calls.add(e.label, outcome)
             seconds = a.get("duration")
             if _is_number(seconds):
-                duration.record(seconds, attrs)  # type: ignore[arg-type]  # narrowed by _is_number
+                duration.record(seconds, attr(e.label, "outcome", outcome))  # type: ignore[arg-type]  # a number
             if e.label not in states:
                 states[e.label] = str(a.get("state", "closed"))
 
         def rejected(e: Event) -> None:
             state = e.attributes.get("state", "unknown")
-            breaker_rejections.add(1, attr(e.label, "state", state))
+            breaker_rejections.add(e.label, state)
             if e.label not in states and state in BREAKER_STATES:
                 states[e.label] = str(state)
 
         def transition(e: Event) -> None:
             state = _BREAKER_TRANSITIONS[e.name]
             states[e.label] = state
-            transitions.add(1, attr(e.label, "state", state))
+            transitions.add(e.label, state)
 
         def reset(e: Event) -> None:
             states[e.label] = "closed"
@@ -165,26 +243,26 @@ class MetricsSink:
                 wait.record(seconds, label_only(e.label))  # type: ignore[arg-type]  # narrowed by _is_number
 
         def limiter_rejected(e: Event) -> None:
-            limiter_rejections.add(1, attr(e.label, "reason", e.attributes.get("reason", "unknown")))
+            limiter_rejections.add(e.label, e.attributes.get("reason", "unknown"))
 
         def oversized(e: Event) -> None:
-            limiter_rejections.add(1, attr(e.label, "reason", "oversized"))
+            limiter_rejections.add(e.label, "oversized")
 
         def bulkhead_rejected(e: Event) -> None:
-            bulkhead_rejections.add(1, attr(e.label, "reason", e.attributes.get("reason", "unknown")))
+            bulkhead_rejections.add(e.label, e.attributes.get("reason", "unknown"))
 
         def hedge_started(e: Event) -> None:
-            hedge_attempts.add(1, label_only(e.label))
+            hedge_attempts.add(e.label)
 
         def hedge_won(e: Event) -> None:
-            hedge_wins.add(1, attr(e.label, "attempt", e.attributes.get("attempt", 0)))
+            hedge_wins.add(e.label, e.attributes.get("attempt", 0))
 
         def attempt_failed(e: Event) -> None:
-            retries.add(1, attr(e.label, "error.type", e.attributes.get("error.type", "unknown")))
+            retries.add(e.label, e.attributes.get("error.type", "unknown"))
 
         def outcome(value: str) -> Callable[[Event], None]:
             def count(e: Event) -> None:
-                outcomes.add(1, attr(e.label, "outcome", value))
+                outcomes.add(e.label, value)
 
             return count
 
@@ -240,9 +318,7 @@ class MetricsSink:
                 self._observed = tuple(r for r in self._observed if r() is not None)
         return out
 
-    def _observe_breaker_state(self, options: CallbackOptions) -> Iterable[Observation]:
-        if self._closed:
-            return []
+    def _breaker_state_observations(self) -> list[Observation]:
         states = dict(self._breaker_states)
         for label, policy in self._alive():
             try:
@@ -258,25 +334,22 @@ class MetricsSink:
             for each in BREAKER_STATES
         ]
 
-    def _property_callback(self, prop: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
-        def callback(options: CallbackOptions) -> Iterable[Observation]:
-            if self._closed:
-                return []
-            observations: list[Observation] = []
-            for label, policy in self._alive():
-                try:
-                    value: Any = getattr(policy, prop, None)
-                except Exception:  # a property that raises must not break collection
-                    continue
-                if _is_number(value):
-                    observations.append(Observation(value, self._label(label)))
-            return observations
-
-        return callback
+    def _property_observations(self, prop: str) -> list[Observation]:
+        observations: list[Observation] = []
+        for label, policy in self._alive():
+            try:
+                value: Any = getattr(policy, prop, None)
+            except Exception:  # a property that raises must not break collection
+                continue
+            if _is_number(value):
+                observations.append(Observation(value, self._label(label)))
+        return observations
 
     def close(self) -> None:
-        """Stop counting and stop reporting gauges (OTel cannot remove instruments)."""
+        """Stop counting; counters and gauges stop reporting (OTel cannot remove instruments)."""
         self._closed = True
+        if self._instruments.sink is self:
+            self._instruments.sink = None
         with self._lock:
             self._observed = ()
         self._breaker_states.clear()

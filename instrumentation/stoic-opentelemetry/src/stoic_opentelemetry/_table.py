@@ -111,9 +111,9 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("stoic.retry.outcomes", "counter", "{call}", ("outcome",),
        ("event:retry.succeeded", "event:retry.exhausted", "event:retry.budget_exhausted",
         "event:retry.deadline_skip", "event:retry.permanent", "event:retry.defect", "event:retry.nested"),
-       "How retried calls ended, by outcome: succeeded (after at least one retry), exhausted, "
-       "budget_exhausted, deadline_skip, permanent, defect or nested. A call that succeeds at once "
-       "emits no event and is not counted."),
+       "How calls run under retry ended, when the end was an event, by outcome: succeeded (after at "
+       "least one retry), exhausted, budget_exhausted, deadline_skip, permanent, defect or nested. A call "
+       "that succeeds on its first attempt emits no event and is not counted."),
 )
 """Every metric, in documentation order."""
 

@@ -1,0 +1,104 @@
+"""The event catalog is consistent data, and the reference docs are generated from it."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from otel_support import SAMPLES
+
+from stoic.events import CATALOG, Level, check_event
+from stoic.events._catalog import _SPECS
+
+ROOT = Path(__file__).resolve().parent.parent
+NAME = re.compile(r"^(breaker|ratelimiter|bulkhead|hedge|retry)\.[a-z]+(_[a-z]+)*$")
+KEY = re.compile(r"^[a-z]+(_[a-z]+)*(\.[a-z]+(_[a-z]+)*)*$")
+SECONDS_KEYS = {"open_for", "retry_after", "duration", "waited", "elapsed", "latency", "next_delay", "requested",
+                "capped"}
+
+
+def test_names_are_unique_dotted_lowercase_and_keyed_by_themselves():
+    assert len(_SPECS) == len(CATALOG)  # no name given twice
+    for name, spec in CATALOG.items():
+        assert spec.name == name
+        assert NAME.match(name), name
+
+
+@pytest.mark.parametrize("name", list(CATALOG))
+def test_each_entry_is_well_formed(name):
+    spec = CATALOG[name]
+    assert isinstance(spec.level, Level)
+    assert spec.description.strip() and spec.description.rstrip().endswith((".", ")"))
+    for key, attribute in spec.attributes.items():
+        assert KEY.match(key), key
+        assert attribute.type in {"str", "int", "float", "bool"}, (name, key)
+        assert attribute.description.strip(), (name, key)
+        assert key != "label", "the label is Event.label, never an attribute"
+        assert key != "event", "would collide with structlog's message argument"
+    assert spec.required <= spec.allowed
+    assert spec.required == {k for k, a in spec.attributes.items() if not a.optional}
+
+
+def test_errors_are_recorded_by_type_name_and_durations_as_float_seconds():
+    for spec in CATALOG.values():
+        for key, attribute in spec.attributes.items():
+            assert not key.startswith("error") or key == "error.type", (spec.name, key)
+            if key == "error.type":
+                assert attribute.type == "str"
+            if key in SECONDS_KEYS:
+                assert attribute.type == "float", (spec.name, key)
+                assert "second" in attribute.description, (spec.name, key)
+
+
+def test_debug_events_are_the_per_call_ones():
+    debug = {n for n, s in CATALOG.items() if s.level == Level.DEBUG}
+    assert debug == {"breaker.rejected", "breaker.recorded", "breaker.ignored", "ratelimiter.waited",
+                     "hedge.attempt_failed"}
+    assert {n for n, s in CATALOG.items() if s.level == Level.ERROR} == {"breaker.defect", "retry.defect"}
+
+
+def test_the_samples_used_by_adapter_tests_cover_the_catalog_and_conform():
+    assert list(SAMPLES) == list(CATALOG)
+    for name, attributes in SAMPLES.items():
+        assert check_event(name, attributes) == [], name
+        # every optional attribute but breaker.rejected's reason (it replaces retry_after when the
+        # caller, not the breaker, refused) is exercised by the samples
+        missing = CATALOG[name].allowed - set(attributes)
+        assert missing <= ({"reason"} if name == "breaker.rejected" else set()), (name, missing)
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("stoic_docs_generate", ROOT / "docs" / "generate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("page", ["events.md", "metrics.md"])
+def test_committed_reference_docs_equal_what_the_generator_writes(page):
+    generator = _generator()
+    committed = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    assert committed == generator.PAGES[page](), f"docs/{page} is stale: run .venv/bin/python docs/generate.py"
+
+
+def test_the_event_reference_lists_every_event_and_attribute():
+    text = _generator().render_events()
+    for name, spec in CATALOG.items():
+        assert f"### `{name}`" in text
+        for key in spec.attributes:
+            assert f"`{key}`" in text
+
+
+def test_check_mode_reports_a_stale_page(tmp_path, monkeypatch, capsys):
+    generator = _generator()
+    monkeypatch.setattr(generator, "DOCS", tmp_path)
+    assert generator.main(["--check"]) == 1
+    assert "stale" in capsys.readouterr().err
+    assert generator.main([]) == 0
+    assert generator.main(["--check"]) == 0
+    (tmp_path / "events.md").write_text("edited by hand\n", encoding="utf-8")
+    assert generator.main(["--check"]) == 1

@@ -1,0 +1,212 @@
+"""VirtualClock (time moves only when a test says so) and the ambient clock."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+
+import stoic
+from stoic import SYSTEM_CLOCK, Clock, current_clock, use_clock
+from stoic.testing import VirtualClock, settle
+
+S = 1_000_000_000
+
+
+def test_the_virtual_clock_starts_where_told_and_is_a_clock():
+    assert VirtualClock().now_ns() == 0
+    assert VirtualClock(2.5).now() == 2.5
+    assert VirtualClock(timedelta(milliseconds=3)).now_ns() == 3_000_000
+    assert isinstance(VirtualClock(), Clock) and isinstance(SYSTEM_CLOCK, Clock)
+    with pytest.raises(ValueError, match="start"):
+        VirtualClock(-1)
+
+
+async def test_advance_moves_time_exactly_and_rejects_negative():
+    clock = VirtualClock()
+    await clock.advance(1.5)
+    await clock.advance(timedelta(seconds=2))
+    assert clock.now_ns() == 3_500_000_000
+    await clock.advance(0)
+    assert clock.now_ns() == 3_500_000_000
+    with pytest.raises(ValueError, match="seconds"):
+        await clock.advance(-0.1)
+    await clock.advance_to(10.0)
+    assert clock.now() == 10.0
+    await clock.advance_to(5.0)  # already past: no-op, time never goes back
+    assert clock.now() == 10.0
+
+
+async def test_timers_fire_in_instant_order_then_registration_order_at_their_own_instant():
+    clock = VirtualClock()
+    fired: list[tuple[str, int]] = []
+    for name, when in (("c", 3), ("a", 1), ("b1", 2), ("b2", 2), ("late", 10)):
+        clock.call_at(when * S, lambda name=name: fired.append((name, clock.now_ns())))
+    assert clock.pending_timers == 5
+    await clock.advance(5)
+    assert fired == [("a", 1 * S), ("b1", 2 * S), ("b2", 2 * S), ("c", 3 * S)]
+    assert clock.pending_timers == 1
+    assert clock.now_ns() == 5 * S
+    assert clock.next_timer_ns() == 10 * S
+
+
+async def test_a_cancelled_timer_never_fires():
+    clock = VirtualClock()
+    fired: list[int] = []
+    handle = clock.call_at(S, lambda: fired.append(1))
+    handle.cancel()
+    assert clock.pending_timers == 0
+    await clock.advance(2)
+    assert fired == []
+    assert clock.next_timer_ns() is None
+
+
+async def test_a_due_timer_runs_soon_without_moving_time():
+    clock = VirtualClock(5)
+    fired: list[int] = []
+    clock.call_at(S, lambda: fired.append(clock.now_ns()))
+    await settle()
+    assert fired == [5 * S]
+
+
+async def test_sleepers_wake_at_their_instant_and_can_sleep_again_within_one_advance():
+    clock = VirtualClock()
+    woke: list[tuple[str, float]] = []
+
+    async def sleeper(name: str, first: float, second: float) -> None:
+        await clock.sleep_until(round(first * S))
+        woke.append((name, clock.now()))
+        await clock.sleep_until(round(second * S))
+        woke.append((name, clock.now()))
+
+    tasks = [asyncio.create_task(sleeper("x", 1, 4)), asyncio.create_task(sleeper("y", 2, 3))]
+    await clock.advance(10)
+    assert woke == [("x", 1.0), ("y", 2.0), ("y", 3.0), ("x", 4.0)]
+    assert all(t.done() for t in tasks)
+    assert clock.now() == 10.0
+
+
+async def test_a_cancelled_sleep_leaves_no_timer_behind():
+    clock = VirtualClock()
+    task = asyncio.create_task(clock.sleep_until(5 * S))
+    await settle()
+    assert clock.pending_timers == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert clock.pending_timers == 0
+
+
+async def test_sleeping_until_a_past_instant_returns_at_once():
+    clock = VirtualClock(3)
+    await clock.sleep_until(1 * S)
+    assert clock.now() == 3.0 and clock.pending_timers == 0
+
+
+async def test_run_until_idle_jumps_from_timer_to_timer_and_reports_elapsed():
+    clock = VirtualClock()
+    woke: list[float] = []
+
+    async def chain() -> None:
+        for delay in (1, 2, 3):
+            await clock.sleep_until(clock.now_ns() + delay * S)
+            woke.append(clock.now())
+
+    task = asyncio.create_task(chain())
+    assert await clock.run_until_idle() == 6.0
+    assert woke == [1.0, 3.0, 6.0] and task.done()
+
+
+async def test_run_until_idle_stops_at_its_limit_against_a_timer_that_rearms_forever():
+    clock = VirtualClock()
+
+    def rearm() -> None:
+        clock.call_at(clock.now_ns() + S, rearm)
+
+    clock.call_at(S, rearm)
+    elapsed = await clock.run_until_idle(limit=30)
+    assert elapsed == 30.0
+    assert clock.pending_timers == 1
+
+
+async def test_run_returns_the_result_or_raises_the_error_on_virtual_time():
+    clock = VirtualClock()
+
+    async def slow(value: int) -> int:
+        await clock.sleep_until(clock.now_ns() + 3600 * S)
+        return value
+
+    async def failing() -> None:
+        await clock.sleep_until(clock.now_ns() + S)
+        raise KeyError("boom")
+
+    started = time.monotonic()
+    assert await clock.run(slow(7)) == 7
+    assert clock.now() == 3600.0
+    with pytest.raises(KeyError):
+        await clock.run(failing())
+    assert time.monotonic() - started < 5  # an hour of virtual time, no real waiting
+
+
+async def test_run_fails_loudly_when_the_task_can_never_finish():
+    clock = VirtualClock()
+    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    with pytest.raises(RuntimeError, match="blocked"):
+        await clock.run(never)
+    assert never.cancelled()
+
+    async def too_slow() -> None:
+        await clock.sleep_until(clock.now_ns() + 100 * S)
+
+    with pytest.raises(RuntimeError):
+        await clock.run(too_slow(), limit=10)
+
+
+async def test_a_blocking_sleeper_thread_is_released_when_virtual_time_passes():
+    clock = VirtualClock()
+    woke = threading.Event()
+
+    def blocked() -> None:
+        clock.sleep_until_blocking(2 * S)
+        woke.set()
+
+    thread = threading.Thread(target=blocked)
+    thread.start()
+    await clock.advance(1)
+    assert not woke.wait(0.05)
+    await clock.advance(1)
+    assert await asyncio.to_thread(woke.wait, 5)
+    thread.join(5)
+
+
+def test_use_clock_sets_the_ambient_clock_for_the_block_only():
+    virtual = VirtualClock()
+    assert current_clock() is SYSTEM_CLOCK
+    with use_clock(virtual) as installed:
+        assert installed is virtual
+        assert current_clock() is virtual
+        with use_clock(SYSTEM_CLOCK):
+            assert current_clock() is SYSTEM_CLOCK
+        assert current_clock() is virtual
+    assert current_clock() is SYSTEM_CLOCK
+    assert stoic.current_clock is current_clock
+
+
+def test_the_clock_fixture_is_ambient(clock):
+    assert current_clock() is clock
+
+
+async def test_the_system_clock_is_monotonic_nanoseconds_and_sleeps_on_the_loop():
+    a = SYSTEM_CLOCK.now_ns()
+    b = SYSTEM_CLOCK.now_ns()
+    assert isinstance(a, int) and b >= a
+    assert abs(SYSTEM_CLOCK.now() - time.monotonic()) < 1
+    await SYSTEM_CLOCK.sleep_until(SYSTEM_CLOCK.now_ns() - S)  # past: no wait
+    SYSTEM_CLOCK.sleep_until_blocking(SYSTEM_CLOCK.now_ns() - S)
+    fired = asyncio.Event()
+    SYSTEM_CLOCK.call_at(SYSTEM_CLOCK.now_ns(), fired.set)
+    await asyncio.wait_for(fired.wait(), 5)
+    assert repr(SYSTEM_CLOCK) == "SystemClock()"

@@ -1,0 +1,244 @@
+"""stoic.timeout / stoic.deadline on virtual time: expiry, nesting, and telling a deadline's
+cancellation from any other."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import stoic
+from stoic import DeadlineExceeded, Rejected, RejectionReason, cancelled_by_deadline, time_remaining
+from stoic._deadline import DEADLINE_CANCEL_MESSAGE, remaining_ns
+from stoic.testing import VirtualClock, settle
+
+S = 1_000_000_000
+
+
+async def sleep(clock: VirtualClock, seconds: float) -> None:
+    await clock.sleep_until(clock.now_ns() + round(seconds * S))
+
+
+async def test_timeout_raises_deadline_exceeded_at_the_virtual_instant(clock):
+    async def work() -> None:
+        async with stoic.timeout(2, label="fetch"):
+            await sleep(clock, 10)
+
+    with pytest.raises(DeadlineExceeded) as caught:
+        await clock.run(work())
+    assert clock.now() == 2.0
+    error = caught.value
+    assert isinstance(error, TimeoutError) and isinstance(error, Rejected)
+    assert error.reason is RejectionReason.DEADLINE_EXCEEDED
+    assert error.label == "fetch" and "fetch" in str(error)
+    assert isinstance(error.__cause__, asyncio.CancelledError)
+    assert clock.pending_timers == 0
+
+
+async def test_a_block_that_finishes_in_time_is_untouched_and_leaves_no_timer(clock):
+    async def work() -> str:
+        async with stoic.timeout(5) as scope:
+            await sleep(clock, 1)
+        assert not scope.expired
+        return "done"
+
+    assert await clock.run(work()) == "done"
+    assert clock.pending_timers == 0
+
+
+async def test_after_a_deadline_the_task_is_not_left_cancelling(clock):
+    async def work() -> int:
+        with pytest.raises(DeadlineExceeded):
+            async with stoic.timeout(1):
+                await sleep(clock, 5)
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
+        await sleep(clock, 1)  # the spent cancel request is not delivered later
+        return 1
+
+    assert await clock.run(work()) == 1
+    assert clock.now() == 2.0
+
+
+async def test_nested_outer_fires_first_outer_raises_and_inner_passes_the_cancellation(clock):
+    seen: list[str] = []
+
+    async def work() -> None:
+        async with stoic.timeout(1, label="outer"):
+            try:
+                async with stoic.timeout(10, label="inner") as inner:
+                    await sleep(clock, 100)
+            except asyncio.CancelledError:
+                seen.append(f"inner passed cancellation, expired={inner.expired}")
+                raise
+
+    with pytest.raises(DeadlineExceeded) as caught:
+        await clock.run(work())
+    assert caught.value.label == "outer"
+    assert seen == ["inner passed cancellation, expired=False"]
+    assert clock.now() == 1.0 and clock.pending_timers == 0
+
+
+async def test_nested_inner_fires_first_inner_raises_and_outer_goes_on(clock):
+    async def work() -> str:
+        async with stoic.timeout(10, label="outer") as outer:
+            with pytest.raises(DeadlineExceeded) as caught:
+                async with stoic.timeout(1, label="inner"):
+                    await sleep(clock, 100)
+            assert caught.value.label == "inner"
+            await sleep(clock, 2)
+        assert not outer.expired
+        return "outer finished"
+
+    assert await clock.run(work()) == "outer finished"
+    assert clock.now() == 3.0
+
+
+async def test_cancelled_by_deadline_tells_a_deadline_from_another_cancellation(clock):
+    reports: list[str] = []
+
+    async def waiter() -> None:
+        try:
+            await sleep(clock, 100)
+        except asyncio.CancelledError:
+            reports.append("deadline_exceeded" if cancelled_by_deadline() else "cancelled")
+            raise
+
+    async def under_deadline() -> None:
+        async with stoic.timeout(1):
+            await waiter()
+
+    with pytest.raises(DeadlineExceeded):
+        await clock.run(under_deadline())
+
+    async def cancelled_from_outside() -> None:
+        async with stoic.timeout(50):
+            await waiter()
+
+    task = asyncio.create_task(cancelled_from_outside())
+    await settle()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):  # not DeadlineExceeded: it was not the deadline
+        await task
+    assert reports == ["deadline_exceeded", "cancelled"]
+    assert not cancelled_by_deadline()
+
+
+async def test_an_outside_cancellation_racing_the_deadline_still_passes_through(clock):
+    async def work() -> None:
+        async with stoic.timeout(1):
+            await sleep(clock, 100)
+
+    task = asyncio.create_task(work())
+    await settle()
+    task.cancel()  # someone else cancels ...
+    await clock.advance(1)  # ... and the deadline fires too before the task runs again
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_block_that_swallows_the_cancellation_ends_normally(clock):
+    async def work() -> str:
+        async with stoic.timeout(1) as scope:
+            try:
+                await sleep(clock, 100)
+            except asyncio.CancelledError:
+                pass
+        assert scope.expired
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
+        return "swallowed"
+
+    assert await clock.run(work()) == "swallowed"
+
+
+async def test_time_remaining_is_the_tightest_deadline_and_goes_negative(clock):
+    assert time_remaining() is None and remaining_ns() is None
+
+    async def work() -> list[float | None]:
+        seen: list[float | None] = []
+        async with stoic.timeout(10):
+            seen.append(time_remaining())
+            await sleep(clock, 4)
+            seen.append(time_remaining())
+            async with stoic.timeout(100):
+                seen.append(time_remaining())  # the outer one is tighter
+            async with stoic.timeout(1):
+                seen.append(time_remaining())
+        return seen
+
+    assert await clock.run(work()) == [10.0, 6.0, 6.0, 1.0]
+    assert stoic.time_remaining is time_remaining
+
+    async def late() -> float | None:
+        async with stoic.timeout(1):
+            try:
+                await sleep(clock, 5)
+            except asyncio.CancelledError:
+                left = time_remaining()
+                assert left is not None and left <= 0
+                raise
+        return None
+
+    with pytest.raises(DeadlineExceeded):
+        await clock.run(late())
+
+
+async def test_deadline_takes_an_instant_and_a_past_instant_expires_at_once(clock):
+    await clock.advance(5)
+
+    async def until(instant: float) -> None:
+        async with stoic.deadline(instant, label="abs"):
+            assert time_remaining() == pytest.approx(instant - clock.now())
+            await sleep(clock, 100)
+
+    with pytest.raises(DeadlineExceeded):
+        await clock.run(until(8.0))
+    assert clock.now() == 8.0
+    with pytest.raises(DeadlineExceeded):
+        await clock.run(until(1.0))
+    assert clock.now() == 8.0
+
+
+async def test_zero_timeout_expires_at_once_and_negative_is_rejected(clock):
+    async def work() -> None:
+        async with stoic.timeout(0):
+            await sleep(clock, 1)
+
+    with pytest.raises(DeadlineExceeded):
+        await clock.run(work())
+    assert clock.now() == 0.0
+    with pytest.raises(ValueError, match="seconds"):
+        stoic.timeout(-1)
+    with pytest.raises(TypeError):
+        stoic.timeout("1")  # type: ignore[arg-type]
+
+
+async def test_an_explicit_clock_wins_over_the_ambient_one(clock):
+    other = VirtualClock()
+
+    async def work() -> None:
+        async with stoic.timeout(1, clock=other):
+            await other.sleep_until(10 * S)
+
+    task = asyncio.create_task(work())
+    await clock.advance(5)  # the ambient clock moving does not matter
+    assert not task.done()
+    await other.advance(1)
+    with pytest.raises(DeadlineExceeded):
+        await task
+
+
+async def test_the_deadline_is_visible_to_tasks_created_inside_the_block(clock):
+    async def child() -> float | None:
+        return time_remaining()
+
+    async def work() -> float | None:
+        async with stoic.timeout(3):
+            return await asyncio.create_task(child())
+
+    assert await clock.run(work()) == 3.0
+
+
+def test_the_cancel_message_names_stoic():
+    assert "deadline" in DEADLINE_CANCEL_MESSAGE

@@ -1,0 +1,73 @@
+"""Public durations (float seconds or timedelta) to integer nanoseconds, validated."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stoic._durations import check_fraction, check_int, to_ns, to_seconds
+
+
+def test_numbers_and_timedeltas_convert_exactly():
+    assert to_ns(1, "d") == 1_000_000_000
+    assert to_ns(0.25, "d") == 250_000_000
+    assert to_ns(1e-9, "d") == 1
+    assert to_ns(timedelta(microseconds=1), "d") == 1_000
+    assert to_ns(timedelta(days=1, seconds=1, microseconds=5), "d") == (86_401 * 1_000_000 + 5) * 1_000
+    assert to_seconds(1_500_000_000) == 1.5
+
+
+@given(st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=10_000)))
+def test_timedelta_is_converted_without_float_rounding(value):
+    assert to_ns(value, "d", allow_zero=True) == value // timedelta(microseconds=1) * 1_000
+
+
+@given(st.floats(min_value=0, max_value=1e6, allow_nan=False))
+def test_float_seconds_round_to_the_nearest_nanosecond(value):
+    ns = to_ns(value, "d", allow_zero=True)
+    assert abs(ns - value * 1e9) <= 0.5 + value * 1e9 * 1e-15
+
+
+@pytest.mark.parametrize("value", [-1, -0.001, timedelta(seconds=-1), -1e-12])
+def test_negative_durations_are_rejected_naming_the_parameter(value):
+    with pytest.raises(ValueError, match=r"open_duration must be >= 0 seconds"):
+        to_ns(value, "open_duration", allow_zero=True)
+
+
+@pytest.mark.parametrize("value", [0, 0.0, timedelta(0), 1e-12])
+def test_zero_is_rejected_unless_allowed(value):
+    with pytest.raises(ValueError, match=r"window must be > 0 seconds"):
+        to_ns(value, "window")
+    assert to_ns(value, "window", allow_zero=True) == 0
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 1e300, -1e300])
+def test_non_finite_durations_are_rejected(value):
+    with pytest.raises(ValueError, match="delay must be a finite number of seconds"):
+        to_ns(value, "delay")
+
+
+@pytest.mark.parametrize("value", [True, False, "1", None, 1j])
+def test_bools_and_non_numbers_are_type_errors(value):
+    with pytest.raises(TypeError, match="delay must be seconds as a float or a timedelta"):
+        to_ns(value, "delay")  # type: ignore[arg-type]
+
+
+def test_fractions_and_integers_are_validated_naming_the_parameter():
+    assert check_fraction(0.5, "rate", low_open=True) == 0.5
+    assert check_fraction(0, "rate", low_open=False) == 0.0
+    assert check_fraction(1, "rate", low_open=True) == 1.0
+    for bad in (0, -0.1, 1.01, math.nan, True, "x"):
+        with pytest.raises(ValueError, match="rate"):
+            check_fraction(bad, "rate", low_open=True)  # type: ignore[arg-type]
+    assert check_fraction(2.0, "q", low_open=False, high=2.0) == 2.0
+    assert check_int(3, "probes", minimum=1) == 3
+    for bad in (0, True, 1.0, "2"):
+        with pytest.raises(ValueError, match="probes"):
+            check_int(bad, "probes", minimum=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"in \[1, 5\]"):
+        check_int(6, "probes", minimum=1, maximum=5)
