@@ -191,6 +191,10 @@ class Demo:
             "--phases", format_phases(t.phases), "--port", str(self.args.port),
             "--latency", f"{t.latency:g}", "--slow-latency", f"{t.slow_latency:g}", "--exit-on-stdin-eof",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT,
+            # Its own session: a terminal's Ctrl-C reaches only the demo, which finishes the calls
+            # in flight and then stops the dependency (rather than both dying at once and the
+            # last calls failing as if the dependency had broken).
+            start_new_session=True,
         )
         assert self.dependency.stdout is not None
         try:
