@@ -36,7 +36,8 @@ def _get(url: str) -> tuple[int, str]:
 def test_demo_tells_the_whole_story_and_serves_metrics_while_running(tmp_path: Path) -> None:
     port = _free_port()
     output = tmp_path / "demo.out"
-    env = {**os.environ, "COLUMNS": "120"}  # no TTY here: rich falls back to plain text at this width
+    # No TTY here: rich prints plain text, at this width; the assertions below expect UTF-8.
+    env = {**os.environ, "COLUMNS": "120", "PYTHONIOENCODING": "utf-8"}
     started = time.monotonic()
     with output.open("wb") as sink:
         proc = subprocess.Popen(

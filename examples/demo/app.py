@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import signal
 import statistics
 import sys
@@ -479,6 +480,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="replace")  # a non-UTF-8 terminal gets "?" for an arrow, not a crash
     console = Console()
     _configure_structlog(console)
     try:
