@@ -86,6 +86,7 @@ def test_demo_tells_the_whole_story_and_serves_metrics_while_running(tmp_path: P
 
 def test_duration_alone_scales_the_story_to_fit() -> None:
     from examples.demo.app import STORY_SECONDS, Tuning, parse_args
+    from examples.demo.dependency import Phase
 
     args = parse_args(["--duration", str(STORY_SECONDS / 2)])
     assert args.time_scale == 0.5
@@ -93,6 +94,8 @@ def test_duration_alone_scales_the_story_to_fit() -> None:
     assert [(p.name, p.seconds) for p in phases] == [
         ("healthy", 3.0), ("failing", 4.5), ("slow", 4.5), ("recovered", None)]
     assert parse_args(["--time-scale", "0.5"]).duration == STORY_SECONDS / 2
+    looping = Tuning(0.5, repeat=True).phases
+    assert looping[-1] == Phase("recovered", 6.0) and sum(p.seconds or 0 for p in looping) == STORY_SECONDS / 2
     serve = parse_args(["--serve"])
     assert (serve.time_scale, serve.metrics_port) == (1.0, None)
 

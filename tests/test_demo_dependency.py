@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from examples.demo.dependency import Phase, format_phases, parse_phases
+from examples.demo.dependency import Phase, Script, format_phases, parse_phases
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,6 +29,23 @@ def test_phases_parse_and_format_round_trip() -> None:
     phases = parse_phases("healthy=6,failing=9,slow=1.5,recovered")
     assert phases == [Phase("healthy", 6.0), Phase("failing", 9.0), Phase("slow", 1.5), Phase("recovered", None)]
     assert format_phases(phases) == "healthy=6,failing=9,slow=1.5,recovered"
+
+
+def test_script_phase_by_time_since_start_and_repeating() -> None:
+    phases = [Phase("healthy", 1.0), Phase("failing", 1.0), Phase("slow", 1.0)]
+    once, looping = Script(phases, 0.01, 0.5), Script(phases, 0.01, 0.5, repeat=True)
+    for script in (once, looping):
+        assert script.phase() == "healthy"
+        assert script.respond()[0] == 200
+        script.started -= 1.5
+        assert script.phase() == "failing"
+        assert script.respond() == (503, 0.0)
+        script.started -= 1.0
+        assert script.phase() == "slow"
+        assert script.respond()[1] >= 0.5
+        script.started -= 1.0  # 3.5 s in: past the end of the script
+    assert once.phase() == "slow"  # stays in the last phase
+    assert looping.phase() == "healthy"  # starts over: 3.5 % 3 = 0.5
 
 
 @pytest.mark.parametrize("bad", ["healthy=1,broken=2", "healthy,failing=1", "healthy=0", "slow=-1"])

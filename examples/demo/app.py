@@ -10,7 +10,7 @@ The story, at ``--time-scale 1`` (36 s): the dependency is healthy for 6 s, answ
 answers slowly for 9 s, then recovers. The breaker is tuned to tell it in that time: a 5 s
 window, 5 calls minimum, a fixed 3 s open period, 0.3 s slow-call duration. ``--duration``
 alone scales the story to fit; ``--serve`` keeps everything running (dependency recovered)
-until Ctrl-C, for Prometheus and the Grafana dashboards.
+until Ctrl-C, for Prometheus and the Grafana dashboards; ``--repeat`` replays the story in a loop.
 """
 
 from __future__ import annotations
@@ -74,9 +74,17 @@ class Tuning:
 
     scale: float
 
+    repeat: bool = False
+
     @property
     def phases(self) -> list[Phase]:
-        return [Phase(p.name, None if p.seconds is None else p.seconds * self.scale) for p in STORY]
+        """The script, scaled; repeating, the recovered phase lasts until the story's end, then it restarts."""
+        tail = STORY_SECONDS - sum(p.seconds or 0.0 for p in STORY) if self.repeat else None
+        phases = []
+        for phase in STORY:
+            seconds = phase.seconds if phase.seconds is not None else tail
+            phases.append(Phase(phase.name, None if seconds is None else seconds * self.scale))
+        return phases
 
     def breaker(self, label: str) -> CircuitBreaker:
         s = self.scale
@@ -167,7 +175,7 @@ class Demo:
     def __init__(self, args: argparse.Namespace, console: Console) -> None:
         self.args = args
         self.console = console
-        self.tuning = Tuning(args.time_scale)
+        self.tuning = Tuning(args.time_scale, repeat=args.repeat)
         self.stats = Stats()
         self.stop = asyncio.Event()
         self.t0 = time.monotonic()
@@ -191,6 +199,7 @@ class Demo:
             sys.executable, "-m", "examples.demo.dependency",
             "--phases", format_phases(t.phases), "--port", str(self.args.port),
             "--latency", f"{t.latency:g}", "--slow-latency", f"{t.slow_latency:g}", "--exit-on-stdin-eof",
+            *(["--repeat"] if t.repeat else []),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT,
             # Its own session: a terminal's Ctrl-C reaches only the demo, which finishes the calls
             # in flight and then stops the dependency (rather than both dying at once and the
@@ -332,7 +341,7 @@ class Demo:
         watchers: list[asyncio.Task[None]] = []
         try:
             await self.start_dependency()
-            story = format_phases(self.tuning.phases).replace(",", " → ")
+            story = format_phases(self.tuning.phases).replace(",", " → ") + (" → …" if args.repeat else "")
             console.print(Text.assemble(("stoic demo", "bold"), f"  (time scale {self.tuning.scale:g}; ",
                                         f"{'until Ctrl-C' if args.serve else f'{args.duration:g} s'})"))
             console.print(f"  dependency  {self.base_url}/work  script: {story}", highlight=False)
@@ -341,8 +350,9 @@ class Demo:
                           f"open {3 * self.tuning.scale:g} s, slow after {0.3 * self.tuning.scale:g} s; "
                           f"{args.workers} workers", highlight=False)
             if args.serve:
-                console.print("  serving until Ctrl-C; after the story the dependency stays healthy "
-                              "(docs/demo.md: Prometheus and Grafana)", highlight=False)
+                after = "the story replays" if args.repeat else "after the story the dependency stays healthy"
+                console.print(f"  serving until Ctrl-C; {after} (docs/demo.md: Prometheus and Grafana)",
+                              highlight=False)
             console.rule(style="dim")
             self.t0 = time.monotonic()
             limits = httpx.Limits(max_connections=args.workers + 1, max_keepalive_connections=args.workers + 1)
@@ -456,8 +466,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"multiply every duration of the story (default 1, or duration / {STORY_SECONDS:g} "
                              f"when --duration is given; at least {MIN_SCALE})")
     parser.add_argument("--serve", action="store_true",
-                        help="keep running (dependency recovered) until Ctrl-C, metrics on port "
+                        help="keep running (after the story the dependency stays healthy, unless --repeat) "
+                             "until Ctrl-C, metrics on port "
                              f"{DEFAULT_METRICS_PORT} unless --metrics-port")
+    parser.add_argument("--repeat", action="store_true",
+                        help="replay the story in a loop (with --serve: fresh data for the dashboards)")
     parser.add_argument("--port", type=int, default=0, help="the dependency's port on 127.0.0.1 (default: free)")
     parser.add_argument("--metrics-port", type=int, default=None,
                         help=f"Prometheus endpoint port on 127.0.0.1 (default: free; {DEFAULT_METRICS_PORT} "

@@ -10,7 +10,8 @@ and then serves ``GET /work`` according to the phase in force at the time since 
   ``slow_call_duration``: it answers, just not in time to be useful);
 - ``recovered``: like healthy.
 
-A phase without ``=seconds`` lasts forever (only the last one may). ``GET /phase`` returns the
+A phase without ``=seconds`` lasts forever (only the last one may); with ``--repeat`` every phase
+has a length and the script starts over after the last one. ``GET /phase`` returns the
 phase in force. The process exits cleanly on SIGTERM or SIGINT, and with ``--exit-on-stdin-eof``
 when its stdin closes (so it never outlives a parent that died without stopping it).
 """
@@ -60,14 +61,17 @@ def format_phases(phases: list[Phase]) -> str:
 class Script:
     """Which phase is in force, by monotonic time since the script started."""
 
-    def __init__(self, phases: list[Phase], latency: float, slow_latency: float) -> None:
+    def __init__(self, phases: list[Phase], latency: float, slow_latency: float, repeat: bool = False) -> None:
         self.phases = phases
+        self.repeat = repeat
         self.latency = latency
         self.slow_latency = slow_latency
         self.started = time.monotonic()
 
     def phase(self) -> str:
         elapsed = time.monotonic() - self.started
+        if self.repeat:  # every phase has a length (main checks): start over after the last one
+            elapsed %= sum(p.seconds or 0.0 for p in self.phases)
         for phase in self.phases:
             if phase.seconds is None or elapsed < phase.seconds:
                 return phase.name
@@ -133,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     parser.add_argument("--latency", type=float, default=0.01, help="typical healthy latency, seconds")
     parser.add_argument("--slow-latency", type=float, default=0.5, help="latency in the slow phase, seconds")
+    parser.add_argument("--repeat", action="store_true",
+                        help="start the script over after its last phase (every phase needs =seconds)")
     parser.add_argument("--exit-on-stdin-eof", action="store_true",
                         help="stop when stdin closes (the demo holds it open: we never outlive it)")
     args = parser.parse_args(argv)
@@ -140,8 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         phases = parse_phases(args.phases)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.repeat and phases[-1].seconds is None:
+        parser.error("--repeat needs a length for every phase, the last one included")
 
-    server = _Server(("127.0.0.1", args.port), Script(phases, args.latency, args.slow_latency))
+    server = _Server(("127.0.0.1", args.port), Script(phases, args.latency, args.slow_latency, args.repeat))
     stop = threading.Event()
 
     def _on_signal(signum: int, frame: FrameType | None) -> None:
