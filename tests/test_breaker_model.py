@@ -112,7 +112,7 @@ def run(breaker: CircuitBreaker, model: Model, clock: StepClock, script: list[tu
     asyncio.run(drive())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     size=st.integers(1, 12),
     data=st.data(),
@@ -134,7 +134,7 @@ def test_count_window_matches_the_model(
     run(breaker, model, clock, script)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     span_ms=st.sampled_from([1_000, 3_000, 10_000]),
     minimum=st.integers(1, 15),

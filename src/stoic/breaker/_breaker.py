@@ -29,7 +29,7 @@ from ..events._sinks import _process as _sinks_registry
 from ..events._sinks import _scoped
 from ._config import BreakerSnapshot, BreakerState, CountWindow, OpenDuration, TimeWindow, threshold_ppm
 from ._stream import StateStream
-from ._window import FAILED, SLOW, CountRing, TimeBuckets
+from ._window import FAILED, NEVER, SLOW, CountRing, TimeBuckets
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -87,7 +87,7 @@ class CircuitBreaker:
     """
 
     __slots__ = (
-        "__weakref__", "_clock", "_closed_since", "_fppm", "_gen", "_inflight", "_lock", "_minimum",
+        "__weakref__", "_clock", "_closed_since", "_defer_until", "_epoch", "_fppm", "_inflight", "_lock", "_minimum",
         "_next_probe", "_now", "_open_counts", "_open_duration", "_open_until", "_probe_calls",
         "_probe_failures", "_probe_ok", "_probe_slow", "_probe_timeout_ns", "_probes", "_probes_free",
         "_record_when", "_site", "_slow_ns", "_sppm", "_state", "_streams", "_trips", "_window",
@@ -147,7 +147,11 @@ class CircuitBreaker:
         self._site = _random.call_site(1)
         self._lock = threading.Lock()
         self._state: BreakerState = _CLOSED
-        self._gen = 0
+        # The epoch: a new list at every transition. A call carries the epoch it was admitted
+        # in; one that ends in another epoch is stale. In the closed state the list also holds
+        # quick successes not yet folded into the window (see _fold).
+        self._epoch: list[None] = []
+        self._defer_until = NEVER  # before this instant a quick success may skip the lock
         self._open_until: int | None = None
         self._open_counts = (0, 0, 0)
         self._trips = 0
@@ -175,40 +179,31 @@ class CircuitBreaker:
         """
         if _deadline_get() is not None:
             self._refuse_if_late()
-        gen = self._gen
+        epoch = self._epoch
         if self._state is _CLOSED:
             probe = 0
         else:
-            gen, probe = self._admit()
+            epoch, probe = self._admit()
         now = self._now
         start = now()
         try:
             result = await fn(*args, **kwargs)
         except BaseException as exc:
             task = _current_task()
-            self._settle_error(exc, gen, probe, start, task is not None and task.cancelling() > 0)
+            self._settle_error(exc, epoch, probe, start, task is not None and task.cancelling() > 0)
             raise
         end = now()
-        if probe == 0 and end - start <= self._slow_ns:
-            # The closed-state fast path: one lock, no allocation, no event unless a sink wants it.
-            pending = None
-            lock = self._lock
-            lock.acquire()
-            try:
-                if gen == self._gen:
-                    if self._window.success(end):
-                        pending = self._trip_closed(end)
-                    recorded = True
-                else:
-                    recorded = False
-            finally:
-                lock.release()
-            if (_scoped_sinks() is not None or _sinks_registry.min_level <= _DEBUG) and min_level() <= _DEBUG:
-                self._emit_settled(recorded, "success", False, _CLOSED, end, end - start)
-            if pending:
-                self._flush(pending, end)
+        if (
+            end < self._defer_until
+            and end - start <= self._slow_ns
+            and _sinks_registry.min_level > _DEBUG
+            and ((scoped := _scoped_sinks()) is None or scoped[1] > _DEBUG)
+        ):
+            # The closed-state fast path: a quick success that cannot change a decision is
+            # counted without the lock (list.append is atomic) and folded into the window later.
+            epoch.append(None)
             return result
-        self._settle_ok(gen, probe, start, end)
+        self._settle(epoch, probe, start, end, False)
         return result
 
     def call(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -219,38 +214,28 @@ class CircuitBreaker:
         """
         if _deadline_get() is not None:
             self._refuse_if_late()
-        gen = self._gen
+        epoch = self._epoch
         if self._state is _CLOSED:
             probe = 0
         else:
-            gen, probe = self._admit()
+            epoch, probe = self._admit()
         now = self._now
         start = now()
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            self._settle_error(exc, gen, probe, start, False)
+            self._settle_error(exc, epoch, probe, start, False)
             raise
         end = now()
-        if probe == 0 and end - start <= self._slow_ns:
-            pending = None
-            lock = self._lock
-            lock.acquire()
-            try:
-                if gen == self._gen:
-                    if self._window.success(end):
-                        pending = self._trip_closed(end)
-                    recorded = True
-                else:
-                    recorded = False
-            finally:
-                lock.release()
-            if (_scoped_sinks() is not None or _sinks_registry.min_level <= _DEBUG) and min_level() <= _DEBUG:
-                self._emit_settled(recorded, "success", False, _CLOSED, end, end - start)
-            if pending:
-                self._flush(pending, end)
+        if (
+            end < self._defer_until
+            and end - start <= self._slow_ns
+            and _sinks_registry.min_level > _DEBUG
+            and ((scoped := _scoped_sinks()) is None or scoped[1] > _DEBUG)
+        ):
+            epoch.append(None)
             return result
-        self._settle_ok(gen, probe, start, end)
+        self._settle(epoch, probe, start, end, False)
         return result
 
     @overload
@@ -289,8 +274,8 @@ class CircuitBreaker:
             raise DeadlineExceeded(f"deadline exceeded before calling through breaker {self.label!r}",
                                    label=self.label)
 
-    def _admit(self) -> tuple[int, int]:
-        """Admission outside the closed fast path: (generation, probe id or 0), or CircuitOpen."""
+    def _admit(self) -> tuple[list[None], int]:
+        """Admission outside the closed fast path: (epoch, probe id or 0), or CircuitOpen."""
         now = self._now()
         pending: _Pending = []
         retry_after: int | None = None
@@ -298,12 +283,12 @@ class CircuitBreaker:
             self._advance(now, pending)
             state = self._state
             if state is _CLOSED:
-                admitted: tuple[int, int] | None = (self._gen, 0)
+                admitted: tuple[list[None], int] | None = (self._epoch, 0)
             elif state is _HALF_OPEN and self._probes_free > 0:
                 self._probes_free -= 1
                 self._next_probe += 1
                 self._inflight[self._next_probe] = now
-                admitted = (self._gen, self._next_probe)
+                admitted = (self._epoch, self._next_probe)
             else:
                 admitted = None
                 if state is _OPEN and self._open_until is not None:
@@ -321,18 +306,16 @@ class CircuitBreaker:
         raise CircuitOpen(label=self.label, retry_after=seconds)
 
     # ------------------------------------------------------------------ recording
-    def _settle_ok(self, gen: int, probe: int, start: int, end: int) -> None:
-        """Record a return (or an error ``record_when`` judged a success)."""
-        self._settle(gen, probe, start, end, failed=False)
-
-    def _settle_error(self, exc: BaseException, gen: int, probe: int, start: int, cancelling: bool) -> None:
+    def _settle_error(
+        self, exc: BaseException, epoch: list[None], probe: int, start: int, cancelling: bool
+    ) -> None:
         end = self._now()
         if cancelling or not isinstance(exc, Exception):
             # The caller was cancelled or interrupted: no evidence about the dependency.
-            self._ignore(gen, probe, "cancelled", end)
+            self._ignore(epoch, probe, "cancelled", end)
             return
         if is_defect(exc):
-            self._ignore(gen, probe, None, end)
+            self._ignore(epoch, probe, None, end)
             if min_level() <= _ERROR:
                 emit("breaker.defect", self.label, _ERROR, end, {})
             return
@@ -340,16 +323,18 @@ class CircuitBreaker:
             counts = bool(self._record_when(exc))
         except Exception:
             # A record_when that raises is a bug of ours, not the dependency's: never counted.
-            self._ignore(gen, probe, None, end)
+            self._ignore(epoch, probe, None, end)
             if min_level() <= _ERROR:
                 emit("breaker.defect", self.label, _ERROR, end, {})
             return
         if not counts and isinstance(exc, Rejected):
-            self._ignore(gen, probe, "rejection", end)
+            self._ignore(epoch, probe, "rejection", end)
             return
-        self._settle(gen, probe, start, end, failed=counts)
+        self._settle(epoch, probe, start, end, counts)
 
-    def _settle(self, gen: int, probe: int, start: int, end: int, *, failed: bool) -> None:
+    def _settle(self, epoch: list[None], probe: int, start: int, end: int, failed: bool) -> None:
+        """Record a completed call: a failure, or a success (a return, or an error that
+        ``record_when`` did not count) that could not take the fast path."""
         duration = end - start
         slow = duration > self._slow_ns
         pending: _Pending = []
@@ -358,13 +343,21 @@ class CircuitBreaker:
                 # A probe that outlived half_open_timeout re-opens the breaker, whoever looks first.
                 self._advance(end, pending)
             state = self._state
-            recorded = gen == self._gen
-            if not recorded:
-                pass
-            elif probe == 0:
-                if self._window.add(end, (FAILED if failed else 0) | (SLOW if slow else 0)):
-                    self._trip_closed(end, pending)
-            else:
+            recorded = epoch is self._epoch
+            if recorded and probe == 0:
+                self._fold(end, pending)  # earlier quick successes first: they finished before
+                recorded = epoch is self._epoch
+                if recorded:
+                    window = self._window
+                    if failed or slow:
+                        tripped = window.add(end, (FAILED if failed else 0) | (SLOW if slow else 0))
+                    else:
+                        tripped = window.success(end)
+                    if tripped:
+                        self._trip_closed(end, pending)
+                    else:
+                        self._defer_until = window.defer_until()
+            elif recorded:
                 self._inflight.pop(probe, None)
                 self._probe_calls += 1
                 if failed:
@@ -384,6 +377,19 @@ class CircuitBreaker:
         if pending:
             self._flush(pending, end)
 
+    def _fold(self, now: int, pending: _Pending) -> None:
+        """Fold the quick successes counted without the lock into the window (under the lock).
+
+        ``del epoch[:n]`` removes exactly the ``n`` entries counted, in one step, so a success
+        appended meanwhile by another thread stays for the next fold.
+        """
+        epoch = self._epoch
+        count = len(epoch)
+        if count and self._state is _CLOSED:
+            del epoch[:count]
+            if self._window.successes(count):
+                self._trip_closed(now, pending)
+
     def _emit_settled(
         self, recorded: bool, outcome: str, slow: bool, state: BreakerState, now: int, duration: int
     ) -> None:
@@ -393,14 +399,14 @@ class CircuitBreaker:
         else:
             emit("breaker.ignored", self.label, _DEBUG, now, {"reason": "stale"})
 
-    def _ignore(self, gen: int, probe: int, reason: str | None, now: int) -> None:
+    def _ignore(self, epoch: list[None], probe: int, reason: str | None, now: int) -> None:
         """A completion without a verdict: a probe's permit goes back for another caller."""
         pending: _Pending = []
         with self._lock:
             if probe:
                 self._advance(now, pending)
-            if gen == self._gen and probe and self._inflight.pop(probe, None) is not None:
-                self._probes_free += 1
+                if epoch is self._epoch and self._inflight.pop(probe, None) is not None:
+                    self._probes_free += 1
         if reason is not None and min_level() <= _DEBUG:
             emit("breaker.ignored", self.label, _DEBUG, now, {"reason": reason})
         if pending:
@@ -416,7 +422,7 @@ class CircuitBreaker:
                 until = self._open_until
                 if until is None or now < until:
                     return
-                self._gen += 1
+                self._new_epoch()
                 self._state = _HALF_OPEN
                 self._probes_free = self._probes
                 self._probe_ok = self._probe_calls = self._probe_failures = self._probe_slow = 0
@@ -453,7 +459,7 @@ class CircuitBreaker:
         duration = self._open_duration
         draw = _random.stream(self._site).random() if duration.jitter > 0 else 0.0
         open_for = duration.jittered_ns(self._trips, draw)
-        self._gen += 1
+        self._new_epoch()
         self._state = _OPEN
         self._open_until = now + open_for
         self._open_counts = counts
@@ -466,7 +472,7 @@ class CircuitBreaker:
         }))
 
     def _close(self, now: int, reason: str, pending: _Pending) -> None:
-        self._gen += 1
+        self._new_epoch()
         self._window.clear()
         self._inflight.clear()
         self._closed_since = now
@@ -475,6 +481,12 @@ class CircuitBreaker:
             self._state = _CLOSED
             self._publish(_CLOSED)
             pending.append(("breaker.closed", _INFO, {"reason": reason}))
+
+    def _new_epoch(self) -> None:
+        # Calls admitted before now become stale; quick successes not yet folded are dropped
+        # with the old list (fold first where they still count).
+        self._epoch = []
+        self._defer_until = NEVER
 
     def _publish(self, state: BreakerState) -> None:
         # Under the lock, so every stream sees transitions in the order they happened.
@@ -512,12 +524,16 @@ class CircuitBreaker:
         pending: _Pending = []
         with self._lock:
             self._advance(now, pending)
+            if self._state is _CLOSED:
+                self._fold(now, pending)
             state = self._state
             retry_after: float | None = None
             if state is _CLOSED:
                 if self._trips and now - self._closed_since >= self._open_duration.reset_after_ns:
                     self._trips = 0
-                calls, failures, slow = self._window.counts(now)
+                window = self._window
+                calls, failures, slow = window.counts(now)
+                self._defer_until = window.defer_until()
             elif state is _HALF_OPEN:
                 calls, failures, slow = self._probe_calls, self._probe_failures, self._probe_slow
             else:
@@ -562,7 +578,10 @@ class CircuitBreaker:
         probed and never half-opens until :meth:`force_closed` or :meth:`reset`. Calls in
         flight finish as stale. Does not count as a trip."""
         now = self._now()
+        pending: _Pending = []
         with self._lock:
+            if self._state is _CLOSED:
+                self._fold(now, pending)  # the quick successes count in the reported window
             if self._state is _OPEN and self._open_until is None:
                 return
             window = self._window
@@ -573,7 +592,7 @@ class CircuitBreaker:
             else:
                 counts = self._open_counts
             changed = self._state is not _OPEN
-            self._gen += 1
+            self._new_epoch()
             self._state = _OPEN
             self._open_until = None
             self._open_counts = counts
@@ -582,6 +601,8 @@ class CircuitBreaker:
             if changed:
                 self._publish(_OPEN)
             trips = self._trips
+        if pending:
+            self._flush(pending, now)
         if min_level() <= _WARNING:
             emit("breaker.opened", self.label, _WARNING, now, {
                 "trigger": "forced", "calls": counts[0], "failures": counts[1], "slow_calls": counts[2],

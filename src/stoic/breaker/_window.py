@@ -4,10 +4,10 @@ Seed 000, "The window" and "Judging". Each window keeps running totals so that r
 call and judging the thresholds are O(1); rates are compared in integer parts per million,
 never by floating-point division. Not thread-safe: the breaker calls them under its lock.
 
-Both windows have a cheaper :meth:`success` for the common call (returned in time, not
-failed): within one bucket (or once a count window is full) a success can only lower both
-rates, so it is judged in full only at the call that reaches ``minimum_calls`` or when older
-calls may have aged out since the last judgement.
+Successes can also be added in a batch (:meth:`successes`): once a window holds
+``minimum_calls`` a success can only lower both rates until older calls age out, so the
+breaker may count quick successes without taking its lock and fold them in later
+(:meth:`defer_until` says until when that is safe).
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ SLOW = 2
 """Outcome bit: took longer than ``slow_call_duration``."""
 
 PPM = 1_000_000
-_EMPTY = -1  # a count-window slot that has never held a call
-_NEVER = -(1 << 62)  # an instant before any clock reading: forces a roll
+NEVER = -(1 << 62)  # an instant before any clock reading
+FOREVER = 1 << 62  # an instant after any clock reading
+_EMPTY = 255  # a count-window slot that has never held a call
 
 
 def judge(calls: int, failures: int, slow: int, minimum: int, failure_ppm: int, slow_ppm: int) -> str | None:
@@ -34,7 +35,7 @@ def judge(calls: int, failures: int, slow: int, minimum: int, failure_ppm: int, 
 
 
 class CountRing:
-    """The last ``size`` calls exactly, as a ring of outcome codes."""
+    """The last ``size`` calls exactly, as a ring of outcome codes (one byte per call)."""
 
     __slots__ = ("_fppm", "_i", "_minimum", "_ring", "_size", "_sppm", "calls", "failures", "slow")
 
@@ -43,7 +44,10 @@ class CountRing:
         self._fppm = failure_ppm
         self._sppm = slow_ppm
         self._size = size
-        self._ring = [_EMPTY] * size
+        self.clear()
+
+    def clear(self) -> None:
+        self._ring = bytearray([_EMPTY]) * self._size
         self._i = 0
         self.calls = self.failures = self.slow = 0
 
@@ -62,7 +66,7 @@ class CountRing:
         ring[i] = code
         i += 1
         self._i = 0 if i == self._size else i
-        if old < 0:
+        if old == _EMPTY:
             self.calls += 1
         elif old:
             if old & FAILED:
@@ -79,29 +83,40 @@ class CountRing:
         )
 
     def success(self, now_ns: int) -> bool:
-        """Record a success that was not slow; True when a threshold is reached."""
-        ring = self._ring
-        i = self._i
-        old = ring[i]
-        ring[i] = 0
-        i += 1
-        self._i = 0 if i == self._size else i
-        if old < 0:
-            calls = self.calls + 1
-            self.calls = calls
-            if calls == self._minimum:
-                return self.tripped() is not None
-        elif old:
-            if old & FAILED:
-                self.failures -= 1
-            if old & SLOW:
-                self.slow -= 1
-        return False
+        """Record one success that was not slow; True when a threshold is reached."""
+        return self.add(now_ns, 0)
 
-    def clear(self) -> None:
-        self._ring = [_EMPTY] * self._size
-        self._i = 0
-        self.calls = self.failures = self.slow = 0
+    def successes(self, count: int) -> bool:
+        """Record ``count`` successes that were not slow; True when a threshold is reached.
+
+        Evicts the ``count`` oldest slots in bulk. Both rates can only fall, except when the
+        batch brings the window to ``minimum_calls``, which is judged in full.
+        """
+        size = self._size
+        before = self.calls
+        ring = self._ring
+        if count >= size:
+            self._ring = bytearray(size)
+            self._i = 0
+            self.calls, self.failures, self.slow = size, 0, 0
+        else:
+            i = self._i
+            end = i + count
+            spans = ((i, end),) if end <= size else ((i, size), (0, end - size))
+            for a, b in spans:
+                part = ring[a:b]
+                both = part.count(FAILED | SLOW)
+                self.calls += part.count(_EMPTY)
+                self.failures -= part.count(FAILED) + both
+                self.slow -= part.count(SLOW) + both
+                ring[a:b] = bytes(b - a)
+            self._i = end % size
+        return before < self._minimum and self.tripped() is not None
+
+    def defer_until(self) -> int:
+        """Until when successes may be batched without changing a decision: forever, once the
+        window holds ``minimum_calls``."""
+        return FOREVER if self.calls >= self._minimum else NEVER
 
 
 class TimeBuckets:
@@ -133,7 +148,7 @@ class TimeBuckets:
         self._rf = [0] * n
         self._rs = [0] * n
         self._head: int | None = None  # the current bucket's number (end_ns // bucket_ns)
-        self._head_end = _NEVER  # first instant past the current bucket
+        self._head_end = NEVER  # first instant past the current bucket; NEVER: judge in full next
         self._cur_calls = self._cur_failures = self._cur_slow = 0
         self._old_calls = self._old_failures = self._old_slow = 0
         self._judge_at = self._minimum
@@ -168,8 +183,8 @@ class TimeBuckets:
         """(calls, failures, slow calls) in the window at ``now_ns`` (ages out old buckets)."""
         if now_ns >= self._head_end:
             self._roll(now_ns)
-            # Old successes may have aged out unjudged: make the next success go the full way.
-            self._head_end = _NEVER
+            # Old successes may have aged out unjudged: the next success is judged in full.
+            self._head_end = NEVER
         return (
             self._old_calls + self._cur_calls,
             self._old_failures + self._cur_failures,
@@ -200,3 +215,19 @@ class TimeBuckets:
         calls = self._cur_calls + 1
         self._cur_calls = calls
         return calls == self._judge_at and self.tripped() is not None
+
+    def successes(self, count: int) -> bool:
+        """Record ``count`` quick successes in the current bucket (they were deferred while it
+        was current); True when a threshold is reached."""
+        before = self._old_calls + self._cur_calls
+        self._cur_calls += count
+        if before < self._minimum or self._head_end == NEVER:
+            return self.tripped() is not None
+        return False
+
+    def defer_until(self) -> int:
+        """Until when successes may be batched without changing a decision: the end of the
+        current bucket, once the window holds ``minimum_calls``."""
+        if self._old_calls + self._cur_calls >= self._minimum:
+            return self._head_end
+        return NEVER

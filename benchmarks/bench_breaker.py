@@ -1,0 +1,134 @@
+"""Circuit breaker success-path overhead: stoic against pybreaker, aiobreaker, purgatory and
+circuitbreaker, async and sync, with no sink installed (run: `python -m benchmarks breaker`).
+
+Every row runs a trivial operation through a closed breaker. "overhead" is ns per call above
+the bare call; the target is stoic's overhead at most half the fastest peer's. Peers are
+invoked the way their documentation shows: pybreaker `breaker.call(fn)` (sync only: its async
+path needs tornado), aiobreaker `await breaker.call_async(fn)`, purgatory's breaker factories
+as context managers, circuitbreaker's `@circuit` decorator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+from collections.abc import Awaitable, Callable
+
+import stoic
+from benchmarks._harness import Result, time_async, time_sync
+
+CALLS = int(os.environ.get("STOIC_BENCH_CALLS", "100000"))
+REPEATS = int(os.environ.get("STOIC_BENCH_REPEATS", "7"))
+
+
+def _have(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def work() -> int:
+    return 1
+
+
+async def awork() -> int:
+    return 1
+
+
+def async_rows() -> list[tuple[str, Callable[[], Awaitable[object]]]]:
+    rows: list[tuple[str, Callable[[], Awaitable[object]]]] = [("bare await", awork)]
+    breaker = stoic.CircuitBreaker("bench")
+    execute = breaker.execute
+    rows.append(("stoic execute", lambda: execute(awork)))
+    rows.append(("stoic @breaker", breaker(awork)))
+    counting = stoic.CircuitBreaker("bench-count", window=stoic.CountWindow(100))
+    rows.append(("stoic execute (count window)", lambda: counting.execute(awork)))
+    if _have("circuitbreaker"):
+        import circuitbreaker
+
+        rows.append(("circuitbreaker @circuit", circuitbreaker.circuit(awork)))
+    if _have("aiobreaker"):
+        import aiobreaker
+
+        aio = aiobreaker.CircuitBreaker()
+        rows.append(("aiobreaker call_async", lambda: aio.call_async(awork)))
+    if _have("purgatory"):
+        from purgatory import AsyncCircuitBreakerFactory
+
+        factory = AsyncCircuitBreakerFactory()
+
+        async def purgatory_call() -> int:
+            async with await factory.get_breaker("bench"):
+                return await awork()
+
+        rows.append(("purgatory async", purgatory_call))
+    return rows
+
+
+def sync_rows() -> list[tuple[str, Callable[[], object]]]:
+    rows: list[tuple[str, Callable[[], object]]] = [("bare call", work)]
+    breaker = stoic.CircuitBreaker("bench")
+    call = breaker.call
+    rows.append(("stoic call", lambda: call(work)))
+    rows.append(("stoic @breaker", breaker(work)))
+    counting = stoic.CircuitBreaker("bench-count", window=stoic.CountWindow(100))
+    rows.append(("stoic call (count window)", lambda: counting.call(work)))
+    if _have("circuitbreaker"):
+        import circuitbreaker
+
+        rows.append(("circuitbreaker @circuit", circuitbreaker.circuit(work)))
+    if _have("pybreaker"):
+        import pybreaker
+
+        py = pybreaker.CircuitBreaker()
+        rows.append(("pybreaker call", lambda: py.call(work)))
+    if _have("purgatory"):
+        from purgatory import SyncCircuitBreakerFactory
+
+        sync_factory = SyncCircuitBreakerFactory()
+
+        def purgatory_call() -> int:
+            with sync_factory.get_breaker("bench"):
+                return work()
+
+        rows.append(("purgatory sync", purgatory_call))
+    return rows
+
+
+def _table(title: str, results: list[Result], stoic_rows: tuple[str, ...]) -> dict[str, float]:
+    base = results[0].ns_per_call
+    peers = [r for r in results[1:] if not r.name.startswith("stoic")]
+    fastest = min(peers, key=lambda r: r.ns_per_call) if peers else None
+    print(f"\n## {title}  (bare: {base:.0f} ns/call)")
+    print(f"{'':<32}{'ns/call':>10}{'overhead':>10}{'vs fastest peer':>18}")
+    ratios: dict[str, float] = {}
+    for r in results:
+        overhead = r.ns_per_call - base
+        ratio = ""
+        if fastest is not None and r is not results[0]:
+            value = overhead / max(1e-9, fastest.ns_per_call - base)
+            ratio = f"{value:.2f}x"
+            if r.name in stoic_rows:
+                ratios[r.name] = value
+        print(f"{r.name:<32}{r.ns_per_call:>10.0f}{overhead:>10.0f}{ratio:>18}")
+    if fastest is not None:
+        print(f"fastest peer: {fastest.name} (overhead {fastest.ns_per_call - base:.0f} ns); target: stoic <= 0.50x")
+    return ratios
+
+
+def main() -> None:
+    missing = [m for m in ("pybreaker", "aiobreaker", "purgatory", "circuitbreaker") if not _have(m)]
+    if missing:
+        print(f"(peer libraries not installed, skipped: {', '.join(missing)}; "
+              f"pip install -r requirements-bench.txt)")
+    assert stoic.events.min_level() > stoic.Level.ERROR, "benchmarks run with no sink installed"
+    async_results = [Result(name, time_async(make, calls=CALLS, repeats=REPEATS)) for name, make in async_rows()]
+    sync_results = [Result(name, time_sync(fn, calls=CALLS, repeats=REPEATS)) for name, fn in sync_rows()]
+    _table("circuit breaker, async success path", async_results,
+           ("stoic execute", "stoic @breaker", "stoic execute (count window)"))
+    _table("circuit breaker, sync success path", sync_results,
+           ("stoic call", "stoic @breaker", "stoic call (count window)"))
+
+
+if __name__ == "__main__":
+    asyncio.run(asyncio.sleep(0))
+    main()
