@@ -43,6 +43,9 @@ _INFO: Final = Level.INFO
 _WARNING: Final = Level.WARNING
 _ERROR: Final = Level.ERROR
 
+# Quick successes are folded into the window at least this often (bounds the epoch list).
+_FOLD_EVERY_NS: Final = 1_000_000
+
 _deadline_get = _deadline_scope.get
 _scoped_sinks = _scoped.get
 _current_task = asyncio.current_task
@@ -87,7 +90,8 @@ class CircuitBreaker:
     """
 
     __slots__ = (
-        "__weakref__", "_clock", "_closed_since", "_defer_until", "_epoch", "_fppm", "_inflight", "_lock", "_minimum",
+        "__weakref__", "_clock", "_closed_epoch", "_closed_since", "_defer_until", "_epoch", "_fppm", "_inflight",
+        "_lock", "_minimum",
         "_next_probe", "_now", "_open_counts", "_open_duration", "_open_until", "_probe_calls",
         "_probe_failures", "_probe_ok", "_probe_slow", "_probe_timeout_ns", "_probes", "_probes_free",
         "_record_when", "_site", "_slow_ns", "_sppm", "_state", "_streams", "_trips", "_window",
@@ -147,11 +151,13 @@ class CircuitBreaker:
         self._site = _random.call_site(1)
         self._lock = threading.Lock()
         self._state: BreakerState = _CLOSED
+        self._closed_epoch: list[None] | None = None
         # The epoch: a new list at every transition. A call carries the epoch it was admitted
         # in; one that ends in another epoch is stale. In the closed state the list also holds
         # quick successes not yet folded into the window (see _fold).
         self._epoch: list[None] = []
         self._defer_until = NEVER  # before this instant a quick success may skip the lock
+        self._enter(_CLOSED)
         self._open_until: int | None = None
         self._open_counts = (0, 0, 0)
         self._trips = 0
@@ -179,11 +185,11 @@ class CircuitBreaker:
         """
         if _deadline_get() is not None:
             self._refuse_if_late()
-        epoch = self._epoch
-        if self._state is _CLOSED:
-            probe = 0
-        else:
+        epoch = self._closed_epoch  # the current epoch when closed, else None
+        if epoch is None:
             epoch, probe = self._admit()
+        else:
+            probe = 0
         now = self._now
         start = now()
         try:
@@ -214,11 +220,11 @@ class CircuitBreaker:
         """
         if _deadline_get() is not None:
             self._refuse_if_late()
-        epoch = self._epoch
-        if self._state is _CLOSED:
-            probe = 0
-        else:
+        epoch = self._closed_epoch  # the current epoch when closed, else None
+        if epoch is None:
             epoch, probe = self._admit()
+        else:
+            probe = 0
         now = self._now
         start = now()
         try:
@@ -245,22 +251,71 @@ class CircuitBreaker:
     def __call__(self, fn: Callable[P, R]) -> Callable[P, R]: ...
 
     def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
-        """Decorate a coroutine function (runs through :meth:`execute`) or a plain function
-        (through :meth:`call`); the wrapper keeps ``fn``'s name, docstring and signature."""
+        """Decorate a coroutine function (each call runs as :meth:`execute` would) or a plain
+        function (as :meth:`call` would); the wrapper keeps ``fn``'s name, docstring and
+        signature. The wrappers repeat the fast path inline rather than calling through."""
+        breaker = self
+        slow_ns = self._slow_ns  # fixed for the breaker's life: a closure read is cheaper
         if inspect.iscoroutinefunction(fn):
-            execute = self.execute
 
             @functools.wraps(fn)
             async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
-                return await execute(fn, *args, **kwargs)
+                if _deadline_get() is not None:
+                    breaker._refuse_if_late()
+                epoch = breaker._closed_epoch
+                if epoch is None:
+                    epoch, probe = breaker._admit()
+                else:
+                    probe = 0
+                now = breaker._now
+                start = now()
+                try:
+                    result = await fn(*args, **kwargs)
+                except BaseException as exc:
+                    task = _current_task()
+                    breaker._settle_error(exc, epoch, probe, start, task is not None and task.cancelling() > 0)
+                    raise
+                end = now()
+                if (
+                    end < breaker._defer_until
+                    and end - start <= slow_ns
+                    and _sinks_registry.min_level > _DEBUG
+                    and ((scoped := _scoped_sinks()) is None or scoped[1] > _DEBUG)
+                ):
+                    epoch.append(None)
+                    return result
+                breaker._settle(epoch, probe, start, end, False)
+                return result
 
             return run_async
 
-        call = self.call
-
         @functools.wraps(fn)
         def run(*args: P.args, **kwargs: P.kwargs) -> Any:
-            return call(fn, *args, **kwargs)
+            if _deadline_get() is not None:
+                breaker._refuse_if_late()
+            epoch = breaker._closed_epoch
+            if epoch is None:
+                epoch, probe = breaker._admit()
+            else:
+                probe = 0
+            now = breaker._now
+            start = now()
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                breaker._settle_error(exc, epoch, probe, start, False)
+                raise
+            end = now()
+            if (
+                end < breaker._defer_until
+                and end - start <= slow_ns
+                and _sinks_registry.min_level > _DEBUG
+                and ((scoped := _scoped_sinks()) is None or scoped[1] > _DEBUG)
+            ):
+                epoch.append(None)
+                return result
+            breaker._settle(epoch, probe, start, end, False)
+            return result
 
         return run
 
@@ -356,7 +411,7 @@ class CircuitBreaker:
                     if tripped:
                         self._trip_closed(end, pending)
                     else:
-                        self._defer_until = window.defer_until()
+                        self._defer_until = min(window.defer_until(), end + _FOLD_EVERY_NS)
             elif recorded:
                 self._inflight.pop(probe, None)
                 self._probe_calls += 1
@@ -422,8 +477,7 @@ class CircuitBreaker:
                 until = self._open_until
                 if until is None or now < until:
                     return
-                self._new_epoch()
-                self._state = _HALF_OPEN
+                self._enter(_HALF_OPEN)
                 self._probes_free = self._probes
                 self._probe_ok = self._probe_calls = self._probe_failures = self._probe_slow = 0
                 self._inflight.clear()
@@ -459,8 +513,7 @@ class CircuitBreaker:
         duration = self._open_duration
         draw = _random.stream(self._site).random() if duration.jitter > 0 else 0.0
         open_for = duration.jittered_ns(self._trips, draw)
-        self._new_epoch()
-        self._state = _OPEN
+        self._enter(_OPEN)
         self._open_until = now + open_for
         self._open_counts = counts
         self._window.clear()
@@ -472,20 +525,24 @@ class CircuitBreaker:
         }))
 
     def _close(self, now: int, reason: str, pending: _Pending) -> None:
-        self._new_epoch()
+        changed = self._state is not _CLOSED
+        self._enter(_CLOSED)
         self._window.clear()
         self._inflight.clear()
         self._closed_since = now
         self._open_until = None
-        if self._state is not _CLOSED:
-            self._state = _CLOSED
+        if changed:
             self._publish(_CLOSED)
             pending.append(("breaker.closed", _INFO, {"reason": reason}))
 
-    def _new_epoch(self) -> None:
-        # Calls admitted before now become stale; quick successes not yet folded are dropped
-        # with the old list (fold first where they still count).
-        self._epoch = []
+    def _enter(self, state: BreakerState) -> None:
+        """Start a new epoch in ``state``: calls admitted before become stale, and quick
+        successes not yet folded are dropped with the old list (callers fold first where
+        they still count)."""
+        epoch: list[None] = []
+        self._epoch = epoch
+        self._state = state
+        self._closed_epoch = epoch if state is _CLOSED else None
         self._defer_until = NEVER
 
     def _publish(self, state: BreakerState) -> None:
@@ -533,7 +590,7 @@ class CircuitBreaker:
                     self._trips = 0
                 window = self._window
                 calls, failures, slow = window.counts(now)
-                self._defer_until = window.defer_until()
+                self._defer_until = min(window.defer_until(), now + _FOLD_EVERY_NS)
             elif state is _HALF_OPEN:
                 calls, failures, slow = self._probe_calls, self._probe_failures, self._probe_slow
             else:
@@ -592,8 +649,7 @@ class CircuitBreaker:
             else:
                 counts = self._open_counts
             changed = self._state is not _OPEN
-            self._new_epoch()
-            self._state = _OPEN
+            self._enter(_OPEN)
             self._open_until = None
             self._open_counts = counts
             window.clear()

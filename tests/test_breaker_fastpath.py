@@ -1,0 +1,124 @@
+"""The closed-state fast path: quick successes counted without the lock and folded into the
+window later must give exactly the counts and decisions of recording each one at once."""
+
+from __future__ import annotations
+
+import pytest
+from _breaker_helpers import Boom, StepClock
+
+import stoic
+from stoic import BreakerState, CircuitBreaker, CountWindow, TimeWindow
+from stoic.testing import RecordingSink
+
+MS = 1_000_000
+
+
+def _boom() -> None:
+    raise Boom("down")
+
+
+def _fail(breaker: CircuitBreaker) -> None:
+    with pytest.raises(Boom):
+        breaker.call(_boom)
+
+
+@pytest.mark.parametrize("window", [CountWindow(50), TimeWindow(60)])
+def test_quick_successes_are_deferred_then_folded_exactly(window: CountWindow | TimeWindow) -> None:
+    clock = StepClock()
+    breaker = CircuitBreaker("fast", window=window, minimum_calls=5, failure_rate_threshold=0.5,
+                             clock=clock)  # type: ignore[arg-type]
+    for _ in range(4):
+        breaker.call(lambda: None)
+    assert len(breaker._epoch) == 0  # below minimum_calls every success is judged at once
+    breaker.call(lambda: None)
+    for _ in range(20):
+        breaker.call(lambda: None)
+    assert len(breaker._epoch) == 20  # deferred: counted without the lock
+    snap = breaker.snapshot()
+    assert (snap.calls, snap.failures) == (25, 0)
+    assert len(breaker._epoch) == 0  # the snapshot folded them in
+    for _ in range(24):
+        _fail(breaker)
+    assert breaker.state is BreakerState.CLOSED  # 24 of 49
+    _fail(breaker)
+    assert breaker.state is BreakerState.OPEN  # 25 of 50: exactly at the threshold
+
+
+def test_deferred_successes_are_folded_before_a_failure_is_judged() -> None:
+    clock = StepClock()
+    breaker = CircuitBreaker("order", window=CountWindow(4), minimum_calls=4, failure_rate_threshold=0.75,
+                             clock=clock)  # type: ignore[arg-type]
+    for _ in range(3):
+        _fail(breaker)
+    breaker.call(lambda: None)  # reaches minimum_calls: 3 of 4 failed -> opens
+    assert breaker.state is BreakerState.OPEN
+    breaker.reset()
+    breaker.call(lambda: None)
+    for _ in range(3):
+        breaker.call(lambda: None)  # calls == 4 from the 4th on: later successes are deferred
+    for _ in range(2):
+        breaker.call(lambda: None)
+    assert len(breaker._epoch) == 2
+    _fail(breaker)
+    _fail(breaker)  # ring: S S F F (the deferred successes went in first)
+    assert breaker.state is BreakerState.CLOSED
+    _fail(breaker)  # S F F F: 75%
+    assert breaker.state is BreakerState.OPEN
+
+
+def test_deferred_successes_are_folded_at_least_every_millisecond() -> None:
+    clock = StepClock()
+    breaker = CircuitBreaker("bound", window=CountWindow(10), minimum_calls=1, clock=clock)  # type: ignore[arg-type]
+    breaker.call(lambda: None)
+    for _ in range(500):
+        breaker.call(lambda: None)
+    assert len(breaker._epoch) == 500
+    clock.t += MS
+    breaker.call(lambda: None)  # past the fold interval: takes the lock and folds
+    assert len(breaker._epoch) == 0
+    assert breaker.snapshot().calls == 10
+
+
+def test_a_time_window_bucket_change_folds_and_judges() -> None:
+    clock = StepClock()
+    breaker = CircuitBreaker("bucket", window=TimeWindow(10), minimum_calls=2, failure_rate_threshold=0.5,
+                             clock=clock)  # type: ignore[arg-type]
+    breaker.call(lambda: None)
+    breaker.call(lambda: None)
+    _fail(breaker)  # 1 of 3
+    clock.t = 10 * 1_000_000_000 + 1  # bucket [0 s, 1 s) has aged out with all three calls
+    _fail(breaker)
+    assert breaker.snapshot().calls == 1
+    assert breaker.state is BreakerState.CLOSED  # one call: below minimum_calls
+    breaker.call(lambda: None)  # 1 of 2 failed: 50%
+    assert breaker.state is BreakerState.OPEN
+
+
+def test_a_debug_sink_sees_every_success_recorded() -> None:
+    clock = StepClock()
+    breaker = CircuitBreaker("debug", window=CountWindow(10), minimum_calls=1, clock=clock)  # type: ignore[arg-type]
+    recording = RecordingSink()
+    with stoic.use_sinks(recording):
+        for _ in range(30):
+            breaker.call(lambda: None)
+    assert len(recording.of("breaker.recorded")) == 30
+    info = RecordingSink(level=stoic.Level.INFO)
+    with stoic.use_sinks(info):
+        for _ in range(30):
+            breaker.call(lambda: None)
+    assert len(breaker._epoch) == 30  # an info sink does not need the slow path
+    assert info.events == []
+
+
+def test_a_process_wide_debug_sink_disables_deferral() -> None:
+    clock = StepClock()
+    breaker = CircuitBreaker("global", window=CountWindow(10), minimum_calls=1, clock=clock)  # type: ignore[arg-type]
+    recording = RecordingSink()
+    stoic.add_sink(recording)
+    try:
+        for _ in range(5):
+            breaker.call(lambda: None)
+    finally:
+        stoic.remove_sink(recording)
+    assert len(recording.of("breaker.recorded")) == 5
+    assert len(breaker._epoch) == 0
