@@ -119,6 +119,12 @@ def test_demo_metrics_reach_prometheus_and_every_dashboard_query_evaluates(
                 failed.append(f"{query}: {exc}")
         assert not failed, "\n".join(failed)
 
+        # The state timeline's single number per breaker is one of its mapped codes.
+        (timeline,) = [q for q in panel_queries("stoic-breakers.json") if q.panel == "Breaker state"]
+        codes = prometheus.query(timeline.promql)
+        assert [s["metric"]["stoic_label"] for s in codes] == [LABEL]
+        assert _values(codes)[0] in (0.0, 1.0, 2.0)
+
         # The breakers dashboard is about this demo: every one of its queries finds data.
         empty = [str(q) for q in panel_queries("stoic-breakers.json") if not prometheus.query(q.promql)]
         assert not empty, f"breaker panels with no data: {empty}"
