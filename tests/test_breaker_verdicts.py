@@ -287,3 +287,21 @@ async def test_work_with_time_left_runs(clock: VirtualClock) -> None:
     breaker = make()
     async with stoic.timeout(5):
         assert await breaker.execute(ok) == "ok"
+
+
+def test_a_coroutine_closed_mid_call_passes_generator_exit_through() -> None:
+    # No event loop at all: the coroutine is driven and closed by hand.
+    breaker = CircuitBreaker("closed-by-hand", window=CountWindow(1), minimum_calls=1)
+
+    class Suspend:
+        def __await__(self):  # type: ignore[no-untyped-def]
+            yield
+
+    async def op() -> None:
+        await Suspend()
+
+    coroutine = breaker.execute(op)
+    coroutine.send(None)
+    coroutine.close()  # GeneratorExit at the await: must leave without any other error
+    assert breaker.snapshot().calls == 0
+    assert breaker.state is BreakerState.CLOSED

@@ -3,8 +3,10 @@
 Seed 000, "CircuitBreaker". Admission is a synchronous decision under a ``threading.Lock``
 that is released before the operation runs; nothing runs in the background (the open period
 is an instant on the breaker's clock and the move to half-open happens lazily, on the first
-call or state read at or after it). A generation number, bumped by every transition, tells a
-completion that belongs to an earlier state (stale) from a current one.
+call or state read at or after it). Every transition starts a new epoch (a fresh list object);
+a call carries the epoch it was admitted in, and one that completes in another epoch is stale.
+In the closed state the epoch list also counts quick successes taken without the lock (see
+``CircuitBreaker._fold``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,16 @@ _current_task = asyncio.current_task
 
 # Events gathered under the lock and emitted after it is released: (name, level, attributes).
 _Pending = list[tuple[str, Level, dict[str, Any]]]
+
+
+def _caller_cancelling() -> bool:
+    """Whether the current task is being cancelled (False outside a running task: a coroutine
+    closed or driven by hand has no caller to ask)."""
+    try:
+        task = _current_task()
+    except RuntimeError:
+        return False
+    return task is not None and task.cancelling() > 0
 
 
 def _counts_by_default(error: BaseException) -> bool:
@@ -195,8 +207,7 @@ class CircuitBreaker:
         try:
             result = await fn(*args, **kwargs)
         except BaseException as exc:
-            task = _current_task()
-            self._settle_error(exc, epoch, probe, start, task is not None and task.cancelling() > 0)
+            self._settle_error(exc, epoch, probe, start, True)
             raise
         end = now()
         if (
@@ -272,8 +283,7 @@ class CircuitBreaker:
                 try:
                     result = await fn(*args, **kwargs)
                 except BaseException as exc:
-                    task = _current_task()
-                    breaker._settle_error(exc, epoch, probe, start, task is not None and task.cancelling() > 0)
+                    breaker._settle_error(exc, epoch, probe, start, True)
                     raise
                 end = now()
                 if (
@@ -361,11 +371,10 @@ class CircuitBreaker:
         raise CircuitOpen(label=self.label, retry_after=seconds)
 
     # ------------------------------------------------------------------ recording
-    def _settle_error(
-        self, exc: BaseException, epoch: list[None], probe: int, start: int, cancelling: bool
-    ) -> None:
+    def _settle_error(self, exc: BaseException, epoch: list[None], probe: int, start: int, in_task: bool) -> None:
+        """Judge an operation that raised ``exc`` (``in_task``: it ran through the async path)."""
         end = self._now()
-        if cancelling or not isinstance(exc, Exception):
+        if not isinstance(exc, Exception) or (in_task and _caller_cancelling()):
             # The caller was cancelled or interrupted: no evidence about the dependency.
             self._ignore(epoch, probe, "cancelled", end)
             return
@@ -457,8 +466,8 @@ class CircuitBreaker:
     def _ignore(self, epoch: list[None], probe: int, reason: str | None, now: int) -> None:
         """A completion without a verdict: a probe's permit goes back for another caller."""
         pending: _Pending = []
-        with self._lock:
-            if probe:
+        if probe:
+            with self._lock:
                 self._advance(now, pending)
                 if epoch is self._epoch and self._inflight.pop(probe, None) is not None:
                     self._probes_free += 1
