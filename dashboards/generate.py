@@ -1,0 +1,308 @@
+"""Generate the Grafana dashboards from code: ``python -m dashboards.generate``.
+
+Writes ``dashboards/stoic-breakers.json`` and ``dashboards/stoic-overview.json``. The JSON is
+committed; ``tests/test_dashboards.py`` fails when it differs from what this module builds now,
+and ``tests/integration/test_prometheus.py`` evaluates every panel query against a real
+Prometheus scraping the demo. Metric names are the fixed ones the OpenTelemetry adapter emits
+(docs/dashboards.md lists them).
+
+``--check`` compares instead of writing and exits 1 on a difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from grafana_foundation_sdk.builders.dashboard import (
+    Dashboard,
+    DatasourceVariable,
+    QueryVariable,
+    Row,
+    ThresholdsConfig,
+)
+from grafana_foundation_sdk.builders.prometheus import Dataquery as PromQuery
+from grafana_foundation_sdk.builders.stat import Panel as StatPanel
+from grafana_foundation_sdk.builders.statetimeline import Panel as StateTimelinePanel
+from grafana_foundation_sdk.builders.timeseries import Panel as TimeseriesPanel
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import BigValueGraphMode, GraphDrawStyle
+from grafana_foundation_sdk.models.dashboard import (
+    DataSourceRef,
+    Threshold,
+    ThresholdsMode,
+    ValueMap,
+    ValueMappingResult,
+    VariableOption,
+    VariableRefresh,
+    VariableSort,
+)
+
+HERE = Path(__file__).resolve().parent
+
+PROM = DataSourceRef(type_val="prometheus", uid="${datasource}")
+# Grafana substitutes these; tests/integration/test_prometheus.py substitutes the same names.
+RATE = "$__rate_interval"
+
+# Breaker state as one number per breaker, for the state timeline's value mapping.
+STATE_CODES = {"closed": 0, "half_open": 1, "open": 2}
+STATE_COLORS = {"closed": "green", "half_open": "yellow", "open": "red"}
+
+
+def _sel(label_var: str, **matchers: str) -> str:
+    """A label selector filtered by the dashboard's policy variable, plus exact matchers."""
+    parts = [f'stoic_label=~"${label_var}"'] + [f'{k}="{v}"' for k, v in matchers.items()]
+    return "{" + ", ".join(parts) + "}"
+
+
+def _q(expr: str, legend: str, ref: str = "A") -> PromQuery:
+    return PromQuery().expr(expr).legend_format(legend).ref_id(ref)
+
+
+def _timeseries(title: str, unit: str, description: str, *targets: PromQuery, span: int = 12) -> TimeseriesPanel:
+    panel = TimeseriesPanel().title(title).description(description).unit(unit).datasource(PROM).height(8).span(span)
+    for target in targets:
+        panel = panel.with_target(target)
+    return panel
+
+
+def _stat(title: str, unit: str, description: str, target: PromQuery, *, red_at: float | None = None) -> StatPanel:
+    panel = (
+        StatPanel().title(title).description(description).unit(unit).datasource(PROM).height(4).span(6)
+        .graph_mode(BigValueGraphMode.AREA).with_target(target)
+    )
+    if red_at is not None:
+        panel = panel.thresholds(
+            ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps(
+                [Threshold(value=None, color="green"), Threshold(value=red_at, color="red")]
+            )
+        )
+    return panel
+
+
+def _quantiles(metric: str, sel: str, by: str = "stoic_label") -> list[PromQuery]:
+    """p50 and p99 of a seconds histogram, one series per ``by`` group."""
+    return [
+        _q(
+            f"histogram_quantile({q}, sum by ({by}, le) (rate({metric}_bucket{sel}[{RATE}])))",
+            f"p{int(q * 100)} {{{{{by}}}}}",
+            ref,
+        )
+        for q, ref in ((0.5, "A"), (0.99, "B"))
+    ]
+
+
+def _policy_variable(name: str, label: str, query: str) -> QueryVariable:
+    """A multi-select of ``stoic_label`` values, "All" by default (matching every label)."""
+    return (
+        QueryVariable(name).label(label).datasource(PROM).query(query)
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.ALPHABETICAL_ASC)
+        .multi(True).include_all(True).all_value(".*")
+        .current(VariableOption(selected=True, text="All", value="$__all"))
+    )
+
+
+def _base(title: str, uid: str, description: str) -> Dashboard:
+    return (
+        Dashboard(title).uid(uid).description(description).tags(["stoic"]).refresh("10s").time("now-15m", "now")
+        .with_variable(DatasourceVariable("datasource").label("Data source").type("prometheus"))
+    )
+
+
+def breakers() -> Dashboard:
+    """Circuit breakers: state, calls by outcome, failure ratio, rejections, latency, transitions."""
+    v = "breaker"
+    state_code = " + ".join(
+        f"{code} * max by (stoic_label) (stoic_breaker_state{_sel(v, state=name)})"
+        for name, code in STATE_CODES.items() if code
+    )
+    state_mappings: list[Any] = [
+        ValueMap(options={
+            str(code): ValueMappingResult(text=name, color=STATE_COLORS[name], index=code)
+            for name, code in STATE_CODES.items()
+        })
+    ]
+    all_calls = f"sum by (stoic_label) (rate(stoic_breaker_calls_total{_sel(v)}[{RATE}]))"
+    failed_calls = f'sum by (stoic_label) (rate(stoic_breaker_calls_total{_sel(v, outcome="failure")}[{RATE}]))'
+    return (
+        _base("Stoic circuit breakers", "stoic-breakers",
+              "State, traffic, failures and latency of every stoic CircuitBreaker (stoic.breaker.* metrics).")
+        .with_variable(_policy_variable(v, "Breaker", "label_values(stoic_breaker_state, stoic_label)"))
+        .with_row(Row("State"))
+        .with_panel(
+            StateTimelinePanel().title("Breaker state")
+            .description("closed / half_open / open over time, one lane per breaker (stoic_breaker_state).")
+            .datasource(PROM).height(6).span(18).mappings(state_mappings)
+            .with_target(_q(state_code, "{{stoic_label}}"))
+        )
+        .with_panel(
+            _stat("Open breakers", "none", "Breakers open now.",
+                  _q(f'sum(stoic_breaker_state{_sel(v, state="open")}) or vector(0)', "open"), red_at=1)
+            .height(6)
+        )
+        .with_row(Row("Calls"))
+        .with_panel(_timeseries(
+            "Calls by outcome", "reqps",
+            "Calls the breaker recorded, per second, by outcome (stoic_breaker_calls_total).",
+            _q(f"sum by (stoic_label, outcome) (rate(stoic_breaker_calls_total{_sel(v)}[{RATE}]))",
+               "{{stoic_label}} {{outcome}}"),
+        ))
+        .with_panel(_timeseries(
+            "Failure ratio", "percentunit",
+            "Failed / recorded calls. The breaker trips when the ratio in its window reaches failure_rate_threshold.",
+            _q(f"{failed_calls} / {all_calls}", "{{stoic_label}}"),
+        ).min(0).max(1))
+        .with_panel(_timeseries(
+            "Rejections by state", "reqps",
+            "Calls refused without running, per second, by the breaker state that refused them "
+            "(stoic_breaker_rejections_total).",
+            _q(f"sum by (stoic_label, state) (rate(stoic_breaker_rejections_total{_sel(v)}[{RATE}]))",
+               "{{stoic_label}} {{state}}"),
+        ))
+        .with_panel(_timeseries(
+            "Transitions", "short",
+            "State changes by the state entered (stoic_breaker_transitions_total).",
+            _q(f"sum by (stoic_label, state) (increase(stoic_breaker_transitions_total{_sel(v)}[{RATE}]))",
+               "{{stoic_label}} → {{state}}"),
+        ).draw_style(GraphDrawStyle.BARS))
+        .with_row(Row("Latency"))
+        .with_panel(_timeseries(
+            "Call duration p50 / p99", "s",
+            "Duration of recorded calls on the breaker's clock (stoic_breaker_call_duration_seconds).",
+            *_quantiles("stoic_breaker_call_duration_seconds", _sel(v)),
+        ))
+        .with_panel(_timeseries(
+            "Call duration p99 by outcome", "s",
+            "Failures that are fast (errors) or slow (timeouts) show up here separately from successes.",
+            _q(
+                "histogram_quantile(0.99, sum by (stoic_label, outcome, le) "
+                f"(rate(stoic_breaker_call_duration_seconds_bucket{_sel(v)}[{RATE}])))",
+                "{{stoic_label}} {{outcome}}",
+            ),
+        ))
+    )
+
+
+def overview() -> Dashboard:
+    """Every stoic policy at a glance: breakers, rate limiters, bulkheads, hedges and retries."""
+    v = "policy"
+    return (
+        _base("Stoic resilience overview", "stoic-overview",
+              "Rate limiters, bulkheads, hedges, retries and breakers of a stoic service (stoic.* metrics).")
+        .with_variable(_policy_variable(v, "Policy", "label_values(stoic_label)"))
+        .with_row(Row("Circuit breakers"))
+        .with_panel(_stat("Open breakers", "none", "Breakers open now (details: the breakers dashboard).",
+                          _q(f'sum(stoic_breaker_state{_sel(v, state="open")}) or vector(0)', "open"), red_at=1))
+        .with_panel(_stat("Breaker rejections", "reqps", "Calls refused by open or half-open breakers.",
+                          _q(f"sum(rate(stoic_breaker_rejections_total{_sel(v)}[{RATE}])) or vector(0)", "rejected")))
+        .with_panel(_stat("Retries", "reqps", "Retry attempts per second, all policies.",
+                          _q(f"sum(rate(stoic_retry_retries_total{_sel(v)}[{RATE}])) or vector(0)", "retries")))
+        .with_panel(_stat("Hedged attempts", "reqps", "Hedged attempts started per second.",
+                          _q(f"sum(rate(stoic_hedge_attempts_total{_sel(v)}[{RATE}])) or vector(0)", "hedges")))
+        .with_row(Row("Rate limiters"))
+        .with_panel(_timeseries(
+            "Permits available", "short", "Tokens in each limiter's bucket (stoic_ratelimiter_permits_available).",
+            _q(f"sum by (stoic_label) (stoic_ratelimiter_permits_available{_sel(v)})", "{{stoic_label}}"),
+            span=6,
+        ))
+        .with_panel(_timeseries(
+            "Waiters", "short", "Requests queued for a permit (stoic_ratelimiter_waiters).",
+            _q(f"sum by (stoic_label) (stoic_ratelimiter_waiters{_sel(v)})", "{{stoic_label}}"),
+            span=6,
+        ))
+        .with_panel(_timeseries(
+            "Wait for a permit p50 / p99", "s", "Time spent queued before a permit was granted.",
+            *_quantiles("stoic_ratelimiter_wait_duration_seconds", _sel(v)),
+            span=12,
+        ))
+        .with_panel(_timeseries(
+            "Limiter rejections by reason", "reqps",
+            "would_exceed_deadline, queue_full, cancelled, deadline_exceeded (stoic_ratelimiter_rejections_total).",
+            _q(f"sum by (stoic_label, reason) (rate(stoic_ratelimiter_rejections_total{_sel(v)}[{RATE}]))",
+               "{{stoic_label}} {{reason}}"),
+            span=12,
+        ))
+        .with_row(Row("Bulkheads"))
+        .with_panel(_timeseries(
+            "Active and queued calls", "short", "Calls running and calls waiting for a slot.",
+            _q(f"sum by (stoic_label) (stoic_bulkhead_active{_sel(v)})", "{{stoic_label}} active", "A"),
+            _q(f"sum by (stoic_label) (stoic_bulkhead_queued{_sel(v)})", "{{stoic_label}} queued", "B"),
+        ))
+        .with_panel(_timeseries(
+            "Bulkhead rejections by reason", "reqps",
+            "bulkhead_full, cancelled, deadline_exceeded (stoic_bulkhead_rejections_total).",
+            _q(f"sum by (stoic_label, reason) (rate(stoic_bulkhead_rejections_total{_sel(v)}[{RATE}]))",
+               "{{stoic_label}} {{reason}}"),
+        ))
+        .with_row(Row("Hedging"))
+        .with_panel(_timeseries(
+            "Hedged attempts and wins", "reqps",
+            "Hedges started, and calls won by each attempt number "
+            "(stoic_hedge_attempts_total, stoic_hedge_wins_total).",
+            _q(f"sum by (stoic_label) (rate(stoic_hedge_attempts_total{_sel(v)}[{RATE}]))",
+               "{{stoic_label}} hedges started", "A"),
+            _q(f"sum by (stoic_label, attempt) (rate(stoic_hedge_wins_total{_sel(v)}[{RATE}]))",
+               "{{stoic_label}} won by attempt {{attempt}}", "B"),
+        ))
+        .with_panel(_timeseries(
+            "Hedge delay", "s", "The current (adaptive) delay before a hedge starts (stoic_hedge_delay_seconds).",
+            _q(f"max by (stoic_label) (stoic_hedge_delay_seconds{_sel(v)})", "{{stoic_label}}"),
+        ))
+        .with_row(Row("Retries"))
+        .with_panel(_timeseries(
+            "Retries by error type", "reqps", "Attempts retried per second, by the error that caused them.",
+            _q(f"sum by (stoic_label, error_type) (rate(stoic_retry_retries_total{_sel(v)}[{RATE}]))",
+               "{{stoic_label}} {{error_type}}"),
+        ))
+        .with_panel(_timeseries(
+            "Retry outcomes", "reqps",
+            "How retried calls ended: succeeded, exhausted, budget_exhausted, deadline_skip, permanent, "
+            "defect, nested (stoic_retry_outcomes_total).",
+            _q(f"sum by (stoic_label, outcome) (rate(stoic_retry_outcomes_total{_sel(v)}[{RATE}]))",
+               "{{stoic_label}} {{outcome}}"),
+        ))
+    )
+
+
+DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
+    "stoic-breakers.json": breakers,
+    "stoic-overview.json": overview,
+}
+
+
+def render(build: Callable[[], Dashboard]) -> str:
+    """The dashboard as the committed JSON text (sorted keys, two-space indent, final newline)."""
+    model = build().build()
+    # Unique, stable panel ids (the builders leave them unset or 0), in layout order.
+    for number, panel in enumerate(model.panels or [], start=1):
+        panel.id_val = number
+    return json.dumps(model, cls=JSONEncoder, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dashboards.generate", description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare with the committed JSON; exit 1 if stale")
+    parser.add_argument("--out", type=Path, default=HERE, help="directory to write into (default: dashboards/)")
+    args = parser.parse_args(argv)
+    stale = []
+    for name, build in DASHBOARDS.items():
+        path = args.out / name
+        text = render(build)
+        if args.check:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                stale.append(name)
+        else:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path}")
+    if stale:
+        print(f"stale: {', '.join(stale)} (run: python -m dashboards.generate)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Runnable examples: the traced demo service (python -m examples.demo)."""

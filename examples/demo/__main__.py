@@ -1,0 +1,5 @@
+"""``python -m examples.demo``: see :mod:`examples.demo.app`."""
+
+from .app import main
+
+raise SystemExit(main())

@@ -1,0 +1,503 @@
+"""The traced demo service.
+
+Starts the scripted dependency (:mod:`examples.demo.dependency`) in its own process, then runs a
+few concurrent workers that call it over HTTP (httpx) through one :class:`stoic.CircuitBreaker`,
+each call inside an OpenTelemetry span. stoic's events go to OpenTelemetry (span events and the
+``stoic.*`` metrics, served for Prometheus) and to structlog. The breaker's ``state_changes()``
+stream is printed live; a summary table closes the run.
+
+The story, at ``--time-scale 1`` (36 s): the dependency is healthy for 6 s, answers 503 for 9 s,
+answers slowly for 9 s, then recovers. The breaker is tuned to tell it in that time: a 5 s
+window, 5 calls minimum, a fixed 3 s open period, 0.3 s slow-call duration. ``--duration``
+alone scales the story to fit; ``--serve`` keeps everything running (dependency recovered)
+until Ctrl-C, for Prometheus and the Grafana dashboards; ``--repeat`` replays the story in a loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import signal
+import statistics
+import sys
+import time
+from collections import Counter, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import stoic_opentelemetry
+import structlog
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from prometheus_client import CollectorRegistry, start_http_server
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from stoic_structlog import StructlogSink
+
+import stoic
+from stoic import CircuitBreaker, OpenDuration, TimeWindow
+
+from .dependency import Phase, format_phases
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The story at time scale 1; the last phase lasts until the end of the run.
+STORY: tuple[Phase, ...] = (Phase("healthy", 6.0), Phase("failing", 9.0), Phase("slow", 9.0), Phase("recovered", None))
+STORY_SECONDS = 36.0  # long enough after "recovered" begins for a probe to close the breaker and stay closed
+MIN_SCALE = 0.2  # below this, loopback HTTP latency is no longer small next to the slow-call duration
+DEFAULT_METRICS_PORT = 9464  # the OpenTelemetry Prometheus exporter's customary port (used with --serve)
+
+STATE_STYLE = {"closed": "green", "open": "bold red", "half_open": "yellow"}
+
+
+class DependencyError(Exception):
+    """The dependency answered with a server error (HTTP 5xx): the breaker counts it."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+
+
+@dataclass
+class Tuning:
+    """Every duration of the story, scaled together so the same transitions happen in less time."""
+
+    scale: float
+
+    repeat: bool = False
+
+    @property
+    def phases(self) -> list[Phase]:
+        """The script, scaled; repeating, the recovered phase lasts until the story's end, then it restarts."""
+        tail = STORY_SECONDS - sum(p.seconds or 0.0 for p in STORY) if self.repeat else None
+        phases = []
+        for phase in STORY:
+            seconds = phase.seconds if phase.seconds is not None else tail
+            phases.append(Phase(phase.name, None if seconds is None else seconds * self.scale))
+        return phases
+
+    def breaker(self, label: str) -> CircuitBreaker:
+        s = self.scale
+        return CircuitBreaker(
+            label,
+            window=TimeWindow(5.0 * s),
+            minimum_calls=5,
+            failure_rate_threshold=0.5,
+            slow_call_duration=0.3 * s,
+            slow_call_rate_threshold=0.8,
+            open_duration=OpenDuration.fixed(3.0 * s, jitter=0.2),
+            half_open_probes=1,
+            half_open_timeout=5.0 * s,
+        )
+
+    @property
+    def latency(self) -> float:
+        return 0.01 * self.scale
+
+    @property
+    def slow_latency(self) -> float:
+        return 0.5 * self.scale  # well past slow_call_duration (0.3 s)
+
+    @property
+    def request_timeout(self) -> float:
+        return 2.0 * self.scale
+
+
+@dataclass
+class Stats:
+    """What the workers saw, for the summary."""
+
+    calls: int = 0
+    successes: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+    rejections: Counter[str] = field(default_factory=Counter)
+    slow: int = 0
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=200_000))
+    transitions: list[tuple[float, str, str]] = field(default_factory=list)
+    time_in: Counter[str] = field(default_factory=Counter)
+
+
+class SpanTally(SpanExporter):
+    """Counts finished spans and keeps the newest few that carry stoic span events.
+
+    Stands in for a real exporter (OTLP, for instance): the demo shows that span events land on
+    the call's span without needing a collector, and it never grows without bound.
+    """
+
+    def __init__(self) -> None:
+        self.spans = 0
+        self.with_events = 0
+        self.event_names: Counter[str] = Counter()
+        self.first_trip: ReadableSpan | None = None  # the call whose recording opened the breaker
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        for span in spans:
+            self.spans += 1
+            names = [e.name for e in span.events if e.name.startswith(("breaker.", "stoic."))]
+            if names:
+                self.with_events += 1
+                self.event_names.update(names)
+                if self.first_trip is None and "breaker.opened" in names:
+                    self.first_trip = span
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
+
+
+def _short(value: object) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace, console: Console) -> None:
+        self.args = args
+        self.console = console
+        self.tuning = Tuning(args.time_scale, repeat=args.repeat)
+        self.stats = Stats()
+        self.stop = asyncio.Event()
+        self.t0 = time.monotonic()
+        self.dependency: asyncio.subprocess.Process | None = None
+        self.base_url = ""
+        self.state = "closed"  # as last reported by state_changes() (reading .state could move it)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def line(self, message: str | Text, style: str = "") -> None:
+        stamp = Text(f"{self.elapsed():7.2f}s  ", style="dim")
+        body = message if isinstance(message, Text) else Text(message, style=style)
+        self.console.print(stamp + body, highlight=False, soft_wrap=True)
+
+    # --- the dependency process -------------------------------------------------------------
+
+    async def start_dependency(self) -> None:
+        t = self.tuning
+        self.dependency = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "examples.demo.dependency",
+            "--phases", format_phases(t.phases), "--port", str(self.args.port),
+            "--latency", f"{t.latency:g}", "--slow-latency", f"{t.slow_latency:g}", "--exit-on-stdin-eof",
+            *(["--repeat"] if t.repeat else []),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT,
+            # Its own session: a terminal's Ctrl-C reaches only the demo, which finishes the calls
+            # in flight and then stops the dependency (rather than both dying at once and the
+            # last calls failing as if the dependency had broken).
+            start_new_session=True,
+        )
+        assert self.dependency.stdout is not None
+        try:
+            first = await asyncio.wait_for(self.dependency.stdout.readline(), timeout=15)
+        except TimeoutError:
+            first = b""
+        words = first.decode().split()
+        if len(words) != 2 or words[0] != "LISTENING":
+            raise RuntimeError(f"the dependency did not start (said {first!r})")
+        self.base_url = f"http://127.0.0.1:{int(words[1])}"
+
+    async def stop_dependency(self) -> None:
+        proc, self.dependency = self.dependency, None
+        if proc is None or proc.returncode is not None:
+            return
+        if proc.stdin is not None:
+            proc.stdin.close()  # it exits on stdin EOF; SIGTERM as well, in case it is busy
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=5)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+    # --- the service ------------------------------------------------------------------------
+
+    async def worker(self, breaker: CircuitBreaker, client: httpx.AsyncClient, tracer: Any) -> None:
+        stats, slow_after = self.stats, self.tuning.scale * 0.3
+
+        async def fetch() -> Any:
+            response = await client.get("/work")
+            if response.status_code >= 500:
+                raise DependencyError(response.status_code)
+            return response.json()
+
+        while not self.stop.is_set():
+            with tracer.start_as_current_span("GET /work", kind=SpanKind.CLIENT) as span:
+                span.set_attribute("server.address", "127.0.0.1")
+                started = time.perf_counter()
+                try:
+                    await breaker.execute(fetch)
+                except stoic.Rejected as exc:
+                    stats.rejections[str(breaker.state)] += 1
+                    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                except (DependencyError, httpx.HTTPError) as exc:
+                    stats.calls += 1
+                    stats.failures[type(exc).__name__ if not isinstance(exc, DependencyError) else str(exc)] += 1
+                    self._timed(started, slow_after)
+                    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                else:
+                    stats.calls += 1
+                    stats.successes += 1
+                    self._timed(started, slow_after)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), timeout=self.args.pace)
+
+    def _timed(self, started: float, slow_after: float) -> None:
+        took = time.perf_counter() - started
+        self.stats.latencies.append(took)
+        if took > slow_after:
+            self.stats.slow += 1
+
+    async def watch_breaker(self, breaker: CircuitBreaker, changes: Any) -> None:
+        previous, since = str(breaker.state), self.elapsed()
+        async for state in changes:
+            now, new = self.elapsed(), str(state)
+            self.stats.time_in[previous] += now - since
+            self.stats.transitions.append((now, previous, new))
+            arrow = Text.assemble(
+                (f"breaker {breaker.label}: ", "bold"), (previous, STATE_STYLE.get(previous, "")), " → ",
+                (new, STATE_STYLE.get(new, "")),
+            )
+            self.line(arrow)
+            previous, since = new, now
+            self.state = new
+
+    async def show_status(self) -> None:
+        """On a terminal only: a status line under the log, refreshed with the running counts."""
+        s = self.stats
+        with self.console.status("", spinner="dots") as status:
+            while not self.stop.is_set():
+                status.update(
+                    f"{self.elapsed():6.1f}s  breaker {self.state}  calls {s.calls}  ok {s.successes}  "
+                    f"failed {sum(s.failures.values())}  rejected {sum(s.rejections.values())}"
+                    + ("  (Ctrl-C to stop)" if self.args.serve else ""))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop.wait(), timeout=0.2)
+
+    async def watch_dependency(self, client: httpx.AsyncClient) -> None:
+        """Poll the dependency's phase directly (not through the breaker), to narrate the script."""
+        seen = ""
+        while not self.stop.is_set():
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                phase = (await client.get("/phase")).json()["phase"]
+                if phase != seen:
+                    what = {"healthy": "answers in ~%s", "failing": "answers HTTP 503",
+                            "slow": "answers after ~%s", "recovered": "answers in ~%s again"}[phase]
+                    t = self.tuning
+                    detail = what % _ms(t.slow_latency if phase == "slow" else t.latency) if "%" in what else what
+                    self.line(f"dependency is {phase}: {detail}", style="dim cyan")
+                    seen = phase
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), timeout=0.05)
+
+    async def run(self) -> int:
+        args, console = self.args, self.console
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, self.stop.set)
+
+        resource = Resource.create({"service.name": "stoic-demo"})
+        tracer_provider = TracerProvider(resource=resource)
+        tally = SpanTally()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(tally))
+        registry = CollectorRegistry(auto_describe=True)
+        meter_provider = MeterProvider(resource=resource, metric_readers=[PrometheusMetricReader(registry=registry)])
+        metrics_port = args.metrics_port if args.metrics_port is not None else (
+            DEFAULT_METRICS_PORT if args.serve else 0)
+        metrics_server, metrics_thread = start_http_server(metrics_port, addr="127.0.0.1", registry=registry)
+        metrics_url = f"http://127.0.0.1:{metrics_server.server_port}/metrics"
+
+        instrumentation = stoic_opentelemetry.instrument(
+            tracer_provider=tracer_provider, meter_provider=meter_provider, level=stoic.Level.DEBUG)
+        log_sink = StructlogSink(structlog.get_logger("stoic"), level=stoic.Level.INFO)
+        stoic.add_sink(log_sink)
+        breaker = self.tuning.breaker(args.label)
+        instrumentation.observe(breaker)
+        tracer = tracer_provider.get_tracer("examples.demo")
+
+        workers: list[asyncio.Task[None]] = []
+        watchers: list[asyncio.Task[None]] = []
+        try:
+            await self.start_dependency()
+            story = format_phases(self.tuning.phases).replace(",", " → ") + (" → …" if args.repeat else "")
+            console.print(Text.assemble(("stoic demo", "bold"), f"  (time scale {self.tuning.scale:g}; ",
+                                        f"{'until Ctrl-C' if args.serve else f'{args.duration:g} s'})"))
+            console.print(f"  dependency  {self.base_url}/work  script: {story}", highlight=False)
+            console.print(f"  metrics     {metrics_url}", highlight=False)
+            console.print(f"  breaker     {args.label!r}: window {5 * self.tuning.scale:g} s, minimum 5 calls, "
+                          f"open {3 * self.tuning.scale:g} s, slow after {0.3 * self.tuning.scale:g} s; "
+                          f"{args.workers} workers", highlight=False)
+            if args.serve:
+                after = "the story replays" if args.repeat else "after the story the dependency stays healthy"
+                console.print(f"  serving until Ctrl-C; {after} (docs/demo.md: Prometheus and Grafana)",
+                              highlight=False)
+            console.rule(style="dim")
+            self.t0 = time.monotonic()
+            limits = httpx.Limits(max_connections=args.workers + 1, max_keepalive_connections=args.workers + 1)
+            async with httpx.AsyncClient(base_url=self.base_url, timeout=self.tuning.request_timeout,
+                                         limits=limits) as client:
+                # Subscribe before any call: the stream never replays the current state.
+                watchers.append(asyncio.create_task(self.watch_breaker(breaker, breaker.state_changes())))
+                watchers.append(asyncio.create_task(self.watch_dependency(client)))
+                workers.extend(
+                    asyncio.create_task(self.worker(breaker, client, tracer)) for _ in range(args.workers))
+                if console.is_terminal:
+                    watchers.append(asyncio.create_task(self.show_status()))
+                if args.serve:
+                    await self.stop.wait()
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.stop.wait(), timeout=args.duration)
+                self.stop.set()
+                await asyncio.gather(*workers)
+                # Let the stream deliver what the last calls published, then stop watching.
+                await asyncio.sleep(0)
+                for task in watchers:
+                    task.cancel()
+                await asyncio.gather(*watchers, return_exceptions=True)
+        finally:
+            self.stop.set()
+            for task in (*workers, *watchers):
+                task.cancel()
+            await asyncio.gather(*workers, *watchers, return_exceptions=True)
+            await self.stop_dependency()
+            stoic.remove_sink(log_sink)
+            instrumentation.uninstrument()
+            metrics_server.shutdown()
+            metrics_server.server_close()
+            metrics_thread.join(timeout=5)
+            meter_provider.shutdown()
+            tracer_provider.shutdown()
+
+        final = str(breaker.state)
+        self.stats.time_in[final] += self.elapsed() - (self.stats.transitions[-1][0] if self.stats.transitions else 0)
+        console.rule(style="dim")
+        console.print(self.summary(final, tally))
+        if self.stats.transitions:
+            console.print(self.transition_table())
+        return 0
+
+    # --- the closing tables ------------------------------------------------------------------
+
+    def summary(self, final: str, tally: SpanTally) -> Table:
+        s = self.stats
+        latencies = list(s.latencies)
+        seen = Counter(f"{a}→{b}" for _, a, b in s.transitions)
+        table = Table(title=f"Summary: breaker {self.args.label!r}", title_justify="left", show_header=False)
+        table.add_column("what", style="bold")
+        table.add_column("value")
+        failures = sum(s.failures.values())
+        table.add_row("calls run", str(s.calls))
+        table.add_row("successes", str(s.successes))
+        table.add_row("failures", f"{failures}" + (f"  ({', '.join(f'{k} ×{v}' for k, v in s.failures.items())})"
+                                                   if failures else ""))
+        table.add_row("slow calls", str(s.slow))
+        rejected = sum(s.rejections.values())
+        table.add_row("rejections", f"{rejected}" + (
+            f"  ({', '.join(f'{k} ×{v}' for k, v in s.rejections.items())})" if rejected else ""))
+        table.add_row("time open", f"{s.time_in['open']:.1f} s (half-open {s.time_in['half_open']:.1f} s)")
+        table.add_row("latency p50", _ms(_percentile(latencies, 0.50)))
+        table.add_row("latency p99", _ms(_percentile(latencies, 0.99)))
+        table.add_row("transitions", ", ".join(f"{k} ×{v}" for k, v in seen.items()) or "none")
+        table.add_row("final state", final)
+        table.add_row("spans", f"{tally.spans} ({tally.with_events} with stoic span events)")
+        table.add_row("span events", ", ".join(f"{k} ×{v}" for k, v in sorted(tally.event_names.items())) or "none")
+        if tally.first_trip is not None:
+            span = tally.first_trip
+            events = "; ".join(
+                " ".join([e.name, *(f"{k}={_short(v)}" for k, v in (e.attributes or {}).items() if k != "stoic.label")])
+                for e in span.events)
+            trace_id = f"{span.context.trace_id:032x}" if span.context is not None else "?"
+            table.add_row("tripping span", f"{span.name} trace {trace_id[:12]}…: {events}")
+        return table
+
+    def transition_table(self) -> Table:
+        table = Table(title="Transitions, from breaker.state_changes()", title_justify="left", min_width=48)
+        table.add_column("time", justify="right")
+        table.add_column("from")
+        table.add_column("to")
+        for at, a, b in self.stats.transitions:
+            table.add_row(f"{at:.2f} s", Text(a, style=STATE_STYLE.get(a, "")), Text(b, style=STATE_STYLE.get(b, "")))
+        return table
+
+
+def _configure_structlog(console: Console) -> None:
+    """The application configures structlog (the adapter never does): key=value lines on stdout."""
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
+            structlog.dev.ConsoleRenderer(colors=console.is_terminal, pad_event_to=18),
+        ],
+        # No file given: each logger takes sys.stdout when made, which is rich's while a status
+        # line is live, so log lines print above it instead of through it.
+        logger_factory=structlog.PrintLoggerFactory(),
+        cache_logger_on_first_use=False,
+    )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m examples.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=None,
+                        help=f"seconds to run (default: the story, {STORY_SECONDS:g} s × time scale)")
+    parser.add_argument("--time-scale", type=float, default=None,
+                        help=f"multiply every duration of the story (default 1, or duration / {STORY_SECONDS:g} "
+                             f"when --duration is given; at least {MIN_SCALE})")
+    parser.add_argument("--serve", action="store_true",
+                        help="keep running (after the story the dependency stays healthy, unless --repeat) "
+                             "until Ctrl-C, metrics on port "
+                             f"{DEFAULT_METRICS_PORT} unless --metrics-port")
+    parser.add_argument("--repeat", action="store_true",
+                        help="replay the story in a loop (with --serve: fresh data for the dashboards)")
+    parser.add_argument("--port", type=int, default=0, help="the dependency's port on 127.0.0.1 (default: free)")
+    parser.add_argument("--metrics-port", type=int, default=None,
+                        help=f"Prometheus endpoint port on 127.0.0.1 (default: free; {DEFAULT_METRICS_PORT} "
+                             "with --serve)")
+    parser.add_argument("--workers", type=int, default=4, help="concurrent client workers (default 4)")
+    parser.add_argument("--pace", type=float, default=0.05, help="each worker's pause between calls, s")
+    parser.add_argument("--label", default="inventory-api", help="the breaker's label (stoic_label in metrics)")
+    args = parser.parse_args(argv)
+    if args.time_scale is None:
+        args.time_scale = 1.0 if args.duration is None or args.serve else args.duration / STORY_SECONDS
+    if args.time_scale < MIN_SCALE:
+        parser.error(f"--time-scale must be >= {MIN_SCALE} (with --duration alone: --duration >= "
+                     f"{MIN_SCALE * STORY_SECONDS:g}); got {args.time_scale:g}")
+    if args.duration is None:
+        args.duration = STORY_SECONDS * args.time_scale
+    if args.duration <= 0 or args.workers < 1 or args.pace < 0:
+        parser.error("--duration must be > 0, --workers >= 1 and --pace >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="replace")  # a non-UTF-8 terminal gets "?" for an arrow, not a crash
+    console = Console()
+    _configure_structlog(console)
+    try:
+        return asyncio.run(Demo(args, console).run())
+    except KeyboardInterrupt:
+        return 130

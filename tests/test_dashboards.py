@@ -1,0 +1,125 @@
+"""The committed Grafana dashboards: generated from code, and querying only metrics that exist.
+
+The PromQL itself is evaluated against a real Prometheus in tests/integration/test_prometheus.py;
+here it is parsed by promtool (same Debian package), and every metric name it mentions must be
+one the OpenTelemetry adapter emits (the fixed names of the brief, as Prometheus spells them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dashboards import generate
+from dashboards.queries import FILES, all_panel_queries, load, panel_queries, substitute
+
+DASHBOARDS = Path(generate.__file__).resolve().parent
+
+# OTel name -> Prometheus family: dots to underscores, "_seconds" for unit s, "_total" on counters.
+METRIC_FAMILIES = {
+    "stoic_breaker_state", "stoic_breaker_calls_total", "stoic_breaker_rejections_total",
+    "stoic_breaker_transitions_total", "stoic_breaker_call_duration_seconds",
+    "stoic_ratelimiter_permits_available", "stoic_ratelimiter_waiters", "stoic_ratelimiter_wait_duration_seconds",
+    "stoic_ratelimiter_rejections_total",
+    "stoic_bulkhead_active", "stoic_bulkhead_queued", "stoic_bulkhead_rejections_total",
+    "stoic_hedge_attempts_total", "stoic_hedge_wins_total", "stoic_hedge_delay_seconds",
+    "stoic_retry_retries_total", "stoic_retry_outcomes_total",
+}
+HISTOGRAMS = {"stoic_breaker_call_duration_seconds", "stoic_ratelimiter_wait_duration_seconds"}
+
+
+def _known(name: str) -> bool:
+    if name in METRIC_FAMILIES:
+        return True
+    base, _, suffix = name.rpartition("_")
+    return base in HISTOGRAMS and suffix in ("bucket", "count", "sum")
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_committed_json_equals_what_the_generator_writes_now(name: str) -> None:
+    build = generate.DASHBOARDS[name]
+    committed = (DASHBOARDS / name).read_text(encoding="utf-8")
+    assert committed == generate.render(build), f"{name} is stale: run `python -m dashboards.generate`"
+
+
+def test_generator_check_mode_detects_a_stale_file(tmp_path: Path) -> None:
+    assert generate.main(["--out", str(tmp_path)]) == 0
+    assert generate.main(["--check", "--out", str(tmp_path)]) == 0
+    (tmp_path / FILES[0]).write_text("{}\n", encoding="utf-8")
+    assert generate.main(["--check", "--out", str(tmp_path)]) == 1
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_panels_have_unique_ids_titles_and_the_datasource_variable(name: str) -> None:
+    dashboard = load(name)
+    panels = dashboard["panels"]
+    ids = [p["id"] for p in panels]
+    assert len(set(ids)) == len(ids) and 0 not in ids
+    titles = [p["title"] for p in panels if p["type"] != "row"]
+    assert len(set(titles)) == len(titles), titles
+    for panel in panels:
+        if panel["type"] != "row":
+            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+            assert panel["targets"], panel["title"]
+            assert len({t["refId"] for t in panel["targets"]}) == len(panel["targets"]), panel["title"]
+    names = [v["name"] for v in dashboard["templating"]["list"]]
+    assert names[0] == "datasource" and len(names) == 2
+    assert dashboard["uid"] in ("stoic-breakers", "stoic-overview")
+
+
+def test_breakers_dashboard_covers_state_outcomes_failures_rejections_latency_transitions() -> None:
+    exprs = " ".join(q.expr for q in panel_queries("stoic-breakers.json"))
+    for needed in ("stoic_breaker_state", "stoic_breaker_calls_total", 'outcome="failure"',
+                   "stoic_breaker_rejections_total", "histogram_quantile(0.5,", "histogram_quantile(0.99,",
+                   "stoic_breaker_call_duration_seconds_bucket", "stoic_breaker_transitions_total"):
+        assert needed in exprs, needed
+
+
+def test_overview_dashboard_covers_every_other_policy_family() -> None:
+    exprs = " ".join(q.expr for q in panel_queries("stoic-overview.json"))
+    for family in METRIC_FAMILIES - {"stoic_breaker_calls_total", "stoic_breaker_transitions_total",
+                                     "stoic_breaker_call_duration_seconds"}:
+        if family.startswith(("stoic_ratelimiter", "stoic_bulkhead", "stoic_hedge", "stoic_retry")):
+            assert family in exprs, family
+
+
+def test_every_query_names_only_metrics_the_adapter_emits_and_filters_by_label() -> None:
+    for query in all_panel_queries():
+        names = set(re.findall(r"\b(stoic_[a-z_]+)\s*\{", query.expr))
+        assert names, query
+        unknown = {n for n in names if not _known(n)}
+        assert not unknown, f"{query}: {unknown}"
+        # Every selector is filtered by the dashboard's policy variable.
+        assert query.expr.count("{stoic_label=~\"$") == len(re.findall(r"\bstoic_[a-z_]+\s*\{", query.expr)), query
+
+
+def test_substitute_fills_grafana_variables_and_refuses_unknown_ones() -> None:
+    assert substitute('rate(x{a=~"$v"}[$__rate_interval])', {"v": ".*"}) == 'rate(x{a=~".*"}[1m])'
+    assert substitute('x{a=~"${v}"}', {"v": ".*"}) == 'x{a=~".*"}'
+    with pytest.raises(KeyError):
+        substitute('x{a=~"$nope"}', {})
+
+
+def test_every_query_parses_as_promql(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        import os
+
+        reason = "promtool not found (Debian package prometheus: apt-get install prometheus); .ci/run installs it"
+        if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
+            pytest.fail(f"CI=true but {reason}")
+        pytest.skip(reason)
+    queries = all_panel_queries()
+    rules = {"groups": [{"name": "dashboards", "rules": [
+        {"record": f"stoic:dashboard_query:{i}", "expr": q.promql} for i, q in enumerate(queries)
+    ]}]}
+    path = tmp_path / "rules.yml"
+    path.write_text(json.dumps(rules), encoding="utf-8")  # JSON is YAML
+    done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{len(queries)} rules found" in done.stdout, done.stdout

@@ -1,0 +1,109 @@
+"""The traced demo end to end (no Prometheus): the story, the live transitions, the summary,
+and the metrics endpoint while it runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+@pytest.mark.integration
+def test_demo_tells_the_whole_story_and_serves_metrics_while_running(tmp_path: Path) -> None:
+    port = _free_port()
+    output = tmp_path / "demo.out"
+    # No TTY here: rich prints plain text, at this width; the assertions below expect UTF-8.
+    env = {**os.environ, "COLUMNS": "120", "PYTHONIOENCODING": "utf-8"}
+    started = time.monotonic()
+    with output.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "examples.demo", "--time-scale", "0.25", "--duration", "10.5",
+             "--metrics-port", str(port)],
+            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env,
+        )
+        try:
+            scraped = ""
+            while proc.poll() is None and "stoic_breaker_calls_total{" not in scraped:
+                try:
+                    status, scraped = _get(f"http://127.0.0.1:{port}/metrics")
+                    assert status == 200
+                except OSError:
+                    pass  # not listening yet
+                time.sleep(0.2)
+            rc = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    text = output.read_text(encoding="utf-8", errors="replace")
+    assert rc == 0, text
+    assert time.monotonic() - started < 40, "the demo finishes by itself, promptly"
+    # The endpoint served the breaker's metrics, with its label, while the demo ran.
+    assert re.search(r'stoic_breaker_calls_total\{[^}]*stoic_label="inventory-api"', scraped), scraped[-2000:]
+    assert "stoic_breaker_state{" in scraped
+    # The live transitions (from state_changes()), in story order.
+    live = re.findall(r"breaker inventory-api: (\w+) → (\w+)", text)
+    assert live[0] == ("closed", "open"), text
+    assert ("open", "half_open") in live and ("half_open", "open") in live, text
+    assert live[-1] == ("half_open", "closed"), text
+    # The dependency's phases were narrated, and structlog logged the breaker's events.
+    for phase in ("healthy", "failing", "slow", "recovered"):
+        assert f"dependency is {phase}" in text, text
+    assert "breaker.opened" in text and "trigger=failure_rate" in text, text
+    assert "breaker.closed" in text and "reason=probes_succeeded" in text, text
+    # The summary table.
+    assert "Summary: breaker 'inventory-api'" in text
+    for row in ("calls run", "successes", "failures", "rejections", "time open", "latency p50", "latency p99",
+                "transitions", "closed→open ×1", "final state"):
+        assert row in text, (row, text)
+    assert re.search(r"final state\s*│\s*closed", text), text
+    assert re.search(r"span events\s*│[^│]*breaker\.opened ×\d", text), text
+
+
+def test_duration_alone_scales_the_story_to_fit() -> None:
+    from examples.demo.app import STORY_SECONDS, Tuning, parse_args
+    from examples.demo.dependency import Phase
+
+    args = parse_args(["--duration", str(STORY_SECONDS / 2)])
+    assert args.time_scale == 0.5
+    phases = Tuning(args.time_scale).phases
+    assert [(p.name, p.seconds) for p in phases] == [
+        ("healthy", 3.0), ("failing", 4.5), ("slow", 4.5), ("recovered", None)]
+    assert parse_args(["--time-scale", "0.5"]).duration == STORY_SECONDS / 2
+    looping = Tuning(0.5, repeat=True).phases
+    assert looping[-1] == Phase("recovered", 6.0) and sum(p.seconds or 0 for p in looping) == STORY_SECONDS / 2
+    serve = parse_args(["--serve"])
+    assert (serve.time_scale, serve.metrics_port) == (1.0, None)
+
+
+@pytest.mark.parametrize("argv", [["--duration", "3"], ["--time-scale", "0.1"], ["--workers", "0"]])
+def test_nonsense_options_are_refused(argv: list[str]) -> None:
+    from examples.demo.app import parse_args
+
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    assert exc.value.code == 2
