@@ -21,6 +21,7 @@ from ._errors import (
 )
 from ._policy import Policy
 from .events import CATALOG, Event, Level, LoggingSink, Sink, add_sink, remove_sink, use_sinks
+from .ratelimiter import BlockingRateLimiter, RateLimiter
 
 __version__ = "0.1.0"
 
@@ -28,6 +29,7 @@ __all__ = [
     "CATALOG",
     "SYSTEM_CLOCK",
     "Attempt",
+    "BlockingRateLimiter",
     "BudgetExhausted",
     "BulkheadFull",
     "CircuitOpen",
@@ -39,6 +41,7 @@ __all__ = [
     "LoggingSink",
     "Policy",
     "RateLimited",
+    "RateLimiter",
     "Rejected",
     "RejectionReason",
     "RetryBudget",
