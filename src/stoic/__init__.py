@@ -20,6 +20,7 @@ from ._errors import (
     is_defect,
 )
 from ._policy import Policy
+from .bulkhead import BlockingBulkhead, Bulkhead
 from .events import CATALOG, Event, Level, LoggingSink, Sink, add_sink, remove_sink, use_sinks
 from .ratelimiter import BlockingRateLimiter, RateLimiter
 
@@ -29,8 +30,10 @@ __all__ = [
     "CATALOG",
     "SYSTEM_CLOCK",
     "Attempt",
+    "BlockingBulkhead",
     "BlockingRateLimiter",
     "BudgetExhausted",
+    "Bulkhead",
     "BulkheadFull",
     "CircuitOpen",
     "Clock",
