@@ -489,3 +489,28 @@ async def test_wait_for_the_deficit_not_the_request(clock: VirtualClock) -> None
     assert log == [("one", 0.0)]
     await clock.advance(0.000_000_001)
     assert log == [("one", 0.0), ("three", 1.0)]
+
+
+def test_a_waiter_abandoned_on_a_closed_loop_does_not_block_the_next_loop() -> None:
+    limiter = RateLimiter(20, per=1.0, burst=1, label="abandoned")  # waits of 50 ms, real time
+    assert limiter.try_acquire()
+    old_loop = asyncio.new_event_loop()
+
+    async def abandon() -> list[asyncio.Task[None]]:
+        tasks = [asyncio.create_task(limiter.acquire()) for _ in range(2)]
+        await settle()
+        return tasks
+
+    abandoned = old_loop.run_until_complete(abandon())
+    old_loop.close()  # closed without cancelling its tasks: they will never resume
+    assert limiter.waiter_count == 2
+
+    async def later() -> None:
+        await asyncio.wait_for(limiter.acquire(), 1.0)
+
+    asyncio.run(later())
+    assert limiter.waiter_count == 0
+    assert not any(task.done() for task in abandoned)
+    for task in abandoned:  # they can never finish; keep their destruction quiet
+        task._log_destroy_pending = False  # type: ignore[attr-defined]
+        task.get_coro().close()  # type: ignore[union-attr]

@@ -327,6 +327,13 @@ class RateLimiter(_TokenBucket):
         if not waiters and self._credit >= cost:
             self._credit -= cost
             return
+        if waiters and waiters[0].future is not None and waiters[0].future.get_loop().is_closed():
+            # The head was abandoned on an event loop closed without cancelling it: it will never
+            # resume or leave, so it must not hold up this loop's callers.
+            self._leave(waiters[0])
+            if not waiters and self._credit >= cost:
+                self._credit -= cost
+                return
         wait = self._wait_ns(permits)
         if left is not None and wait >= left:
             reason = "would_exceed_deadline"
@@ -334,10 +341,10 @@ class RateLimiter(_TokenBucket):
             reason = "queue_full"
         else:
             waiter = _Waiter(permits)
-            if waiters:
-                waiter.future = loop.create_future()
-            else:
-                waiter.head = True
+            # Every waiter gets a future on its own loop: the head is not woken through it, but
+            # its loop tells whether the waiter can still run.
+            waiter.future = loop_future = loop.create_future()
+            waiter.head = not waiters
             waiters.append(waiter)
             self._queued += permits
         if reason:
@@ -345,8 +352,8 @@ class RateLimiter(_TokenBucket):
             raise RateLimited(label=self._label, retry_after=wait / 1e9)
         start = now
         try:
-            if waiter.future is not None:
-                await waiter.future
+            if not waiter.head:
+                await loop_future
             # At the head: only the head sleeps, and it recomputes after every wake-up, so a
             # late wake-up or a departed waiter never leaves earned credit unspent.
             while True:
