@@ -365,3 +365,7 @@ def test_reused_across_event_loops() -> None:
     assert asyncio.run(scenario()) == [0, 1, 2, 3]
     assert asyncio.run(scenario()) == [0, 1, 2, 3]
     assert (bulkhead.active_count, bulkhead.queued_count) == (0, 0)
+
+
+def test_the_asyncio_bulkhead_is_a_policy() -> None:
+    assert isinstance(Bulkhead(1, label="p"), stoic.Policy)

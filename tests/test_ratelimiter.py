@@ -514,3 +514,7 @@ def test_a_waiter_abandoned_on_a_closed_loop_does_not_block_the_next_loop() -> N
     for task in abandoned:  # they can never finish; keep their destruction quiet
         task._log_destroy_pending = False  # type: ignore[attr-defined]
         task.get_coro().close()  # type: ignore[union-attr]
+
+
+def test_the_asyncio_limiter_is_a_policy() -> None:
+    assert isinstance(RateLimiter(1, label="p", clock=VirtualClock()), stoic.Policy)

@@ -160,11 +160,12 @@ class _TokenBucket:
         when served, else the nanoseconds until it will be.
 
         The head sleeps until the first whole nanosecond at which its cost has been earned, which
-        is up to one nanosecond's refill after the exact instant. That overshoot stays in the
-        bucket even when it pushes the credit past the cap: in exact time the head was served
-        at the exact instant and the overshoot earned after it, so nothing is earned twice and
-        nothing is lost, and waiters are served at ``burst + rate * t / per`` exactly. (Until its
-        cost is earned the credit stays below it, so the cap cannot have bound in between.)
+        is up to one nanosecond's refill after the exact instant. The cap is applied after the
+        cost is taken, not before, so that overshoot stays in the bucket even when cost plus
+        overshoot exceeds the cap: in exact time the head was served at the exact instant and
+        the overshoot was earned after it. Nothing is earned twice, nothing is lost, and waiters
+        are served at ``burst + rate * t / per`` exactly. (Until its cost is earned the credit is
+        below the cost, hence below the cap, so the cap cannot have bound in between.)
         """
         raw = self._credit
         elapsed = now - self._stamp
@@ -230,6 +231,7 @@ class _TokenBucket:
             now = self._now()
             emit("ratelimiter.waited", self._label, Level.DEBUG, now,
                  {"permits": permits, "waited": (now - start_ns) / 1e9})
+
 
 class RateLimiter(_TokenBucket):
     """An exact token-bucket rate limiter for asyncio (seed 000, "RateLimiter").
