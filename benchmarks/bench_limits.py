@@ -32,14 +32,20 @@ def _op_sync() -> int:
     return 1
 
 
-ROUNDS = 3  # rows are timed round-robin and the best round kept: a busy moment hurts no one row
+# Rows are timed round-robin, a little at a time, and each row's best sample kept: on a shared
+# machine a busy stretch then costs every row one sample, not one row all of its samples.
+ROUNDS = 8
+REPEATS = 2
 
 
 def _rows(rows: list[tuple[str, Callable[[], Any], int]], *, is_async: bool) -> list[Result]:
     best = {name: float("inf") for name, _, _ in rows}
     for _ in range(ROUNDS):
         for name, make, calls in rows:
-            ns = time_async(make, calls=calls) if is_async else time_sync(make, calls=calls)
+            if is_async:
+                ns = time_async(make, calls=calls // 2, repeats=REPEATS)
+            else:
+                ns = time_sync(make, calls=calls // 2, repeats=REPEATS)
             best[name] = min(best[name], ns)
     return [Result(name, best[name]) for name, _, _ in rows]
 
