@@ -233,14 +233,18 @@ class BlockingBulkhead(_Compartment):
         """Take a slot, waiting (FIFO, if the queue allows) at most ``timeout`` seconds.
 
         Raises ``BulkheadFull`` when every slot and queue place is taken; ``DeadlineExceeded``
-        when the ambient deadline already passed or ``timeout`` (measured on the bulkhead's
-        clock) ran out while waiting (the waiter left without a slot); ``ValueError`` for a
-        negative ``timeout``. Pair every successful ``acquire`` with one :meth:`release`.
+        when the ambient deadline already passed, or ``timeout`` (measured on the bulkhead's
+        clock) or the ambient deadline ran out while waiting (the waiter left without a slot);
+        ``ValueError`` for a negative ``timeout``. Pair every successful ``acquire`` with one
+        :meth:`release`.
         """
         limit = None if timeout is None else to_ns(timeout, "timeout", allow_zero=True)
         left = remaining_ns()
-        if left is not None and left <= 0:
-            raise self._late()
+        if left is not None:
+            if left <= 0:
+                raise self._late()
+            if limit is None or left < limit:
+                limit = left  # an ambient deadline bounds the wait like a timeout
         with self._lock:
             waiters = self._waiters
             if self._active < self._max and not waiters:
@@ -306,11 +310,20 @@ class BlockingBulkhead(_Compartment):
         Returns what ``fn`` returns; its exceptions propagate unchanged; the slot is released
         however it ends.
         """
-        self.acquire()
+        lock = self._lock
+        taken = False
+        if _deadline_scope.get() is None:
+            with lock:
+                if self._active < self._max and not self._waiters:
+                    self._active += 1
+                    taken = True
+        if not taken:
+            self.acquire()
         try:
             return fn(*args, **kwargs)
         finally:
-            self.release()
+            with lock:
+                self._release_locked()
 
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
         """Decorate a plain function so every call runs in a slot (blocking)."""
