@@ -16,11 +16,6 @@ import stoic
 from stoic import CircuitOpen, DeadlineExceeded, Pipeline, Retrying, Schedule, with_fallback
 from stoic.testing import RecordingSink, VirtualClock
 
-pytestmark = pytest.mark.skipif(
-    not all(hasattr(stoic, name) for name in ("CircuitBreaker", "RateLimiter", "Bulkhead")),
-    reason="CircuitBreaker, RateLimiter and Bulkhead are merged from their own branches",
-)
-
 LABEL = "api.example.com"
 
 

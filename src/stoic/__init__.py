@@ -23,10 +23,12 @@ from ._errors import (
 from ._policy import Policy
 from ._retry import recur, retry, retry_sync, retrying
 from .breaker import BreakerSnapshot, BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
+from .bulkhead import BlockingBulkhead, Bulkhead
 from .events import CATALOG, Event, Level, LoggingSink, Sink, add_sink, remove_sink, use_sinks
 from .fallback import with_fallback
 from .hedge import IDEMPOTENT, Hedge, Idempotency, hedge
 from .pipeline import Pipeline, Retrying
+from .ratelimiter import BlockingRateLimiter, RateLimiter
 from .schedule import BoundedSchedule, Schedule
 
 __version__ = "0.1.0"
@@ -36,10 +38,13 @@ __all__ = [
     "IDEMPOTENT",
     "SYSTEM_CLOCK",
     "Attempt",
+    "BlockingBulkhead",
+    "BlockingRateLimiter",
     "BoundedSchedule",
     "BreakerSnapshot",
     "BreakerState",
     "BudgetExhausted",
+    "Bulkhead",
     "BulkheadFull",
     "CircuitBreaker",
     "CircuitOpen",
@@ -56,6 +61,7 @@ __all__ = [
     "Pipeline",
     "Policy",
     "RateLimited",
+    "RateLimiter",
     "Rejected",
     "RejectionReason",
     "RetryBudget",

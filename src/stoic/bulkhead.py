@@ -1,0 +1,349 @@
+"""The bulkhead: a concurrency limit with a bounded FIFO queue (seed 000, "Bulkhead").
+
+At most ``max_concurrent`` operations run at once; up to ``queue_limit`` more wait, first in
+first out; the next is rejected with :class:`stoic.BulkheadFull`. The default ``queue_limit=0``
+makes it a load shedder: when the capacity is spoken for, refuse at once instead of letting
+latency grow. The "full" and the "wait" decisions are one critical section, so the limit holds
+exactly under contention. A released slot is handed straight to the first waiter (a newcomer
+cannot take it first); a waiter that leaves (cancelled, or cut by a deadline) never takes a slot,
+and one that is handed a slot but cancelled before it runs passes the slot to the next waiter.
+
+:class:`Bulkhead` serves asyncio tasks (like asyncio's primitives, the tasks of one event loop
+at a time: its decisions contain no ``await``, so they are atomic on the loop without a lock; it
+binds to no loop, so one bulkhead serves successive ``asyncio.run`` calls). :class:`BlockingBulkhead`
+serves threads, with its state under a ``threading.Lock``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import ParamSpec, TypeVar
+
+from ._clock import Clock, current_clock
+from ._deadline import _current as _deadline_scope
+from ._deadline import cancelled_by_deadline, remaining_ns
+from ._durations import Seconds, check_int, to_ns
+from ._errors import BulkheadFull, DeadlineExceeded
+from ._wakeup import wake
+from .events import AttributeValue, Level, emit, min_level
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class _Waiter:
+    """A queued caller. ``granted`` turns true when a slot is handed to it (under the state's
+    critical section), which is what decides who owns the slot if it is cancelled meanwhile."""
+
+    __slots__ = ("cond", "future", "granted", "queued")
+
+    def __init__(self) -> None:
+        self.granted = False
+        self.queued = True
+        self.future: asyncio.Future[None] | None = None
+        self.cond: threading.Condition | None = None
+
+
+class _Compartment:
+    """Configuration, counts and events shared by the asyncio and the blocking bulkhead."""
+
+    __slots__ = ("_active", "_clock", "_label", "_max", "_queue_limit", "_waiters")
+
+    def __init__(self, max_concurrent: int, *, queue_limit: int = 0, label: str, clock: Clock | None = None) -> None:
+        self._max = check_int(max_concurrent, "max_concurrent", minimum=1)
+        self._queue_limit = check_int(queue_limit, "queue_limit", minimum=0)
+        if not isinstance(label, str):
+            raise TypeError(f"label must be a str, got {type(label).__name__}")
+        self._label = label
+        self._clock: Clock = clock if clock is not None else current_clock()
+        self._active = 0
+        self._waiters: deque[_Waiter] = deque()
+
+    @property
+    def label(self) -> str:
+        """The label carried by every event of this bulkhead."""
+        return self._label
+
+    @property
+    def max_concurrent(self) -> int:
+        """How many operations may run at once."""
+        return self._max
+
+    @property
+    def queue_limit(self) -> int:
+        """How many callers may wait for a slot."""
+        return self._queue_limit
+
+    @property
+    def active_count(self) -> int:
+        """Slots taken now (operations running, or handed a slot and about to run)."""
+        return self._active
+
+    @property
+    def queued_count(self) -> int:
+        """Callers waiting for a slot now."""
+        return len(self._waiters)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(max_concurrent={self._max}, queue_limit={self._queue_limit}, "
+            f"label={self._label!r}, active={self._active}, queued={len(self._waiters)})"
+        )
+
+    def _full(self, waiting: int) -> BulkheadFull:
+        if min_level() <= Level.INFO:
+            emit("bulkhead.rejected", self._label, Level.INFO, self._clock.now_ns(),
+                 {"reason": "bulkhead_full", "capacity": self._max, "waiting": waiting})
+        return BulkheadFull(label=self._label)
+
+    def _left(self, reason: str) -> None:
+        if min_level() <= Level.INFO:
+            attributes: dict[str, AttributeValue] = {"reason": reason, "capacity": self._max}
+            emit("bulkhead.rejected", self._label, Level.INFO, self._clock.now_ns(), attributes)
+
+    def _late(self) -> DeadlineExceeded:
+        self._left("deadline_exceeded")
+        return DeadlineExceeded(f"deadline exceeded before a bulkhead slot ({self._label})", label=self._label)
+
+
+class Bulkhead(_Compartment):
+    """A concurrency limit for asyncio operations (seed 000, "Bulkhead").
+
+    ``Bulkhead(max_concurrent, *, queue_limit=0, label, clock=None)``: ``max_concurrent`` (an
+    int >= 1) operations run at once, ``queue_limit`` (an int >= 0) more wait in FIFO order;
+    ``label`` is carried by every event; ``clock`` (default: the ambient clock at construction)
+    times the events. Raises ``ValueError`` naming the parameter when a value is out of range.
+
+    Use ``await bulkhead.execute(fn, *args, **kwargs)``, ``@bulkhead`` on an async function, or
+    ``async with bulkhead:``. Refusals: :class:`stoic.BulkheadFull` (every slot and queue place
+    taken) and :class:`stoic.DeadlineExceeded` (the ambient deadline already passed). A waiter
+    that is cancelled leaves without a slot and re-raises ``asyncio.CancelledError``.
+    """
+
+    __slots__ = ()
+
+    async def _enter_slow(self) -> None:
+        left = remaining_ns()
+        if left is not None and left <= 0:
+            raise self._late()
+        waiters = self._waiters
+        if self._active < self._max and not waiters:
+            self._active += 1
+            return
+        if len(waiters) >= self._queue_limit:
+            raise self._full(len(waiters))
+        waiter = _Waiter()
+        waiter.future = asyncio.get_running_loop().create_future()
+        waiters.append(waiter)
+        try:
+            await waiter.future
+        except BaseException as exc:
+            if waiter.granted:
+                # Handed a slot but cancelled before running: the slot goes to the next waiter.
+                self._release()
+            elif waiter.queued:
+                waiter.queued = False
+                waiters.remove(waiter)
+            if isinstance(exc, asyncio.CancelledError):
+                self._left("deadline_exceeded" if cancelled_by_deadline() else "cancelled")
+            raise
+
+    def _release(self) -> None:
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            waiter.queued = False
+            waiter.granted = True  # the slot changes hands; the active count does not change
+            assert waiter.future is not None
+            if wake(waiter.future):
+                return
+            waiter.granted = False  # its event loop is closed: nobody will run; try the next
+        self._active -= 1
+
+    async def execute(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``await fn(*args, **kwargs)`` in a slot, waiting for one if the queue allows.
+
+        Returns what ``fn`` returns; its exceptions propagate unchanged and the slot is released
+        however it ends. Raises ``BulkheadFull`` or ``DeadlineExceeded`` (``fn`` never ran) when
+        refused.
+        """
+        if self._active < self._max and not self._waiters and _deadline_scope.get() is None:
+            self._active += 1
+        else:
+            await self._enter_slow()
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            if self._waiters:
+                self._release()
+            else:
+                self._active -= 1
+
+    def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+        """Decorate an async function so every call runs in a slot.
+
+        Raises ``TypeError`` for a plain function (use :class:`BlockingBulkhead`).
+        """
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"{type(self).__name__} decorates async functions; use BlockingBulkhead for {fn!r}")
+
+        @functools.wraps(fn)
+        async def bulkheaded(*args: P.args, **kwargs: P.kwargs) -> T:
+            return await self.execute(fn, *args, **kwargs)
+
+        return bulkheaded
+
+    async def __aenter__(self) -> Bulkhead:
+        if self._active < self._max and not self._waiters and _deadline_scope.get() is None:
+            self._active += 1
+        else:
+            await self._enter_slow()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._waiters:
+            self._release()
+        else:
+            self._active -= 1
+
+
+class BlockingBulkhead(_Compartment):
+    """The same bulkhead for threads: ``call(fn, *args, **kwargs)``, ``@bulkhead`` on a plain
+    function, ``with bulkhead:``, or ``acquire(timeout=None)`` / ``release()``.
+
+    Same constructor and rules as :class:`Bulkhead`. A waiting thread holds no lock (it waits
+    on its own condition); a slot is handed to the first waiter under the lock.
+    """
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, max_concurrent: int, *, queue_limit: int = 0, label: str, clock: Clock | None = None) -> None:
+        super().__init__(max_concurrent, queue_limit=queue_limit, label=label, clock=clock)
+        self._lock = threading.Lock()
+
+    def acquire(self, timeout: Seconds | None = None) -> None:
+        """Take a slot, waiting (FIFO, if the queue allows) at most ``timeout`` seconds.
+
+        Raises ``BulkheadFull`` when every slot and queue place is taken; ``DeadlineExceeded``
+        when the ambient deadline already passed, or ``timeout`` (measured on the bulkhead's
+        clock) or the ambient deadline ran out while waiting (the waiter left without a slot);
+        ``ValueError`` for a negative ``timeout``. Pair every successful ``acquire`` with one
+        :meth:`release`.
+        """
+        limit = None if timeout is None else to_ns(timeout, "timeout", allow_zero=True)
+        left = remaining_ns()
+        if left is not None:
+            if left <= 0:
+                raise self._late()
+            if limit is None or left < limit:
+                limit = left  # an ambient deadline bounds the wait like a timeout
+        with self._lock:
+            waiters = self._waiters
+            if self._active < self._max and not waiters:
+                self._active += 1
+                return
+            waiting = len(waiters)
+            if waiting < self._queue_limit and self._wait_locked(limit):
+                return
+        # Events are emitted outside the lock: a sink never runs inside the critical section.
+        if waiting >= self._queue_limit:
+            raise self._full(waiting)
+        raise self._late()
+
+    def _wait_locked(self, limit: int | None) -> bool:
+        """Queue and wait for a slot to be handed over; False when ``limit`` ran out first."""
+        waiter = _Waiter()
+        waiter.cond = threading.Condition(self._lock)
+        self._waiters.append(waiter)
+        give_up = None if limit is None else self._clock.now_ns() + limit
+        try:
+            while not waiter.granted:
+                if give_up is None:
+                    waiter.cond.wait()
+                    continue
+                left = give_up - self._clock.now_ns()
+                if left <= 0:
+                    waiter.queued = False
+                    self._waiters.remove(waiter)
+                    return False
+                waiter.cond.wait(left / 1e9)
+        except BaseException:
+            if waiter.granted:
+                self._release_locked()
+            elif waiter.queued:
+                waiter.queued = False
+                self._waiters.remove(waiter)
+            raise
+        return True
+
+    def _release_locked(self) -> None:
+        if self._waiters:
+            waiter = self._waiters.popleft()
+            waiter.queued = False
+            waiter.granted = True
+            assert waiter.cond is not None
+            waiter.cond.notify()
+        else:
+            self._active -= 1
+
+    def release(self) -> None:
+        """Give back a slot taken with :meth:`acquire` (to the first waiter, if any).
+
+        Raises ``RuntimeError`` when no slot is taken.
+        """
+        with self._lock:
+            if self._active <= 0:
+                raise RuntimeError(f"release() without a matching acquire() ({self._label})")
+            self._release_locked()
+
+    def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn(*args, **kwargs)`` in a slot (as :meth:`acquire` without a timeout).
+
+        Returns what ``fn`` returns; its exceptions propagate unchanged; the slot is released
+        however it ends.
+        """
+        lock = self._lock
+        taken = False
+        if _deadline_scope.get() is None:
+            with lock:
+                if self._active < self._max and not self._waiters:
+                    self._active += 1
+                    taken = True
+        if not taken:
+            self.acquire()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with lock:
+                self._release_locked()
+
+    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
+        """Decorate a plain function so every call runs in a slot (blocking)."""
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError(f"{type(self).__name__} decorates plain functions; use Bulkhead for {fn!r}")
+
+        @functools.wraps(fn)
+        def bulkheaded(*args: P.args, **kwargs: P.kwargs) -> T:
+            return self.call(fn, *args, **kwargs)
+
+        return bulkheaded
+
+    def __enter__(self) -> BlockingBulkhead:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+
+__all__ = ["BlockingBulkhead", "Bulkhead"]

@@ -1,0 +1,598 @@
+"""The rate limiter: an exact token bucket with a bounded FIFO queue (seed 000, "RateLimiter").
+
+``rate`` permits per ``per`` seconds, a bucket of ``burst`` permits (default ``rate``), full at
+creation. The bucket is an integer credit in units of permit x nanosecond / ``per``-nanoseconds:
+one permit costs ``per_ns`` units and each elapsed nanosecond earns ``rate`` units, so refill is
+one multiplication with no rounding, and the time to afford a request is one ceiling division.
+Refill is computed lazily from the elapsed time on the limiter's clock; nothing ticks.
+
+Invariant (what the tests check): permits granted by time ``t`` after creation never exceed
+``burst + rate * t / per``, and equal it (to the permit) while demand never lets the bucket idle.
+
+:class:`RateLimiter` serves asyncio tasks; :class:`BlockingRateLimiter` serves threads with the
+same arithmetic, queue and events. Neither binds to an event loop: a waiter's future is made on
+the loop the waiter runs on, so one limiter serves successive ``asyncio.run`` calls. The asyncio
+limiter is, like asyncio's own primitives, for the tasks of one event loop at a time: its
+decisions contain no ``await``, so they are atomic on the loop without a lock (which keeps the
+success path cheap). The blocking limiter keeps its state under a ``threading.Lock``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from types import MappingProxyType, TracebackType
+from typing import ParamSpec, TypeVar
+
+from ._clock import Clock, SystemClock, current_clock
+from ._deadline import _current as _deadline_scope
+from ._deadline import cancelled_by_deadline, remaining_ns
+from ._durations import Seconds, check_int, to_ns, to_seconds
+from ._errors import DeadlineExceeded, RateLimited
+from ._wakeup import wake
+from .events import AttributeValue, Level, emit, min_level
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_NO_ATTRIBUTES: MappingProxyType[str, AttributeValue] = MappingProxyType({})
+
+
+class _Waiter:
+    """One queued request. ``future`` (asyncio) or ``cond`` (threads) is how it is woken when it
+    reaches the head of the queue; ``queued`` turns false once it has left (served or not)."""
+
+    __slots__ = ("cond", "future", "head", "permits", "queued")
+
+    def __init__(self, permits: int) -> None:
+        self.permits = permits
+        self.queued = True
+        self.head = False
+        self.future: asyncio.Future[None] | None = None
+        self.cond: threading.Condition | None = None
+
+
+class _TokenBucket:
+    """The arithmetic and the queue shared by the asyncio and the blocking limiter."""
+
+    __slots__ = (
+        "_burst", "_capacity", "_clock", "_credit", "_label", "_lock", "_now", "_per_ns", "_queue_limit",
+        "_queued", "_rate", "_stamp", "_waiters",
+    )
+
+    def __init__(
+        self,
+        rate: int,
+        per: Seconds = 1.0,
+        *,
+        burst: int | None = None,
+        queue_limit: int | None = 100,
+        label: str,
+        clock: Clock | None = None,
+    ) -> None:
+        self._rate = check_int(rate, "rate", minimum=1)
+        self._per_ns = to_ns(per, "per")
+        self._burst = self._rate if burst is None else check_int(burst, "burst", minimum=1)
+        self._queue_limit = None if queue_limit is None else check_int(queue_limit, "queue_limit", minimum=0)
+        if not isinstance(label, str):
+            raise TypeError(f"label must be a str, got {type(label).__name__}")
+        self._label = label
+        self._clock: Clock = clock if clock is not None else current_clock()
+        # The system clock is read directly: one call less on every acquire.
+        self._now: Callable[[], int] = time.monotonic_ns if type(self._clock) is SystemClock else self._clock.now_ns
+        self._capacity = self._burst * self._per_ns
+        self._credit = self._capacity  # full at creation
+        self._stamp = self._now()
+        self._waiters: deque[_Waiter] = deque()
+        self._queued = 0  # permits asked for by everyone in the queue
+        self._lock = threading.Lock()
+
+    # --- read-only configuration and gauges ---
+    @property
+    def label(self) -> str:
+        """The label carried by every event of this limiter."""
+        return self._label
+
+    @property
+    def rate(self) -> int:
+        """Permits earned per ``per`` seconds."""
+        return self._rate
+
+    @property
+    def per(self) -> float:
+        """The refill interval in seconds."""
+        return to_seconds(self._per_ns)
+
+    @property
+    def burst(self) -> int:
+        """The bucket's size: the most permits that can be granted at one instant."""
+        return self._burst
+
+    @property
+    def queue_limit(self) -> int | None:
+        """How many requests may wait (``None``: unbounded)."""
+        return self._queue_limit
+
+    @property
+    def available_permits(self) -> int:
+        """Whole permits in the bucket now (credit a queued head is saving up included)."""
+        with self._lock:
+            credit = self._credit
+            elapsed = self._now() - self._stamp
+            if elapsed > 0:
+                credit += elapsed * self._rate
+                if credit > self._capacity:
+                    credit = self._capacity
+            return credit // self._per_ns
+
+    @property
+    def waiter_count(self) -> int:
+        """Requests queued now."""
+        return len(self._waiters)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(rate={self._rate}, per={self.per!r}, burst={self._burst}, "
+            f"queue_limit={self._queue_limit}, label={self._label!r})"
+        )
+
+    # --- arithmetic (the blocking limiter's callers hold its lock) ---
+    def _refill(self, now: int) -> None:
+        elapsed = now - self._stamp
+        if elapsed > 0:
+            credit = self._credit + elapsed * self._rate
+            self._credit = credit if credit < self._capacity else self._capacity
+            self._stamp = now
+
+    def _wait_ns(self, permits: int) -> int:
+        """Nanoseconds until a request joining the queue now would be served: the cost of
+        everyone ahead plus its own, less the credit, at ``rate`` units per nanosecond."""
+        deficit = (self._queued + permits) * self._per_ns - self._credit
+        return -(-deficit // self._rate) if deficit > 0 else 0
+
+    def _serve_head(self, now: int, cost: int) -> int:
+        """Serve the head of the queue if its ``cost`` (units) is affordable at ``now``: returns 0
+        when served, else the nanoseconds until it will be.
+
+        The head sleeps until the first whole nanosecond at which its cost has been earned, which
+        is up to one nanosecond's refill after the exact instant. The cap is applied after the
+        cost is taken, not before, so that overshoot stays in the bucket even when cost plus
+        overshoot exceeds the cap: in exact time the head was served at the exact instant and
+        the overshoot was earned after it. Nothing is earned twice, nothing is lost, and waiters
+        are served at ``burst + rate * t / per`` exactly. (Until its cost is earned the credit is
+        below the cost, hence below the cap, so the cap cannot have bound in between.)
+        """
+        raw = self._credit
+        elapsed = now - self._stamp
+        if elapsed > 0:
+            raw += elapsed * self._rate
+            self._stamp = now
+        if raw >= cost:
+            raw -= cost
+            self._credit = raw if raw < self._capacity else self._capacity
+            return 0
+        self._credit = raw  # below the cost, so below the cap
+        return -(-(cost - raw) // self._rate)
+
+    def _leave(self, waiter: _Waiter) -> None:
+        """Take ``waiter`` out of the queue; if it was the head, wake the next one."""
+        waiters = self._waiters
+        waiter.queued = False
+        self._queued -= waiter.permits
+        if waiters[0] is waiter:
+            waiters.popleft()
+            self._wake_head()
+        else:
+            waiters.remove(waiter)
+
+    def _wake_head(self) -> None:
+        # One wake-up per departure from the head: the next waiter computes its own wait.
+        waiters = self._waiters
+        while waiters:
+            head = waiters[0]
+            head.head = True
+            if head.cond is not None:
+                head.cond.notify()
+                return
+            if head.future is None or wake(head.future):
+                return
+            # Its event loop is closed: nobody can resume it, so it must not block the queue.
+            waiters.popleft()
+            head.queued = False
+            self._queued -= head.permits
+
+    # --- validation and events ---
+    def _check_permits(self, permits: int) -> None:
+        if isinstance(permits, bool) or not isinstance(permits, int) or permits < 1:
+            raise ValueError(f"permits must be an integer >= 1, got {permits!r}")
+
+    def _oversized(self, permits: int) -> RateLimited:
+        if min_level() <= Level.WARNING:
+            emit("ratelimiter.oversized", self._label, Level.WARNING, self._now(), _NO_ATTRIBUTES)
+        return RateLimited(
+            f"rate limited ({self._label}): {permits} permits can never be granted by a bucket of {self._burst}",
+            label=self._label,
+        )
+
+    def _reject(self, reason: str, permits: int, wait_ns: int | None) -> None:
+        if min_level() <= Level.INFO:
+            attributes: dict[str, AttributeValue] = {"reason": reason, "permits": permits}
+            if wait_ns is not None:
+                attributes["retry_after"] = wait_ns / 1e9
+            emit("ratelimiter.rejected", self._label, Level.INFO, self._now(), attributes)
+
+    def _waited(self, permits: int, start_ns: int) -> None:
+        if min_level() <= Level.DEBUG:
+            now = self._now()
+            emit("ratelimiter.waited", self._label, Level.DEBUG, now,
+                 {"permits": permits, "waited": (now - start_ns) / 1e9})
+
+
+class RateLimiter(_TokenBucket):
+    """An exact token-bucket rate limiter for asyncio (seed 000, "RateLimiter").
+
+    ``RateLimiter(rate, per=1.0, *, burst=None, queue_limit=100, label, clock=None)``:
+
+    - ``rate``: permits earned per ``per`` seconds, an int >= 1;
+    - ``per``: the interval in seconds (float or timedelta) > 0;
+    - ``burst``: the bucket's size, an int >= 1 (default ``rate``); the bucket starts full;
+    - ``queue_limit``: how many requests may wait, an int >= 0, or ``None`` for unbounded
+      (still bounded by cancellation and deadlines); 0 never waits;
+    - ``label``: carried by every event; ``clock``: the clock it measures time on for life
+      (default: the ambient clock at construction).
+
+    Raises ``ValueError`` naming the parameter when a value is outside its range.
+
+    Use ``await limiter.acquire(permits)``, ``await limiter.execute(fn, *args, **kwargs)``,
+    ``@limiter`` on an async function, or ``async with limiter:`` (one permit). A permit taken is
+    spent: a failing operation does not give it back (a limiter limits attempts).
+    """
+
+    __slots__ = ()
+
+    def try_acquire(self, permits: int = 1) -> bool:
+        """Take ``permits`` (an int >= 1) now if the bucket holds them and nobody is queued.
+
+        Returns True when taken. Never waits and never overtakes a waiter: False whenever anyone
+        is queued, even if the bucket could afford it. A request above ``burst`` returns False
+        (and emits ``ratelimiter.oversized``). Raises ``ValueError`` for ``permits`` < 1.
+        """
+        if permits != 1:
+            self._check_permits(permits)
+            if permits > self._burst:
+                self._oversized(permits)
+                return False
+        cost = permits * self._per_ns
+        if self._waiters:
+            return False
+        now = self._now()
+        elapsed = now - self._stamp
+        if elapsed > 0:
+            credit = self._credit + elapsed * self._rate
+            self._credit = credit if credit < self._capacity else self._capacity
+            self._stamp = now
+        if self._credit >= cost:
+            self._credit -= cost
+            return True
+        return False
+
+
+    async def acquire(self, permits: int = 1) -> None:
+        """Take ``permits`` (an int >= 1), waiting in FIFO order if needed.
+
+        Takes them at once when the bucket holds enough and nobody is queued. Otherwise it
+        computes when it would be served and decides before waiting at all:
+
+        - ``RateLimited`` (``retry_after`` = that wait in seconds) when it would be served at or
+          after the ambient deadline (``stoic.timeout``), or the queue already holds
+          ``queue_limit`` waiters; nothing is queued or consumed;
+        - ``RateLimited`` (``retry_after`` None) at once when ``permits`` exceeds ``burst``;
+        - ``DeadlineExceeded`` when the ambient deadline has already passed;
+        - ``ValueError`` when ``permits`` < 1.
+
+        A waiter that is cancelled (or cut by a deadline) leaves without consuming anything and
+        re-raises ``asyncio.CancelledError``.
+        """
+        if permits != 1:
+            self._check_permits(permits)
+            if permits > self._burst:
+                raise self._oversized(permits)
+        if not self._waiters and _deadline_scope.get() is None:
+            now = self._now()
+            elapsed = now - self._stamp
+            if elapsed > 0:
+                credit = self._credit + elapsed * self._rate
+                self._credit = credit if credit < self._capacity else self._capacity
+                self._stamp = now
+            cost = permits * self._per_ns
+            if self._credit >= cost:
+                self._credit -= cost
+                return
+        await self._acquire_slow(permits)
+
+    async def _acquire_slow(self, permits: int) -> None:
+        left = remaining_ns()
+        if left is not None and left <= 0:
+            self._reject("deadline_exceeded", permits, None)
+            raise DeadlineExceeded(f"deadline exceeded before acquiring ({self._label})", label=self._label)
+        cost = permits * self._per_ns
+        loop = asyncio.get_running_loop()
+        reason = ""
+        now = self._now()
+        self._refill(now)
+        waiters = self._waiters
+        if not waiters and self._credit >= cost:
+            self._credit -= cost
+            return
+        if waiters and waiters[0].future is not None and waiters[0].future.get_loop().is_closed():
+            # The head was abandoned on an event loop closed without cancelling it: it will never
+            # resume or leave, so it must not hold up this loop's callers.
+            self._leave(waiters[0])
+            if not waiters and self._credit >= cost:
+                self._credit -= cost
+                return
+        wait = self._wait_ns(permits)
+        if left is not None and wait >= left:
+            reason = "would_exceed_deadline"
+        elif self._queue_limit is not None and len(waiters) >= self._queue_limit:
+            reason = "queue_full"
+        else:
+            waiter = _Waiter(permits)
+            # Every waiter gets a future on its own loop: the head is not woken through it, but
+            # its loop tells whether the waiter can still run.
+            waiter.future = loop_future = loop.create_future()
+            waiter.head = not waiters
+            waiters.append(waiter)
+            self._queued += permits
+        if reason:
+            self._reject(reason, permits, wait)
+            raise RateLimited(label=self._label, retry_after=wait / 1e9)
+        start = now
+        try:
+            if not waiter.head:
+                await loop_future
+            # At the head: only the head sleeps, and it recomputes after every wake-up, so a
+            # late wake-up or a departed waiter never leaves earned credit unspent.
+            while True:
+                now = self._now()
+                wait = self._serve_head(now, cost)
+                if not wait:
+                    self._leave(waiter)
+                    break
+                await self._clock.sleep_until(now + wait)
+        except BaseException as exc:
+            if waiter.queued:
+                self._leave(waiter)
+            if isinstance(exc, asyncio.CancelledError):
+                self._reject("deadline_exceeded" if cancelled_by_deadline() else "cancelled", permits, None)
+            raise
+        self._waited(permits, start)
+
+    async def execute(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Take one permit (as :meth:`acquire`), then ``await fn(*args, **kwargs)``.
+
+        Returns what ``fn`` returns; its exceptions propagate unchanged. Raises what
+        :meth:`acquire` raises when the permit is refused (``fn`` then never runs).
+        """
+        if not self._waiters and _deadline_scope.get() is None:
+            now = self._now()
+            elapsed = now - self._stamp
+            if elapsed > 0:
+                credit = self._credit + elapsed * self._rate
+                self._credit = credit if credit < self._capacity else self._capacity
+                self._stamp = now
+            if self._credit >= self._per_ns:
+                self._credit -= self._per_ns
+            else:
+                await self._acquire_slow(1)
+        else:
+            await self._acquire_slow(1)
+        return await fn(*args, **kwargs)
+
+    def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+        """Decorate an async function so every call takes one permit first.
+
+        Raises ``TypeError`` for a plain function (use :class:`BlockingRateLimiter`).
+        """
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"{type(self).__name__} decorates async functions; use BlockingRateLimiter for {fn!r}")
+
+        @functools.wraps(fn)
+        async def limited(*args: P.args, **kwargs: P.kwargs) -> T:
+            return await self.execute(fn, *args, **kwargs)
+
+        return limited
+
+    async def __aenter__(self) -> RateLimiter:
+        await self.acquire(1)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+
+class BlockingRateLimiter(_TokenBucket):
+    """The same exact token bucket, queue and events as :class:`RateLimiter`, for threads.
+
+    Same constructor. ``acquire(permits=1, timeout=None)`` blocks the calling thread in FIFO
+    order; ``call(fn, *args, **kwargs)``, ``@limiter`` on a plain function and ``with limiter:``
+    take one permit. Waiting threads hold no lock: the head sleeps on the limiter's clock
+    (``clock.sleep_until_blocking``), the others on a condition until they reach the head.
+    """
+
+    __slots__ = ()
+
+    def try_acquire(self, permits: int = 1) -> bool:
+        """Take ``permits`` (an int >= 1) now if the bucket holds them and nobody is queued.
+
+        Returns True when taken. Never waits and never overtakes a waiter: False whenever anyone
+        is queued, even if the bucket could afford it. A request above ``burst`` returns False
+        (and emits ``ratelimiter.oversized``). Raises ``ValueError`` for ``permits`` < 1.
+        """
+        if permits != 1:
+            self._check_permits(permits)
+            if permits > self._burst:
+                self._oversized(permits)
+                return False
+        cost = permits * self._per_ns
+        lock = self._lock
+        lock.acquire()
+        try:
+            if self._waiters:
+                return False
+            now = self._clock.now_ns()
+            elapsed = now - self._stamp
+            if elapsed > 0:
+                credit = self._credit + elapsed * self._rate
+                self._credit = credit if credit < self._capacity else self._capacity
+                self._stamp = now
+            if self._credit >= cost:
+                self._credit -= cost
+                return True
+            return False
+        finally:
+            lock.release()
+
+
+    def acquire(self, permits: int = 1, timeout: Seconds | None = None) -> None:
+        """Take ``permits`` (an int >= 1), blocking in FIFO order for at most ``timeout`` seconds.
+
+        Decides before waiting, like :meth:`RateLimiter.acquire`: ``RateLimited`` (with
+        ``retry_after``) when the wait would exceed ``timeout`` (or reach the ambient deadline)
+        or the queue is full; ``RateLimited`` (``retry_after`` None) when ``permits`` exceeds
+        ``burst``; ``DeadlineExceeded`` when the ambient deadline already passed, or when a
+        waiter is still unserved at its timeout (possible only if earlier waiters' threads were
+        not scheduled in time). ``ValueError`` for ``permits`` < 1 or a negative ``timeout``.
+        """
+        if permits != 1:
+            self._check_permits(permits)
+            if permits > self._burst:
+                raise self._oversized(permits)
+        limit = None if timeout is None else to_ns(timeout, "timeout", allow_zero=True)
+        ambient = remaining_ns()
+        if ambient is not None and ambient <= 0:
+            self._reject("deadline_exceeded", permits, None)
+            raise DeadlineExceeded(f"deadline exceeded before acquiring ({self._label})", label=self._label)
+        cost = permits * self._per_ns
+        reason = ""
+        served = False
+        with self._lock:
+            now = self._now()
+            self._refill(now)
+            waiters = self._waiters
+            if not waiters and self._credit >= cost:
+                self._credit -= cost
+                return
+            wait = self._wait_ns(permits)
+            if (limit is not None and wait > limit) or (ambient is not None and wait >= ambient):
+                reason = "would_exceed_deadline"
+            elif self._queue_limit is not None and len(waiters) >= self._queue_limit:
+                reason = "queue_full"
+            else:
+                served = self._wait_locked(permits, now, limit, ambient)
+        if reason:
+            self._reject(reason, permits, wait)
+            raise RateLimited(label=self._label, retry_after=wait / 1e9)
+        if not served:
+            self._reject("deadline_exceeded", permits, None)
+            raise DeadlineExceeded(f"timed out waiting for permits ({self._label})", label=self._label)
+        self._waited(permits, now)
+
+    def _wait_locked(self, permits: int, start: int, limit: int | None, ambient: int | None) -> bool:
+        """Queue, wait to reach the head, then sleep until affordable. Holds the lock except while
+        waiting. Returns False if the caller's time ran out first (it has left the queue)."""
+        if limit is None or (ambient is not None and ambient < limit):
+            limit = ambient
+        give_up = None if limit is None else start + limit
+        cost = permits * self._per_ns
+        waiter = _Waiter(permits)
+        waiter.cond = threading.Condition(self._lock)
+        waiter.head = not self._waiters
+        self._waiters.append(waiter)
+        self._queued += permits
+        try:
+            while not waiter.head:
+                if give_up is None:
+                    waiter.cond.wait()
+                else:
+                    # Timeouts are computed from the limiter's clock and re-checked against it.
+                    left = give_up - self._now()
+                    if left <= 0:
+                        self._leave(waiter)
+                        return False
+                    waiter.cond.wait(left / 1e9)
+            while True:
+                now = self._now()
+                wait = self._serve_head(now, cost)
+                if not wait:
+                    self._leave(waiter)
+                    return True
+                when = now + wait
+                if give_up is not None and when > give_up:
+                    self._leave(waiter)
+                    return False
+                self._lock.release()
+                try:
+                    self._clock.sleep_until_blocking(when)
+                finally:
+                    self._lock.acquire()
+        except BaseException:
+            if waiter.queued:
+                self._leave(waiter)
+            raise
+
+    def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Take one permit (as :meth:`acquire` without a timeout), then return ``fn(*args, **kwargs)``.
+
+        ``fn``'s exceptions propagate unchanged; a refusal raises what :meth:`acquire` raises.
+        """
+        cost = self._per_ns
+        lock = self._lock
+        lock.acquire()
+        try:
+            taken = False
+            if not self._waiters and _deadline_scope.get() is None:
+                now = self._now()
+                elapsed = now - self._stamp
+                if elapsed > 0:
+                    credit = self._credit + elapsed * self._rate
+                    self._credit = credit if credit < self._capacity else self._capacity
+                    self._stamp = now
+                if self._credit >= cost:
+                    self._credit -= cost
+                    taken = True
+        finally:
+            lock.release()
+        if not taken:
+            self.acquire(1)
+        return fn(*args, **kwargs)
+
+    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
+        """Decorate a plain function so every call takes one permit first (blocking)."""
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError(f"{type(self).__name__} decorates plain functions; use RateLimiter for {fn!r}")
+
+        @functools.wraps(fn)
+        def limited(*args: P.args, **kwargs: P.kwargs) -> T:
+            return self.call(fn, *args, **kwargs)
+
+        return limited
+
+    def __enter__(self) -> BlockingRateLimiter:
+        self.acquire(1)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+
+__all__ = ["BlockingRateLimiter", "RateLimiter"]

@@ -1,0 +1,163 @@
+"""BlockingBulkhead with real threads and tiny real timeouts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import stoic
+from stoic import BulkheadFull, DeadlineExceeded
+from stoic.bulkhead import BlockingBulkhead
+from stoic.testing import RecordingSink
+
+
+@pytest.fixture
+def sink() -> Iterator[RecordingSink]:
+    """Process-wide, so the events of worker threads (which start with a fresh context) reach it."""
+    recording = RecordingSink()
+    stoic.add_sink(recording)
+    try:
+        yield recording
+    finally:
+        stoic.remove_sink(recording)
+    recording.assert_contract()
+
+
+def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.001)
+
+
+class Holder(threading.Thread):
+    """Holds a slot until released by the test."""
+
+    def __init__(self, bulkhead: BlockingBulkhead, name: str, entered: list[str]) -> None:
+        super().__init__(name=name, daemon=True)
+        self.bulkhead, self.entered = bulkhead, entered
+        self.go = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with self.bulkhead:
+                self.entered.append(self.name)
+                self.go.wait(10)
+        except BaseException as exc:
+            self.error = exc
+
+
+def test_configuration_is_validated() -> None:
+    with pytest.raises(ValueError, match="max_concurrent"):
+        BlockingBulkhead(0, label="x")
+    with pytest.raises(ValueError, match="queue_limit"):
+        BlockingBulkhead(1, queue_limit=-2, label="x")
+
+
+def test_full_and_fifo_hand_over(sink: RecordingSink) -> None:
+    bulkhead = BlockingBulkhead(1, queue_limit=2, label="fifo")
+    entered: list[str] = []
+    holders = [Holder(bulkhead, f"h{i}", entered) for i in range(3)]
+    holders[0].start()
+    eventually(lambda: entered == ["h0"])
+    for i, holder in enumerate(holders[1:], start=1):
+        holder.start()
+        eventually(lambda n=i: bulkhead.queued_count == n)
+    with pytest.raises(BulkheadFull):
+        bulkhead.call(lambda: None)
+    assert dict(sink.of("bulkhead.rejected")[0].attributes) == {"reason": "bulkhead_full", "capacity": 1, "waiting": 2}
+    for i, holder in enumerate(holders):
+        holder.go.set()
+        holder.join(5)
+        assert holder.error is None
+        if i + 1 < len(holders):
+            eventually(lambda n=i: len(entered) == n + 2)
+    assert entered == ["h0", "h1", "h2"]
+    assert (bulkhead.active_count, bulkhead.queued_count) == (0, 0)
+
+
+def test_a_timed_out_waiter_leaves_without_a_slot(sink: RecordingSink) -> None:
+    bulkhead = BlockingBulkhead(1, queue_limit=1, label="t")
+    entered: list[str] = []
+    holder = Holder(bulkhead, "holder", entered)
+    holder.start()
+    eventually(lambda: entered == ["holder"])
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceeded):
+        bulkhead.acquire(timeout=0.01)
+    assert time.monotonic() - started >= 0.009
+    assert (bulkhead.active_count, bulkhead.queued_count) == (1, 0)
+    assert dict(sink.of("bulkhead.rejected")[0].attributes) == {"reason": "deadline_exceeded", "capacity": 1}
+    holder.go.set()
+    holder.join(5)
+    assert bulkhead.active_count == 0
+    bulkhead.acquire(timeout=0)  # free: no waiting needed
+    bulkhead.release()
+    with pytest.raises(RuntimeError, match="release"):
+        bulkhead.release()
+    with pytest.raises(ValueError, match="timeout"):
+        bulkhead.acquire(timeout=-0.1)
+
+
+def test_no_lock_is_held_across_the_call() -> None:
+    bulkhead = BlockingBulkhead(4, label="parallel")
+
+    @bulkhead
+    def slow() -> int:
+        time.sleep(0.05)
+        return 1
+
+    results: list[int] = []
+    threads = [threading.Thread(target=lambda: results.append(slow())) for _ in range(4)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert results == [1, 1, 1, 1]
+    assert time.monotonic() - started < 0.19  # not 4 x 50 ms one after another
+    with pytest.raises(TypeError, match="Bulkhead"):
+
+        @bulkhead
+        async def nope() -> None: ...
+
+
+def test_contending_threads_never_exceed_the_limit() -> None:
+    bulkhead = BlockingBulkhead(3, queue_limit=40, label="many")
+    lock = threading.Lock()
+    inside = 0
+    most = 0
+
+    def op(error: bool) -> None:
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+        time.sleep(0.001)
+        with lock:
+            inside -= 1
+        if error:
+            raise KeyError("mine")
+
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        for j in range(5):
+            try:
+                bulkhead.call(op, (i + j) % 3 == 0)
+            except KeyError as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(30)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert 1 <= most <= 3
+    assert len(errors) == 50  # the operation's own errors propagate, unchanged
+    assert (bulkhead.active_count, bulkhead.queued_count) == (0, 0)

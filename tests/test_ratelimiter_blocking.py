@@ -1,0 +1,191 @@
+"""BlockingRateLimiter with real threads: virtual time for the waits, tiny real timeouts only."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import stoic
+from stoic import DeadlineExceeded, RateLimited
+from stoic.ratelimiter import BlockingRateLimiter
+from stoic.testing import RecordingSink, VirtualClock
+
+
+@pytest.fixture
+def sink() -> Iterator[RecordingSink]:
+    """Process-wide, so the events of worker threads (which start with a fresh context) reach it."""
+    recording = RecordingSink()
+    stoic.add_sink(recording)
+    try:
+        yield recording
+    finally:
+        stoic.remove_sink(recording)
+    recording.assert_contract()
+
+
+def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.001)
+
+
+def advance(clock: VirtualClock, seconds: float) -> None:
+    asyncio.run(clock.advance(seconds))
+
+
+class Worker(threading.Thread):
+    def __init__(self, limiter: BlockingRateLimiter, clock: VirtualClock, name: str, log: list[tuple[str, float]],
+                 permits: int = 1, timeout: float | None = None) -> None:
+        super().__init__(name=name, daemon=True)
+        self.limiter, self.clock, self.log = limiter, clock, log
+        self.permits, self.timeout = permits, timeout
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.limiter.acquire(self.permits, timeout=self.timeout)
+            self.log.append((self.name, self.clock.now()))
+        except BaseException as exc:
+            self.error = exc
+
+
+def test_fast_paths_take_permits_without_waiting() -> None:
+    clock = VirtualClock()
+    limiter = BlockingRateLimiter(4, label="b", clock=clock)
+
+    @limiter
+    def double(x: int) -> int:
+        return 2 * x
+
+    assert double(2) == 4
+    assert limiter.call(lambda a, b: a + b, 1, b=2) == 3  # type: ignore[misc]
+    with limiter:
+        pass
+    assert limiter.try_acquire()
+    assert not limiter.try_acquire()
+    assert limiter.available_permits == 0
+    with pytest.raises(TypeError, match="RateLimiter"):
+
+        @limiter
+        async def nope() -> None: ...
+
+
+def test_threads_wait_in_fifo_order_on_the_limiters_clock(sink: RecordingSink) -> None:
+    clock = VirtualClock()
+    limiter = BlockingRateLimiter(1, per=1.0, burst=2, queue_limit=None, label="fifo", clock=clock)
+    limiter.acquire(2)
+    log: list[tuple[str, float]] = []
+    workers = []
+    for i, permits in enumerate([2, 1, 1]):
+        worker = Worker(limiter, clock, f"w{i}", log, permits)
+        worker.start()
+        workers.append(worker)
+        eventually(lambda n=i + 1: limiter.waiter_count == n)
+    assert not limiter.try_acquire()  # no overtaking
+    advance(clock, 2.0)
+    eventually(lambda: len(log) == 1)
+    advance(clock, 1.0)
+    eventually(lambda: len(log) == 2)
+    advance(clock, 1.0)
+    eventually(lambda: len(log) == 3)
+    for worker in workers:
+        worker.join(5)
+        assert worker.error is None
+    assert log == [("w0", 2.0), ("w1", 3.0), ("w2", 4.0)]
+    waited = [dict(e.attributes) for e in sink.of("ratelimiter.waited")]
+    assert sorted(w["waited"] for w in waited) == [2.0, 3.0, 4.0]
+
+
+def test_acquire_decides_before_waiting(sink: RecordingSink) -> None:
+    clock = VirtualClock()
+    limiter = BlockingRateLimiter(2, per=1.0, burst=1, queue_limit=1, label="d", clock=clock)
+    limiter.acquire()
+    with pytest.raises(RateLimited) as caught:
+        limiter.acquire(timeout=0.4)
+    assert caught.value.retry_after == 0.5
+    assert limiter.waiter_count == 0
+    log: list[tuple[str, float]] = []
+    worker = Worker(limiter, clock, "w", log, timeout=0.5)  # a wait of exactly the timeout is fine
+    worker.start()
+    eventually(lambda: limiter.waiter_count == 1)
+    with pytest.raises(RateLimited) as full:
+        limiter.acquire()
+    assert full.value.retry_after == 1.0
+    advance(clock, 0.5)
+    worker.join(5)
+    assert worker.error is None and log == [("w", 0.5)]
+    reasons = [e.attributes["reason"] for e in sink.of("ratelimiter.rejected")]
+    assert reasons == ["would_exceed_deadline", "queue_full"]
+    with pytest.raises(RateLimited):
+        limiter.acquire(2)
+    assert sink.names()[-1] == "ratelimiter.oversized"
+    with pytest.raises(ValueError, match="timeout"):
+        limiter.acquire(timeout=-1)
+    with pytest.raises(ValueError, match="permits"):
+        limiter.acquire(0)
+
+
+class StallingClock(VirtualClock):
+    """A virtual clock whose blocking sleeps also wait for the test's go-ahead: a thread that
+    is late to run, while time moves on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+
+    def sleep_until_blocking(self, when_ns: int) -> None:
+        self.go.wait()
+        super().sleep_until_blocking(when_ns)
+
+
+def test_a_waiter_still_unserved_at_its_timeout_leaves_without_consuming(sink: RecordingSink) -> None:
+    clock = StallingClock()
+    limiter = BlockingRateLimiter(100, per=1.0, burst=1, label="t", clock=clock)
+    limiter.acquire()
+    log: list[tuple[str, float]] = []
+    head = Worker(limiter, clock, "head", log)
+    head.start()
+    eventually(lambda: limiter.waiter_count == 1)
+    late = Worker(limiter, clock, "late", log, timeout=0.025)  # admitted: served at 20 ms
+    late.start()
+    eventually(lambda: limiter.waiter_count == 2)
+    advance(clock, 1.0)  # ...but the head's thread is stalled past the late waiter's timeout
+    late.join(5)
+    assert isinstance(late.error, DeadlineExceeded)
+    assert limiter.waiter_count == 1
+    clock.go.set()
+    head.join(5)
+    assert head.error is None and log == [("head", 1.0)]
+    assert limiter.available_permits == 1  # a late head leaves at most a full bucket, never more
+    assert sink.of("ratelimiter.rejected")[-1].attributes == {"reason": "deadline_exceeded", "permits": 1}
+
+
+def test_contending_threads_on_the_system_clock_never_exceed_the_bound() -> None:
+    start = time.monotonic_ns()  # no later than the limiter's own start: the bound is tighter
+    limiter = BlockingRateLimiter(2000, per=1.0, burst=5, queue_limit=None, label="real")
+    grants: list[int] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        for _ in range(10):
+            limiter.acquire()
+            with lock:
+                grants.append(time.monotonic_ns())
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(grants) == 80
+    for index, at in enumerate(sorted(grants), start=1):
+        # Recorded after the grant, so never earlier than it: the bound can only be looser.
+        assert index <= 5 + 2000 * (at - start) // 1_000_000_000
+    assert (max(grants) - start) >= 75 * 1_000_000_000 // 2000 - 1_000_000
+    assert limiter.waiter_count == 0

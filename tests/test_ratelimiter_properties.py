@@ -1,0 +1,242 @@
+"""The rate limiter against a reference model, under random schedules (seed 000, "Testing").
+
+The model is the textbook token bucket in exact fractions of a permit: it refills continuously,
+caps at ``burst``, and serves its FIFO queue at the exact instant each head's cost is earned; the
+limiter, on integer virtual nanoseconds, must serve each request at the first whole nanosecond at
+or after that instant. After every step: the same grants at the same instants, the same queue,
+and permits granted by ``t`` never above ``burst + rate * t / per``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import timedelta
+from fractions import Fraction
+from math import ceil
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+import stoic
+from stoic import RateLimited
+from stoic.ratelimiter import RateLimiter
+from stoic.testing import VirtualClock, settle
+
+
+@dataclass
+class Model:
+    rate: int
+    per_ns: int
+    burst: int
+    queue_limit: int | None
+    tokens: Fraction = Fraction(0)
+    t: int = 0
+    queue: deque[tuple[int, int]] = field(default_factory=deque)
+    grants: dict[int, int] = field(default_factory=dict)
+    granted_permits: int = 0
+
+    def __post_init__(self) -> None:
+        self.tokens = Fraction(self.burst)
+
+    def _earned(self, ns: int) -> Fraction:
+        return Fraction(self.rate * ns, self.per_ns)
+
+    def run_to(self, target: int) -> None:
+        while self.queue:
+            ident, permits = self.queue[0]
+            if self.tokens < permits:
+                need = ceil((permits - self.tokens) * self.per_ns / self.rate)
+                if self.t + need > target:
+                    break
+                # Served at the exact instant its cost was earned; what is earned between that
+                # instant and the next whole nanosecond belongs to the bucket afterwards.
+                self.tokens = self.tokens + self._earned(need)
+                self.t += need
+            self.tokens = min(Fraction(self.burst), self.tokens - permits)
+            self.queue.popleft()
+            self.grants[ident] = self.t
+            self.granted_permits += permits
+        self.tokens = min(Fraction(self.burst), self.tokens + self._earned(target - self.t))
+        self.t = target
+
+    def try_acquire(self, now: int, permits: int) -> bool:
+        self.run_to(now)
+        if permits > self.burst or self.queue or self.tokens < permits:
+            return False
+        self.tokens -= permits
+        self.granted_permits += permits
+        return True
+
+    def acquire(self, now: int, ident: int, permits: int) -> str:
+        self.run_to(now)
+        if permits > self.burst:
+            return "oversized"
+        if not self.queue and self.tokens >= permits:
+            self.tokens -= permits
+            self.grants[ident] = now
+            self.granted_permits += permits
+            return "granted"
+        if self.queue_limit is not None and len(self.queue) >= self.queue_limit:
+            return "queue_full"
+        self.queue.append((ident, permits))
+        return "queued"
+
+    def cancel(self, ident: int) -> None:
+        self.queue = deque(entry for entry in self.queue if entry[0] != ident)
+
+
+Op = tuple[str, int]
+
+
+async def run_scenario(rate: int, per_ms: int, burst: int, queue_limit: int | None, ops: list[Op]) -> Model:
+    clock = VirtualClock()
+    limiter = RateLimiter(rate, timedelta(milliseconds=per_ms), burst=burst, queue_limit=queue_limit,
+                          label="model", clock=clock)
+    model = Model(rate, per_ms * 1_000_000, burst, queue_limit)
+    grants: dict[int, int] = {}
+    tasks: dict[int, asyncio.Task[None]] = {}
+    rejected: dict[int, str] = {}
+
+    async def acquire(ident: int, permits: int) -> None:
+        try:
+            await limiter.acquire(permits)
+        except RateLimited as exc:
+            rejected[ident] = "oversized" if exc.retry_after is None else "queue_full"
+            return
+        grants[ident] = clock.now_ns()
+
+    for step, (kind, value) in enumerate(ops):
+        now = clock.now_ns()
+        if kind == "advance":
+            await clock.advance(value / 1e9)
+        elif kind == "try":
+            assert limiter.try_acquire(value) == model.try_acquire(now, value), f"step {step}"
+        elif kind == "acquire":
+            tasks[step] = asyncio.create_task(acquire(step, value))
+            await settle()
+            outcome = model.acquire(now, step, value)
+            if outcome in ("oversized", "queue_full"):
+                assert rejected.get(step) == outcome, f"step {step}"
+        else:  # cancel the value-th waiter still queued in the model
+            if model.queue:
+                ident = model.queue[value % len(model.queue)][0]
+                tasks[ident].cancel()
+                await settle()
+                model.cancel(ident)
+        model.run_to(clock.now_ns())
+        assert grants == model.grants, f"step {step}: {kind} {value}"
+        assert limiter.waiter_count == len(model.queue)
+        # The invariant, in exact integers: granted * per <= burst * per + rate * t.
+        assert model.granted_permits * model.per_ns <= burst * model.per_ns + rate * clock.now_ns()
+    for task in tasks.values():
+        task.cancel()
+    await asyncio.gather(*tasks.values(), return_exceptions=True)
+    assert limiter.waiter_count == 0
+    return model
+
+
+ops_strategy = st.lists(
+    st.one_of(
+        st.tuples(st.just("advance"), st.integers(0, 3_000_000_000)),
+        st.tuples(st.just("advance"), st.integers(0, 5_000)),
+        st.tuples(st.just("try"), st.integers(1, 6)),
+        st.tuples(st.just("acquire"), st.integers(1, 6)),
+        st.tuples(st.just("acquire"), st.integers(1, 2)),
+        st.tuples(st.just("cancel"), st.integers(0, 50)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# A head asking for the whole burst is served up to a nanosecond after its exact instant; the
+# refill earned in that nanosecond must stay in the bucket (else every later grant drifts).
+@example(rate=3, per_ms=7, burst=1, queue_limit=None,
+         ops=[("try", 1), ("acquire", 1), ("acquire", 1), ("acquire", 1), ("advance", 10**9)])
+@example(rate=2, per_ms=1000, burst=3, queue_limit=2,
+         ops=[("acquire", 3), ("acquire", 2), ("acquire", 3), ("acquire", 1), ("cancel", 0), ("advance", 700_000_000),
+              ("cancel", 0), ("try", 1), ("advance", 10**10)])
+@given(
+    rate=st.integers(1, 50),
+    per_ms=st.sampled_from([1, 7, 333, 1000, 3000]),
+    burst=st.integers(1, 5),
+    queue_limit=st.one_of(st.none(), st.integers(0, 4)),
+    ops=ops_strategy,
+)
+def test_limiter_matches_the_reference_model_and_never_exceeds_the_bound(
+    rate: int, per_ms: int, burst: int, queue_limit: int | None, ops: list[Op]
+) -> None:
+    asyncio.run(run_scenario(rate, per_ms, burst, queue_limit, ops))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rate=st.integers(1, 1000),
+    per_ms=st.sampled_from([1, 3, 250, 1000, 3000, 7000]),
+    burst=st.integers(1, 20),
+    steps=st.lists(st.integers(0, 2_000_000_000), min_size=1, max_size=25),
+)
+def test_under_enough_demand_grants_equal_the_bound_exactly(
+    rate: int, per_ms: int, burst: int, steps: list[int]
+) -> None:
+    async def scenario() -> None:
+        clock = VirtualClock()
+        limiter = RateLimiter(rate, timedelta(milliseconds=per_ms), burst=burst, queue_limit=None,
+                              label="demand", clock=clock)
+        per_ns = per_ms * 1_000_000
+        demand = burst + 400
+        granted = 0
+
+        async def one() -> None:
+            nonlocal granted
+            await limiter.acquire()
+            granted += 1
+
+        tasks = [asyncio.create_task(one()) for _ in range(demand)]
+        await settle()
+        assert granted == burst
+        for step in steps:
+            await clock.advance(step / 1e9)
+            assert granted == min(demand, burst + rate * clock.now_ns() // per_ns)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+def test_300_contending_tasks_with_random_cancellations_match_the_model() -> None:
+    """300 acquires of 1-3 permits, interleaved with random advances, tryAcquires and
+    cancellations; the invariant and the model are checked after every step."""
+    for seed in range(5):
+        rng = random.Random(seed)
+        ops: list[Op] = []
+        for _ in range(300):
+            ops.append(("acquire", rng.randint(1, 4)))
+            roll = rng.random()
+            if roll < 0.3:
+                ops.append(("cancel", rng.randrange(1000)))
+            elif roll < 0.6:
+                ops.append(("advance", rng.randrange(0, 400_000_000)))
+            elif roll < 0.7:
+                ops.append(("try", rng.randint(1, 2)))
+        ops.append(("advance", 10**12))
+        model = asyncio.run(run_scenario(rng.randint(3, 20), rng.choice([7, 1000]), rng.randint(1, 4), None, ops))
+        assert not model.queue
+        assert model.granted_permits > 0
+
+
+def test_the_ambient_clock_is_kept_from_construction() -> None:
+    clock = VirtualClock()
+    with stoic.use_clock(clock):
+        limiter = RateLimiter(1, label="kept")
+    assert limiter.try_acquire()
+
+    async def later() -> bool:
+        await clock.advance(1.0)
+        return limiter.try_acquire()
+
+    assert asyncio.run(later())
