@@ -242,3 +242,23 @@ async def test_the_deadline_is_visible_to_tasks_created_inside_the_block(clock):
 
 def test_the_cancel_message_names_stoic():
     assert "deadline" in DEADLINE_CANCEL_MESSAGE
+
+
+async def test_an_already_expired_deadline_on_the_system_clock_cuts_the_first_await():
+    # A timer already due must fire before the block's first await resumes (as asyncio.timeout(0)
+    # does), not one loop turn later: "an instant already passed expires at once".
+    with pytest.raises(DeadlineExceeded):
+        async with stoic.timeout(0, clock=stoic.SYSTEM_CLOCK):
+            await asyncio.sleep(0)
+    with pytest.raises(DeadlineExceeded):
+        async with stoic.deadline(stoic.SYSTEM_CLOCK.now() - 1.0, clock=stoic.SYSTEM_CLOCK):
+            await asyncio.sleep(0)
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+def test_a_deadline_instant_that_is_not_a_finite_number_is_a_value_error_naming_it():
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(ValueError, match="instant"):
+            stoic.deadline(bad)
+    with pytest.raises(TypeError, match="instant"):
+        stoic.deadline("5")  # type: ignore[arg-type]

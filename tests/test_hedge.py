@@ -281,6 +281,42 @@ async def test_a_caller_cancellation_racing_a_hedge_win_is_not_swallowed(clock: 
     assert running == set()
 
 
+async def test_a_caller_cancellation_the_first_attempt_turns_into_an_error_is_not_swallowed(
+    clock: VirtualClock,
+) -> None:
+    # Some client libraries turn the CancelledError they receive into an error of their own. The
+    # caller was still cancelled: the hedge must stop its attempts and end the call at once, not
+    # wait for a hedge to finish and hand its value to a caller that asked to stop.
+    class ClientClosed(Exception):
+        pass
+
+    running: set[int] = set()
+
+    async def op(attempt: stoic.Attempt) -> int:
+        running.add(attempt.number)
+        try:
+            if attempt.number == 1:
+                try:
+                    await clock.sleep_until(1_000_000_000)
+                except asyncio.CancelledError:
+                    raise ClientClosed from None
+                return 1
+            await clock.sleep_until(clock.now_ns() + 300_000_000)
+            return 2
+        finally:
+            running.discard(attempt.number)
+
+    outer = asyncio.ensure_future(hedge(IDEMPOTENT, op, delay=0.1))
+    await clock.advance(0.15)
+    assert running == {1, 2}
+    outer.cancel()
+    await clock.advance(0)
+    assert outer.done()  # at once: the running hedge was cancelled, not awaited to its end
+    assert running == set()
+    assert isinstance(outer.exception(), ClientClosed)  # as a bare await of attempt 1 would raise
+    assert clock.pending_timers == 0
+
+
 async def test_a_deadline_that_leaves_less_than_the_delay_skips_the_hedge(
     clock: VirtualClock, sink: RecordingSink
 ) -> None:

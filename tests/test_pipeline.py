@@ -11,6 +11,7 @@ import stoic
 from stoic import (
     Attempt,
     BulkheadFull,
+    CircuitBreaker,
     CircuitOpen,
     Pipeline,
     Policy,
@@ -150,6 +151,26 @@ async def test_retrying_passes_the_attempt_through_the_pipeline(clock: VirtualCl
     assert await clock.run(pipeline.execute(op, "/users")) == "/users"
     assert seen == [1, 2]
     assert log == [">breaker", "<breaker", ">breaker", "<breaker"]
+
+
+async def test_an_operation_declaring_attempt_gets_a_first_attempt_from_a_pipeline_without_retrying(
+    clock: VirtualClock,
+) -> None:
+    # The same operation works under retry(), under Pipeline(Retrying, ...) and must not crash
+    # with a TypeError (counted by a breaker as a failure) under a pipeline with no Retrying.
+    log: list[str] = []
+    seen: list[Attempt] = []
+
+    async def op(path: str, *, attempt: Attempt) -> str:
+        seen.append(attempt)
+        return path
+
+    breaker = CircuitBreaker("api")
+    for pipeline in (Pipeline(breaker), Pipeline(Stage("a", log), Stage("b", log))):
+        assert await clock.run(pipeline.execute(op, "/users")) == "/users"
+    assert [(a.number, a.hedged) for a in seen] == [(1, False), (1, False)]
+    assert seen[0].call_id != seen[1].call_id
+    assert breaker.snapshot().failures == 0
 
 
 async def test_retrying_each_attempt_goes_through_the_inner_stages(clock: VirtualClock, sink: RecordingSink) -> None:

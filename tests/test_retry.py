@@ -222,6 +222,20 @@ class TestRetryAfter:
         assert op.started_at == [0.0, 300.0]
         assert sink.of("retry.after_capped")[0].attributes == {"requested": 3600.0, "capped": 300.0}
 
+    async def test_an_unbounded_rejection_retry_after_is_capped_not_a_crash(
+        self, clock: VirtualClock, sink: RecordingSink
+    ) -> None:
+        # A rejection may carry any float, an infinite or astronomically long retry_after
+        # included: retry caps it like any other long one instead of raising OverflowError
+        # in place of the operation's own error.
+        for after in (float("inf"), 1e300):
+            sink.clear()
+            op = fail_times(1, stoic.RateLimited(retry_after=after), then="ok")
+            start = clock.now()
+            assert await clock.run(retry(THREE, op)) == "ok"
+            assert op.started_at == [start, start + 300.0]
+            assert sink.of("retry.after_capped")[0].attributes["capped"] == 300.0
+
     async def test_retry_after_keeps_the_schedules_bound(self, clock: VirtualClock, sink: RecordingSink) -> None:
         op = fail_with(After(1))
         with pytest.raises(After):

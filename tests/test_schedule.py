@@ -83,6 +83,26 @@ class TestCapsAndJitter:
             assert len(set(tail)) > 150, "delays at the cap must still be spread"
             assert tail.count(10.0) < 5
 
+    def test_jitter_keeps_working_at_a_cap_written_after_attempts_up_to_or_a_combinator(self) -> None:
+        # Field report 7, the whole kind: a cap written anywhere after the jitter (past an attempt
+        # bound, an elapsed limit or a combinator) must not put every delay at exactly the cap.
+        for schedule in (Schedule.exponential(1).jittered().attempts(200).capped(10),
+                         Schedule.exponential(1).jittered().up_to(10**6).capped(10).attempts(200),
+                         Schedule.exponential(1).jittered().union(Schedule.fixed(100).jittered()).capped(10),
+                         Schedule.fixed(1).attempts(3).and_then(Schedule.exponential(1).jittered()).capped(10),
+                         Schedule.exponential(1).jittered().intersection(Schedule.fixed(0.5)).capped(10),
+                         Schedule.decorrelated(1, 100).capped(10),
+                         Schedule.decorrelated(1, 100).attempts(200).capped(10)):
+            tail = delays(schedule, 199, seed=7)[20:]
+            assert all(0 <= d <= 10 for d in tail), schedule
+            assert len(set(tail)) > 150, f"delays at the cap must still be spread: {schedule!r}"
+            assert max(schedule.maximal_delays(199)) == 10
+        bounded = Schedule.exponential(1).jittered().attempts(5).capped(10)
+        assert isinstance(bounded, BoundedSchedule) and bounded.maximum_attempts == 5
+        assert bounded == Schedule.exponential(1).capped(10).jittered().attempts(5)
+        # A cap past a wrapper still only lowers: it never raises the default five-minute cap.
+        assert Schedule.exponential(1).jittered().attempts(20).capped(600).maximal_delays()[-1] == 300
+
     def test_equal_jitter_keeps_at_least_half(self) -> None:
         got = delays(Schedule.fixed(2).jittered("equal"), 300, seed=11)
         assert all(1 <= d <= 2 for d in got)

@@ -107,13 +107,19 @@ def _own_decision(error: BaseException) -> RetryDecision | None:
     return decision if isinstance(decision, RetryDecision) else None
 
 
+_LONGEST_AFTER_S = 1e12  # seconds: far above retry's five-minute cap, and exact in integer ns
+
+
 def _rejection(error: Rejected) -> RetryDecision:
     if isinstance(error, BudgetExhausted):
         return RetryDecision.STOP  # an inner budget ran dry: another attempt spends what is not there
     if isinstance(error, DeadlineExceeded):
         return RetryDecision.RETRY  # an attempt timeout: transient (the ambient deadline is checked apart)
     if error.retry_after is not None and error.retry_after >= 0:
-        return RetryDecision("retry_after", round(error.retry_after * 1e9))
+        # Clamped before the conversion: an infinite (or ~1e300 s) retry_after would raise
+        # OverflowError in place of the attempt's error. Anything this long is capped at five
+        # minutes by retry anyway (retry.after_capped).
+        return RetryDecision("retry_after", round(min(error.retry_after, _LONGEST_AFTER_S) * 1e9))
     return RetryDecision.RETRY
 
 

@@ -54,7 +54,12 @@ class SystemClock:
 
     def call_at(self, when_ns: int, callback: Callable[[], object]) -> TimerHandle:
         loop = asyncio.get_running_loop()
-        return loop.call_later(max(0, when_ns - time.monotonic_ns()) / 1e9, callback)
+        delay = when_ns - time.monotonic_ns()
+        if delay <= 0:
+            # Already due: ahead of the tasks already scheduled, as asyncio.timeout does. Through
+            # call_later(0) it would run a loop turn late, after the awaiting task had resumed.
+            return loop.call_soon(callback)
+        return loop.call_later(delay / 1e9, callback)
 
     async def sleep_until(self, when_ns: int) -> None:
         await asyncio.sleep(max(0, when_ns - time.monotonic_ns()) / 1e9)

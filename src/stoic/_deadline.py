@@ -9,6 +9,7 @@ deadlines"; seed 000, "Cancellation and deadlines, for every policy").
 from __future__ import annotations
 
 import asyncio
+import math
 from contextvars import ContextVar, Token
 from types import TracebackType
 
@@ -143,6 +144,13 @@ def timeout(seconds: Seconds, *, label: str | None = None, clock: Clock | None =
 
 def deadline(instant: float, *, label: str | None = None, clock: Clock | None = None) -> Timeout:
     """Like :func:`timeout`, but until ``instant``: seconds on the clock's monotonic timeline
-    (as ``clock.now_ns() / 1e9``). An instant already passed expires at once."""
+    (as ``clock.now_ns() / 1e9``). An instant already passed expires at once.
+
+    Raises ``ValueError`` naming ``instant`` when it is not a finite number (``TypeError``
+    when it is not a number at all)."""
+    if isinstance(instant, bool) or not isinstance(instant, (int, float)):
+        raise TypeError(f"instant must be seconds on the clock's timeline, got {type(instant).__name__}")
+    if not math.isfinite(instant * 1e9):
+        raise ValueError(f"instant must be a finite number of seconds, got {instant!r}")
     clk = clock if clock is not None else current_clock()
     return Timeout(round(instant * 1e9), clk, label)

@@ -229,7 +229,8 @@ class Hedge:
         and no other is running. Raises :class:`~stoic.DeadlineExceeded` without running ``fn``
         when the ambient deadline has already passed. When the caller is cancelled (or its
         deadline fires), every attempt is cancelled and awaited, then ``CancelledError``
-        propagates.
+        propagates (or the first attempt's own exception, if it turned the cancellation into
+        one, as a plain ``await`` would raise it).
         """
         _check_idempotency(idempotency)
         return await _race(self, fn, args, kwargs)
@@ -512,8 +513,11 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
         # A hedge won and cancelled us: take that request back. Any count left over is someone
         # else's cancellation, which goes through once everything has stopped.
         cancelled = call.task.uncancel() > cancels
-    elif isinstance(exc, asyncio.CancelledError) and call.task.cancelling() > cancels:
-        cancelled = True  # the caller was cancelled (or its deadline fired)
+    elif exc is not None and call.task.cancelling() > cancels:
+        # The caller was cancelled (or its deadline fired), whatever the first attempt made of
+        # it: a client that turns the CancelledError into an error of its own must not leave
+        # the call waiting for a hedge and returning its value to a caller that asked to stop.
+        cancelled = True
     if exc is not None and not isinstance(exc, (Exception, asyncio.CancelledError)):
         call.abandon()  # KeyboardInterrupt, SystemExit: stop everything and let it through
         await call.settle()
@@ -525,11 +529,13 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
             call._win(1)
         else:
             call._fail(1, exc)
-    if await call.settle():
-        cancelled = True
+    if await call.settle() and not cancelled:
+        # Cancelled while waiting for the hedges: the first attempt's outcome is not the
+        # caller's to see.
+        raise asyncio.CancelledError
     if cancelled:
-        if isinstance(exc, asyncio.CancelledError):
-            raise exc
+        if exc is not None:
+            raise exc  # the CancelledError, or what the first attempt turned it into
         raise asyncio.CancelledError
     if call.winner == 0:
         error = call.error

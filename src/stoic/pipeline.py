@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _random
+from ._attempt import Attempt
 from ._budget import RetryBudget
 from ._classify import ClassifierLike, RetryClassifier, RetryNesting
 from ._clock import Clock, current_clock
@@ -129,6 +130,10 @@ def _enter(stages: tuple[Policy, ...], index: int, fn: Callable[..., Awaitable[A
     """Stage ``index`` running the rest; the last stage runs ``fn`` itself unless an Attempt
     must be forwarded (one object and one coroutine fewer per stage-free hop)."""
     if index == len(stages):
+        if wants and "attempt" not in kwargs:
+            # No Retrying stage handed one down: the operation still declared it, and this is
+            # its first and only attempt (as retry() would say).
+            kwargs = {**kwargs, "attempt": Attempt(1)}
         return fn(*args, **kwargs)
     if index == len(stages) - 1 and not wants:
         return stages[index].execute(fn, *args, **kwargs)
@@ -143,7 +148,8 @@ class Pipeline:
     operation's own exception or the refusing stage's :class:`stoic.Rejected`, never a wrapper,
     and each stage sees an inner stage's refusal as its operation's error (so a breaker can
     decline to count it and ``Retrying`` can honour its ``retry_after``). An operation that
-    declares ``attempt`` receives the innermost ``Retrying``'s :class:`stoic.Attempt`.
+    declares ``attempt`` receives the innermost ``Retrying``'s :class:`stoic.Attempt` (with no
+    ``Retrying`` stage, ``Attempt(1)``).
 
     Raises ``TypeError`` for a stage without an ``execute`` method.
     """

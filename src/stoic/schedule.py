@@ -520,6 +520,58 @@ def _repr(node: _Node) -> str:
     raise AssertionError(f"unknown schedule node {node!r}")  # pragma: no cover
 
 
+def _is_random(node: _Node) -> bool:
+    """Whether jitter or decorrelated randomness lies under ``node`` (through any wrapper)."""
+    match node:
+        case _Jittered() | _Decorrelated():
+            return True
+        case _Capped(inner) | _UpTo(inner) | _Attempts(inner):
+            return _is_random(inner)
+        case _Union(a, b) | _Intersection(a, b) | _AndThen(a, b):
+            return _is_random(a) or _is_random(b)
+    return False
+
+
+def _cap(node: _Node, cap: int, replace_default: bool) -> _Node:
+    """``node`` with no delay above ``cap``; ``replace_default``: directly after a base, where
+    the cap replaces an exponential's or Fibonacci's default one.
+
+    Randomness must come after the cap (field report 7): a cap above a jitter would put every
+    delay that reaches it at exactly the cap, in lockstep across callers. So the cap is pushed
+    beneath any randomness, through attempt bounds, elapsed limits and combinators (capping
+    commutes with them: min and max distribute over a cap, and a bound only counts; an
+    ``up_to`` then judges the delay actually waited).
+    """
+    match node:
+        case _Jittered(inner, fraction):
+            return _Jittered(_cap(inner, cap, replace_default), fraction)
+        case _Exponential(base, factor, old, explicit) if replace_default or cap < old:
+            return _Exponential(base, factor, cap if replace_default and not explicit else min(old, cap), True)
+        case _Fibonacci(base, old, explicit) if replace_default or cap < old:
+            return _Fibonacci(base, cap if replace_default and not explicit else min(old, cap), True)
+        case _Exponential() | _Fibonacci():
+            return node  # reached past a wrapper, the cap is at or above the base's own: no change
+        case _Decorrelated(base, old) if cap >= base:
+            return _Decorrelated(base, min(old, cap))
+        case _Capped(inner, old):
+            if _is_random(inner):
+                return _cap(inner, min(old, cap), False)
+            return _Capped(inner, min(old, cap))
+    if _is_random(node):
+        match node:
+            case _Attempts(inner, count):
+                return _Attempts(_cap(inner, cap, False), count)
+            case _UpTo(inner, limit):
+                return _UpTo(_cap(inner, cap, False), limit)
+            case _Union(a, b):
+                return _Union(_cap(a, cap, False), _cap(b, cap, False))
+            case _Intersection(a, b):
+                return _Intersection(_cap(a, cap, False), _cap(b, cap, False))
+            case _AndThen(a, b):
+                return _AndThen(_cap(a, cap, False), _cap(b, cap, False))
+    return _Capped(node, cap)
+
+
 def _wrap(node: _Node) -> Schedule:
     """The value for ``node``: a :class:`BoundedSchedule` exactly when its retries are finite."""
     return BoundedSchedule(node) if _max_retries(node) is not None else Schedule(node)
@@ -598,20 +650,10 @@ class Schedule:
     # --- refinements ---
     def capped(self: _S, at: Seconds) -> _S:
         """No delay above ``at`` seconds (>= 0). Directly after an exponential or Fibonacci base
-        (its jitter aside) it replaces the default five-minute cap; anywhere else it only lowers."""
-        cap = to_ns(at, "at", allow_zero=True)
-        node = self._node
-        if isinstance(node, _Jittered):
-            # Jitter is applied last, so it keeps working at the cap (field report 7).
-            return _wrap(_Jittered(self._with(node.inner).capped(at)._node, node.fraction))  # type: ignore[return-value]
-        if isinstance(node, (_Exponential, _Fibonacci)):
-            new_cap = min(node.cap, cap) if node.explicit_cap else cap
-            if isinstance(node, _Exponential):
-                return _wrap(_Exponential(node.base, node.factor, new_cap, True))  # type: ignore[return-value]
-            return _wrap(_Fibonacci(node.base, new_cap, True))  # type: ignore[return-value]
-        if isinstance(node, _Capped):
-            return _wrap(_Capped(node.inner, min(node.cap, cap)))  # type: ignore[return-value]
-        return _wrap(_Capped(node, cap))  # type: ignore[return-value]
+        (its jitter aside) it replaces the default five-minute cap; anywhere else it only lowers.
+        Randomness (``jittered``, ``decorrelated``) is always applied after the cap, wherever
+        the cap is written, so delays at the cap still spread out."""
+        return _wrap(_cap(self._node, to_ns(at, "at", allow_zero=True), True))  # type: ignore[return-value]
 
     def jittered(self: _S, kind: Literal["full", "equal"] | float = "full") -> _S:
         """Shorten each delay by a random part: ``"full"`` draws from ``(0, d]``, ``"equal"``
