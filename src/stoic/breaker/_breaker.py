@@ -28,7 +28,6 @@ from .._durations import Seconds, check_int, to_ns
 from .._errors import CircuitOpen, DeadlineExceeded, Rejected, is_defect
 from ..events import Level, emit, min_level
 from ..events._sinks import _process as _sinks_registry
-from ..events._sinks import _scoped
 from ._config import BreakerSnapshot, BreakerState, CountWindow, OpenDuration, TimeWindow, threshold_ppm
 from ._stream import StateStream
 from ._window import FAILED, NEVER, SLOW, CountRing, TimeBuckets
@@ -48,8 +47,10 @@ _ERROR: Final = Level.ERROR
 # Quick successes are folded into the window at least this often (bounds the epoch list).
 _FOLD_EVERY_NS: Final = 1_000_000
 
+# Level.DEBUG as a plain int: comparing two exact ints is the specialised (fast) comparison.
+_DEBUG_INT: Final = int(Level.DEBUG)
+
 _deadline_get = _deadline_scope.get
-_scoped_sinks = _scoped.get
 _current_task = asyncio.current_task
 
 # Events gathered under the lock and emitted after it is released: (name, level, attributes).
@@ -213,8 +214,7 @@ class CircuitBreaker:
         if (
             end < self._defer_until
             and end - start <= self._slow_ns
-            and _sinks_registry.min_level > _DEBUG
-            and ((scoped := _scoped_sinks()) is None or scoped[1] > _DEBUG)
+            and (_sinks_registry.floor > _DEBUG_INT or min_level() > _DEBUG_INT)
         ):
             # The closed-state fast path: a quick success that cannot change a decision is
             # counted without the lock (list.append is atomic) and folded into the window later.
@@ -247,8 +247,7 @@ class CircuitBreaker:
         if (
             end < self._defer_until
             and end - start <= self._slow_ns
-            and _sinks_registry.min_level > _DEBUG
-            and ((scoped := _scoped_sinks()) is None or scoped[1] > _DEBUG)
+            and (_sinks_registry.floor > _DEBUG_INT or min_level() > _DEBUG_INT)
         ):
             epoch.append(None)
             return result
@@ -289,8 +288,7 @@ class CircuitBreaker:
                 if (
                     end < breaker._defer_until
                     and end - start <= slow_ns
-                    and _sinks_registry.min_level > _DEBUG
-                    and ((scoped := _scoped_sinks()) is None or scoped[1] > _DEBUG)
+                    and (_sinks_registry.floor > _DEBUG_INT or min_level() > _DEBUG_INT)
                 ):
                     epoch.append(None)
                     return result
@@ -319,8 +317,7 @@ class CircuitBreaker:
             if (
                 end < breaker._defer_until
                 and end - start <= slow_ns
-                and _sinks_registry.min_level > _DEBUG
-                and ((scoped := _scoped_sinks()) is None or scoped[1] > _DEBUG)
+                and (_sinks_registry.floor > _DEBUG_INT or min_level() > _DEBUG_INT)
             ):
                 epoch.append(None)
                 return result
