@@ -206,7 +206,8 @@ class CircuitBreaker:
         now = self._now
         start = now()
         try:
-            result = await fn(*args, **kwargs)
+            # fn(*args) when there are no keyword arguments (nearly always): no dict to unpack.
+            result = await (fn(*args, **kwargs) if kwargs else fn(*args))  # type: ignore[call-arg]
         except BaseException as exc:
             self._settle_error(exc, epoch, probe, start, True)
             raise
@@ -239,7 +240,7 @@ class CircuitBreaker:
         now = self._now
         start = now()
         try:
-            result = fn(*args, **kwargs)
+            result = fn(*args, **kwargs) if kwargs else fn(*args)  # type: ignore[call-arg]
         except BaseException as exc:
             self._settle_error(exc, epoch, probe, start, False)
             raise
@@ -280,7 +281,7 @@ class CircuitBreaker:
                 now = breaker._now
                 start = now()
                 try:
-                    result = await fn(*args, **kwargs)
+                    result = await (fn(*args, **kwargs) if kwargs else fn(*args))  # type: ignore[call-arg]
                 except BaseException as exc:
                     breaker._settle_error(exc, epoch, probe, start, True)
                     raise
@@ -309,7 +310,7 @@ class CircuitBreaker:
             now = breaker._now
             start = now()
             try:
-                result = fn(*args, **kwargs)
+                result = fn(*args, **kwargs) if kwargs else fn(*args)  # type: ignore[call-arg]
             except BaseException as exc:
                 breaker._settle_error(exc, epoch, probe, start, False)
                 raise
