@@ -12,8 +12,6 @@ In the closed state the epoch list also counts quick successes taken without the
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import threading
 import time
 import weakref
@@ -28,7 +26,7 @@ from .._durations import Seconds, check_int, to_ns
 from .._errors import CircuitOpen, DeadlineExceeded, Rejected, is_defect
 from ..events import Level, emit, min_level
 from ..events._sinks import _process as _sinks_registry
-from ..events._sinks import _scoped
+from . import _decorate
 from ._config import BreakerSnapshot, BreakerState, CountWindow, OpenDuration, TimeWindow, threshold_ppm
 from ._stream import StateStream
 from ._window import FAILED, NEVER, SLOW, CountRing, TimeBuckets
@@ -48,8 +46,10 @@ _ERROR: Final = Level.ERROR
 # Quick successes are folded into the window at least this often (bounds the epoch list).
 _FOLD_EVERY_NS: Final = 1_000_000
 
+# Level.DEBUG as a plain int: comparing two exact ints is the specialised (fast) comparison.
+_DEBUG_INT: Final = int(Level.DEBUG)
+
 _deadline_get = _deadline_scope.get
-_scoped_sinks = _scoped.get
 _current_task = asyncio.current_task
 
 # Events gathered under the lock and emitted after it is released: (name, level, attributes).
@@ -205,7 +205,8 @@ class CircuitBreaker:
         now = self._now
         start = now()
         try:
-            result = await fn(*args, **kwargs)
+            # fn(*args) when there are no keyword arguments (nearly always): no dict to unpack.
+            result = await (fn(*args, **kwargs) if kwargs else fn(*args))  # type: ignore[call-arg]
         except BaseException as exc:
             self._settle_error(exc, epoch, probe, start, True)
             raise
@@ -213,9 +214,9 @@ class CircuitBreaker:
         if (
             end < self._defer_until
             and end - start <= self._slow_ns
-            and _sinks_registry.min_level > _DEBUG
-            and ((scoped := _scoped_sinks()) is None or scoped[1] > _DEBUG)
+            and (_sinks_registry.floor > _DEBUG_INT or min_level() > _DEBUG_INT)
         ):
+            # (call() and the @breaker template in _decorate.py repeat this path: keep them in step.)
             # The closed-state fast path: a quick success that cannot change a decision is
             # counted without the lock (list.append is atomic) and folded into the window later.
             epoch.append(None)
@@ -239,7 +240,7 @@ class CircuitBreaker:
         now = self._now
         start = now()
         try:
-            result = fn(*args, **kwargs)
+            result = fn(*args, **kwargs) if kwargs else fn(*args)  # type: ignore[call-arg]
         except BaseException as exc:
             self._settle_error(exc, epoch, probe, start, False)
             raise
@@ -247,8 +248,7 @@ class CircuitBreaker:
         if (
             end < self._defer_until
             and end - start <= self._slow_ns
-            and _sinks_registry.min_level > _DEBUG
-            and ((scoped := _scoped_sinks()) is None or scoped[1] > _DEBUG)
+            and (_sinks_registry.floor > _DEBUG_INT or min_level() > _DEBUG_INT)
         ):
             epoch.append(None)
             return result
@@ -264,70 +264,9 @@ class CircuitBreaker:
     def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
         """Decorate a coroutine function (each call runs as :meth:`execute` would) or a plain
         function (as :meth:`call` would); the wrapper keeps ``fn``'s name, docstring and
-        signature. The wrappers repeat the fast path inline rather than calling through."""
-        breaker = self
-        slow_ns = self._slow_ns  # fixed for the breaker's life: a closure read is cheaper
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
-                if _deadline_get() is not None:
-                    breaker._refuse_if_late()
-                epoch = breaker._closed_epoch
-                if epoch is None:
-                    epoch, probe = breaker._admit()
-                else:
-                    probe = 0
-                now = breaker._now
-                start = now()
-                try:
-                    result = await fn(*args, **kwargs)
-                except BaseException as exc:
-                    breaker._settle_error(exc, epoch, probe, start, True)
-                    raise
-                end = now()
-                if (
-                    end < breaker._defer_until
-                    and end - start <= slow_ns
-                    and _sinks_registry.min_level > _DEBUG
-                    and ((scoped := _scoped_sinks()) is None or scoped[1] > _DEBUG)
-                ):
-                    epoch.append(None)
-                    return result
-                breaker._settle(epoch, probe, start, end, False)
-                return result
-
-            return run_async
-
-        @functools.wraps(fn)
-        def run(*args: P.args, **kwargs: P.kwargs) -> Any:
-            if _deadline_get() is not None:
-                breaker._refuse_if_late()
-            epoch = breaker._closed_epoch
-            if epoch is None:
-                epoch, probe = breaker._admit()
-            else:
-                probe = 0
-            now = breaker._now
-            start = now()
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:
-                breaker._settle_error(exc, epoch, probe, start, False)
-                raise
-            end = now()
-            if (
-                end < breaker._defer_until
-                and end - start <= slow_ns
-                and _sinks_registry.min_level > _DEBUG
-                and ((scoped := _scoped_sinks()) is None or scoped[1] > _DEBUG)
-            ):
-                epoch.append(None)
-                return result
-            breaker._settle(epoch, probe, start, end, False)
-            return result
-
-        return run
+        signature. It repeats the fast path inline rather than calling through, and takes
+        ``fn``'s own parameters when they are simple (see ``_decorate``)."""
+        return _decorate.decorate(self, fn)
 
     # ------------------------------------------------------------------ admission
     def _refuse_if_late(self) -> None:

@@ -1,8 +1,10 @@
 """Sinks: where events go. Process-wide and context-scoped, fanned out, failures isolated.
 
 Cost model: a policy asks :func:`enabled` (or reads :func:`min_level`) before building an
-event, so an event no sink wants is never built. A sink that raises never breaks a call and
-never changes a policy's decision; its failure is logged once per sink, not per event.
+event, so an event no sink wants is never built (the hottest paths first read
+``_process.floor``, below which no context's sinks go: no context variable). A sink that
+raises never breaks a call and never changes a policy's decision; its failure is logged once
+per sink, not per event.
 """
 
 from __future__ import annotations
@@ -39,12 +41,20 @@ _Entry = tuple[Sink, int]
 
 
 class _Registry:
-    __slots__ = ("entries", "failed", "ids", "lock", "min_level")
+    __slots__ = ("entries", "failed", "floor", "ids", "lock", "min_level", "scoped_floor")
 
     def __init__(self) -> None:
         self.entries: tuple[_Entry, ...] = ()
         self.ids: frozenset[int] = frozenset()
         self.min_level = _OFF
+        # The lowest level of any scoped sink ever installed, in any context. It never rises
+        # again: a task that copied a context inside a use_sinks block keeps its sinks after
+        # the block has ended, and no one can tell when the last such context is gone.
+        self.scoped_floor = _OFF
+        # min(min_level, scoped_floor): no ambient sink in any context wants a level below
+        # this. A hot path reads it first (one attribute, no context variable) and calls
+        # min_level() only when it is low enough to matter.
+        self.floor = _OFF
         self.lock = threading.Lock()
         # Failed sinks by id, kept alive so a new sink can never reuse a failed one's id and
         # inherit its silence.
@@ -54,6 +64,13 @@ class _Registry:
         self.entries = entries
         self.ids = frozenset(id(s) for s, _ in entries)
         self.min_level = min((lvl for _, lvl in entries), default=_OFF)
+        self.floor = min(self.min_level, self.scoped_floor)
+
+    def lower_scoped_floor(self, level: int) -> None:
+        with self.lock:
+            if level < self.scoped_floor:
+                self.scoped_floor = level
+                self.floor = min(self.min_level, level)
 
 
 _process = _Registry()
@@ -113,7 +130,10 @@ def use_sinks(*sinks: Sink) -> Iterator[None]:
             seen.add(id(sink))
             added.append((sink, _sink_level(sink)))
     combined = (*base, *added)
-    token = _scoped.set((combined, min((lvl for _, lvl in combined), default=_OFF)))
+    level = min((lvl for _, lvl in combined), default=_OFF)
+    if level < _process.scoped_floor:
+        _process.lower_scoped_floor(level)  # before any code can see these sinks in scope
+    token = _scoped.set((combined, level))
     try:
         yield
     finally:
