@@ -12,9 +12,10 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+import weakref
 from collections.abc import Callable
 from types import FrameType
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ._clock import Clock, current_clock
 from ._durations import check_fraction, check_int
@@ -161,6 +162,9 @@ class _Registry:
         # sites in different functions, so chains stay short.
         self.frames: dict[int, _Site] = {}
         self.generation = 0  # bumped by clear(), so holders of a cached budget know to look again
+        # Objects that resolved a per-call-site budget once (Retrying, @retrying): clear() has
+        # them resolve it again, so their hot path reads the budget with no check at all.
+        self._holders: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
 
     def get(self, key: str, make: Callable[[], RetryBudget]) -> RetryBudget:
@@ -173,11 +177,19 @@ class _Registry:
                     self._budgets[key] = budget
         return budget
 
+    def hold(self, holder: Any) -> None:
+        """Call ``holder.resolve_budget()`` after every clear() while ``holder`` lives."""
+        with self._lock:
+            self._holders.add(holder)
+
     def clear(self) -> None:
         with self._lock:
             self._budgets.clear()
             self.frames.clear()
             self.generation += 1
+            holders = list(self._holders)
+        for holder in holders:  # outside the lock: resolving takes it
+            holder.resolve_budget()
 
 
 _registry = _Registry()

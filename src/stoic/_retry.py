@@ -432,7 +432,7 @@ def retry(
         classify if type(classify) is RetryClassifier else as_classifier(classify),
         nesting if nesting is _SINGLE else _nesting(nesting), label,
         None if attempt_timeout is None else to_ns(attempt_timeout, "attempt_timeout"), _ambient_clock.get(),
-        "attempt" not in kwargs and (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)),
+        (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)) and "attempt" not in kwargs,
     )
 
 
@@ -467,7 +467,7 @@ def retry_sync(
         _nesting(nesting)
     clock = _ambient_clock.get()
     op = site.op
-    if "attempt" not in kwargs and (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)):
+    if (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)) and "attempt" not in kwargs:
         return _run_sync(schedule, fn, args, kwargs, site.name, bucket, classifier, nesting, label, clock, True)
     # _run_sync's first attempt, inlined (one call frame fewer on every call).
     next(bucket._deposits)
@@ -490,12 +490,13 @@ def retry_sync(
 class _Retrier:
     """What :func:`retrying` and ``Retrying`` share: settings fixed once, a site, a clock.
 
-    The site is fixed, so its budget is resolved here, once, and kept in ``_cache`` with the
-    registry generation it was resolved in; a hot call reads it with one comparison and only
-    looks again after ``reset_budgets()``. ``op`` remembers whether the last operation run
-    through it wants an Attempt (see :func:`_learn_op`)."""
+    The site is fixed, so its budget is resolved here, once, into ``bucket`` (and again by
+    ``reset_budgets()``, which calls :meth:`resolve_budget` on every live retrier): a hot call
+    just reads it. ``op`` remembers whether the last operation run through it wants an
+    Attempt (see :func:`_learn_op`)."""
 
-    __slots__ = ("_cache", "attempt_ns", "budget", "classify", "clock", "label", "nesting", "op", "schedule", "site")
+    __slots__ = ("__weakref__", "attempt_ns", "budget", "bucket", "classify", "clock", "label", "nesting", "op",
+                 "schedule", "site")
 
     def __init__(self, schedule: BoundedSchedule, budget: RetryBudget, classify: ClassifierLike,
                  nesting: RetryNesting, label: str | None, attempt_timeout: Seconds | None,
@@ -509,18 +510,20 @@ class _Retrier:
         self.clock = clock
         self.site = site
         self.op = _NO_OP
-        self._cache: tuple[int, RetryBudget] = (-1, budget)
-        self.bucket()
+        self.bucket = budget
+        if budget is _PER_SITE:
+            _registry.hold(self)  # before resolving: a reset in between then resolves it again
+            self.resolve_budget()
 
-    def bucket(self) -> RetryBudget:
-        """The bucket for the next call: the given budget, or this site's own, cached until
-        ``reset_budgets()`` bumps the registry's generation (hot paths inline the check)."""
-        generation, bucket = self._cache
-        current = _registry.generation  # read before resolving: a reset meanwhile is seen next call
-        if generation != current:
-            bucket = self.budget if self.budget is not _PER_SITE else RetryBudget.for_call_site(self.site)
-            self._cache = (current, bucket)  # one store: a thread never pairs a bucket with another generation
-        return bucket
+    def resolve_budget(self) -> None:
+        """Take this site's budget from the registry (at construction and after a reset).
+
+        Retried if a reset ran meanwhile, so the bucket kept is never one a reset dropped."""
+        while True:
+            generation = _registry.generation
+            self.bucket = RetryBudget.for_call_site(self.site)
+            if generation == _registry.generation:
+                return
 
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
         if inspect.iscoroutinefunction(fn):
@@ -534,14 +537,13 @@ class _Retrier:
         # costs one coroutine, not three. Anything unusual goes to the general loop.
         schedule, classify, nesting, label, attempt_ns = (
             self.schedule, self.classify, self.nesting, self.label, self.attempt_ns)
-        site, fixed_clock, retrier, registry = self.site, self.clock, self, _registry
+        site, fixed_clock, retrier = self.site, self.clock, self
         wants = wants_attempt(fn)
         general = attempt_ns is not None or wants
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            cache = retrier._cache
-            bucket = cache[1] if cache[0] == registry.generation else retrier.bucket()
+            bucket = retrier.bucket
             clock = fixed_clock if fixed_clock is not None else current_clock()
             if general:
                 return await _run_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label,
@@ -562,13 +564,12 @@ class _Retrier:
 
     def _decorate_sync(self, fn: Callable[P, R]) -> Callable[P, R]:
         schedule, classify, nesting, label = self.schedule, self.classify, self.nesting, self.label
-        site, fixed_clock, retrier, registry = self.site, self.clock, self, _registry
+        site, fixed_clock, retrier = self.site, self.clock, self
         general = wants_attempt(fn)
 
         @functools.wraps(fn)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            cache = retrier._cache
-            bucket = cache[1] if cache[0] == registry.generation else retrier.bucket()
+            bucket = retrier.bucket
             clock = fixed_clock if fixed_clock is not None else current_clock()
             if general:
                 return _run_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,

@@ -22,7 +22,7 @@ from types import CoroutineType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _random
-from ._budget import RetryBudget, _registry
+from ._budget import RetryBudget
 from ._classify import ClassifierLike, RetryClassifier, RetryNesting
 from ._clock import Clock, current_clock
 from ._deadline import _current as _deadline_scope
@@ -85,27 +85,24 @@ class Retrying:
     @property
     def budget(self) -> RetryBudget:
         """The bucket calls through this stage draw on (its own, for ``PER_CALL_SITE``)."""
-        return self._retrier.bucket()
+        return self._retrier.bucket
 
     def execute(self, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, R]:
         """``await execute(fn, *args, **kwargs)`` runs ``fn`` under the schedule; see :func:`stoic.retry`.
 
         (A plain method returning the coroutine: one coroutine per call instead of two.)"""
         r = self._retrier
-        cache = r._cache  # the budget resolved at construction (again only after reset_budgets())
         op = r.op
         return _run_async(
-            r.schedule, fn, args, kwargs, r.site, cache[1] if cache[0] == _registry.generation else r.bucket(),
-            r.classify, r.nesting, r.label, None, self._clock,
-            "attempt" not in kwargs and (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(r, fn)))
+            r.schedule, fn, args, kwargs, r.site, r.bucket, r.classify, r.nesting, r.label, None, self._clock,
+            (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(r, fn)) and "attempt" not in kwargs)
 
     def call(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
         """Run plain ``fn(*args, **kwargs)`` under the schedule; see :func:`stoic.retry_sync`."""
         r = self._retrier
-        cache = r._cache
-        bucket = cache[1] if cache[0] == _registry.generation else r.bucket()
+        bucket = r.bucket  # resolved at construction (and again by reset_budgets())
         op = r.op
-        if "attempt" not in kwargs and (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(r, fn)):
+        if (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(r, fn)) and "attempt" not in kwargs:
             return _run_sync(r.schedule, fn, args, kwargs, r.site, bucket, r.classify, r.nesting, r.label,
                              self._clock, True)
         # _run_sync's first attempt, inlined (one call frame fewer on every call).
