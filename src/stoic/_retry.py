@@ -38,7 +38,7 @@ RETRY_AFTER_CAP_NS = 300 * 1_000_000_000
 _in_attempt: ContextVar[bool] = ContextVar("stoic.retry.in_attempt", default=False)
 
 _SINGLE = RetryNesting.SINGLE_ATTEMPT
-_FRAMES = _registry.frames  # cleared in place by reset_budgets(), never replaced
+_site_at = _registry.frames.get  # the dict is cleared in place by reset_budgets(), never replaced
 _PER_SITE = RetryBudget.PER_CALL_SITE
 _getframe = sys._getframe
 
@@ -419,11 +419,8 @@ def retry(
     if type(schedule) is not BoundedSchedule:
         _check_schedule(schedule)
     frame = _getframe(1)
-    code = frame.f_code
-    site = _FRAMES.get(frame.f_lasti)  # site_of_frame's lookup, inlined
-    while site is not None and site.code is not code:
-        site = site.next
-    if site is None:
+    site = _site_at(frame.f_lasti)  # site_of_frame's lookup, inlined for the head of the chain
+    if site is None or site.code is not frame.f_code:
         site = site_of_frame(frame)
     op = site.op
     return _run_async(
@@ -455,11 +452,8 @@ def retry_sync(
         _check_schedule(schedule)
     # (A coroutine function is caught when it returns its coroutine: cheaper than inspecting it.)
     frame = _getframe(1)
-    code = frame.f_code
-    site = _FRAMES.get(frame.f_lasti)  # site_of_frame's lookup, inlined
-    while site is not None and site.code is not code:
-        site = site.next
-    if site is None:
+    site = _site_at(frame.f_lasti)  # site_of_frame's lookup, inlined for the head of the chain
+    if site is None or site.code is not frame.f_code:
         site = site_of_frame(frame)
     bucket = site.bucket if budget is _PER_SITE else _budget(budget)
     classifier = classify if type(classify) is RetryClassifier else as_classifier(classify)
