@@ -12,9 +12,10 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+import weakref
 from collections.abc import Callable
 from types import FrameType
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ._clock import Clock, current_clock
 from ._durations import check_fraction, check_int
@@ -154,12 +155,16 @@ class RetryBudget:
 class _Registry:
     def __init__(self) -> None:
         self._budgets: dict[str, RetryBudget] = {}
-        # (code object, instruction offset) of a call site -> ("file:line", its budget): lets a hot
-        # call resolve its per-call-site budget without formatting a string on every call.
-        # Keyed by the code object's id (hashing a code object hashes its contents: slow); the
-        # entry holds the code object itself, which both proves the id and keeps it from reuse.
-        self.frames: dict[int, tuple[object, int, str, RetryBudget]] = {}
+        # Instruction offset of a call site -> the chain of _Sites at that offset (one per code
+        # object calling there, linked by .next): lets a hot call find its per-call-site budget
+        # with one small-int lookup and an identity test, instead of formatting "file:line" or
+        # hashing a code object (which hashes its contents: slow). Offsets are shared only by
+        # sites in different functions, so chains stay short.
+        self.frames: dict[int, _Site] = {}
         self.generation = 0  # bumped by clear(), so holders of a cached budget know to look again
+        # Objects that resolved a per-call-site budget once (Retrying, @retrying): clear() has
+        # them resolve it again, so their hot path reads the budget with no check at all.
+        self._holders: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
 
     def get(self, key: str, make: Callable[[], RetryBudget]) -> RetryBudget:
@@ -172,11 +177,19 @@ class _Registry:
                     self._budgets[key] = budget
         return budget
 
+    def hold(self, holder: Any) -> None:
+        """Call ``holder.resolve_budget()`` after every clear() while ``holder`` lives."""
+        with self._lock:
+            self._holders.add(holder)
+
     def clear(self) -> None:
         with self._lock:
             self._budgets.clear()
             self.frames.clear()
             self.generation += 1
+            holders = list(self._holders)
+        for holder in holders:  # outside the lock: resolving takes it
+            holder.resolve_budget()
 
 
 _registry = _Registry()
@@ -185,19 +198,43 @@ RetryBudget.PER_CALL_SITE = RetryBudget(_kind="per_call_site")
 RetryBudget.UNLIMITED = RetryBudget(_kind="unlimited")
 
 
-def site_of_frame(frame: FrameType) -> tuple[object, int, str, RetryBudget]:
-    """``(code, offset, "file:line", per-call-site budget)`` of the call being made in ``frame``.
+_NO_OP: tuple[object, bool] = (object(), False)  # no operation's code is this object
 
-    Cached by an integer key (no tuple to build or hash on the hot path); the entry repeats the
-    code object and offset, so a key collision is detected and simply recomputed."""
+
+class _Site:
+    """One call site of ``retry``/``retry_sync``: its code object (``_registry.frames`` maps an
+    instruction offset to the chain of sites at it, linked by ``next``), its ``"file:line"``,
+    its own budget, and ``op``: ``(code, wants)`` for the last operation seen there, so a site
+    that keeps retrying one function decides whether to pass it an ``Attempt`` with one
+    identity test. ``op`` is replaced whole (one store), so a thread never sees half of it."""
+
+    __slots__ = ("bucket", "code", "name", "next", "op")
+
+    def __init__(self, code: object, name: str, bucket: RetryBudget, next: _Site | None) -> None:
+        self.code = code
+        self.name = name
+        self.bucket = bucket
+        self.next = next
+        self.op: tuple[object, bool] = _NO_OP
+
+
+def site_of_frame(frame: FrameType) -> _Site:
+    """The :class:`_Site` of the call being made in ``frame`` (created on first use).
+
+    Two threads meeting a new site at once may both create it (a push can even be lost): both
+    entries hold the site's one budget (the registry's), so a lost or doubled entry costs only
+    a lookup."""
     code = frame.f_code
     lasti = frame.f_lasti
-    entry = _registry.frames.get(id(code) | (lasti << 48))
-    if entry is None or entry[0] is not code or entry[1] != lasti:
-        site = f"{code.co_filename}:{frame.f_lineno}"
-        entry = (code, lasti, site, RetryBudget.for_call_site(site))
-        _registry.frames[id(code) | (lasti << 48)] = entry
-    return entry
+    head = _registry.frames.get(lasti)
+    site = head
+    while site is not None and site.code is not code:
+        site = site.next
+    if site is None:
+        name = f"{code.co_filename}:{frame.f_lineno}"
+        site = _Site(code, name, RetryBudget.for_call_site(name), head)
+        _registry.frames[lasti] = site
+    return site
 
 
 def reset_budgets() -> None:

@@ -18,7 +18,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from . import _random
 from ._attempt import Attempt
-from ._budget import RetryBudget, _registry, site_of_frame
+from ._budget import _NO_OP, RetryBudget, _registry, _Site, site_of_frame
 from ._classify import ClassifierLike, RetryClassifier, RetryNesting, as_classifier
 from ._clock import Clock, _ambient_clock, current_clock
 from ._deadline import Timeout, remaining_ns
@@ -38,7 +38,7 @@ RETRY_AFTER_CAP_NS = 300 * 1_000_000_000
 _in_attempt: ContextVar[bool] = ContextVar("stoic.retry.in_attempt", default=False)
 
 _SINGLE = RetryNesting.SINGLE_ATTEMPT
-_FRAMES = _registry.frames  # cleared in place by reset_budgets(), never replaced
+_site_at = _registry.frames.get  # the dict is cleared in place by reset_budgets(), never replaced
 _PER_SITE = RetryBudget.PER_CALL_SITE
 _getframe = sys._getframe
 
@@ -106,6 +106,16 @@ def _wants_slow(fn: Callable[..., object]) -> bool:
     except (TypeError, ValueError):
         return False
     return parameter is not None and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+
+
+def _learn_op(holder: _Site | _Retrier, fn: Callable[..., object]) -> bool:
+    """:func:`wants_attempt` for ``fn``, remembered in ``holder.op`` when ``fn`` has a code
+    object (then the answer depends on that code alone); others are asked every time."""
+    wants = wants_attempt(fn)
+    code = getattr(fn, "__code__", None)
+    if type(code) is CodeType:
+        holder.op = (code, wants)
+    return wants
 
 
 def _label_of(fn: Callable[..., object]) -> str:
@@ -203,21 +213,19 @@ def _task_cancelled() -> bool:
 
 async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
                      kwargs: dict[str, Any], site: str, bucket: RetryBudget, classify: RetryClassifier,
-                     nesting: RetryNesting, label: str | None, attempt_ns: int | None, clock: Clock) -> R:
-    """The first attempt, inline and lean; the rest (and unusual calls) in :func:`_loop_async`."""
+                     nesting: RetryNesting, label: str | None, attempt_ns: int | None, clock: Clock,
+                     wants: bool) -> R:
+    """The first attempt, inline and lean; the rest (and unusual calls) in :func:`_loop_async`.
+
+    ``wants``: ``fn`` is to be handed an Attempt (the caller decided, from its cache)."""
     next(bucket._deposits)  # the first attempt's deposit (RetryBudget.deposit, inlined)
-    if attempt_ns is not None or ("attempt" not in kwargs and wants_attempt(fn)):
+    if wants or attempt_ns is not None:
         return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
                                  clock, _in_attempt.get(), None, -1)
     # Only the deadline check (5) and up_to use the start: without them, success reads no time.
     started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
-    if _in_attempt.get():
-        try:
-            return await fn(*args, **kwargs)
-        except Exception as caught:
-            error = caught
-        return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
-                                 clock, True, error, started)
+    # Set even when already inside an attempt (then it changes nothing and reset restores it):
+    # one set beats a get and a branch, and the token's old value says whether we are nested.
     token = _in_attempt.set(True)
     try:
         return await fn(*args, **kwargs)
@@ -226,7 +234,7 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
     finally:
         _in_attempt.reset(token)
     return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
-                             clock, False, error, started)
+                             clock, token.old_value is True, error, started)
 
 
 async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
@@ -289,15 +297,16 @@ def _not_a_coroutine(fn: Callable[..., object], result: object) -> None:
 
 def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any],
               site: str, bucket: RetryBudget, classify: RetryClassifier, nesting: RetryNesting,
-              label: str | None, clock: Clock) -> R:
-    """The first attempt of a plain function, inline; the rest in :func:`_loop_sync`."""
+              label: str | None, clock: Clock, wants: bool) -> R:
+    """The first attempt of a plain function, inline; the rest in :func:`_loop_sync`.
+
+    (``retry_sync`` and ``Retrying.call`` inline this body themselves: keep the copies alike.)"""
     next(bucket._deposits)
-    if "attempt" not in kwargs and wants_attempt(fn):
+    if wants:
         return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
                           _in_attempt.get(), None, -1)
     started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
-    nested = _in_attempt.get()
-    token = None if nested else _in_attempt.set(True)
+    token = _in_attempt.set(True)
     try:
         result = fn(*args, **kwargs)
     except Exception as caught:
@@ -307,10 +316,9 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
             _not_a_coroutine(fn, result)
         return result
     finally:
-        if token is not None:
-            _in_attempt.reset(token)
-    return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock, nested, error,
-                      started)
+        _in_attempt.reset(token)
+    return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
+                      token.old_value is True, error, started)
 
 
 def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -411,17 +419,17 @@ def retry(
     if type(schedule) is not BoundedSchedule:
         _check_schedule(schedule)
     frame = _getframe(1)
-    code = frame.f_code
-    lasti = frame.f_lasti
-    entry = _FRAMES.get(id(code) | (lasti << 48))  # site_of_frame's cache, inlined
-    if entry is None or entry[0] is not code or entry[1] != lasti:
-        entry = site_of_frame(frame)
+    site = _site_at(frame.f_lasti)  # site_of_frame's lookup, inlined for the head of the chain
+    if site is None or site.code is not frame.f_code:
+        site = site_of_frame(frame)
+    op = site.op
     return _run_async(
-        schedule, fn, args, kwargs, entry[2],
-        entry[3] if budget is _PER_SITE else _budget(budget),
+        schedule, fn, args, kwargs, site.name,
+        site.bucket if budget is _PER_SITE else _budget(budget),
         classify if type(classify) is RetryClassifier else as_classifier(classify),
         nesting if nesting is _SINGLE else _nesting(nesting), label,
         None if attempt_timeout is None else to_ns(attempt_timeout, "attempt_timeout"), _ambient_clock.get(),
+        (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)) and "attempt" not in kwargs,
     )
 
 
@@ -444,23 +452,45 @@ def retry_sync(
         _check_schedule(schedule)
     # (A coroutine function is caught when it returns its coroutine: cheaper than inspecting it.)
     frame = _getframe(1)
-    code = frame.f_code
-    lasti = frame.f_lasti
-    entry = _FRAMES.get(id(code) | (lasti << 48))
-    if entry is None or entry[0] is not code or entry[1] != lasti:
-        entry = site_of_frame(frame)
-    return _run_sync(
-        schedule, fn, args, kwargs, entry[2],
-        entry[3] if budget is _PER_SITE else _budget(budget),
-        classify if type(classify) is RetryClassifier else as_classifier(classify),
-        nesting if nesting is _SINGLE else _nesting(nesting), label, _ambient_clock.get(),
-    )
+    site = _site_at(frame.f_lasti)  # site_of_frame's lookup, inlined for the head of the chain
+    if site is None or site.code is not frame.f_code:
+        site = site_of_frame(frame)
+    bucket = site.bucket if budget is _PER_SITE else _budget(budget)
+    classifier = classify if type(classify) is RetryClassifier else as_classifier(classify)
+    if nesting is not _SINGLE:
+        _nesting(nesting)
+    clock = _ambient_clock.get()
+    op = site.op
+    if (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)) and "attempt" not in kwargs:
+        return _run_sync(schedule, fn, args, kwargs, site.name, bucket, classifier, nesting, label, clock, True)
+    # _run_sync's first attempt, inlined (one call frame fewer on every call).
+    next(bucket._deposits)
+    started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
+    token = _in_attempt.set(True)
+    try:
+        result = fn(*args, **kwargs)
+    except Exception as caught:
+        error = caught
+    else:
+        if type(result) is CoroutineType:
+            _not_a_coroutine(fn, result)
+        return result
+    finally:
+        _in_attempt.reset(token)
+    return _loop_sync(schedule, fn, args, kwargs, site.name, bucket, classifier, nesting, label, clock,
+                      token.old_value is True, error, started)
 
 
 class _Retrier:
-    """What :func:`retrying` and ``Retrying`` share: settings fixed once, a site, a clock."""
+    """What :func:`retrying` and ``Retrying`` share: settings fixed once, a site, a clock.
 
-    __slots__ = ("attempt_ns", "budget", "classify", "clock", "label", "nesting", "schedule", "site", "_cache")
+    The site is fixed, so its budget is resolved here, once, into ``bucket`` (and again by
+    ``reset_budgets()``, which calls :meth:`resolve_budget` on every live retrier): a hot call
+    just reads it. ``op`` remembers whether the last operation run through it wants an
+    Attempt (see :func:`_learn_op`)."""
+
+    __slots__ = ("__weakref__", "attempt_ns", "budget", "bucket", "classify", "clock", "label", "nesting", "op",
+                 "schedule", "site")
 
     def __init__(self, schedule: BoundedSchedule, budget: RetryBudget, classify: ClassifierLike,
                  nesting: RetryNesting, label: str | None, attempt_timeout: Seconds | None,
@@ -473,28 +503,21 @@ class _Retrier:
         self.attempt_ns = None if attempt_timeout is None else to_ns(attempt_timeout, "attempt_timeout")
         self.clock = clock
         self.site = site
-        self._cache: tuple[int, RetryBudget] = (-1, budget)
+        self.op = _NO_OP
+        self.bucket = budget
+        if budget is _PER_SITE:
+            _registry.hold(self)  # before resolving: a reset in between then resolves it again
+            self.resolve_budget()
 
-    def bucket(self) -> RetryBudget:
-        """The bucket for the next call: the given budget, or this site's own. The site's is
-        cached until ``reset_budgets()`` bumps the registry's generation."""
-        if self.budget is not RetryBudget.PER_CALL_SITE:
-            return self.budget
-        generation, bucket = self._cache
-        if generation != _registry.generation:
-            bucket = RetryBudget.for_call_site(self.site)
-            self._cache = (_registry.generation, bucket)
-        return bucket
+    def resolve_budget(self) -> None:
+        """Take this site's budget from the registry (at construction and after a reset).
 
-    def run(self, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
-            kwargs: dict[str, Any]) -> Coroutine[Any, Any, R]:
-        return _run_async(self.schedule, fn, args, kwargs, self.site, self.bucket(), self.classify,
-                          self.nesting, self.label, self.attempt_ns,
-                          self.clock if self.clock is not None else current_clock())
-
-    def run_sync(self, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-        return _run_sync(self.schedule, fn, args, kwargs, self.site, self.bucket(), self.classify, self.nesting,
-                         self.label, self.clock if self.clock is not None else current_clock())
+        Retried if a reset ran meanwhile, so the bucket kept is never one a reset dropped."""
+        while True:
+            generation = _registry.generation
+            self.bucket = RetryBudget.for_call_site(self.site)
+            if generation == _registry.generation:
+                return
 
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
         if inspect.iscoroutinefunction(fn):
@@ -508,47 +531,46 @@ class _Retrier:
         # costs one coroutine, not three. Anything unusual goes to the general loop.
         schedule, classify, nesting, label, attempt_ns = (
             self.schedule, self.classify, self.nesting, self.label, self.attempt_ns)
-        site, fixed_clock, bucket_of = self.site, self.clock, self.bucket
-        general = attempt_ns is not None or wants_attempt(fn)
+        site, fixed_clock, retrier = self.site, self.clock, self
+        wants = wants_attempt(fn)
+        general = attempt_ns is not None or wants
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            bucket = bucket_of()
+            bucket = retrier.bucket
             clock = fixed_clock if fixed_clock is not None else current_clock()
             if general:
                 return await _run_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label,
-                                        attempt_ns, clock)
+                                        attempt_ns, clock, wants and "attempt" not in kwargs)
             next(bucket._deposits)
             started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
-            nested = _in_attempt.get()
-            token = None if nested else _in_attempt.set(True)
+            token = _in_attempt.set(True)  # (see _run_async)
             try:
                 return await fn(*args, **kwargs)
             except Exception as caught:
                 error = caught
             finally:
-                if token is not None:
-                    _in_attempt.reset(token)
+                _in_attempt.reset(token)
             return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, None,
-                                     clock, nested, error, started)
+                                     clock, token.old_value is True, error, started)
 
         return async_wrapper
 
     def _decorate_sync(self, fn: Callable[P, R]) -> Callable[P, R]:
         schedule, classify, nesting, label = self.schedule, self.classify, self.nesting, self.label
-        site, fixed_clock, bucket_of = self.site, self.clock, self.bucket
+        site, fixed_clock, retrier = self.site, self.clock, self
         general = wants_attempt(fn)
 
         @functools.wraps(fn)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            bucket = bucket_of()
+            bucket = retrier.bucket
             clock = fixed_clock if fixed_clock is not None else current_clock()
             if general:
-                return _run_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock)
+                return _run_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
+                                 "attempt" not in kwargs)
             next(bucket._deposits)
             started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
-            nested = _in_attempt.get()
-            token = None if nested else _in_attempt.set(True)
+            token = _in_attempt.set(True)
             try:
                 result = fn(*args, **kwargs)
             except Exception as caught:
@@ -558,10 +580,9 @@ class _Retrier:
                     _not_a_coroutine(fn, result)
                 return result
             finally:
-                if token is not None:
-                    _in_attempt.reset(token)
-            return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock, nested,
-                              error, started)
+                _in_attempt.reset(token)
+            return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
+                              token.old_value is True, error, started)
 
         return sync_wrapper
 

@@ -1,0 +1,289 @@
+"""The first attempt's shortcuts keep retry's rules: what a call site or a ``Retrying`` remembers
+between calls (whether the operation wants an Attempt, its budget) never leaks into another
+operation or call site, and the in-attempt mark is exactly as before, nested or not."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from stoic import Attempt, RetryBudget, Retrying, Schedule, retry, retry_sync, retrying
+from stoic._retry import in_retry_attempt
+from stoic.testing import VirtualClock, fail_with, reset_budgets
+
+THREE = Schedule.exponential(1).attempts(3)
+DRAIN = Schedule.fixed(0).attempts(100)
+
+
+def _plain() -> str:
+    return "plain"
+
+
+def _wants(attempt: Attempt) -> str:
+    return f"wants {attempt.number}"
+
+
+def _wants_too(x: int, attempt: Attempt) -> str:
+    return f"partial {x} {attempt.number}"
+
+
+class _Callable:
+    def __call__(self, attempt: Attempt) -> str:
+        return f"object {attempt.number}"
+
+
+class _Client:
+    def get(self, attempt: Attempt) -> str:
+        return f"method {attempt.number}"
+
+    def ping(self) -> str:
+        return "ping"
+
+
+def _operations() -> list[tuple[Callable[..., str], str]]:
+    client = _Client()
+    return [
+        (_plain, "plain"),
+        (_wants, "wants 1"),
+        (_plain, "plain"),
+        (functools.partial(_wants_too, 4), "partial 4 1"),
+        (_plain, "plain"),
+        (_Callable(), "object 1"),
+        (client.ping, "ping"),
+        (client.get, "method 1"),
+        (lambda: "lambda", "lambda"),
+        (_wants, "wants 1"),
+        (client.ping, "ping"),
+    ]
+
+
+async def _aplain() -> str:
+    return "plain"
+
+
+async def _awants(attempt: Attempt) -> str:
+    return f"wants {attempt.number}"
+
+
+async def _awants_too(x: int, attempt: Attempt) -> str:
+    return f"partial {x} {attempt.number}"
+
+
+class _ACallable:
+    async def __call__(self, attempt: Attempt) -> str:
+        return f"object {attempt.number}"
+
+
+class _AClient:
+    async def get(self, attempt: Attempt) -> str:
+        return f"method {attempt.number}"
+
+    async def ping(self) -> str:
+        return "ping"
+
+
+def _async_operations() -> list[tuple[Callable[..., Any], str]]:
+    client = _AClient()
+    return [
+        (_aplain, "plain"),
+        (_awants, "wants 1"),
+        (_aplain, "plain"),
+        (functools.partial(_awants_too, 4), "partial 4 1"),
+        (_aplain, "plain"),
+        (_ACallable(), "object 1"),
+        (client.ping, "ping"),
+        (client.get, "method 1"),
+        (lambda: _aplain(), "plain"),
+        (_awants, "wants 1"),
+        (client.ping, "ping"),
+    ]
+
+
+class TestOneCallSiteManyOperations:
+    def test_retry_sync_hands_an_attempt_to_exactly_those_declaring_one(self) -> None:
+        results = [retry_sync(THREE, fn) for fn, _ in _operations() * 2]  # one call site for all
+        assert results == [expected for _, expected in _operations() * 2]
+
+    def test_a_callers_own_attempt_wins_at_a_site_that_remembers_the_operation(self) -> None:
+        got = [retry_sync(THREE, _wants, **({"attempt": Attempt(7)} if i % 2 else {})) for i in range(4)]
+        assert got == ["wants 1", "wants 7", "wants 1", "wants 7"]
+
+    async def test_retry_hands_an_attempt_to_exactly_those_declaring_one(self) -> None:
+        results = [await retry(THREE, fn) for fn, _ in _async_operations() * 2]  # one call site for all
+        assert results == [expected for _, expected in _async_operations() * 2]
+
+    def test_retrying_call_remembers_no_operation_for_another(self) -> None:
+        policy = Retrying(THREE)
+        assert [policy.call(fn) for fn, _ in _operations() * 2] == [e for _, e in _operations() * 2]
+
+    async def test_retrying_execute_remembers_no_operation_for_another(self) -> None:
+        policy = Retrying(THREE)
+        results = [await policy.execute(fn) for fn, _ in _async_operations() * 2]
+        assert results == [expected for _, expected in _async_operations() * 2]
+
+
+def _site_a(op: Callable[[], object]) -> object:
+    return retry_sync(DRAIN, op)
+
+
+def _site_b(op: Callable[[], object]) -> object:
+    return retry_sync(DRAIN, op)
+
+
+class TestCallSites:
+    def test_call_sites_at_the_same_offset_of_different_functions_have_their_own_budgets(
+            self, clock: VirtualClock) -> None:
+        # Identical bodies: the retry_sync calls sit at the same instruction offset.
+        assert _site_a.__code__.co_code == _site_b.__code__.co_code
+        a, b = fail_with(ConnectionError()), fail_with(ConnectionError())
+        with pytest.raises(ConnectionError):
+            _site_a(a.sync)  # spends site a's reserve (10) and its own 0.2 earned
+        with pytest.raises(ConnectionError):
+            _site_a(a.sync)
+        assert a.calls == 11 + 1
+        with pytest.raises(ConnectionError):
+            _site_b(b.sync)
+        assert b.calls == 11  # site b's budget is untouched by site a's retries
+
+    def test_every_first_attempt_deposits_in_its_sites_budget(self, clock: VirtualClock) -> None:
+        for _ in range(15):
+            assert _site_a(lambda: 1) == 1  # 15 deposits of 0.2: 3 earned tokens
+        op = fail_with(ConnectionError())
+        with pytest.raises(ConnectionError):
+            _site_a(op.sync)
+        assert op.calls == 1 + 3 + 10  # its own deposit makes 3.2 earned: 3 whole tokens, then the reserve
+
+    def test_a_site_is_forgotten_by_reset_budgets(self, clock: VirtualClock) -> None:
+        with pytest.raises(ConnectionError):
+            _site_b(fail_with(ConnectionError()).sync)
+        reset_budgets()
+        op = fail_with(ConnectionError())
+        with pytest.raises(ConnectionError):
+            _site_b(op.sync)
+        assert op.calls == 11
+
+
+class TestRetryingBudget:
+    def test_first_attempts_deposit_in_the_budget_resolved_at_construction(self, clock: VirtualClock) -> None:
+        policy = Retrying(THREE)
+        bucket = policy.budget
+        assert bucket is not RetryBudget.PER_CALL_SITE and bucket.tokens == 10
+        for _ in range(5):
+            policy.call(_plain)
+        assert policy.budget is bucket and bucket.tokens == 11.0
+
+    async def test_reset_budgets_gives_a_live_policy_a_fresh_budget(self, clock: VirtualClock) -> None:
+        policy = Retrying(DRAIN)
+        op = fail_with(ConnectionError())
+        with pytest.raises(ConnectionError):
+            await clock.run(policy.execute(op))
+        drained = policy.budget
+        assert drained.tokens < 1
+        reset_budgets()
+        assert policy.budget is not drained and policy.budget.tokens == 10
+        op = fail_with(ConnectionError())
+        with pytest.raises(ConnectionError):
+            policy.call(op.sync)
+        assert op.calls == 11
+
+    def test_reset_budgets_gives_a_decorated_function_a_fresh_budget(self, clock: VirtualClock) -> None:
+        op = fail_with(ConnectionError())
+        decorated = retrying(DRAIN)(op.sync)
+        with pytest.raises(ConnectionError):
+            decorated()
+        with pytest.raises(ConnectionError):
+            decorated()
+        assert op.calls == 11 + 1
+        reset_budgets()
+        with pytest.raises(ConnectionError):
+            decorated()
+        assert op.calls == 12 + 11
+
+    def test_a_given_budget_is_kept_through_reset_budgets(self) -> None:
+        budget = RetryBudget(reserve_capacity=3)
+        policy = Retrying(THREE, budget=budget)
+        reset_budgets()
+        assert policy.budget is budget
+
+
+class TestInAttemptMark:
+    def test_set_during_the_attempt_and_cleared_after_success_error_and_base_exception(self) -> None:
+        seen: list[bool] = []
+
+        def op() -> int:
+            seen.append(in_retry_attempt())
+            return 1
+
+        def interrupted() -> None:
+            seen.append(in_retry_attempt())
+            raise KeyboardInterrupt
+
+        assert retry_sync(THREE, op) == 1
+        assert not in_retry_attempt()
+        with pytest.raises(KeyboardInterrupt):
+            retry_sync(THREE, interrupted)
+        assert not in_retry_attempt()
+        with pytest.raises(KeyboardInterrupt):
+            Retrying(THREE).call(interrupted)
+        assert not in_retry_attempt()
+        assert seen == [True, True, True]
+
+    def test_a_nested_retry_leaves_the_outer_attempt_marked(self) -> None:
+        after_inner: list[bool] = []
+        inner = fail_with(ConnectionError())
+
+        def outer() -> str:
+            assert retry_sync(THREE, _plain) == "plain"
+            after_inner.append(in_retry_attempt())
+            with pytest.raises(ConnectionError):
+                Retrying(THREE).call(inner.sync)
+            after_inner.append(in_retry_attempt())
+            return "done"
+
+        assert retry_sync(THREE, outer) == "done"
+        assert after_inner == [True, True]
+        assert inner.calls == 1  # nested: a single attempt
+        assert not in_retry_attempt()
+
+    async def test_async_nested_retry_leaves_the_outer_attempt_marked(self, clock: VirtualClock) -> None:
+        after_inner: list[bool] = []
+        inner = fail_with(ConnectionError())
+
+        async def plain() -> str:
+            return "plain"
+
+        async def outer() -> str:
+            assert await retry(THREE, plain) == "plain"
+            after_inner.append(in_retry_attempt())
+            with pytest.raises(ConnectionError):
+                await Retrying(THREE).execute(inner)
+            after_inner.append(in_retry_attempt())
+            return "done"
+
+        # (clock.run: were the inner retry not single-attempt, its sleeps would end, not hang.)
+        assert await clock.run(retry(THREE, outer)) == "done"
+        assert await clock.run(retrying(THREE)(outer)()) == "done"
+        assert after_inner == [True, True] * 2
+        assert inner.calls == 2
+        assert not in_retry_attempt()
+
+    async def test_a_task_started_in_an_attempt_keeps_the_mark_after_the_attempt(self) -> None:
+        started: list[asyncio.Task[bool]] = []
+        release = asyncio.Event()
+
+        async def later() -> bool:
+            await release.wait()
+            return in_retry_attempt()
+
+        def op() -> int:
+            started.append(asyncio.get_running_loop().create_task(later()))
+            return 1
+
+        assert retry_sync(THREE, op) == 1
+        assert not in_retry_attempt()
+        release.set()
+        assert await started[0] is True  # its context was copied inside the attempt
