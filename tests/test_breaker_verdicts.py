@@ -218,6 +218,7 @@ def test_counts_by_default() -> None:
     assert CircuitBreaker.counts_by_default(TimeoutError())
     assert not CircuitBreaker.counts_by_default(BulkheadFull())
     assert not CircuitBreaker.counts_by_default(DeadlineExceeded())
+    assert CircuitBreaker.counts_by_default(DeadlineExceeded(timed_out=True))
 
 
 async def test_a_call_finishing_after_a_forced_change_is_stale(clock: VirtualClock, sink: RecordingSink) -> None:
@@ -305,3 +306,40 @@ def test_a_coroutine_closed_mid_call_passes_generator_exit_through() -> None:
     coroutine.close()  # GeneratorExit at the await: must leave without any other error
     assert breaker.snapshot().calls == 0
     assert breaker.state is BreakerState.CLOSED
+
+
+async def test_an_innermost_attempt_timeout_that_cut_the_call_short_counts_as_a_failure(
+    clock: VirtualClock, sink: RecordingSink
+) -> None:
+    """The recommended order puts the attempt timeout inside the breaker, so that a hung call is
+    seen as a failed one (seed 000, "Recommended order")."""
+    breaker = make(window=CountWindow(2), minimum_calls=2)
+
+    async def hangs_past_its_attempt_timeout() -> None:
+        async with stoic.timeout(2.0):
+            await clock.sleep_until(clock.now_ns() + 10**12)
+
+    for _ in range(2):
+        task = asyncio.create_task(breaker.execute(hangs_past_its_attempt_timeout))
+        await clock.advance(2.0)
+        with pytest.raises(DeadlineExceeded) as caught:
+            await task
+        assert caught.value.timed_out
+    assert counts(breaker) == (2, 2)  # the evidence that tripped it
+    assert breaker.state is BreakerState.OPEN
+    assert [e.attributes["outcome"] for e in sink.of("breaker.recorded")] == ["failure", "failure"]
+    assert sink.of("breaker.opened")[0].attributes["trigger"] == "failure_rate"
+
+
+async def test_a_deadline_refusal_from_an_inner_policy_is_not_counted(clock: VirtualClock, sink: RecordingSink) -> None:
+    """A DeadlineExceeded raised because a policy refused late work (nothing ran) is a rejection."""
+    breaker = make()
+
+    async def inner_refuses() -> None:
+        raise DeadlineExceeded("refused before starting", label="inner")
+
+    with pytest.raises(DeadlineExceeded) as caught:
+        await breaker.execute(inner_refuses)
+    assert not caught.value.timed_out
+    assert counts(breaker) == (0, 0)
+    assert [dict(e.attributes) for e in sink.of("breaker.ignored")] == [{"reason": "rejection"}]

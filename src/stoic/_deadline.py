@@ -126,7 +126,8 @@ class Timeout:
             and issubclass(exc_type, asyncio.CancelledError)
         ):
             raise DeadlineExceeded(
-                    f"deadline exceeded{f' ({self._label})' if self._label else ''}", label=self._label
+                    f"deadline exceeded{f' ({self._label})' if self._label else ''}", label=self._label,
+                    timed_out=True,
                 ) from exc
         return None
 

@@ -72,9 +72,21 @@ class BudgetExhausted(Rejected):
 class DeadlineExceeded(Rejected, TimeoutError):
     """The ambient deadline passed: raised by :func:`stoic.timeout` when it cuts a block short,
     and by policies that refuse to start (or keep waiting for) work that is already late.
-    Also a :class:`TimeoutError`, so existing ``except TimeoutError`` handlers keep working."""
+    Also a :class:`TimeoutError`, so existing ``except TimeoutError`` handlers keep working.
+
+    ``timed_out`` is True when a ``stoic.timeout``/``stoic.deadline`` block cut running work
+    short (the work ran and took too long: evidence about a dependency), False when a policy
+    refused to start or to keep waiting (nothing ran).
+    """
 
     reason = RejectionReason.DEADLINE_EXCEEDED
+
+    def __init__(
+        self, message: str = "", *, label: str | None = None, retry_after: float | None = None,
+        timed_out: bool = False,
+    ) -> None:
+        self.timed_out = timed_out
+        super().__init__(message, label=label, retry_after=retry_after)
 
 
 class Defect(Exception):

@@ -67,8 +67,10 @@ def _caller_cancelling() -> bool:
 
 
 def _counts_by_default(error: BaseException) -> bool:
-    """False for a :class:`stoic.Rejected` (an inner policy's refusal), True for anything else."""
-    return not isinstance(error, Rejected)
+    """False for a :class:`stoic.Rejected` (an inner policy's refusal), True for anything else,
+    including a :class:`stoic.DeadlineExceeded` raised by a ``stoic.timeout`` block inside the
+    operation that cut the call short (``timed_out``): a hung call is a failed call."""
+    return not isinstance(error, Rejected) or (isinstance(error, DeadlineExceeded) and error.timed_out)
 
 
 class CircuitBreaker:
