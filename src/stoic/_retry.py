@@ -25,7 +25,7 @@ from ._deadline import Timeout, remaining_ns
 from ._deadline import _current as _deadline_scope
 from ._durations import Seconds, to_ns
 from ._errors import is_defect
-from .events import Level, emit, min_level
+from .events import Level, emit, error_type, min_level
 from .schedule import BoundedSchedule, Schedule
 
 P = ParamSpec("P")
@@ -153,22 +153,22 @@ class _Run:
         """
         if self.nested and self.single:
             if min_level() <= Level.INFO:
-                self._event("retry.nested", Level.INFO, {"error.type": _etype(error)})
+                self._event("retry.nested", Level.INFO, {"error.type": error_type(error)})
             return False
         if is_defect(error):
             if min_level() <= Level.ERROR:
-                self._event("retry.defect", Level.ERROR, {"attempt": number, "error.type": _etype(error)})
+                self._event("retry.defect", Level.ERROR, {"attempt": number, "error.type": error_type(error)})
             return False
         decision = self.classify(error)
         if not decision.retries:
             if min_level() <= Level.INFO:
-                self._event("retry.permanent", Level.INFO, {"attempt": number, "error.type": _etype(error)})
+                self._event("retry.permanent", Level.INFO, {"attempt": number, "error.type": error_type(error)})
             return False
         now = self.clock.now_ns()
         delay = self.step.next(now - self.start_ns)
         if delay is None:
             if min_level() <= Level.WARNING:
-                self._event("retry.exhausted", Level.WARNING, {"attempts": number, "error.type": _etype(error)})
+                self._event("retry.exhausted", Level.WARNING, {"attempts": number, "error.type": error_type(error)})
             return False
         after = decision._after_ns
         if after is not None:
@@ -182,16 +182,16 @@ class _Run:
         left = remaining_ns()
         if left is not None and delay + (now - attempt_start_ns) >= left:
             if min_level() <= Level.INFO:
-                self._event("retry.deadline_skip", Level.INFO, {"attempt": number, "error.type": _etype(error)})
+                self._event("retry.deadline_skip", Level.INFO, {"attempt": number, "error.type": error_type(error)})
             return False
         if not self.bucket.try_spend():
             if min_level() <= Level.WARNING:
                 self._event("retry.budget_exhausted", Level.WARNING,
-                            {"attempt": number, "error.type": _etype(error)})
+                            {"attempt": number, "error.type": error_type(error)})
             return False
         if min_level() <= Level.INFO:
             self._event("retry.attempt_failed", Level.INFO, {
-                "attempt": number, "error.type": _etype(error),
+                "attempt": number, "error.type": error_type(error),
                 "decision": "retry" if after is None else "retry_after", "next_delay": delay / 1e9,
             })
         self.wake_ns = now + delay
@@ -200,10 +200,6 @@ class _Run:
     def succeeded(self, attempts: int) -> None:
         if min_level() <= Level.INFO:
             self._event("retry.succeeded", Level.INFO, {"attempts": attempts})
-
-
-def _etype(error: BaseException) -> str:
-    return type(error).__qualname__
 
 
 def _task_cancelled() -> bool:

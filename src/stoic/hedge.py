@@ -37,7 +37,7 @@ from ._durations import Seconds, check_int, to_ns
 from ._errors import DeadlineExceeded
 from ._quantile import WindowedQuantile, _check_quantile, default_warmup
 from ._random import call_site
-from .events import Level, emit, min_level
+from .events import Level, emit, error_type, min_level
 
 R = TypeVar("R")
 
@@ -410,7 +410,7 @@ class _Call:
         policy = self.policy
         if min_level() <= Level.DEBUG:
             emit("hedge.attempt_failed", policy.label, Level.DEBUG, policy._clock.now_ns(),
-                 {"attempt": number, "running": running, "error.type": type(error).__name__})
+                 {"attempt": number, "running": running, "error.type": error_type(error)})
         if self.error is None:
             self.error = error
         if running == 0:
@@ -490,7 +490,7 @@ async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: 
                 call.handle.cancel()
             if min_level() <= Level.DEBUG and not isinstance(exc, asyncio.CancelledError):
                 emit("hedge.attempt_failed", policy.label, Level.DEBUG, clock.now_ns(),
-                     {"attempt": 1, "running": 0, "error.type": type(exc).__name__})
+                     {"attempt": 1, "running": 0, "error.type": error_type(exc)})
             raise
         return await _after_primary(call, cancels, None, exc)
     if call.hedges is None:

@@ -6,7 +6,7 @@ context with :func:`use_sinks`.
 """
 
 from ._catalog import CATALOG, Attribute, EventSpec, check_event
-from ._event import AttributeValue, Event, Level
+from ._event import AttributeValue, Event, Level, error_type
 from ._logging import LoggingSink
 from ._sinks import Sink, add_sink, emit, enabled, min_level, process_sinks, remove_sink, use_sinks
 
@@ -23,6 +23,7 @@ __all__ = [
     "check_event",
     "emit",
     "enabled",
+    "error_type",
     "min_level",
     "process_sinks",
     "remove_sink",

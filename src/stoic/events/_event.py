@@ -54,3 +54,9 @@ class Event:
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable mapping inside: not hashable
+
+
+def error_type(error: BaseException) -> str:
+    """The ``error.type`` attribute for ``error``: its class's qualified name, never its message
+    (messages can carry secrets and unbounded cardinality)."""
+    return type(error).__qualname__
