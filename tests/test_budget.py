@@ -90,7 +90,8 @@ def test_named_budgets_are_shared_per_name(clock):
     assert RetryBudget.named("payments") is a
     assert RetryBudget.named("search") is not a
     assert a.name == "payments" and "payments" in repr(a)
-    assert RetryBudget.named("payments", ratio=0.9) is a  # parameters apply on first use only
+    with pytest.raises(ValueError, match="payments"):  # two call sites disagreeing is an error
+        RetryBudget.named("payments", ratio=0.9)
     reset_budgets()
     assert RetryBudget.named("payments") is not a
 
@@ -159,3 +160,10 @@ def test_concurrent_spenders_never_take_more_than_there_is(clock):
         t.join()
     assert sum(wins) == 500
     assert budget.tokens == 0
+
+
+def test_a_named_budget_asked_for_with_other_parameters_is_a_configuration_error() -> None:
+    first = RetryBudget.named("api.example.com", ratio=0.1)
+    assert RetryBudget.named("api.example.com", ratio=0.1) is first
+    with pytest.raises(ValueError, match=r"api\.example\.com"):
+        RetryBudget.named("api.example.com")

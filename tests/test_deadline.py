@@ -262,3 +262,12 @@ def test_a_deadline_instant_that_is_not_a_finite_number_is_a_value_error_naming_
             stoic.deadline(bad)
     with pytest.raises(TypeError, match="instant"):
         stoic.deadline("5")  # type: ignore[arg-type]
+
+
+async def test_a_timeout_object_cannot_be_entered_twice(clock: VirtualClock) -> None:
+    block = stoic.timeout(5)
+    async with block:
+        pass
+    with pytest.raises(RuntimeError, match="only once"):
+        async with block:
+            pass

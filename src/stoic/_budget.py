@@ -89,8 +89,20 @@ class RetryBudget:
     def named(cls, name: str, ratio: float = 0.2, reserve_per_second: float = 1.0,
               reserve_capacity: int = 10) -> RetryBudget:
         """The process-wide budget called ``name`` (created with these parameters on first use),
-        shared by every call site that hits one dependency."""
-        return _registry.get(f"name:{name}", lambda: cls(ratio, reserve_per_second, reserve_capacity, name=name))
+        shared by every call site that hits one dependency.
+
+        Raises ``ValueError`` when a budget of that name already exists with other parameters:
+        two call sites disagreeing about one dependency's budget is a configuration error.
+        """
+        budget = _registry.get(f"name:{name}", lambda: cls(ratio, reserve_per_second, reserve_capacity, name=name))
+        wanted = (float(ratio), float(reserve_per_second), reserve_capacity)
+        if (budget.ratio, budget.reserve_per_second, budget.reserve_capacity) != wanted:
+            raise ValueError(
+                f"RetryBudget.named({name!r}) already exists with ratio={budget.ratio}, "
+                f"reserve_per_second={budget.reserve_per_second}, reserve_capacity={budget.reserve_capacity}; "
+                f"got ratio={ratio}, reserve_per_second={reserve_per_second}, reserve_capacity={reserve_capacity}"
+            )
+        return budget
 
     @classmethod
     def for_call_site(cls, site: str) -> RetryBudget:

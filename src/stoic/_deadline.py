@@ -98,6 +98,8 @@ class Timeout:
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("stoic.timeout() must be used inside an asyncio task")
+        if self._scope is not None:
+            raise RuntimeError("a stoic.timeout()/deadline() object can be entered only once")
         self._task = task
         self._cancelling = task.cancelling()
         self._scope = _Scope(self._clock, self._when_ns, _current.get(), self._label)
