@@ -262,7 +262,7 @@ class RateLimiter(_TokenBucket):
         is queued, even if the bucket could afford it. A request above ``burst`` returns False
         (and emits ``ratelimiter.oversized``). Raises ``ValueError`` for ``permits`` < 1.
         """
-        if permits != 1:
+        if type(permits) is not int or permits != 1:  # 1.0 and True equal 1 but are refused
             self._check_permits(permits)
             if permits > self._burst:
                 self._oversized(permits)
@@ -298,7 +298,7 @@ class RateLimiter(_TokenBucket):
         A waiter that is cancelled (or cut by a deadline) leaves without consuming anything and
         re-raises ``asyncio.CancelledError``.
         """
-        if permits != 1:
+        if type(permits) is not int or permits != 1:  # 1.0 and True equal 1 but are refused
             self._check_permits(permits)
             if permits > self._burst:
                 raise self._oversized(permits)
@@ -436,7 +436,7 @@ class BlockingRateLimiter(_TokenBucket):
         is queued, even if the bucket could afford it. A request above ``burst`` returns False
         (and emits ``ratelimiter.oversized``). Raises ``ValueError`` for ``permits`` < 1.
         """
-        if permits != 1:
+        if type(permits) is not int or permits != 1:  # 1.0 and True equal 1 but are refused
             self._check_permits(permits)
             if permits > self._burst:
                 self._oversized(permits)
@@ -471,7 +471,7 @@ class BlockingRateLimiter(_TokenBucket):
         waiter is still unserved at its timeout (possible only if earlier waiters' threads were
         not scheduled in time). ``ValueError`` for ``permits`` < 1 or a negative ``timeout``.
         """
-        if permits != 1:
+        if type(permits) is not int or permits != 1:  # 1.0 and True equal 1 but are refused
             self._check_permits(permits)
             if permits > self._burst:
                 raise self._oversized(permits)
