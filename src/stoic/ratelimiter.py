@@ -190,6 +190,15 @@ class _TokenBucket:
         else:
             waiters.remove(waiter)
 
+    def _drop_abandoned_head(self) -> bool:
+        """Drop a head abandoned on an event loop closed without cancelling it (it will never
+        resume or leave, so it must not hold up live callers); True if one was dropped."""
+        future = self._waiters[0].future
+        if future is not None and future.get_loop().is_closed():
+            self._leave(self._waiters[0])
+            return True
+        return False
+
     def _wake_head(self) -> None:
         # One wake-up per departure from the head: the next waiter computes its own wait.
         waiters = self._waiters
@@ -268,7 +277,8 @@ class RateLimiter(_TokenBucket):
                 self._oversized(permits)
                 return False
         cost = permits * self._per_ns
-        if self._waiters:
+        # Nobody may be overtaken, but a head on a closed loop is nobody.
+        if self._waiters and not (self._drop_abandoned_head() and not self._waiters):
             return False
         now = self._now()
         elapsed = now - self._stamp
@@ -329,13 +339,9 @@ class RateLimiter(_TokenBucket):
         if not waiters and self._credit >= cost:
             self._credit -= cost
             return
-        if waiters and waiters[0].future is not None and waiters[0].future.get_loop().is_closed():
-            # The head was abandoned on an event loop closed without cancelling it: it will never
-            # resume or leave, so it must not hold up this loop's callers.
-            self._leave(waiters[0])
-            if not waiters and self._credit >= cost:
-                self._credit -= cost
-                return
+        if waiters and self._drop_abandoned_head() and not waiters and self._credit >= cost:
+            self._credit -= cost
+            return
         wait = self._wait_ns(permits)
         if left is not None and wait >= left:
             reason = "would_exceed_deadline"
