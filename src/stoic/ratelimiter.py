@@ -190,6 +190,15 @@ class _TokenBucket:
         else:
             waiters.remove(waiter)
 
+    def _drop_abandoned_head(self) -> bool:
+        """Drop a head abandoned on an event loop closed without cancelling it (it will never
+        resume or leave, so it must not hold up live callers); True if one was dropped."""
+        future = self._waiters[0].future
+        if future is not None and future.get_loop().is_closed():
+            self._leave(self._waiters[0])
+            return True
+        return False
+
     def _wake_head(self) -> None:
         # One wake-up per departure from the head: the next waiter computes its own wait.
         waiters = self._waiters
@@ -262,13 +271,14 @@ class RateLimiter(_TokenBucket):
         is queued, even if the bucket could afford it. A request above ``burst`` returns False
         (and emits ``ratelimiter.oversized``). Raises ``ValueError`` for ``permits`` < 1.
         """
-        if permits != 1:
+        if type(permits) is not int or permits != 1:  # 1.0 and True equal 1 but are refused
             self._check_permits(permits)
             if permits > self._burst:
                 self._oversized(permits)
                 return False
         cost = permits * self._per_ns
-        if self._waiters:
+        # Nobody may be overtaken, but a head on a closed loop is nobody.
+        if self._waiters and not (self._drop_abandoned_head() and not self._waiters):
             return False
         now = self._now()
         elapsed = now - self._stamp
@@ -298,7 +308,7 @@ class RateLimiter(_TokenBucket):
         A waiter that is cancelled (or cut by a deadline) leaves without consuming anything and
         re-raises ``asyncio.CancelledError``.
         """
-        if permits != 1:
+        if type(permits) is not int or permits != 1:  # 1.0 and True equal 1 but are refused
             self._check_permits(permits)
             if permits > self._burst:
                 raise self._oversized(permits)
@@ -329,13 +339,9 @@ class RateLimiter(_TokenBucket):
         if not waiters and self._credit >= cost:
             self._credit -= cost
             return
-        if waiters and waiters[0].future is not None and waiters[0].future.get_loop().is_closed():
-            # The head was abandoned on an event loop closed without cancelling it: it will never
-            # resume or leave, so it must not hold up this loop's callers.
-            self._leave(waiters[0])
-            if not waiters and self._credit >= cost:
-                self._credit -= cost
-                return
+        if waiters and self._drop_abandoned_head() and not waiters and self._credit >= cost:
+            self._credit -= cost
+            return
         wait = self._wait_ns(permits)
         if left is not None and wait >= left:
             reason = "would_exceed_deadline"
@@ -436,7 +442,7 @@ class BlockingRateLimiter(_TokenBucket):
         is queued, even if the bucket could afford it. A request above ``burst`` returns False
         (and emits ``ratelimiter.oversized``). Raises ``ValueError`` for ``permits`` < 1.
         """
-        if permits != 1:
+        if type(permits) is not int or permits != 1:  # 1.0 and True equal 1 but are refused
             self._check_permits(permits)
             if permits > self._burst:
                 self._oversized(permits)
@@ -471,7 +477,7 @@ class BlockingRateLimiter(_TokenBucket):
         waiter is still unserved at its timeout (possible only if earlier waiters' threads were
         not scheduled in time). ``ValueError`` for ``permits`` < 1 or a negative ``timeout``.
         """
-        if permits != 1:
+        if type(permits) is not int or permits != 1:  # 1.0 and True equal 1 but are refused
             self._check_permits(permits)
             if permits > self._burst:
                 raise self._oversized(permits)

@@ -1,0 +1,85 @@
+"""Adversarial review of the bulkhead: deadlines, cancellations and both entry forms at once."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+import stoic
+from stoic import BulkheadFull, DeadlineExceeded
+from stoic.bulkhead import Bulkhead
+from stoic.testing import RecordingSink, VirtualClock, settle
+
+
+@pytest.mark.parametrize("seed", range(5))
+async def test_deadlines_and_cancellations_among_300_callers_never_leak_a_slot(
+    clock: VirtualClock, sink: RecordingSink, seed: int
+) -> None:
+    rng = random.Random(seed)
+    capacity = rng.randint(1, 5)
+    bulkhead = Bulkhead(capacity, queue_limit=rng.choice([0, 3, 300]), label="review", clock=clock)
+    running = 0
+    most = 0
+    waiting: list[asyncio.Task[object]] = []  # callers not yet running, in arrival order
+
+    async def op(seconds: float) -> None:
+        nonlocal running, most
+        waiting.remove(asyncio.current_task())  # type: ignore[arg-type]
+        running += 1
+        most = max(most, running)
+        try:
+            await clock.sleep_until(clock.now_ns() + round(seconds * 1e9))
+        finally:
+            running -= 1
+            if waiting and rng.random() < 0.3:
+                # Cancel the longest waiter just after this slot is handed to it (woken, not yet
+                # running): the hand-over race.
+                asyncio.get_running_loop().call_soon(waiting[0].cancel)
+
+    async def enter(seconds: float, as_context: bool) -> None:
+        if as_context:
+            async with bulkhead:
+                await op(seconds)
+        else:
+            await bulkhead.execute(op, seconds)
+
+    async def caller(seconds: float, deadline: float | None, as_context: bool) -> None:
+        me: asyncio.Task[object] = asyncio.current_task()  # type: ignore[assignment]
+        waiting.append(me)
+        try:
+            if deadline is None:
+                await enter(seconds, as_context)
+            else:
+                async with stoic.timeout(deadline):
+                    await enter(seconds, as_context)
+        finally:
+            if me in waiting:
+                waiting.remove(me)
+
+    tasks: list[asyncio.Task[None]] = []
+    for _ in range(300):
+        roll = rng.random()
+        if roll < 0.6:
+            deadline = rng.choice([None, rng.uniform(0, 3), 0.0])
+            task = asyncio.create_task(caller(rng.uniform(0, 2), deadline, rng.random() < 0.5))
+            tasks.append(task)
+            if rng.random() < 0.2:
+                clock.call_at(clock.now_ns() + round(rng.choice([0.0, rng.uniform(0, 2)]) * 1e9), task.cancel)
+        elif roll < 0.7:
+            await settle()
+        else:
+            await clock.advance(rng.choice([0.0, rng.uniform(0, 1)]))
+        assert running <= capacity and bulkhead.active_count <= capacity
+        assert bulkhead.active_count >= running
+    await clock.run_until_idle()
+    await settle()
+    assert all(task.done() for task in tasks), "a caller still waits with every operation finished"
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert most <= capacity
+    assert (bulkhead.active_count, bulkhead.queued_count) == (0, 0)
+    for result in results:
+        assert result is None or isinstance(result, (BulkheadFull, DeadlineExceeded, asyncio.CancelledError))
+    reasons = {e.attributes["reason"] for e in sink.of("bulkhead.rejected")}
+    assert reasons <= {"bulkhead_full", "cancelled", "deadline_exceeded"}

@@ -1,0 +1,113 @@
+"""Adversarial review of the rate limiter: each test names a behaviour a defect once broke."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+import stoic
+from stoic import RateLimited
+from stoic.ratelimiter import BlockingRateLimiter, RateLimiter
+from stoic.testing import VirtualClock, settle
+
+
+@pytest.mark.parametrize("bad", [1.0, True])
+async def test_permits_equal_to_one_but_not_an_int_are_a_value_error(bad: object) -> None:
+    # 1.0 and True compare equal to 1; accepting them turned the integer credit into a float.
+    clock = VirtualClock()
+    for limiter in (RateLimiter(5, label="x", clock=clock), BlockingRateLimiter(5, label="x", clock=clock)):
+        with pytest.raises(ValueError, match="permits"):
+            await limiter.acquire(bad) if isinstance(limiter, RateLimiter) else limiter.acquire(bad)  # type: ignore[arg-type, func-returns-value]
+        with pytest.raises(ValueError, match="permits"):
+            limiter.try_acquire(bad)  # type: ignore[arg-type]
+        assert limiter.available_permits == 5
+        assert type(limiter._credit) is int
+
+
+def test_try_acquire_is_not_blocked_by_a_head_abandoned_on_a_closed_loop() -> None:
+    clock = VirtualClock()
+    limiter = RateLimiter(1, per=10.0, burst=2, label="abandoned", clock=clock)
+    assert limiter.try_acquire()  # one permit left: a request for two must queue
+    old_loop = asyncio.new_event_loop()
+
+    async def abandon() -> asyncio.Task[None]:
+        task = asyncio.create_task(limiter.acquire(2))
+        await settle()
+        return task
+
+    abandoned = old_loop.run_until_complete(abandon())
+    old_loop.close()  # closed without cancelling its task: the head will never resume
+    assert limiter.waiter_count == 1
+
+    async def later() -> bool:
+        return limiter.try_acquire()
+
+    # The one permit in the bucket is nobody's: a live newcomer may take it.
+    assert asyncio.run(later()) is True
+    assert limiter.waiter_count == 0
+    abandoned._log_destroy_pending = False  # type: ignore[attr-defined]
+    abandoned.get_coro().close()  # type: ignore[union-attr]
+
+
+@settings(max_examples=150, deadline=None)
+@example(rate=1, per_ms=1000, burst=1, steps=[("try", 1, 0), ("acquire", 1, -1)])
+@example(rate=3, per_ms=700, burst=2, steps=[("acquire", 2, 0), ("acquire", 1, -1), ("acquire", 2, -3)])
+@given(
+    rate=st.integers(1, 7),
+    per_ms=st.sampled_from([1, 333, 700, 1000, 3000]),
+    burst=st.integers(1, 4),
+    steps=st.lists(
+        st.one_of(
+            # a negative deadline -k stands for the instant k permits are earned: the boundary
+            st.tuples(st.just("acquire"), st.integers(1, 4), st.integers(-8, 5_000_000_000)),
+            st.tuples(st.just("try"), st.integers(1, 4), st.just(0)),
+            st.tuples(st.just("advance"), st.just(0), st.integers(0, 1_500_000_000)),
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+)
+def test_a_waiter_queued_under_a_deadline_is_never_cut_by_it(
+    rate: int, per_ms: int, burst: int, steps: list[tuple[str, int, int]]
+) -> None:
+    """Deciding before waiting is a promise: a request the limiter queues under a deadline is
+    served before that deadline (when nobody cancels), and every refusal comes at once."""
+
+    async def scenario() -> None:
+        clock = VirtualClock()
+        limiter = RateLimiter(rate, per=per_ms / 1000, burst=burst, queue_limit=None, label="d", clock=clock)
+        outcomes: list[str] = []
+
+        async def waiter(permits: int, deadline_ns: int) -> None:
+            started = clock.now_ns()
+            try:
+                async with stoic.timeout(deadline_ns / 1e9, clock=clock):
+                    await limiter.acquire(min(permits, burst))
+                outcomes.append("served")
+            except RateLimited:
+                assert clock.now_ns() == started  # refused before waiting
+                outcomes.append("refused")
+            except stoic.DeadlineExceeded:
+                # Only a deadline already passed on arrival may end this way.
+                assert deadline_ns == 0 and clock.now_ns() == started
+                outcomes.append("late")
+
+        tasks: list[asyncio.Task[None]] = []
+        for kind, permits, value in steps:
+            if kind == "acquire":
+                deadline_ns = value if value >= 0 else -(value * per_ms * 1_000_000 // rate)
+                tasks.append(asyncio.create_task(waiter(permits, deadline_ns)))
+                await settle()
+            elif kind == "try":
+                limiter.try_acquire(min(permits, burst))
+            else:
+                await clock.advance(value / 1e9)
+        await clock.run_until_idle()
+        await asyncio.gather(*tasks)
+        assert len(outcomes) == len(tasks)
+        assert limiter.waiter_count == 0
+
+    asyncio.run(scenario())
