@@ -53,7 +53,6 @@ def start(bulkhead: Bulkhead, gate: Gate, name: str) -> asyncio.Task[str]:
         ({"max_concurrent": -1}, "max_concurrent"),
         ({"max_concurrent": 2.0}, "max_concurrent"),
         ({"max_concurrent": 1, "queue_limit": -1}, "queue_limit"),
-        ({"max_concurrent": 1, "queue_limit": None}, "queue_limit"),
     ],
 )
 def test_invalid_configuration_names_the_parameter(kwargs: dict[str, object], parameter: str) -> None:
@@ -369,3 +368,19 @@ def test_reused_across_event_loops() -> None:
 
 def test_the_asyncio_bulkhead_is_a_policy() -> None:
     assert isinstance(Bulkhead(1, label="p"), stoic.Policy)
+
+
+async def test_an_unbounded_queue_is_none_as_for_the_rate_limiter(clock: VirtualClock) -> None:
+    bulkhead = Bulkhead(1, queue_limit=None, label="unbounded")
+    assert bulkhead.queue_limit is None
+    gate = asyncio.Event()
+
+    async def hold() -> None:
+        await gate.wait()
+
+    tasks = [asyncio.create_task(bulkhead.execute(hold)) for _ in range(500)]
+    await settle()
+    assert (bulkhead.active_count, bulkhead.queued_count) == (1, 499)
+    gate.set()
+    await asyncio.gather(*tasks)
+    assert (bulkhead.active_count, bulkhead.queued_count) == (0, 0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import sys
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -36,6 +37,8 @@ from .events import AttributeValue, Level, emit, min_level
 P = ParamSpec("P")
 T = TypeVar("T")
 
+
+_UNBOUNDED = sys.maxsize  # queue_limit=None
 
 class _Waiter:
     """A queued caller. ``granted`` turns true when a slot is handed to it (under the state's
@@ -55,9 +58,13 @@ class _Compartment:
 
     __slots__ = ("_active", "_clock", "_label", "_max", "_queue_limit", "_waiters")
 
-    def __init__(self, max_concurrent: int, *, queue_limit: int = 0, label: str, clock: Clock | None = None) -> None:
+    def __init__(
+        self, max_concurrent: int, *, queue_limit: int | None = 0, label: str, clock: Clock | None = None
+    ) -> None:
         self._max = check_int(max_concurrent, "max_concurrent", minimum=1)
-        self._queue_limit = check_int(queue_limit, "queue_limit", minimum=0)
+        # None (unbounded, as for the rate limiter) is kept as a limit no queue can reach, so the
+        # full/wait decision stays one integer comparison.
+        self._queue_limit = _UNBOUNDED if queue_limit is None else check_int(queue_limit, "queue_limit", minimum=0)
         if not isinstance(label, str):
             raise TypeError(f"label must be a str, got {type(label).__name__}")
         self._label = label
@@ -76,9 +83,9 @@ class _Compartment:
         return self._max
 
     @property
-    def queue_limit(self) -> int:
-        """How many callers may wait for a slot."""
-        return self._queue_limit
+    def queue_limit(self) -> int | None:
+        """How many callers may wait for a slot (``None``: unbounded)."""
+        return None if self._queue_limit == _UNBOUNDED else self._queue_limit
 
     @property
     def active_count(self) -> int:
@@ -92,7 +99,7 @@ class _Compartment:
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(max_concurrent={self._max}, queue_limit={self._queue_limit}, "
+            f"{type(self).__name__}(max_concurrent={self._max}, queue_limit={self.queue_limit}, "
             f"label={self._label!r}, active={self._active}, queued={len(self._waiters)})"
         )
 
@@ -116,7 +123,8 @@ class Bulkhead(_Compartment):
     """A concurrency limit for asyncio operations (seed 000, "Bulkhead").
 
     ``Bulkhead(max_concurrent, *, queue_limit=0, label, clock=None)``: ``max_concurrent`` (an
-    int >= 1) operations run at once, ``queue_limit`` (an int >= 0) more wait in FIFO order;
+    int >= 1) operations run at once, ``queue_limit`` (an int >= 0, or ``None`` for unbounded, still
+    bounded by cancellation and deadlines) more wait in FIFO order;
     ``label`` is carried by every event; ``clock`` (default: the ambient clock at construction)
     times the events. Raises ``ValueError`` naming the parameter when a value is out of range.
 
@@ -225,7 +233,9 @@ class BlockingBulkhead(_Compartment):
 
     __slots__ = ("_lock",)
 
-    def __init__(self, max_concurrent: int, *, queue_limit: int = 0, label: str, clock: Clock | None = None) -> None:
+    def __init__(
+        self, max_concurrent: int, *, queue_limit: int | None = 0, label: str, clock: Clock | None = None
+    ) -> None:
         super().__init__(max_concurrent, queue_limit=queue_limit, label=label, clock=clock)
         self._lock = threading.Lock()
 
