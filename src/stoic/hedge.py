@@ -488,7 +488,7 @@ async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: 
             # No hedge ever started: the first attempt's outcome is the call's.
             if call.handle is not None:
                 call.handle.cancel()
-            if min_level() <= Level.DEBUG and not isinstance(exc, asyncio.CancelledError):
+            if min_level() <= Level.DEBUG and isinstance(exc, Exception):
                 emit("hedge.attempt_failed", policy.label, Level.DEBUG, clock.now_ns(),
                      {"attempt": 1, "running": 0, "error.type": error_type(exc)})
             raise

@@ -215,7 +215,7 @@ class _FibStep(_Step):
 
     def next(self, elapsed_ns: int) -> int | None:
         value = min(self.cap, self.base * self.a)
-        if value < self.cap:
+        if value < self.cap and self.base:  # a zero base never reaches the cap: stop growing fib(n)
             self.a, self.b = self.b, self.a + self.b
         return value
 
