@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from types import CodeType, CoroutineType
 from typing import Any, ParamSpec, TypeVar
 
-from . import _random
+from . import _deadline, _random
 from ._attempt import Attempt
 from ._budget import _NO_OP, RetryBudget, _registry, _Site, site_of_frame
 from ._classify import ClassifierLike, RetryClassifier, RetryNesting, as_classifier
@@ -219,7 +219,8 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
         return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
                                  clock, _in_attempt.get(), None, -1)
     # Only the deadline check (5) and up_to use the start: without them, success reads no time.
-    started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
+    under_deadline = _deadline.ever_set and _deadline_scope.get() is not None  # (ever_set: see _deadline)
+    started = clock.now_ns() if schedule._timed or under_deadline else -1
     # Set even when already inside an attempt (then it changes nothing and reset restores it):
     # one set beats a get and a branch, and the token's old value says whether we are nested.
     token = _in_attempt.set(True)
@@ -301,7 +302,8 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     if wants:
         return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
                           _in_attempt.get(), None, -1)
-    started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
+    under_deadline = _deadline.ever_set and _deadline_scope.get() is not None  # (ever_set: see _deadline)
+    started = clock.now_ns() if schedule._timed or under_deadline else -1
     token = _in_attempt.set(True)
     try:
         result = fn(*args, **kwargs)
@@ -461,7 +463,8 @@ def retry_sync(
         return _run_sync(schedule, fn, args, kwargs, site.name, bucket, classifier, nesting, label, clock, True)
     # _run_sync's first attempt, inlined (one call frame fewer on every call).
     next(bucket._deposits)
-    started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
+    under_deadline = _deadline.ever_set and _deadline_scope.get() is not None  # (ever_set: see _deadline)
+    started = clock.now_ns() if schedule._timed or under_deadline else -1
     token = _in_attempt.set(True)
     try:
         result = fn(*args, **kwargs)
@@ -539,7 +542,8 @@ class _Retrier:
                 return await _run_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label,
                                         attempt_ns, clock, wants and "attempt" not in kwargs)
             next(bucket._deposits)
-            started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
+            under_deadline = _deadline.ever_set and _deadline_scope.get() is not None  # (ever_set: see _deadline)
+            started = clock.now_ns() if schedule._timed or under_deadline else -1
             token = _in_attempt.set(True)  # (see _run_async)
             try:
                 return await fn(*args, **kwargs)
@@ -565,7 +569,8 @@ class _Retrier:
                 return _run_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
                                  "attempt" not in kwargs)
             next(bucket._deposits)
-            started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
+            under_deadline = _deadline.ever_set and _deadline_scope.get() is not None  # (ever_set: see _deadline)
+            started = clock.now_ns() if schedule._timed or under_deadline else -1
             token = _in_attempt.set(True)
             try:
                 result = fn(*args, **kwargs)
