@@ -16,11 +16,11 @@ from contextvars import ContextVar
 from types import CodeType, CoroutineType
 from typing import Any, ParamSpec, TypeVar
 
-from . import _deadline, _random
+from . import _clock, _deadline, _random
 from ._attempt import Attempt
 from ._budget import _NO_OP, RetryBudget, _registry, _Site, site_of_frame
 from ._classify import ClassifierLike, RetryClassifier, RetryNesting, as_classifier
-from ._clock import Clock, _ambient_clock, current_clock
+from ._clock import SYSTEM_CLOCK, Clock, _ambient_clock, current_clock
 from ._deadline import Timeout, remaining_ns
 from ._deadline import _current as _deadline_scope
 from ._durations import Seconds, to_ns
@@ -426,7 +426,8 @@ def retry(
         site.bucket if budget is _PER_SITE else _budget(budget),
         classify if type(classify) is RetryClassifier else as_classifier(classify),
         nesting if nesting is _SINGLE else _nesting(nesting), label,
-        None if attempt_timeout is None else to_ns(attempt_timeout, "attempt_timeout"), _ambient_clock.get(),
+        None if attempt_timeout is None else to_ns(attempt_timeout, "attempt_timeout"),
+        _ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK,  # current_clock(), inlined
         (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)) and "attempt" not in kwargs,
     )
 
@@ -457,7 +458,7 @@ def retry_sync(
     classifier = classify if type(classify) is RetryClassifier else as_classifier(classify)
     if nesting is not _SINGLE:
         _nesting(nesting)
-    clock = _ambient_clock.get()
+    clock = _ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK  # current_clock(), inlined
     op = site.op
     if (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)) and "attempt" not in kwargs:
         return _run_sync(schedule, fn, args, kwargs, site.name, bucket, classifier, nesting, label, clock, True)
