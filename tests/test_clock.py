@@ -210,3 +210,38 @@ async def test_the_system_clock_is_monotonic_nanoseconds_and_sleeps_on_the_loop(
     SYSTEM_CLOCK.call_at(SYSTEM_CLOCK.now_ns(), fired.set)
     await asyncio.wait_for(fired.wait(), 5)
     assert repr(SYSTEM_CLOCK) == "SystemClock()"
+
+
+_FIRST_CLOCK_SCRIPT = """
+import asyncio
+import stoic
+from stoic import _clock
+from stoic.testing import VirtualClock
+
+assert stoic.current_clock() is _clock.SYSTEM_CLOCK and not _clock.ever_set
+calls = []
+
+async def once():
+    calls.append(1)
+    if len(calls) == 1:
+        raise ConnectionError
+    return "ok"
+
+virtual = VirtualClock()
+with stoic.use_clock(virtual):  # the process's first ambient clock
+    result = asyncio.run(virtual.run(stoic.retry(stoic.Schedule.delays([1.5]), once)))
+    print(_clock.ever_set, stoic.current_clock() is virtual, result, virtual.now())
+print(stoic.current_clock() is _clock.SYSTEM_CLOCK)
+"""
+
+
+def test_the_first_ambient_clock_of_a_process_is_the_one_policies_use():
+    # current_clock() and the retry functions skip the context variable until use_clock() has
+    # been entered once in the process (_clock.ever_set); in a fresh interpreter the very first
+    # use_clock must still be seen: the retry's backoff runs on the virtual clock.
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _FIRST_CLOCK_SCRIPT], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    assert out.split() == ["True", "True", "ok", "1.5", "True"]

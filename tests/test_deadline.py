@@ -271,3 +271,49 @@ async def test_a_timeout_object_cannot_be_entered_twice(clock: VirtualClock) -> 
     with pytest.raises(RuntimeError, match="only once"):
         async with block:
             pass
+
+
+_FIRST_DEADLINE_SCRIPT = """
+import asyncio, stoic
+from stoic import _deadline
+
+breaker = stoic.CircuitBreaker("first")
+schedule = stoic.Schedule.delays([0.0])
+assert breaker.call(lambda: 1) == 1 and not _deadline.ever_set
+seen = []
+
+async def main():
+    async with stoic.timeout(0):  # the process's first deadline, passed at once
+        try:
+            await breaker.execute(asyncio.sleep, 0)
+        except stoic.DeadlineExceeded:
+            seen.append("breaker")
+        try:
+            await stoic.retry(schedule, lambda: failing())
+        except ConnectionError:
+            seen.append(calls[0])
+        await asyncio.sleep(1)
+
+calls = [0]
+async def failing():
+    calls[0] += 1
+    raise ConnectionError
+
+try:
+    asyncio.run(main())
+except stoic.DeadlineExceeded:
+    pass
+print(_deadline.ever_set, seen)
+"""
+
+
+def test_the_first_deadline_of_a_process_is_seen_by_the_policies_inside_it():
+    # Policies skip the deadline lookup until some timeout()/deadline() has been entered in the
+    # process (_deadline.ever_set); in a fresh interpreter the very first one must still count:
+    # the breaker refuses, and the retry skips its second attempt (it could not finish in time).
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _FIRST_DEADLINE_SCRIPT], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    assert out.strip() == "True ['breaker', 1]"

@@ -16,11 +16,11 @@ from contextvars import ContextVar
 from types import CodeType, CoroutineType
 from typing import Any, ParamSpec, TypeVar
 
-from . import _random
+from . import _clock, _deadline, _random
 from ._attempt import Attempt
 from ._budget import _NO_OP, RetryBudget, _registry, _Site, site_of_frame
 from ._classify import ClassifierLike, RetryClassifier, RetryNesting, as_classifier
-from ._clock import Clock, _ambient_clock, current_clock
+from ._clock import SYSTEM_CLOCK, Clock, _ambient_clock, current_clock
 from ._deadline import Timeout, remaining_ns
 from ._deadline import _current as _deadline_scope
 from ._durations import Seconds, to_ns
@@ -219,7 +219,8 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
         return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
                                  clock, _in_attempt.get(), None, -1)
     # Only the deadline check (5) and up_to use the start: without them, success reads no time.
-    started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
+    under_deadline = _deadline.ever_set and _deadline_scope.get() is not None  # (ever_set: see _deadline)
+    started = clock.now_ns() if schedule._timed or under_deadline else -1
     # Set even when already inside an attempt (then it changes nothing and reset restores it):
     # one set beats a get and a branch, and the token's old value says whether we are nested.
     token = _in_attempt.set(True)
@@ -301,7 +302,8 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     if wants:
         return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
                           _in_attempt.get(), None, -1)
-    started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
+    under_deadline = _deadline.ever_set and _deadline_scope.get() is not None  # (ever_set: see _deadline)
+    started = clock.now_ns() if schedule._timed or under_deadline else -1
     token = _in_attempt.set(True)
     try:
         result = fn(*args, **kwargs)
@@ -424,7 +426,8 @@ def retry(
         site.bucket if budget is _PER_SITE else _budget(budget),
         classify if type(classify) is RetryClassifier else as_classifier(classify),
         nesting if nesting is _SINGLE else _nesting(nesting), label,
-        None if attempt_timeout is None else to_ns(attempt_timeout, "attempt_timeout"), _ambient_clock.get(),
+        None if attempt_timeout is None else to_ns(attempt_timeout, "attempt_timeout"),
+        _ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK,  # current_clock(), inlined
         (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)) and "attempt" not in kwargs,
     )
 
@@ -455,13 +458,14 @@ def retry_sync(
     classifier = classify if type(classify) is RetryClassifier else as_classifier(classify)
     if nesting is not _SINGLE:
         _nesting(nesting)
-    clock = _ambient_clock.get()
+    clock = _ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK  # current_clock(), inlined
     op = site.op
     if (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)) and "attempt" not in kwargs:
         return _run_sync(schedule, fn, args, kwargs, site.name, bucket, classifier, nesting, label, clock, True)
     # _run_sync's first attempt, inlined (one call frame fewer on every call).
     next(bucket._deposits)
-    started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
+    under_deadline = _deadline.ever_set and _deadline_scope.get() is not None  # (ever_set: see _deadline)
+    started = clock.now_ns() if schedule._timed or under_deadline else -1
     token = _in_attempt.set(True)
     try:
         result = fn(*args, **kwargs)
@@ -539,7 +543,8 @@ class _Retrier:
                 return await _run_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label,
                                         attempt_ns, clock, wants and "attempt" not in kwargs)
             next(bucket._deposits)
-            started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
+            under_deadline = _deadline.ever_set and _deadline_scope.get() is not None  # (ever_set: see _deadline)
+            started = clock.now_ns() if schedule._timed or under_deadline else -1
             token = _in_attempt.set(True)  # (see _run_async)
             try:
                 return await fn(*args, **kwargs)
@@ -565,7 +570,8 @@ class _Retrier:
                 return _run_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
                                  "attempt" not in kwargs)
             next(bucket._deposits)
-            started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
+            under_deadline = _deadline.ever_set and _deadline_scope.get() is not None  # (ever_set: see _deadline)
+            started = clock.now_ns() if schedule._timed or under_deadline else -1
             token = _in_attempt.set(True)
             try:
                 result = fn(*args, **kwargs)

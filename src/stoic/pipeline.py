@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from . import _random
+from . import _deadline, _random
 from ._attempt import Attempt
 from ._budget import RetryBudget
 from ._classify import ClassifierLike, RetryClassifier, RetryNesting
@@ -110,7 +110,8 @@ class Retrying:
         next(bucket._deposits)
         schedule = r.schedule
         clock = self._clock
-        started = clock.now_ns() if schedule._timed or _deadline_scope.get() is not None else -1
+        under_deadline = _deadline.ever_set and _deadline_scope.get() is not None  # (ever_set: see _deadline)
+        started = clock.now_ns() if schedule._timed or under_deadline else -1
         token = _in_attempt.set(True)
         try:
             result = fn(*args, **kwargs)

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, ParamSpec, TypeVar, overload
 
-from .. import _random
+from .. import _deadline, _random
 from .._clock import Clock, SystemClock, current_clock
 from .._deadline import _current as _deadline_scope
 from .._deadline import remaining_ns
@@ -197,7 +197,7 @@ class CircuitBreaker:
         never counted; ``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit`` and
         ``asyncio.CancelledError`` pass through uncounted.
         """
-        if _deadline_get() is not None:
+        if _deadline.ever_set and _deadline_get() is not None:  # (ever_set: see _deadline)
             self._refuse_if_late()
         epoch = self._closed_epoch  # the current epoch when closed, else None
         if epoch is None:
@@ -232,7 +232,7 @@ class CircuitBreaker:
         The same decisions and exceptions as :meth:`execute`; the lock is never held while
         ``fn`` runs, so calls from many threads run concurrently.
         """
-        if _deadline_get() is not None:
+        if _deadline.ever_set and _deadline_get() is not None:  # (ever_set: see _deadline)
             self._refuse_if_late()
         epoch = self._closed_epoch  # the current epoch when closed, else None
         if epoch is None:

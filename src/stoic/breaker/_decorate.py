@@ -26,6 +26,7 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import _deadline
 from .._deadline import _current as _deadline_scope
 from ..events import Level, min_level
 from ..events._sinks import _process as _sinks_registry
@@ -41,9 +42,10 @@ _BUILTINS_READ = frozenset({"BaseException"})
 
 _TEMPLATE = """\
 def stoic_make(stoic_breaker, stoic_fn, stoic_now, stoic_slow_ns, stoic_admit, stoic_refuse_if_late,
-               stoic_settle, stoic_settle_error, stoic_deadline_get, stoic_sinks, stoic_min_level):
+               stoic_settle, stoic_settle_error, stoic_deadline, stoic_deadline_get, stoic_sinks,
+               stoic_min_level):
     {async_}def stoic_wrapper({params}):
-        if stoic_deadline_get() is not None:
+        if stoic_deadline.ever_set and stoic_deadline_get() is not None:
             stoic_refuse_if_late()
         stoic_epoch = stoic_breaker._closed_epoch  # the current epoch when closed, else None
         if stoic_epoch is None:
@@ -124,7 +126,7 @@ def decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., A
     params, call = mirrored if mirrored is not None else _PACKED
     wrapper = _factory(is_async, params, call)(
         breaker, fn, breaker._now, breaker._slow_ns, breaker._admit, breaker._refuse_if_late,
-        breaker._settle, breaker._settle_error, _deadline_scope.get, _sinks_registry, min_level,
+        breaker._settle, breaker._settle_error, _deadline, _deadline_scope.get, _sinks_registry, min_level,
     )
     if mirrored is not None:
         # The wrapper's parameters take fn's defaults (the same objects, read now).
