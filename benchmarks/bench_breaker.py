@@ -52,6 +52,8 @@ def async_rows() -> list[tuple[str, Callable[[], Awaitable[object]]]]:
         import circuitbreaker
 
         rows.append(("circuitbreaker @circuit", circuitbreaker.circuit(awork)))
+        cb_async = circuitbreaker.CircuitBreaker()
+        rows.append(("circuitbreaker call_async", lambda: cb_async.call_async(awork)))
     if _have("aiobreaker"):
         import aiobreaker
 
@@ -85,6 +87,8 @@ def sync_rows() -> list[tuple[str, Callable[[], object]]]:
         import circuitbreaker
 
         rows.append(("circuitbreaker @circuit", circuitbreaker.circuit(work)))
+        cb_sync = circuitbreaker.CircuitBreaker()
+        rows.append(("circuitbreaker call", lambda: cb_sync.call(work)))
     if _have("pybreaker"):
         import pybreaker
 
@@ -107,6 +111,7 @@ def sync_rows() -> list[tuple[str, Callable[[], object]]]:
 _VIA_LAMBDA = {
     "stoic execute", "stoic execute (count window)", "aiobreaker call_async",
     "stoic call", "stoic call (count window)", "pybreaker call",
+    "circuitbreaker call_async", "circuitbreaker call",
 }
 
 
@@ -119,17 +124,25 @@ def _table(title: str, results: list[Result], stoic_rows: tuple[str, ...]) -> di
 
     peers = [r for r in rows if not r.name.startswith("stoic")]
     fastest = min(peers, key=overhead) if peers else None
+    # The same form as well: a method taking (fn, *args, **kwargs) pays for packing its arguments
+    # whoever writes it, a decorator need not; each stoic row is also compared with the fastest
+    # peer invoked the same way.
+    method_peers = [r for r in peers if r.name in _VIA_LAMBDA]
+    decorator_peers = [r for r in peers if r.name not in _VIA_LAMBDA]
     print(f"\n## {title}  (bare: {bare:.0f} ns/call; through a lambda: {bare_lambda:.0f})")
-    print(f"{'':<32}{'ns/call':>10}{'overhead':>10}{'vs fastest peer':>18}")
+    print(f"{'':<32}{'ns/call':>10}{'overhead':>10}{'vs fastest peer':>18}{'vs same form':>14}")
     ratios: dict[str, float] = {}
     for r in rows:
-        ratio = ""
+        ratio = same = ""
         if fastest is not None:
             value = overhead(r) / max(1e-9, overhead(fastest))
             ratio = f"{value:.2f}x"
             if r.name in stoic_rows:
                 ratios[r.name] = value
-        print(f"{r.name:<32}{r.ns_per_call:>10.0f}{overhead(r):>10.0f}{ratio:>18}")
+                form = method_peers if r.name in _VIA_LAMBDA else decorator_peers
+                if form:
+                    same = f"{overhead(r) / max(1e-9, overhead(min(form, key=overhead))):.2f}x"
+        print(f"{r.name:<32}{r.ns_per_call:>10.0f}{overhead(r):>10.0f}{ratio:>18}{same:>14}")
     if fastest is not None:
         print(f"fastest peer: {fastest.name} (overhead {overhead(fastest):.0f} ns); target: stoic <= 0.50x")
     return ratios
