@@ -76,6 +76,10 @@ def bench_async_limiters() -> list[Result]:
         async with peer:
             return await _op()
 
+    async def aiolimiter_acquire() -> int:
+        await peer.acquire()
+        return await _op()
+
     pyrate = Limiter(Rate(10**9, Duration.SECOND))
 
     async def with_pyrate() -> int:
@@ -87,6 +91,7 @@ def bench_async_limiters() -> list[Result]:
         ("stoic RateLimiter.execute", stoic_execute, CALLS),
         ("stoic acquire(); await", stoic_acquire, CALLS),
         ("aiolimiter async with", with_aiolimiter, CALLS),
+        ("aiolimiter acquire(); await", aiolimiter_acquire, CALLS),
         # pyrate-limiter keeps every hit of the window in memory: fewer calls keep it honest.
         ("pyrate-limiter try_acquire_async", with_pyrate, 20_000),
     ], is_async=True)
@@ -319,12 +324,16 @@ def main() -> None:
     report("bulkhead, threads (ns per call)", bench_sync_bulkhead(), baseline="bare call",
            reference="stoic BlockingBulkhead.call")
     bench_wakeups()
-    execute = _ratio(async_limiters, "bare await", "stoic RateLimiter.execute", "aiolimiter async with")
-    acquire = _ratio(async_limiters, "bare await", "stoic acquire(); await", "aiolimiter async with")
+    # Each peer in its fastest form: aiolimiter's acquire() skips the context manager's exit.
+    fastest_aiolimiter = min(("aiolimiter async with", "aiolimiter acquire(); await"),
+                             key=lambda name: next(r.ns_per_call for r in async_limiters if r.name == name))
+    execute = _ratio(async_limiters, "bare await", "stoic RateLimiter.execute", fastest_aiolimiter)
+    acquire = _ratio(async_limiters, "bare await", "stoic acquire(); await", fastest_aiolimiter)
     bulk = _ratio(bulkheads, "bare await", "stoic Bulkhead.execute", "asyncio.Semaphore async with")
     bulk_with = _ratio(bulkheads, "bare await", "stoic async with bulkhead", "asyncio.Semaphore async with")
     print("\n## targets")
-    print(f"limiter overhead / aiolimiter's: execute {execute:.2f}x, acquire {acquire:.2f}x (target <= 0.5x)")
+    print(f"limiter overhead / aiolimiter's ({fastest_aiolimiter}): execute {execute:.2f}x, "
+          f"acquire {acquire:.2f}x (target <= 0.5x)")
     print(f"bulkhead overhead / asyncio.Semaphore's: execute {bulk:.2f}x, async with {bulk_with:.2f}x "
           "(target <= 1.1x)")
 

@@ -518,3 +518,27 @@ def test_a_waiter_abandoned_on_a_closed_loop_does_not_block_the_next_loop() -> N
 
 def test_the_asyncio_limiter_is_a_policy() -> None:
     assert isinstance(RateLimiter(1, label="p", clock=VirtualClock()), stoic.Policy)
+
+
+async def test_execute_takes_a_grantable_permit_when_called_and_queues_only_when_awaited(
+    clock: VirtualClock,
+) -> None:
+    """execute() is a plain method returning a coroutine: a permit the bucket can grant at once
+    is taken at the call (no coroutine of the limiter's own); a request that must wait queues
+    only when the returned coroutine is awaited."""
+    limiter = RateLimiter(1, per=1.0, label="eager")
+
+    async def op(value: int) -> int:
+        return value
+
+    first = limiter.execute(op, 1)
+    assert limiter.available_permits == 0
+    assert await first == 1
+    second = limiter.execute(op, 2)
+    assert limiter.waiter_count == 0
+    task = asyncio.create_task(second)
+    await settle()
+    assert limiter.waiter_count == 1
+    await clock.advance(1.0)
+    assert await task == 2
+    assert limiter.waiter_count == 0

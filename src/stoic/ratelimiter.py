@@ -25,10 +25,11 @@ import inspect
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from types import MappingProxyType, TracebackType
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
+from . import _deadline
 from ._clock import Clock, SystemClock, current_clock
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
@@ -312,7 +313,7 @@ class RateLimiter(_TokenBucket):
             self._check_permits(permits)
             if permits > self._burst:
                 raise self._oversized(permits)
-        if not self._waiters and _deadline_scope.get() is None:
+        if not self._waiters and (not _deadline.ever_set or _deadline_scope.get() is None):
             now = self._now()
             elapsed = now - self._stamp
             if elapsed > 0:
@@ -379,13 +380,22 @@ class RateLimiter(_TokenBucket):
             raise
         self._waited(permits, start)
 
-    async def execute(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """Take one permit (as :meth:`acquire`), then ``await fn(*args, **kwargs)``.
+    def execute(
+        self, fn: Callable[P, Coroutine[Any, Any, T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> Coroutine[Any, Any, T]:
+        """Take one permit (as :meth:`acquire`), then run ``fn(*args, **kwargs)``; await the result.
 
-        Returns what ``fn`` returns; its exceptions propagate unchanged. Raises what
-        :meth:`acquire` raises when the permit is refused (``fn`` then never runs).
+        ``await limiter.execute(fn, ...)`` returns what ``fn`` returns; its exceptions propagate
+        unchanged. Raises what :meth:`acquire` raises when the permit is refused (``fn`` then
+        never runs).
+
+        A plain method that returns a coroutine: when the bucket can grant the permit at once
+        (nobody queued, enough credit) it is taken right here and ``fn``'s own coroutine is
+        returned, so a granted call costs no coroutine of the limiter's own. Otherwise the
+        returned coroutine queues and waits when it is awaited. Either way a permit once taken is
+        spent, even if the returned coroutine is never awaited (a limiter limits attempts).
         """
-        if not self._waiters and _deadline_scope.get() is None:
+        if not self._waiters and (not _deadline.ever_set or _deadline_scope.get() is None):
             now = self._now()
             elapsed = now - self._stamp
             if elapsed > 0:
@@ -394,10 +404,13 @@ class RateLimiter(_TokenBucket):
                 self._stamp = now
             if self._credit >= self._per_ns:
                 self._credit -= self._per_ns
-            else:
-                await self._acquire_slow(1)
-        else:
-            await self._acquire_slow(1)
+                return fn(*args, **kwargs)
+        return self._execute_queued(fn, args, kwargs)
+
+    async def _execute_queued(
+        self, fn: Callable[..., Coroutine[Any, Any, T]], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> T:
+        await self._acquire_slow(1)
         return await fn(*args, **kwargs)
 
     def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
