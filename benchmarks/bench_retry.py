@@ -40,12 +40,16 @@ def _op_sync() -> int:
 
 
 def _ratios(results: list[Result], stoic_name: str, baseline: str, targets: dict[str, float]) -> None:
+    """Print stoic's overhead over each peer's, against the target. A peer named by its prefix
+    ("tenacity") is taken in its fastest form in this run: its forms differ by up to 2.5x."""
     base = next(r.ns_per_call for r in results if r.name == baseline)
     ours = next(r.ns_per_call for r in results if r.name == stoic_name) - base
-    for peer, target in targets.items():
-        theirs = next((r.ns_per_call for r in results if r.name == peer), None)
-        if theirs is None:
+    for prefix, target in targets.items():
+        forms = [r for r in results if r.name.startswith(prefix)]
+        if not forms:
             continue
+        fastest = min(forms, key=lambda r: r.ns_per_call)
+        peer, theirs = fastest.name, fastest.ns_per_call
         ratio = ours / (theirs - base)
         verdict = "ok" if ratio <= target else "MISSED"
         print(f"  {stoic_name} / {peer}: {ratio:.3f}x overhead (target <= {target:g}x) {verdict}")
@@ -85,6 +89,31 @@ def bench_async() -> list[Result]:
         results.append(Result("tenacity.retry", time_async(tenacity.retry(
             stop=tenacity.stop_after_attempt(3), wait=tenacity.wait_exponential(multiplier=0.1),
             retry=tenacity.retry_if_exception_type(ConnectionError))(_op), calls=CALLS // 5)))
+        controller = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(3), wait=tenacity.wait_exponential(multiplier=0.1),
+            retry=tenacity.retry_if_exception_type(ConnectionError))
+
+        async def tenacity_inline() -> int:
+            async for attempt in controller:
+                with attempt:
+                    return await _op()
+            raise AssertionError("unreachable")
+
+        # Two shapes of the inline loop: one controller reused by every call (fastest, but its
+        # statistics are shared state, unsafe across concurrent tasks) and one made per call (as
+        # tenacity's documentation writes it). Targets are judged against the fastest form.
+        results.append(Result("tenacity AsyncRetrying loop, reused", time_async(tenacity_inline, calls=CALLS // 5)))
+
+        async def tenacity_per_call() -> int:
+            async for attempt in tenacity.AsyncRetrying(
+                    stop=tenacity.stop_after_attempt(3), wait=tenacity.wait_exponential(multiplier=0.1),
+                    retry=tenacity.retry_if_exception_type(ConnectionError)):
+                with attempt:
+                    return await _op()
+            raise AssertionError("unreachable")
+
+        results.append(Result("tenacity AsyncRetrying loop, per call", time_async(tenacity_per_call,
+                                                                                  calls=CALLS // 5)))
     return results
 
 
@@ -113,6 +142,27 @@ def bench_sync() -> list[Result]:
         results.append(Result("tenacity.retry", time_sync(tenacity.retry(
             stop=tenacity.stop_after_attempt(3), wait=tenacity.wait_exponential(multiplier=0.1),
             retry=tenacity.retry_if_exception_type(ConnectionError))(_op_sync), calls=CALLS // 5)))
+        controller = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(3), wait=tenacity.wait_exponential(multiplier=0.1),
+            retry=tenacity.retry_if_exception_type(ConnectionError))
+
+        def tenacity_inline() -> int:
+            for attempt in controller:
+                with attempt:
+                    return _op_sync()
+            raise AssertionError("unreachable")
+
+        results.append(Result("tenacity Retrying loop, reused", time_sync(tenacity_inline, calls=CALLS // 5)))
+
+        def tenacity_per_call() -> int:
+            for attempt in tenacity.Retrying(
+                    stop=tenacity.stop_after_attempt(3), wait=tenacity.wait_exponential(multiplier=0.1),
+                    retry=tenacity.retry_if_exception_type(ConnectionError)):
+                with attempt:
+                    return _op_sync()
+            raise AssertionError("unreachable")
+
+        results.append(Result("tenacity Retrying loop, per call", time_sync(tenacity_per_call, calls=CALLS // 5)))
     return results
 
 
@@ -192,13 +242,11 @@ def main() -> None:
     report("retry (async): a call that succeeds at once", results, baseline="bare await",
            reference="stoic @retrying")
     for name in ("stoic @retrying", "stoic retry()", "stoic Retrying.execute"):
-        _ratios(results, name, "bare await", {"tenacity.retry": 1 / 20, "backoff.on_exception": 0.5,
-                                              "stamina.retry": 1.0})
+        _ratios(results, name, "bare await", {"tenacity": 1 / 20, "backoff": 0.5, "stamina": 1.0})
     results = bench_sync()
     report("retry (sync): a call that succeeds at once", results, baseline="bare call", reference="stoic @retrying")
     for name in ("stoic @retrying", "stoic retry_sync()", "stoic Retrying.call"):
-        _ratios(results, name, "bare call", {"tenacity.retry": 1 / 20, "backoff.on_exception": 0.5,
-                                             "stamina.retry": 1.0})
+        _ratios(results, name, "bare call", {"tenacity": 1 / 20, "backoff": 0.5, "stamina": 1.0})
     results = bench_pipeline()
     stack = results[1].name
     report("pipeline: every stage admits, the call succeeds", results, baseline="bare await", reference=stack)
