@@ -343,3 +343,17 @@ async def test_a_deadline_refusal_from_an_inner_policy_is_not_counted(clock: Vir
     assert not caught.value.timed_out
     assert counts(breaker) == (0, 0)
     assert [dict(e.attributes) for e in sink.of("breaker.ignored")] == [{"reason": "rejection"}]
+
+
+def test_an_async_function_given_to_call_is_refused_and_never_counted(sink: RecordingSink) -> None:
+    """breaker.call(async_fn) would otherwise record a success for a coroutine that never ran."""
+    breaker = make()
+
+    async def not_for_call() -> int:
+        return 1
+
+    with pytest.raises(TypeError, match="execute"):
+        breaker.call(not_for_call)
+    assert counts(breaker) == (0, 0)
+    assert len(sink.of("breaker.defect")) == 1
+    assert not sink.of("breaker.recorded")

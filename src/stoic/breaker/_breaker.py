@@ -16,6 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
+from types import CoroutineType
 from typing import Any, Final, ParamSpec, TypeVar, overload
 
 from .. import _deadline, _random
@@ -23,7 +24,7 @@ from .._clock import Clock, SystemClock, current_clock
 from .._deadline import _current as _deadline_scope
 from .._deadline import remaining_ns
 from .._durations import Seconds, check_int, to_ns
-from .._errors import CircuitOpen, DeadlineExceeded, Rejected, is_defect
+from .._errors import CircuitOpen, DeadlineExceeded, Defect, Rejected, is_defect
 from ..events import Level, emit, min_level
 from ..events._sinks import _process as _sinks_registry
 from . import _decorate
@@ -64,6 +65,15 @@ def _caller_cancelling() -> bool:
     except RuntimeError:
         return False
     return task is not None and task.cancelling() > 0
+
+
+def _refuse_coroutine(fn: object, result: object) -> None:
+    """An async function given to the sync path would "succeed" without running: close its
+    coroutine and raise a TypeError whose cause is a Defect, so the call is never counted."""
+    assert isinstance(result, CoroutineType)
+    result.close()
+    raise TypeError(f"{fn!r} returned a coroutine: use await breaker.execute(...) for async functions") from Defect(
+        "a coroutine function was passed to CircuitBreaker.call")
 
 
 def _counts_by_default(error: BaseException) -> bool:
@@ -230,7 +240,9 @@ class CircuitBreaker:
         """Run the plain function ``fn(*args, **kwargs)`` through the breaker (thread-safe).
 
         The same decisions and exceptions as :meth:`execute`; the lock is never held while
-        ``fn`` runs, so calls from many threads run concurrently.
+        ``fn`` runs, so calls from many threads run concurrently. Raises ``TypeError`` (never
+        counted: it is a bug, not the dependency's health) when ``fn`` returns a coroutine: an
+        async function goes through :meth:`execute`.
         """
         if _deadline.ever_set and _deadline_get() is not None:  # (ever_set: see _deadline)
             self._refuse_if_late()
@@ -243,6 +255,8 @@ class CircuitBreaker:
         start = now()
         try:
             result = fn(*args, **kwargs) if kwargs else fn(*args)  # type: ignore[call-arg]
+            if type(result) is CoroutineType:
+                _refuse_coroutine(fn, result)
         except BaseException as exc:
             self._settle_error(exc, epoch, probe, start, False)
             raise
