@@ -63,7 +63,9 @@ class VirtualClock:
         self._cond = threading.Condition()
 
     # --- the Clock protocol ---
+
     def now_ns(self) -> int:
+        """The current virtual instant in integer nanoseconds."""
         return self._now_ns
 
     def now(self) -> float:
