@@ -4,34 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
 
 import pytest
+from _threads import eventually, process_wide_sink  # noqa: F401  (the process-wide `sink` fixture)
 
-import stoic
 from stoic import BulkheadFull, DeadlineExceeded
 from stoic.bulkhead import BlockingBulkhead
 from stoic.testing import RecordingSink
-
-
-@pytest.fixture
-def sink() -> Iterator[RecordingSink]:
-    """Process-wide, so the events of worker threads (which start with a fresh context) reach it."""
-    recording = RecordingSink()
-    stoic.add_sink(recording)
-    try:
-        yield recording
-    finally:
-        stoic.remove_sink(recording)
-    recording.assert_contract()
-
-
-def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.001)
 
 
 class Holder(threading.Thread):

@@ -5,34 +5,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
 
 import pytest
+from _threads import eventually, process_wide_sink  # noqa: F401  (the process-wide `sink` fixture)
 
-import stoic
 from stoic import DeadlineExceeded, RateLimited
 from stoic.ratelimiter import BlockingRateLimiter
 from stoic.testing import RecordingSink, VirtualClock
-
-
-@pytest.fixture
-def sink() -> Iterator[RecordingSink]:
-    """Process-wide, so the events of worker threads (which start with a fresh context) reach it."""
-    recording = RecordingSink()
-    stoic.add_sink(recording)
-    try:
-        yield recording
-    finally:
-        stoic.remove_sink(recording)
-    recording.assert_contract()
-
-
-def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.001)
 
 
 def advance(clock: VirtualClock, seconds: float) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, TypeAlias, TypeVar, overload
@@ -151,7 +152,7 @@ def _fib_delay(base: int, cap: int, n: int) -> int:
 
 # --- stepping --------------------------------------------------------------------------------
 
-class _Step:
+class _Step(ABC):
     """A stateful interpreter of one node: ``next(elapsed_ns)`` is the delay before the next
     attempt, or ``None`` to stop (and ``None`` for ever after). ``elapsed_ns`` is the time since
     this node started stepping. ``rng`` is ``None`` in maximal mode (jitter never shortens)."""
@@ -161,8 +162,8 @@ class _Step:
     def __init__(self) -> None:
         self.n = 0
 
-    def next(self, elapsed_ns: int) -> int | None:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abstractmethod
+    def next(self, elapsed_ns: int) -> int | None: ...
 
 
 class _FixedStep(_Step):
