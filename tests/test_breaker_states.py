@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from _breaker_helpers import Boom, Gate, fail, ok, take
+from _breaker_helpers import Boom, Gate, StepClock, fail, ok, take
 
 import stoic
 from stoic import BreakerState, CircuitBreaker, CircuitOpen, CountWindow, OpenDuration, TimeWindow
@@ -375,7 +375,7 @@ async def test_time_window_spans_nine_to_ten_buckets(clock: VirtualClock) -> Non
 
 
 def test_sync_call_runs_the_same_state_machine() -> None:
-    clock = _Clock()
+    clock = StepClock()
     breaker = CircuitBreaker("sync", window=CountWindow(4), minimum_calls=2, clock=clock,
                              open_duration=OpenDuration.fixed(5, jitter=0))
     assert breaker.call(lambda: 41 + 1) == 42
@@ -388,23 +388,6 @@ def test_sync_call_runs_the_same_state_machine() -> None:
     clock.t += 5_000_000_000
     assert breaker.call(lambda: "probe") == "probe"
     assert breaker.state is BreakerState.CLOSED
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.t = 0
-
-    def now_ns(self) -> int:
-        return self.t
-
-    def call_at(self, when_ns, callback):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
-
-    async def sleep_until(self, when_ns: int) -> None:
-        raise NotImplementedError
-
-    def sleep_until_blocking(self, when_ns: int) -> None:
-        raise NotImplementedError
 
 
 async def test_the_clock_is_fixed_at_construction(clock: VirtualClock) -> None:
