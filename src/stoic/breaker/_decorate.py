@@ -47,7 +47,7 @@ _BUILTINS_READ = frozenset({"BaseException"})
 _TEMPLATE = """\
 def stoic_make(stoic_breaker, stoic_fn, stoic_now, stoic_slow_ns, stoic_admit, stoic_refuse_if_late,
                stoic_settle, stoic_settle_error, stoic_deadline, stoic_deadline_get, stoic_sinks,
-               stoic_min_level):
+               stoic_min_level, stoic_coroutine_type, stoic_refuse_coroutine):
     {async_}def stoic_wrapper({params}):
         if stoic_deadline.ever_set and stoic_deadline_get() is not None:
             stoic_refuse_if_late()
@@ -58,7 +58,7 @@ def stoic_make(stoic_breaker, stoic_fn, stoic_now, stoic_slow_ns, stoic_admit, s
             stoic_probe = 0
         stoic_start = stoic_now()
         try:
-            stoic_result = {await_}{call}
+            stoic_result = {await_}{call}{refuse}
         except BaseException as stoic_exc:
             stoic_settle_error(stoic_exc, stoic_epoch, stoic_probe, stoic_start, {in_task})
             raise
@@ -109,6 +109,9 @@ def _factory(is_async: bool, params: str, call: str) -> Callable[..., Callable[.
         async_="async " if is_async else "",
         await_="await " if is_async else "",
         in_task="True" if is_async else "False",
+        # As call(): a plain function that returned a coroutine is refused (never counted).
+        refuse="" if is_async else ("\n            if type(stoic_result) is stoic_coroutine_type:"
+                                    "\n                stoic_refuse_coroutine(stoic_fn, stoic_result)"),
         params=params,
         call=call,
         debug=int(Level.DEBUG),
@@ -125,12 +128,15 @@ def _factory(is_async: bool, params: str, call: str) -> Callable[..., Callable[.
 def decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., Any]:
     """The wrapper for ``@breaker`` on ``fn``: each call runs as ``breaker.execute(fn, ...)``
     (coroutine function) or ``breaker.call(fn, ...)`` (plain function) would."""
+    from ._breaker import _refuse_coroutine
+
     is_async = inspect.iscoroutinefunction(fn)
     mirrored = _mirrored(fn)
     params, call = mirrored if mirrored is not None else _PACKED
     wrapper = _factory(is_async, params, call)(
         breaker, fn, breaker._now, breaker._slow_ns, breaker._admit, breaker._refuse_if_late,
         breaker._settle, breaker._settle_error, _deadline, _deadline_scope.get, _sinks_registry, min_level,
+        types.CoroutineType, _refuse_coroutine,
     )
     if mirrored is not None:
         # The wrapper's parameters take fn's defaults (the same objects, read now).
