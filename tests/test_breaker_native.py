@@ -579,3 +579,16 @@ def test_a_record_when_that_raises_leaves_the_operations_exception_in_charge(sin
 
 async def _araiser_now(message: str) -> None:
     raise Boom(message)
+
+
+def test_the_awaitable_of_execute_or_an_async_wrapper_is_refused_by_the_sync_paths() -> None:
+    breaker, other = CircuitBreaker("outer"), CircuitBreaker("inner")
+    awrapped = other(_async_one)
+    for attempt in (lambda: breaker.call(other.execute, _async_one), lambda: breaker.call(awrapped),
+                    lambda: breaker(lambda: awrapped())()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # closed, not left "never awaited"
+            with pytest.raises(TypeError, match="returned a coroutine"):
+                attempt()
+            gc.collect()
+    assert breaker.snapshot().calls == 0 and other.snapshot().calls == 0

@@ -81,7 +81,7 @@ def _caller_cancelling() -> bool:
 def _refuse_coroutine(fn: object, result: object) -> None:
     """An async function given to the sync path would "succeed" without running: close its
     coroutine and raise a TypeError whose cause is a Defect, so the call is never counted."""
-    assert isinstance(result, CoroutineType)
+    assert isinstance(result, Coroutine)  # (or the compiled execute()'s awaitable)
     result.close()
     raise TypeError(f"{fn!r} returned a coroutine: use await breaker.execute(...) for async functions") from Defect(
         "a coroutine function was passed to CircuitBreaker.call")

@@ -241,6 +241,7 @@ typedef struct {
 } CoreObject;
 
 static PyTypeObject Core_Type;
+static PyTypeObject Execution_Type;
 
 /* Admission up to the call: the deadline check, then the closed epoch or self._admit().
  * Sets *epoch (new reference) and *probe (new reference, NULL for 0). 0 or -1. */
@@ -306,8 +307,10 @@ run_sync(CoreObject *self, PyObject *fn, PyObject *const *args, size_t nargsf, P
         goto fail;
     }
     PyObject *result = PyObject_Vectorcall(fn, args, nargsf, kwnames);
-    if (result != NULL && Py_IS_TYPE(result, &PyCoro_Type)) {
-        /* An async function given to the sync path: _refuse_coroutine closes it and raises. */
+    if (result != NULL && (Py_IS_TYPE(result, &PyCoro_Type) || Py_IS_TYPE(result, &Execution_Type))) {
+        /* An async function given to the sync path (execute() and an async @breaker wrapper
+         * return an Execution where Python returns a coroutine): _refuse_coroutine closes it
+         * and raises. */
         PyObject *r = PyObject_CallFunctionObjArgs(g_refuse_coroutine, fn, result, NULL);
         Py_XDECREF(r);
         Py_CLEAR(result);
@@ -498,8 +501,6 @@ typedef struct {
     char executing;   /* inside send/throw/close: re-entry is an error, as for a coroutine */
     PyObject *items[1];
 } ExecutionObject;
-
-static PyTypeObject Execution_Type;
 
 static PyObject *
 execution_new(CoreObject *breaker, PyObject *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
