@@ -592,3 +592,26 @@ def test_the_awaitable_of_execute_or_an_async_wrapper_is_refused_by_the_sync_pat
                 attempt()
             gc.collect()
     assert breaker.snapshot().calls == 0 and other.snapshot().calls == 0
+
+
+def test_a_stop_iteration_leaving_the_awaitable_becomes_a_runtime_error_as_for_a_coroutine() -> None:
+    breaker = CircuitBreaker("stop", window=CountWindow(4), minimum_calls=1)
+
+    async def plain() -> Any:
+        return await Suspend()
+
+    class NoThrow:
+        def __await__(self) -> Any:
+            return iter([None])  # an iterator without throw(): thrown errors land at the await
+
+    awaitable = breaker.execute(NoThrow)  # type: ignore[arg-type]
+    awaitable.send(None)
+    with pytest.raises(RuntimeError, match="coroutine raised StopIteration") as caught:
+        awaitable.throw(StopIteration)
+    assert isinstance(caught.value.__cause__, StopIteration)
+    assert breaker.snapshot().failures == 1  # (a StopIteration is an Exception: counted)
+    resumed = CircuitBreaker("stop-2").execute(plain)  # (the failure above opened the first one)
+    resumed.send(None)
+    with pytest.raises(StopIteration) as done:
+        resumed.send((1, 2))  # a tuple result is returned whole, not unpacked
+    assert done.value.value == (1, 2)

@@ -19,6 +19,88 @@
 #include <structmember.h>
 #include <time.h>
 
+/* ------------------------------------------------------------------ compatibility */
+
+/* Written against 3.11; these keep it building where private helpers moved (3.12, 3.13). */
+#if PY_VERSION_HEX >= 0x030D0000
+#define lookup_attr PyObject_GetOptionalAttr
+#define CORO_CREATED (-3) /* the frame state of a coroutine that has not started */
+#else
+#define lookup_attr _PyObject_LookupAttr
+#define CORO_CREATED (-2)
+#endif
+
+/* Raise StopIteration(value) (a tuple or an exception as the value must be wrapped). */
+static void
+set_stop_iteration(PyObject *value)
+{
+    PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, value);
+    if (stop != NULL) {
+        PyErr_SetObject(PyExc_StopIteration, stop);
+        Py_DECREF(stop);
+    }
+}
+
+/* 0 and the value (a new reference) when the pending error is StopIteration or there is none;
+ * -1 with the error left in place otherwise. */
+static int
+fetch_stop_iteration(PyObject **value)
+{
+    if (!PyErr_Occurred()) {
+        *value = Py_NewRef(Py_None);
+        return 0;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_StopIteration)) {
+        return -1;
+    }
+    PyObject *type, *exc, *tb;
+    PyErr_Fetch(&type, &exc, &tb);
+    PyErr_NormalizeException(&type, &exc, &tb);
+    *value = Py_NewRef(((PyStopIterationObject *)exc)->value);
+    Py_XDECREF(type);
+    Py_XDECREF(exc);
+    Py_XDECREF(tb);
+    return 0;
+}
+
+/* Replace the pending StopIteration by RuntimeError(message) caused by it, as a coroutine does. */
+static void
+replace_stop_iteration(const char *message)
+{
+    PyObject *type, *cause, *tb;
+    PyErr_Fetch(&type, &cause, &tb);
+    PyErr_NormalizeException(&type, &cause, &tb);
+    if (tb != NULL) {
+        PyException_SetTraceback(cause, tb);
+    }
+    PyErr_SetString(PyExc_RuntimeError, message);
+    PyObject *type2, *error, *tb2;
+    PyErr_Fetch(&type2, &error, &tb2);
+    PyErr_NormalizeException(&type2, &error, &tb2);
+    PyException_SetContext(error, Py_NewRef(cause));
+    PyException_SetCause(error, cause); /* steals */
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    PyErr_Restore(type2, error, tb2);
+}
+
+/* Whether a generator is an iterable coroutine (decorated with types.coroutine). */
+static int
+is_iterable_coroutine(PyObject *o)
+{
+    if (!PyGen_CheckExact(o)) {
+        return 0;
+    }
+    PyObject *code = PyObject_GetAttrString(o, "gi_code");
+    if (code == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int flag = PyCode_Check(code) && (((PyCodeObject *)code)->co_flags & CO_ITERABLE_COROUTINE);
+    Py_DECREF(code);
+    return flag;
+}
+
 /* ------------------------------------------------------------------ module state */
 
 /* Handed over once by _breaker.py through configure(); strong references for the process. */
@@ -557,7 +639,7 @@ execution_raise(ExecutionObject *self)
 {
     execution_finish(self);
     if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
-        _PyErr_FormatFromCause(PyExc_RuntimeError, "coroutine raised StopIteration");
+        replace_stop_iteration("coroutine raised StopIteration");
     }
     return PYGEN_ERROR;
 }
@@ -599,7 +681,7 @@ awaitable_iter(PyObject *o)
 {
     if (PyCoro_CheckExact(o)) {
         /* A suspended coroutine may be awaited by someone else already. */
-        if (((PyCoroObject *)o)->cr_frame_state == -1) { /* FRAME_SUSPENDED */
+        if (((PyCoroObject *)o)->cr_frame_state != CORO_CREATED) {
             PyObject *awaiting = PyObject_GetAttr(o, s_cr_await);
             if (awaiting == NULL) {
                 return NULL;
@@ -613,7 +695,7 @@ awaitable_iter(PyObject *o)
         }
         return Py_NewRef(o);
     }
-    if (PyGen_CheckExact(o) && (((PyGenObject *)o)->gi_code->co_flags & CO_ITERABLE_COROUTINE)) {
+    if (is_iterable_coroutine(o)) {
         return Py_NewRef(o);
     }
     PyTypeObject *type = Py_TYPE(o);
@@ -626,8 +708,7 @@ awaitable_iter(PyObject *o)
     if (res == NULL) {
         return NULL;
     }
-    if (PyCoro_CheckExact(res)
-        || (PyGen_CheckExact(res) && (((PyGenObject *)res)->gi_code->co_flags & CO_ITERABLE_COROUTINE))) {
+    if (PyCoro_CheckExact(res) || is_iterable_coroutine(res)) {
         PyErr_SetString(PyExc_TypeError, "__await__() returned a coroutine");
         Py_DECREF(res);
         return NULL;
@@ -725,7 +806,7 @@ as_method_result(PySendResult status, PyObject *result)
             PyErr_SetNone(PyExc_StopIteration);
         }
         else {
-            _PyGen_SetStopIterationValue(result);
+            set_stop_iteration(result);
         }
         Py_DECREF(result);
     }
@@ -750,7 +831,7 @@ execution_iternext(ExecutionObject *self)
     }
     if (status == PYGEN_RETURN) {
         if (result != Py_None) {
-            _PyGen_SetStopIterationValue(result);
+            set_stop_iteration(result);
         }
         Py_DECREF(result);
     }
@@ -762,7 +843,7 @@ static int
 close_inner(PyObject *inner)
 {
     PyObject *meth;
-    if (_PyObject_LookupAttr(inner, s_close, &meth) < 0) {
+    if (lookup_attr(inner, s_close, &meth) < 0) {
         PyErr_WriteUnraisable(inner);
         return 0;
     }
@@ -833,7 +914,9 @@ is_generator_exit(PyObject *typ)
 static PyObject *
 execution_throw(ExecutionObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!_PyArg_CheckPositional("throw", nargs, 1, 3)) {
+    if (nargs < 1 || nargs > 3) {
+        PyErr_Format(PyExc_TypeError, "throw expected %s %d argument%s, got %zd", nargs < 1 ? "at least" : "at most",
+                     nargs < 1 ? 1 : 3, nargs < 1 ? "" : "s", nargs);
         return NULL;
     }
     PyObject *typ = args[0], *val = nargs > 1 ? args[1] : NULL, *tb = nargs > 2 ? args[2] : NULL;
@@ -875,7 +958,7 @@ execution_throw(ExecutionObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     else {
         PyObject *meth;
-        if (_PyObject_LookupAttr(self->inner, s_throw, &meth) < 0) {
+        if (lookup_attr(self->inner, s_throw, &meth) < 0) {
             /* As a coroutine: the error leaves throw() and the coroutine stays suspended. */
             self->executing = 0;
             Py_DECREF(self);
@@ -900,7 +983,7 @@ execution_throw(ExecutionObject *self, PyObject *const *args, Py_ssize_t nargs)
             else {
                 Py_CLEAR(self->inner);
                 PyObject *value;
-                if (_PyGen_FetchStopIterationValue(&value) == 0) {
+                if (fetch_stop_iteration(&value) == 0) {
                     status = execution_return(self, value, &result);
                 }
                 else {
