@@ -615,3 +615,25 @@ def test_a_stop_iteration_leaving_the_awaitable_becomes_a_runtime_error_as_for_a
     with pytest.raises(StopIteration) as done:
         resumed.send((1, 2))  # a tuple result is returned whole, not unpacked
     assert done.value.value == (1, 2)
+
+
+_MODULE_BREAKER = CircuitBreaker("module-level")
+
+
+@_MODULE_BREAKER
+def _module_level(x: int) -> int:
+    return x
+
+
+@_MODULE_BREAKER
+async def _module_level_async(x: int) -> int:
+    return x
+
+
+def test_wrappers_are_pickled_and_copied_by_reference_like_functions() -> None:
+    import copy
+    import pickle
+
+    for wrapped in (_module_level, _module_level_async):
+        assert pickle.loads(pickle.dumps(wrapped)) is wrapped
+        assert copy.copy(wrapped) is wrapped and copy.deepcopy(wrapped) is wrapped

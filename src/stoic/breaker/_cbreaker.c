@@ -1370,6 +1370,18 @@ wrapper_dealloc(WrapperObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* Pickled (and copied) by reference, by its qualified name, as the function it replaces is. */
+static PyObject *
+wrapper_reduce(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyObject_GetAttrString(self, "__qualname__");
+}
+
+static PyMethodDef wrapper_methods[] = {
+    {"__reduce__", wrapper_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyGetSetDef wrapper_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -1398,6 +1410,7 @@ static PyTypeObject Wrapper_Type = {
     .tp_weaklistoffset = offsetof(WrapperObject, weakrefs),
     .tp_getset = wrapper_getset,
     .tp_members = wrapper_members,
+    .tp_methods = wrapper_methods,
 };
 
 /* ------------------------------------------------------------------ the module */
