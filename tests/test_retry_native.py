@@ -8,18 +8,23 @@ few about the compiled objects themselves skip only when pure Python was asked f
 
 from __future__ import annotations
 
+import asyncio
+import collections.abc
 import functools
 import gc
 import inspect
 import sys
 import traceback
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from stoic import RetryBudget, Retrying, Schedule, _native, retry_sync, retrying, use_clock
+from stoic import RetryBudget, Retrying, Schedule, _native, retry, retry_sync, retrying, use_clock
 from stoic._retry import in_retry_attempt, wants_attempt
 from stoic.testing import RecordingSink, VirtualClock, fail_times, fail_with, reset_budgets
 
@@ -440,3 +445,304 @@ def test_no_reference_or_memory_leaks(form: Callable[[Any], Form], scenario: str
     assert [sys.getrefcount(x) for x in counted] == before
     assert blocks < 500, f"{blocks} memory blocks more after {n} calls"
     assert objects < 100, f"{objects} objects more after {n} calls"
+
+
+# --- the async forms: retry() and Retrying.execute() -------------------------------------------
+
+AsyncForm = Callable[..., Any]
+
+
+def _via_retry(schedule: Any) -> AsyncForm:
+    def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return retry(schedule, fn, *args, **kwargs)
+
+    return run
+
+
+def _via_execute(schedule: Any) -> AsyncForm:
+    return Retrying(schedule).execute
+
+
+ASYNC_FORMS: dict[str, Callable[[Any], AsyncForm]] = {"retry": _via_retry, "Retrying.execute": _via_execute}
+
+
+@pytest.fixture(params=list(ASYNC_FORMS))
+def aform(request: pytest.FixtureRequest) -> Callable[[Any], AsyncForm]:
+    return ASYNC_FORMS[request.param]
+
+
+@compiled_only
+def test_the_async_forms_are_compiled_coroutines() -> None:
+    from stoic import _cretry  # type: ignore[attr-defined]
+
+    async def op() -> int:
+        return 1
+
+    for made in (retry(THREE, op), Retrying(THREE).execute(op)):
+        assert type(made) is _cretry.Run
+        assert isinstance(made, collections.abc.Coroutine)
+        assert asyncio.iscoroutine(made)
+        made.close()
+    assert type(Retrying.__dict__["execute"]).__module__ == "stoic._cretry"
+    assert list(inspect.signature(Retrying.execute).parameters) == ["self", "fn", "args", "kwargs"]
+    assert "attempt_timeout" in inspect.signature(retry).parameters
+
+
+def test_nothing_runs_before_the_first_send_and_a_closed_one_never_runs(aform: Callable[[Any], AsyncForm]) -> None:
+    calls = 0
+
+    async def op() -> int:
+        nonlocal calls
+        calls += 1
+        return 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        made = aform(THREE)(op)
+        assert calls == 0
+        made.close()
+        made.close()
+    assert calls == 0
+    with pytest.raises(RuntimeError, match="cannot reuse already awaited coroutine"):
+        made.send(None)
+
+
+def test_one_never_awaited_warns_as_a_coroutine_does(aform: Callable[[Any], AsyncForm]) -> None:
+    async def op() -> int:
+        return 1
+
+    with pytest.warns(RuntimeWarning, match="was never awaited"):
+        aform(THREE)(op)
+        gc.collect()
+
+
+async def test_create_task_and_gather_take_them(aform: Callable[[Any], AsyncForm]) -> None:
+    run = aform(Schedule.fixed(0).attempts(3))
+    flaky = fail_times(1, ConnectionError, then="flaky")
+
+    async def op(x: int, *, y: int = 0) -> int:
+        await asyncio.sleep(0)
+        return x + y
+
+    task = asyncio.create_task(run(op, 1, y=2))
+    results = await asyncio.gather(task, run(op, 3), run(flaky), *(run(op, i) for i in range(100)))
+    assert results == [3, 3, "flaky", *range(100)]
+    assert flaky.calls == 2
+    assert await asyncio.wait_for(run(op, 5), timeout=10) == 5
+    assert not in_retry_attempt()
+
+
+def test_asyncio_run_takes_them(aform: Callable[[Any], AsyncForm]) -> None:
+    async def op() -> str:
+        return "ran"
+
+    assert asyncio.run(aform(THREE)(op)) == "ran"
+
+
+async def test_a_cancelled_task_is_never_retried(aform: Callable[[Any], AsyncForm]) -> None:
+    started = asyncio.Event()
+    calls = 0
+
+    async def hang() -> None:
+        nonlocal calls
+        calls += 1
+        started.set()
+        await asyncio.get_running_loop().create_future()
+
+    task = asyncio.create_task(aform(THREE)(hang))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert calls == 1
+    assert not in_retry_attempt()
+
+
+async def test_a_task_cancelled_during_the_backoff_is_not_retried(aform: Callable[[Any], AsyncForm]) -> None:
+    op = fail_with(ConnectionError())
+    task = asyncio.create_task(aform(Schedule.fixed(60).attempts(3))(op))
+    while op.calls == 0:
+        await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert op.calls == 1
+
+
+async def test_async_tracebacks_keep_the_operations_frames(aform: Callable[[Any], AsyncForm]) -> None:
+    op = fail_with(TypeError("wrong"))
+    with pytest.raises(TypeError) as caught:
+        await aform(THREE)(op)
+    assert caught.value is op.raised[0]
+    names = [frame.name for frame in traceback.extract_tb(caught.value.__traceback__)]
+    assert names[-2:] == ["__call__", "_outcome"]
+
+
+async def test_a_retry_inside_a_compiled_async_attempt_makes_a_single_attempt(
+        aform: Callable[[Any], AsyncForm]) -> None:
+    inner = fail_with(ConnectionError())
+    marks: list[bool] = []
+
+    async def outer() -> None:
+        marks.append(in_retry_attempt())
+        await retry(THREE, inner)
+
+    with pytest.raises(ConnectionError):
+        await aform(THREE)(outer)
+    assert marks == [True] * 3
+    assert inner.calls == 3
+    assert not in_retry_attempt()
+
+
+async def test_an_async_operation_wanting_an_attempt_takes_the_python_path(
+        aform: Callable[[Any], AsyncForm]) -> None:
+    async def op(attempt: Any) -> int:
+        if attempt.number < 2:
+            raise ConnectionError
+        return int(attempt.number)
+
+    assert await aform(THREE)(op) == 2
+
+
+async def test_reset_budgets_between_async_calls(aform: Callable[[Any], AsyncForm], clock: VirtualClock) -> None:
+    run = aform(DRAIN)
+    for _ in range(2):
+        op = fail_with(ConnectionError())
+        with pytest.raises(ConnectionError):
+            await clock.run(run(op))
+        assert op.calls == 11
+        reset_budgets()
+
+
+def test_a_plain_retry_refuses_an_async_retry_as_it_refuses_a_coroutine() -> None:
+    async def op() -> int:
+        return 1
+
+    for call in (lambda: retry_sync(THREE, lambda: retry(THREE, op)),
+                 lambda: retry_sync(THREE, lambda: retry(THREE, op), label="own keyword"),
+                 lambda: Retrying(THREE).call(lambda: Retrying(THREE).execute(op))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (closed: no "never awaited" warning either)
+            with pytest.raises(TypeError, match="returned a coroutine"):
+                call()
+
+
+# Each step of a script, applied to a retry's awaitable: what it gives and what the operation saw.
+_ACTIONS = ["send", "send5", "throw_transient", "throw_base", "throw_exit", "throw3", "close"]
+
+
+class _Suspend:
+    def __await__(self) -> Any:
+        return (yield "suspended")
+
+
+def _drive(make: Callable[[Callable[..., Any]], Any], script: list[str]) -> list[Any]:
+    reset_budgets()  # (each call site's budget starts full, as the reference's does)
+    log: list[Any] = []
+
+    async def op() -> str:
+        log.append("start")
+        try:
+            got = await _Suspend()
+            log.append(("got", got))
+            return "result"
+        except BaseException as e:
+            log.append(("caught", type(e).__name__))
+            raise
+        finally:
+            log.append(("finally", in_retry_attempt()))
+
+    async def main() -> list[Any]:
+        made = make(op)
+        for action in script:
+            try:
+                if action == "send":
+                    got = made.send(None)
+                elif action == "send5":
+                    got = made.send(5)
+                elif action == "throw_transient":
+                    got = made.throw(ConnectionError("thrown"))
+                elif action == "throw_base":
+                    got = made.throw(Stop())
+                elif action == "throw_exit":
+                    got = made.throw(GeneratorExit)
+                elif action == "throw3":
+                    got = made.throw(ConnectionError, ConnectionError("three"), None)
+                else:
+                    got = made.close()
+                log.append((action, "gave", got))
+            except StopIteration as stop:
+                log.append((action, "returned", stop.value))
+            except BaseException as e:  # (recorded and compared)
+                log.append((action, "raised", type(e).__name__, str(e).replace("_run_async", "?")))
+            log.append(("marked", in_retry_attempt()))
+        made.close()
+        return log
+
+    return asyncio.run(main())
+
+
+@settings(max_examples=150, deadline=None)
+@given(script=st.lists(st.sampled_from(_ACTIONS), max_size=7))
+def test_send_throw_and_close_behave_as_the_python_coroutine(script: list[str]) -> None:
+    schedule = Schedule.fixed(0).attempts(3)
+    python_retry = getattr(retry, "__wrapped__", retry)
+    policy = Retrying(schedule)
+    python_execute = getattr(Retrying.execute, "__wrapped__", Retrying.execute)
+    reference = _drive(lambda op: python_retry(schedule, op), script)
+    assert _drive(lambda op: retry(schedule, op), script) == reference  # (its own keywords would go to Python)
+    assert _drive(lambda op: Retrying(schedule, budget=RetryBudget.UNLIMITED).execute(op), script) == reference
+    assert _drive(lambda op: python_execute(policy, op), script) == _drive(lambda op: policy.execute(op), script)
+
+
+@pytest.mark.parametrize("scenario", ["ok", "flaky", "permanent", "base", "cancelled"])
+def test_no_async_reference_or_memory_leaks(aform: Callable[[Any], AsyncForm], scenario: str) -> None:
+    state = {"calls": 0}
+
+    async def op(x: Any, *, k: Any) -> Any:
+        if scenario == "flaky":
+            state["calls"] += 1
+            if state["calls"] % 2:
+                raise ConnectionError("down")
+        elif scenario == "permanent":
+            raise TypeError("wrong")
+        elif scenario == "base":
+            raise Stop
+        elif scenario == "cancelled":
+            await _Suspend()
+        return RESULT
+
+    run_form = aform(Schedule.fixed(0).attempts(2))
+    arg, kwarg = object(), object()
+
+    async def calls(n: int) -> None:
+        for _ in range(n):
+            made = run_form(op, arg, k=kwarg)
+            if scenario == "cancelled":
+                made.send(None)
+                try:
+                    made.throw(asyncio.CancelledError())
+                except asyncio.CancelledError:
+                    pass
+                continue
+            try:
+                await made
+            except (ConnectionError, TypeError, Stop):
+                pass
+
+    loop = asyncio.new_event_loop()
+    try:
+        def go(n: int) -> None:
+            loop.run_until_complete(calls(n))
+
+        go(1)
+        gc.collect()
+        counted = (op, arg, kwarg, RESULT)
+        before = [sys.getrefcount(x) for x in counted]
+        blocks, objects = _growth(go, 100_000)
+        assert [sys.getrefcount(x) for x in counted] == before
+        assert blocks < 500, f"{blocks} memory blocks more"
+        assert objects < 100, f"{objects} objects more"
+    finally:
+        loop.close()

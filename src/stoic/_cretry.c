@@ -24,6 +24,8 @@ static PyObject *deadline_globals; /* stoic._deadline.__dict__ (for ever_set) */
 static PyObject *clock_globals;    /* stoic._clock.__dict__ (for ever_set) */
 static PyObject *system_clock;
 static PyObject *loop_sync;        /* _retry._loop_sync */
+static PyObject *loop_async;       /* _retry._loop_async */
+static PyObject *run_async;        /* _retry._run_async */
 static PyObject *run_sync;         /* _retry._run_sync */
 static PyObject *not_a_coroutine;  /* _retry._not_a_coroutine */
 static PyObject *learn_op;         /* _retry._learn_op */
@@ -43,7 +45,7 @@ static PyObject *d_site_code, *d_site_bucket, *d_site_op, *d_site_name;
 static PyObject *d_retrying_clock, *d_retrying_retrier;
 
 static PyObject *s_ever_set, *s_now_ns, *s_old_value, *s_attempt, *s_code, *s_budget, *s_classify,
-    *s_nesting, *s_label, *s_qualname;
+    *s_nesting, *s_label, *s_qualname, *s_attempt_timeout, *s_throw, *s_close, *s_cr_await;
 static PyObject *minus_one;
 
 typedef struct {
@@ -60,6 +62,8 @@ static Handed handed[] = {
     {"clock_globals", &clock_globals, 0},
     {"system_clock", &system_clock, 0},
     {"loop_sync", &loop_sync, 0},
+    {"loop_async", &loop_async, 0},
+    {"run_async", &run_async, 0},
     {"run_sync", &run_sync, 0},
     {"not_a_coroutine", &not_a_coroutine, 0},
     {"learn_op", &learn_op, 0},
@@ -330,6 +334,8 @@ hand_to(PyObject *target, PyObject **before, Py_ssize_t nbefore, PyObject *const
     return result;
 }
 
+static PyTypeObject Run_Type; /* what the compiled retry() returns (below) */
+
 /* ---- the first attempt (sync) ------------------------------------------------------------ */
 
 /* What the first attempt hands to _loop_sync when it raised an Exception. */
@@ -366,8 +372,8 @@ first_attempt(int timed, PyObject *bucket, PyObject *clock, PyObject *fn, PyObje
     }
     PyObject *result = PyObject_Vectorcall(fn, args, nargsf, kwnames);
     int raised = result == NULL;
-    if (result != NULL && Py_IS_TYPE(result, &PyCoro_Type)) {
-        /* Closes it and raises TypeError, which propagates (it is not the operation's error). */
+    if (result != NULL && (Py_IS_TYPE(result, &PyCoro_Type) || Py_IS_TYPE(result, &Run_Type))) {
+        /* A coroutine or a compiled retry(): closes it and raises TypeError, which propagates (it is not the operation's error). */
         PyObject *none = PyObject_CallFunctionObjArgs(not_a_coroutine, fn, result, NULL);
         if (none == NULL) {
             Py_CLEAR(result);
@@ -583,29 +589,11 @@ done:
     return result;
 }
 
-/* Whether a keyword is one of retry_sync's own (then the Python function sorts them out). */
-static int
-has_own_keyword(PyObject *kwnames)
-{
-    return kwnames != NULL && (kwnames_has(kwnames, s_budget) || kwnames_has(kwnames, s_classify)
-                               || kwnames_has(kwnames, s_nesting) || kwnames_has(kwnames, s_label));
-}
-
-/* retry_sync(schedule, fn, /, *args, **kwargs) with retry's own keywords at their defaults. */
+/* retry's and retry_sync's first steps: the schedule's check, then the call site's _Site
+ * (site_of_frame's lookup, inlined for the head of the chain, as the Python code does). */
 static PyObject *
-retry_sync_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+schedule_and_site(PyObject *schedule, PyFrameObject *frame)
 {
-    Function *f = (Function *)self;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    /* With no Python frame to find the call site in, the Python function decides too: it
-     * looks one frame up, which is the frame calling this (a C call adds none). */
-    PyFrameObject *frame = PyEval_GetFrame();
-    if (nargs < 2 || has_own_keyword(kwnames) || frame == NULL) {
-        return PyObject_Vectorcall(f->fn, args, nargsf, kwnames);
-    }
-    PyObject *schedule = args[0], *fn = args[1];
-    PyObject *const *rest = args + 2;
-    Py_ssize_t nrest = nargs - 2;
     if (!Py_IS_TYPE(schedule, (PyTypeObject *)bounded_schedule)) {
         PyObject *checked = PyObject_CallOneArg(check_schedule, schedule);
         if (checked == NULL) {
@@ -613,7 +601,6 @@ retry_sync_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyOb
         }
         Py_DECREF(checked);
     }
-    /* site_of_frame's lookup, inlined for the head of the chain (as the Python code does). */
     PyObject *code = (PyObject *)PyFrame_GetCode(frame);
     PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti(frame));
     if (lasti == NULL) {
@@ -642,9 +629,36 @@ retry_sync_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyOb
     Py_DECREF(code);
     if (site == NULL) {
         site = PyObject_CallOneArg(site_of_frame, (PyObject *)frame);
-        if (site == NULL) {
-            return NULL;
-        }
+    }
+    return site;
+}
+
+/* Whether a keyword is one of retry_sync's own (then the Python function sorts them out). */
+static int
+has_own_keyword(PyObject *kwnames)
+{
+    return kwnames != NULL && (kwnames_has(kwnames, s_budget) || kwnames_has(kwnames, s_classify)
+                               || kwnames_has(kwnames, s_nesting) || kwnames_has(kwnames, s_label));
+}
+
+/* retry_sync(schedule, fn, /, *args, **kwargs) with retry's own keywords at their defaults. */
+static PyObject *
+retry_sync_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Function *f = (Function *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    /* With no Python frame to find the call site in, the Python function decides too: it
+     * looks one frame up, which is the frame calling this (a C call adds none). */
+    PyFrameObject *frame = PyEval_GetFrame();
+    if (nargs < 2 || has_own_keyword(kwnames) || frame == NULL) {
+        return PyObject_Vectorcall(f->fn, args, nargsf, kwnames);
+    }
+    PyObject *schedule = args[0], *fn = args[1];
+    PyObject *const *rest = args + 2;
+    Py_ssize_t nrest = nargs - 2;
+    PyObject *site = schedule_and_site(schedule, frame);
+    if (site == NULL) {
+        return NULL;
     }
     PyObject *result = NULL, *clock = NULL, *name = NULL;
     PyObject *bucket = slot(site, d_site_bucket);
@@ -689,6 +703,724 @@ done:
     Py_XDECREF(bucket);
     Py_XDECREF(clock);
     Py_XDECREF(name);
+    return result;
+}
+
+/* ---- the async first attempt: an awaitable ------------------------------------------------- */
+
+/* What retry() and Retrying.execute() return when the operation wants no Attempt: the
+ * coroutine _run_async would be, as a small state machine. Nothing runs until the first send;
+ * then the first attempt runs inline (deposit, start instant, mark, `await fn(...)`), and an
+ * Exception from it switches to awaiting the Python _loop_async(...) coroutine, exactly as
+ * `return await _loop_async(...)` does. send/throw/close follow a coroutine's `await`
+ * (yield from) rules, so tasks, cancellation and close() behave as with the Python coroutine. */
+
+enum { RUN_FRESH, RUN_FIRST, RUN_LOOP, RUN_DONE };
+
+typedef struct {
+    PyObject_HEAD
+    int state;
+    int running; /* inside send/throw/close: a reentrant call is refused, as a coroutine's */
+    int timed;
+    PyObject *schedule, *fn, *args, *kwargs; /* kwargs: a dict, or NULL for none */
+    PyObject *site, *bucket, *classify, *nesting, *label, *clock;
+    PyObject *token;   /* RUN_FIRST: the in-attempt mark's token */
+    PyObject *started; /* RUN_FIRST: the attempt's start, or -1 */
+    PyObject *inner;   /* RUN_FIRST: the operation's awaitable; RUN_LOOP: the _loop_async coroutine */
+} Run;
+
+static int
+run_clear(Run *r)
+{
+    r->state = RUN_DONE;
+    Py_CLEAR(r->schedule);
+    Py_CLEAR(r->fn);
+    Py_CLEAR(r->args);
+    Py_CLEAR(r->kwargs);
+    Py_CLEAR(r->site);
+    Py_CLEAR(r->bucket);
+    Py_CLEAR(r->classify);
+    Py_CLEAR(r->nesting);
+    Py_CLEAR(r->label);
+    Py_CLEAR(r->clock);
+    Py_CLEAR(r->token);
+    Py_CLEAR(r->started);
+    Py_CLEAR(r->inner);
+    return 0;
+}
+
+/* Finished (returned or raised): like a coroutine's frame, drop everything. */
+static void
+run_finish(Run *r)
+{
+    run_clear(r);
+}
+
+static PyObject *
+run_new(PyObject *schedule, PyObject *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+        PyObject *site, PyObject *bucket, PyObject *classify, PyObject *nesting, PyObject *label, PyObject *clock)
+{
+    int timed = is_timed(schedule);
+    if (timed < 0) {
+        return NULL;
+    }
+    Run *r = PyObject_GC_New(Run, &Run_Type);
+    if (r == NULL) {
+        return NULL;
+    }
+    r->state = RUN_DONE;  /* (until complete: a failed construction warns of nothing) */
+    r->running = 0;
+    r->timed = timed;
+    r->schedule = Py_NewRef(schedule);
+    r->fn = Py_NewRef(fn);
+    r->site = Py_NewRef(site);
+    r->bucket = Py_NewRef(bucket);
+    r->classify = Py_NewRef(classify);
+    r->nesting = Py_NewRef(nesting);
+    r->label = Py_NewRef(label);
+    r->clock = Py_NewRef(clock);
+    r->token = r->started = r->inner = r->kwargs = NULL;
+    r->args = PyTuple_New(nargs);
+    if (r->args == NULL) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyTuple_SET_ITEM(r->args, i, Py_NewRef(args[i]));
+    }
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
+        r->kwargs = PyDict_New();
+        if (r->kwargs == NULL) {
+            Py_DECREF(r);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++) {
+            if (PyDict_SetItem(r->kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
+                Py_DECREF(r);
+                return NULL;
+            }
+        }
+    }
+    r->state = RUN_FRESH;
+    PyObject_GC_Track(r);
+    return (PyObject *)r;
+}
+
+/* What `await x` iterates (GET_AWAITABLE): a coroutine itself, else x.__await__(). */
+static PyObject *
+awaitable_iter(PyObject *x)
+{
+    if (PyCoro_CheckExact(x)) {
+        /* A fresh coroutine (the usual case) cannot be awaited already; any other is asked. */
+        if (((PyCoroObject *)x)->cr_frame_state != -2 /* FRAME_CREATED */) {
+            PyObject *awaiting = PyObject_GetAttr(x, s_cr_await);
+            if (awaiting == NULL) {
+                return NULL;
+            }
+            int busy = awaiting != Py_None;
+            Py_DECREF(awaiting);
+            if (busy) {
+                PyErr_SetString(PyExc_RuntimeError, "coroutine is being awaited already");
+                return NULL;
+            }
+        }
+        return Py_NewRef(x);
+    }
+    unaryfunc await = Py_TYPE(x)->tp_as_async != NULL ? Py_TYPE(x)->tp_as_async->am_await : NULL;
+    if (await == NULL) {
+        PyErr_Format(PyExc_TypeError, "object %.100s can't be used in 'await' expression", Py_TYPE(x)->tp_name);
+        return NULL;
+    }
+    PyObject *it = await(x);
+    if (it == NULL) {
+        return NULL;
+    }
+    if (PyCoro_CheckExact(it)) {
+        Py_DECREF(it);
+        PyErr_SetString(PyExc_TypeError, "__await__() returned a coroutine");
+        return NULL;
+    }
+    if (!PyIter_Check(it)) {
+        PyErr_Format(PyExc_TypeError, "__await__() returned non-iterator of type '%.100s'", Py_TYPE(it)->tp_name);
+        Py_DECREF(it);
+        return NULL;
+    }
+    return it;
+}
+
+static PySendResult run_loop_sent(Run *r, PySendResult status);
+
+/* The first attempt raised (the exception is set): what `except Exception` / `finally` do,
+ * then `await _loop_async(...)` for an Exception. */
+static PySendResult
+run_first_failed(Run *r, PyObject **out)
+{
+    Py_CLEAR(r->inner);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (PyContextVar_Reset(in_attempt, r->token) < 0) {
+        if (type != NULL) {
+            _PyErr_ChainExceptions(type, value, tb);
+        }
+        run_finish(r);
+        return PYGEN_ERROR;
+    }
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (type == NULL || !PyErr_GivenExceptionMatches(value, PyExc_Exception)) {
+        PyErr_Restore(type, value, tb);  /* a BaseException (CancelledError...): untouched */
+        run_finish(r);
+        return PYGEN_ERROR;
+    }
+    if (tb != NULL) {
+        PyException_SetTraceback(value, tb);
+    }
+    Py_DECREF(type);
+    Py_XDECREF(tb);
+    PyObject *old = PyObject_GetAttr(r->token, s_old_value);
+    PyObject *kwargs = r->kwargs != NULL ? Py_NewRef(r->kwargs) : PyDict_New();
+    if (old == NULL || kwargs == NULL) {
+        Py_XDECREF(old);
+        Py_XDECREF(kwargs);
+        Py_DECREF(value);
+        run_finish(r);
+        return PYGEN_ERROR;
+    }
+    PyObject *stack[] = {r->schedule, r->fn, r->args, kwargs, r->site, r->bucket, r->classify, r->nesting,
+                         r->label, Py_None, r->clock, old == Py_True ? Py_True : Py_False, value, r->started};
+    PyObject *loop = PyObject_Vectorcall(loop_async, stack, 14, NULL);
+    Py_DECREF(old);
+    Py_DECREF(kwargs);
+    Py_DECREF(value);
+    if (loop == NULL) {
+        run_finish(r);
+        return PYGEN_ERROR;
+    }
+    Py_CLEAR(r->token);
+    Py_CLEAR(r->started);
+    r->inner = loop;
+    r->state = RUN_LOOP;
+    PySendResult status = PyIter_Send(loop, Py_None, out);
+    return run_loop_sent(r, status);
+}
+
+/* The operation's awaitable yielded, returned or raised. */
+static PySendResult
+run_first_sent(Run *r, PySendResult status, PyObject **out)
+{
+    if (status == PYGEN_NEXT) {
+        return PYGEN_NEXT;
+    }
+    if (status == PYGEN_ERROR) {
+        return run_first_failed(r, out);
+    }
+    Py_CLEAR(r->inner);
+    if (PyContextVar_Reset(in_attempt, r->token) < 0) {
+        Py_CLEAR(*out);
+        run_finish(r);
+        return PYGEN_ERROR;
+    }
+    run_finish(r);
+    return PYGEN_RETURN;
+}
+
+/* The loop coroutine yielded, returned or raised. */
+static PySendResult
+run_loop_sent(Run *r, PySendResult status)
+{
+    if (status != PYGEN_NEXT) {
+        run_finish(r);
+    }
+    return status;
+}
+
+/* The first send: _run_async's body up to its first suspension. */
+static PySendResult
+run_start(Run *r, PyObject **out)
+{
+    if (deposit(r->bucket) < 0) {
+        run_finish(r);
+        return PYGEN_ERROR;
+    }
+    int deadline = under_deadline();
+    if (deadline < 0) {
+        run_finish(r);
+        return PYGEN_ERROR;
+    }
+    r->started = r->timed || deadline ? PyObject_CallMethodNoArgs(r->clock, s_now_ns) : Py_NewRef(minus_one);
+    if (r->started == NULL) {
+        run_finish(r);
+        return PYGEN_ERROR;
+    }
+    r->token = PyContextVar_Set(in_attempt, Py_True);
+    if (r->token == NULL) {
+        run_finish(r);
+        return PYGEN_ERROR;
+    }
+    r->state = RUN_FIRST;
+    PyObject *x = r->kwargs == NULL
+        ? PyObject_Vectorcall(r->fn, &PyTuple_GET_ITEM(r->args, 0), PyTuple_GET_SIZE(r->args), NULL)
+        : PyObject_Call(r->fn, r->args, r->kwargs);
+    if (x == NULL) {
+        return run_first_failed(r, out);
+    }
+    r->inner = awaitable_iter(x);
+    Py_DECREF(x);
+    if (r->inner == NULL) {
+        return run_first_failed(r, out);
+    }
+    return run_first_sent(r, PyIter_Send(r->inner, Py_None, out), out);
+}
+
+static PySendResult
+run_send_status(Run *r, PyObject *value, PyObject **out)
+{
+    *out = NULL;
+    if (r->running) {
+        PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+        return PYGEN_ERROR;
+    }
+    PySendResult status;
+    r->running = 1;
+    switch (r->state) {
+    case RUN_FRESH:
+        if (value != Py_None) {
+            PyErr_SetString(PyExc_TypeError, "can't send non-None value to a just-started coroutine");
+            status = PYGEN_ERROR;
+        }
+        else {
+            status = run_start(r, out);
+        }
+        break;
+    case RUN_FIRST:
+        status = run_first_sent(r, PyIter_Send(r->inner, value, out), out);
+        break;
+    case RUN_LOOP:
+        status = run_loop_sent(r, PyIter_Send(r->inner, value, out));
+        break;
+    default:
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+        status = PYGEN_ERROR;
+    }
+    r->running = 0;
+    return status;
+}
+
+/* The pending exception raised where the coroutine is suspended (at its `await`). */
+static PySendResult
+run_raise_here(Run *r, int closing, PyObject **out)
+{
+    switch (r->state) {
+    case RUN_FIRST:
+        return run_first_failed(r, out);  /* inside the try: an Exception goes to the loop */
+    case RUN_FRESH:
+    case RUN_LOOP:
+        run_finish(r);
+        return PYGEN_ERROR;
+    default:
+        if (!closing) {
+            PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+        }
+        return PYGEN_ERROR;
+    }
+}
+
+/* `iterator.close()` as `yield from` does it on GeneratorExit: -1 when close() raised. */
+static int
+close_iter(PyObject *it)
+{
+    PyObject *close;
+    if (_PyObject_LookupAttr(it, s_close, &close) < 0) {
+        PyErr_WriteUnraisable(it);
+    }
+    if (close == NULL) {
+        return 0;
+    }
+    PyObject *result = PyObject_CallNoArgs(close);
+    Py_DECREF(close);
+    if (result == NULL) {
+        return -1;
+    }
+    Py_DECREF(result);
+    return 0;
+}
+
+/* Set the exception given to throw(typ[, val[, tb]]) as a generator's throw() checks it. */
+static int
+set_thrown(PyObject *typ, PyObject *val, PyObject *tb)
+{
+    if (tb == Py_None) {
+        tb = NULL;
+    }
+    else if (tb != NULL && !PyTraceBack_Check(tb)) {
+        PyErr_SetString(PyExc_TypeError, "throw() third argument must be a traceback object");
+        return -1;
+    }
+    Py_INCREF(typ);
+    Py_XINCREF(val);
+    Py_XINCREF(tb);
+    if (PyExceptionClass_Check(typ)) {
+        PyErr_NormalizeException(&typ, &val, &tb);
+    }
+    else if (PyExceptionInstance_Check(typ)) {
+        if (val != NULL && val != Py_None) {
+            PyErr_SetString(PyExc_TypeError, "instance exception may not have a separate value");
+            goto failed;
+        }
+        Py_XDECREF(val);
+        val = typ;
+        typ = Py_NewRef(PyExceptionInstance_Class(val));
+        if (tb == NULL) {
+            tb = PyException_GetTraceback(val);
+        }
+    }
+    else {
+        PyErr_Format(PyExc_TypeError, "exceptions must be classes or instances deriving from BaseException, not %s",
+                     Py_TYPE(typ)->tp_name);
+        goto failed;
+    }
+    PyErr_Restore(typ, val, tb);
+    return 0;
+failed:
+    Py_DECREF(typ);
+    Py_XDECREF(val);
+    Py_XDECREF(tb);
+    return -1;
+}
+
+static PySendResult
+run_throw_status(Run *r, PyObject *typ, PyObject *val, PyObject *tb, int closing, PyObject **out)
+{
+    *out = NULL;
+    if (r->running) {
+        PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+        return PYGEN_ERROR;
+    }
+    PySendResult status;
+    r->running = 1;
+    if (r->state == RUN_FIRST || r->state == RUN_LOOP) {
+        PyObject *inner = Py_NewRef(r->inner);
+        if (PyErr_GivenExceptionMatches(typ, PyExc_GeneratorExit)) {
+            /* yield from: close the awaited iterator, then raise here (its close()'s error, if any) */
+            int closed = close_iter(inner);
+            Py_DECREF(inner);
+            if (closed < 0) {
+                status = run_raise_here(r, closing, out);
+                goto done;
+            }
+            goto throw_here;
+        }
+        PyObject *throw;
+        if (_PyObject_LookupAttr(inner, s_throw, &throw) < 0) {
+            Py_DECREF(inner);
+            status = r->state == RUN_FIRST ? run_first_failed(r, out) : run_loop_sent(r, PYGEN_ERROR);
+            goto done;
+        }
+        if (throw == NULL) {
+            Py_DECREF(inner);
+            goto throw_here;
+        }
+        PyObject *yielded = PyObject_CallFunctionObjArgs(throw, typ, val, tb, NULL);
+        Py_DECREF(throw);
+        Py_DECREF(inner);
+        if (yielded != NULL) {
+            *out = yielded;
+            status = PYGEN_NEXT;
+            goto done;
+        }
+        /* The awaited iterator finished: StopIteration carries its return value. */
+        PySendResult inner_status = _PyGen_FetchStopIterationValue(out) == 0 ? PYGEN_RETURN : PYGEN_ERROR;
+        status = r->state == RUN_FIRST ? run_first_sent(r, inner_status, out) : run_loop_sent(r, inner_status);
+        goto done;
+    }
+throw_here:
+    if (set_thrown(typ, val, tb) < 0) {
+        status = PYGEN_ERROR;
+        goto done;
+    }
+    status = run_raise_here(r, closing, out);
+done:
+    r->running = 0;
+    return status;
+}
+
+static PyObject *
+run_close(Run *r, PyObject *unused)
+{
+    (void)unused;
+    if (r->state == RUN_FRESH || r->state == RUN_DONE) {
+        if (r->running) {
+            PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+            return NULL;
+        }
+        run_finish(r);
+        Py_RETURN_NONE;
+    }
+    PyObject *out;
+    PySendResult status = run_throw_status(r, PyExc_GeneratorExit, NULL, NULL, 1, &out);
+    if (status == PYGEN_NEXT) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_RuntimeError, "coroutine ignored GeneratorExit");
+        return NULL;
+    }
+    if (status == PYGEN_RETURN) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    if (PyErr_ExceptionMatches(PyExc_StopIteration) || PyErr_ExceptionMatches(PyExc_GeneratorExit)) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return NULL;
+}
+
+/* send()/throw() as methods: a return is StopIteration(value). */
+static PyObject *
+run_result(PySendResult status, PyObject *out)
+{
+    if (status == PYGEN_NEXT) {
+        return out;
+    }
+    if (status == PYGEN_RETURN) {
+        _PyGen_SetStopIterationValue(out);
+        Py_DECREF(out);
+    }
+    return NULL;
+}
+
+static PyObject *
+run_send(Run *r, PyObject *value)
+{
+    PyObject *out;
+    PySendResult status = run_send_status(r, value, &out);
+    return run_result(status, out);
+}
+
+static PyObject *
+run_throw(Run *r, PyObject *args)
+{
+    PyObject *typ, *val = NULL, *tb = NULL;
+    if (!PyArg_UnpackTuple(args, "throw", 1, 3, &typ, &val, &tb)) {
+        return NULL;
+    }
+    PyObject *out;
+    PySendResult status = run_throw_status(r, typ, val, tb, 0, &out);
+    return run_result(status, out);
+}
+
+static PyObject *
+run_iternext(Run *r)
+{
+    PyObject *out;
+    PySendResult status = run_send_status(r, Py_None, &out);
+    if (status == PYGEN_RETURN && out == Py_None) {
+        Py_DECREF(out);
+        return NULL;  /* exhausted, no StopIteration needed (as a generator's __next__) */
+    }
+    return run_result(status, out);
+}
+
+static PySendResult
+run_am_send(PyObject *self, PyObject *value, PyObject **out)
+{
+    return run_send_status((Run *)self, value, out);
+}
+
+static PyObject *
+run_await(PyObject *self)
+{
+    return Py_NewRef(self);
+}
+
+/* A coroutine dropped unfinished is closed; one never started warns, as Python's do. */
+static void
+run_finalize(PyObject *self)
+{
+    Run *r = (Run *)self;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (r->state == RUN_FRESH) {
+        run_finish(r);
+        if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "coroutine '%s' was never awaited", "_run_async") < 0) {
+            PyErr_WriteUnraisable(self);
+        }
+    }
+    else if (r->state != RUN_DONE) {
+        PyObject *closed = run_close(r, NULL);
+        if (closed == NULL) {
+            PyErr_WriteUnraisable(self);
+        }
+        Py_XDECREF(closed);
+    }
+    PyErr_Restore(type, value, tb);
+}
+
+static int
+run_traverse(Run *r, visitproc visit, void *arg)
+{
+    Py_VISIT(r->schedule);
+    Py_VISIT(r->fn);
+    Py_VISIT(r->args);
+    Py_VISIT(r->kwargs);
+    Py_VISIT(r->site);
+    Py_VISIT(r->bucket);
+    Py_VISIT(r->classify);
+    Py_VISIT(r->nesting);
+    Py_VISIT(r->label);
+    Py_VISIT(r->clock);
+    Py_VISIT(r->token);
+    Py_VISIT(r->started);
+    Py_VISIT(r->inner);
+    return 0;
+}
+
+static void
+run_dealloc(Run *r)
+{
+    if (PyObject_CallFinalizerFromDealloc((PyObject *)r) < 0) {
+        return;  /* resurrected */
+    }
+    PyObject_GC_UnTrack(r);
+    run_clear(r);
+    PyObject_GC_Del(r);
+}
+
+static PyObject *
+run_get_running(Run *r, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(r->running);
+}
+
+static PyMethodDef run_methods[] = {
+    {"send", (PyCFunction)run_send, METH_O, "send(value) -> the next value yielded, or StopIteration."},
+    {"throw", (PyCFunction)run_throw, METH_VARARGS, "throw(exception) -> raise it where the retry is suspended."},
+    {"close", (PyCFunction)run_close, METH_NOARGS, "close() -> raise GeneratorExit where the retry is suspended."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef run_getset[] = {
+    {"cr_running", (getter)run_get_running, NULL, "Whether a send/throw/close is running now.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyAsyncMethods run_as_async = {
+    .am_await = run_await,
+    .am_send = run_am_send,
+};
+
+static PyTypeObject Run_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "stoic._cretry.Run",
+    .tp_basicsize = sizeof(Run),
+    .tp_dealloc = (destructor)run_dealloc,
+    .tp_as_async = &run_as_async,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A retried call of a coroutine function: await it (a collections.abc.Coroutine).",
+    .tp_traverse = (traverseproc)run_traverse,
+    .tp_clear = (inquiry)run_clear,
+    .tp_iternext = (iternextfunc)run_iternext,
+    .tp_methods = run_methods,
+    .tp_getset = run_getset,
+    .tp_finalize = run_finalize,
+};
+
+/* `_run_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, None, clock, True)`:
+ * an operation that wants an Attempt runs the Python coroutine. */
+static PyObject *
+to_run_async(PyObject *schedule, PyObject *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+             PyObject *site, PyObject *bucket, PyObject *classify, PyObject *nesting, PyObject *label,
+             PyObject *clock)
+{
+    PyObject *before[] = {schedule, fn};
+    PyObject *after[] = {site, bucket, classify, nesting, label, Py_None, clock, Py_True};
+    return hand_to(run_async, before, 2, args, nargs, kwnames, after, 8);
+}
+
+/* Retrying.execute(self, fn, /, *args, **kwargs) (stoic/pipeline.py): every argument of
+ * _run_async is read at the call, as the Python method does. */
+static PyObject *
+retrying_execute_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Function *f = (Function *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 2) {
+        return PyObject_Vectorcall(f->fn, args, nargsf, kwnames);  /* the Python error */
+    }
+    PyObject *policy = args[0], *fn = args[1];
+    PyObject *result = NULL, *schedule = NULL, *site = NULL, *bucket = NULL, *classify = NULL, *nesting = NULL,
+             *label = NULL, *clock = NULL;
+    PyObject *retrier = slot(policy, d_retrying_retrier);
+    if (retrier == NULL) {
+        return NULL;
+    }
+    if ((schedule = slot(retrier, d_retrier_schedule)) == NULL || (site = slot(retrier, d_retrier_site)) == NULL
+        || (bucket = slot(retrier, d_retrier_bucket)) == NULL
+        || (classify = slot(retrier, d_retrier_classify)) == NULL
+        || (nesting = slot(retrier, d_retrier_nesting)) == NULL || (label = slot(retrier, d_retrier_label)) == NULL
+        || (clock = slot(policy, d_retrying_clock)) == NULL) {
+        goto done;
+    }
+    int wants = op_wants(retrier, d_retrier_op, fn, kwnames);
+    if (wants < 0) {
+        goto done;
+    }
+    if (wants) {
+        result = to_run_async(schedule, fn, args + 2, nargs - 2, kwnames, site, bucket, classify, nesting, label,
+                              clock);
+    }
+    else {
+        result = run_new(schedule, fn, args + 2, nargs - 2, kwnames, site, bucket, classify, nesting, label, clock);
+    }
+done:
+    Py_DECREF(retrier);
+    Py_XDECREF(schedule);
+    Py_XDECREF(site);
+    Py_XDECREF(bucket);
+    Py_XDECREF(classify);
+    Py_XDECREF(nesting);
+    Py_XDECREF(label);
+    Py_XDECREF(clock);
+    return result;
+}
+
+/* retry(schedule, fn, /, *args, **kwargs) with retry's own keywords at their defaults:
+ * validated and its call site found at the call; the operation runs from the first send. */
+static PyObject *
+retry_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Function *f = (Function *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyFrameObject *frame = PyEval_GetFrame();
+    if (nargs < 2 || has_own_keyword(kwnames) || kwnames_has(kwnames, s_attempt_timeout) || frame == NULL) {
+        return PyObject_Vectorcall(f->fn, args, nargsf, kwnames);
+    }
+    PyObject *schedule = args[0], *fn = args[1];
+    PyObject *site = schedule_and_site(schedule, frame);
+    if (site == NULL) {
+        return NULL;
+    }
+    PyObject *result = NULL, *clock = NULL, *name = NULL;
+    PyObject *bucket = slot(site, d_site_bucket);
+    if (bucket == NULL || (name = slot(site, d_site_name)) == NULL || (clock = current_clock()) == NULL) {
+        goto done;
+    }
+    int wants = op_wants(site, d_site_op, fn, kwnames);
+    if (wants < 0) {
+        goto done;
+    }
+    if (wants) {
+        result = to_run_async(schedule, fn, args + 2, nargs - 2, kwnames, name, bucket, standard, single_attempt,
+                              Py_None, clock);
+    }
+    else {
+        result = run_new(schedule, fn, args + 2, nargs - 2, kwnames, name, bucket, standard, single_attempt, Py_None,
+                         clock);
+    }
+done:
+    Py_DECREF(site);
+    Py_XDECREF(bucket);
+    Py_XDECREF(name);
+    Py_XDECREF(clock);
     return result;
 }
 
@@ -759,6 +1491,12 @@ compiled(PyObject *module, PyObject *args)
     }
     else if (strcmp(kind, "Retrying.call") == 0) {
         vectorcall = retrying_call_vectorcall;
+    }
+    else if (strcmp(kind, "retry") == 0) {
+        vectorcall = retry_vectorcall;
+    }
+    else if (strcmp(kind, "Retrying.execute") == 0) {
+        vectorcall = retrying_execute_vectorcall;
     }
     else {
         PyErr_Format(PyExc_ValueError, "_compiled: unknown kind %s", kind);
@@ -892,7 +1630,7 @@ static PyMethodDef module_methods[] = {
     {"_configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "Hand over the Python objects the compiled paths use (stoic._retry, stoic.pipeline)."},
     {"_decorated", decorated, METH_VARARGS, "The compiled wrapper of a plain function decorated with @retrying."},
-    {"_compiled", compiled, METH_VARARGS, "The compiled retry_sync or Retrying.call."},
+    {"_compiled", compiled, METH_VARARGS, "The compiled retry_sync, Retrying.call, retry or Retrying.execute."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -915,18 +1653,21 @@ PyInit__cretry(void)
         || intern(&s_old_value, "old_value") < 0 || intern(&s_attempt, "attempt") < 0
         || intern(&s_code, "__code__") < 0 || intern(&s_budget, "budget") < 0
         || intern(&s_classify, "classify") < 0 || intern(&s_nesting, "nesting") < 0
-        || intern(&s_label, "label") < 0 || intern(&s_qualname, "__qualname__") < 0) {
+        || intern(&s_label, "label") < 0 || intern(&s_qualname, "__qualname__") < 0
+        || intern(&s_attempt_timeout, "attempt_timeout") < 0 || intern(&s_throw, "throw") < 0
+        || intern(&s_close, "close") < 0 || intern(&s_cr_await, "cr_await") < 0) {
         return NULL;
     }
     minus_one = PyLong_FromLong(-1);
-    if (minus_one == NULL || PyType_Ready(&Function_Type) < 0) {
+    if (minus_one == NULL || PyType_Ready(&Function_Type) < 0 || PyType_Ready(&Run_Type) < 0) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) {
         return NULL;
     }
-    if (PyModule_AddObjectRef(m, "Function", (PyObject *)&Function_Type) < 0) {
+    if (PyModule_AddObjectRef(m, "Function", (PyObject *)&Function_Type) < 0
+        || PyModule_AddObjectRef(m, "Run", (PyObject *)&Run_Type) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -289,8 +289,12 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
         started = clock.now_ns()
 
 
+# What a plain operation must not return: a coroutine, or what the compiled retry() returns.
+_ASYNC_RESULTS: tuple[type, ...] = (CoroutineType,) if _c is None else (CoroutineType, _c.Run)
+
+
 def _not_a_coroutine(fn: Callable[..., object], result: object) -> None:
-    if isinstance(result, CoroutineType):
+    if isinstance(result, _ASYNC_RESULTS):
         result.close()
         raise TypeError(f"{_label_of(fn)} returned a coroutine: await retry(...) for async operations")
 
@@ -475,7 +479,7 @@ def retry_sync(
     except Exception as caught:
         error = caught
     else:
-        if type(result) is CoroutineType:
+        if type(result) in _ASYNC_RESULTS:
             _not_a_coroutine(fn, result)
         return result
     finally:
@@ -621,7 +625,8 @@ if _c is not None and not TYPE_CHECKING:
     _c._configure(
         in_attempt=_in_attempt, deadline_scope=_deadline_scope, ambient_clock=_ambient_clock,
         deadline_globals=vars(_deadline), clock_globals=vars(_clock), system_clock=SYSTEM_CLOCK,
-        loop_sync=_loop_sync, run_sync=_run_sync, not_a_coroutine=_not_a_coroutine, learn_op=_learn_op,
+        loop_sync=_loop_sync, run_sync=_run_sync, loop_async=_loop_async, run_async=_run_async,
+        not_a_coroutine=_not_a_coroutine, learn_op=_learn_op,
         check_schedule=_check_schedule, site_of_frame=site_of_frame, bounded_schedule=BoundedSchedule,
         frames=_registry.frames, per_call_site=_PER_SITE, standard=RetryClassifier.standard,
         single_attempt=_SINGLE,
@@ -633,6 +638,8 @@ if _c is not None and not TYPE_CHECKING:
     )
     # Same signature, docstring and rules; the Python function stays as its __wrapped__.
     retry_sync = functools.update_wrapper(_c._compiled("retry_sync", retry_sync), retry_sync)
+    retry = functools.update_wrapper(_c._compiled("retry", retry), retry)
+    Coroutine.register(_c.Run)  # so asyncio (create_task, gather, run) takes it as a coroutine
 
 
 def recur(schedule: Schedule, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, R]:

@@ -140,6 +140,8 @@ if _cretry is not None and not TYPE_CHECKING:
     # The same method, compiled (stoic/_cretry.c); the Python one stays as its __wrapped__.
     _cretry._configure(retrying_clock=Retrying._clock, retrying_retrier=Retrying._retrier)
     Retrying.call = functools.update_wrapper(_cretry._compiled("Retrying.call", Retrying.call), Retrying.call)
+    Retrying.execute = functools.update_wrapper(_cretry._compiled("Retrying.execute", Retrying.execute),
+                                                Retrying.execute)
 
 
 class _Rest:
