@@ -290,7 +290,8 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
 
 
 # What a plain operation must not return: a coroutine, or what the compiled retry() returns.
-_ASYNC_RESULTS: tuple[type, ...] = (CoroutineType,) if _c is None else (CoroutineType, _c.Run)
+_ASYNC_RESULTS: tuple[type[Coroutine[Any, Any, Any]], ...] = (CoroutineType,) if _c is None else (
+    CoroutineType, _c.Run)
 
 
 def _not_a_coroutine(fn: Callable[..., object], result: object) -> None:
