@@ -1111,8 +1111,8 @@ run_throw_status(Run *r, PyObject *typ, PyObject *val, PyObject *tb, int closing
         }
         PyObject *throw;
         if (_PyObject_LookupAttr(inner, s_throw, &throw) < 0) {
-            Py_DECREF(inner);
-            status = r->state == RUN_FIRST ? run_first_failed(r, out) : run_loop_sent(r, PYGEN_ERROR);
+            Py_DECREF(inner);  /* (as yield from: the lookup's error goes to the caller, nothing moves) */
+            status = PYGEN_ERROR;
             goto done;
         }
         if (throw == NULL) {
@@ -1276,7 +1276,8 @@ run_traverse(Run *r, visitproc visit, void *arg)
 static void
 run_dealloc(Run *r)
 {
-    if (PyObject_CallFinalizerFromDealloc((PyObject *)r) < 0) {
+    /* A finished one has nothing to finalize: skip the finalizer's resurrection dance. */
+    if (r->state != RUN_DONE && PyObject_CallFinalizerFromDealloc((PyObject *)r) < 0) {
         return;  /* resurrected */
     }
     PyObject_GC_UnTrack(r);
