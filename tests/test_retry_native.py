@@ -746,3 +746,27 @@ def test_no_async_reference_or_memory_leaks(aform: Callable[[Any], AsyncForm], s
         assert objects < 100, f"{objects} objects more"
     finally:
         loop.close()
+
+
+@retrying(THREE)
+def _module_level(x: int) -> int:
+    return x + 1
+
+
+def test_functions_pickle_and_copy_by_reference_as_functions_do() -> None:
+    import copy
+    import pickle
+
+    for fn in (_module_level, retry_sync, retry):
+        assert pickle.loads(pickle.dumps(fn)) is fn
+        assert copy.copy(fn) is fn and copy.deepcopy(fn) is fn
+    assert pickle.loads(pickle.dumps(_module_level))(1) == 2
+
+
+async def test_a_tasks_repr_names_the_retry_coroutine_in_both_modes(aform: Callable[[Any], AsyncForm]) -> None:
+    async def op() -> int:
+        return 1
+
+    task = asyncio.create_task(aform(THREE)(op))
+    assert "_run_async()" in repr(task)
+    assert await task == 1

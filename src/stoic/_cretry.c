@@ -1299,8 +1299,19 @@ static PyMethodDef run_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* The Python coroutine's name, so a task's repr reads the same in both modes. */
+static PyObject *
+run_get_name(Run *r, void *closure)
+{
+    (void)r;
+    (void)closure;
+    return PyUnicode_FromString("_run_async");
+}
+
 static PyGetSetDef run_getset[] = {
     {"cr_running", (getter)run_get_running, NULL, "Whether a send/throw/close is running now.", NULL},
+    {"__name__", (getter)run_get_name, NULL, "_run_async, as the Python coroutine's.", NULL},
+    {"__qualname__", (getter)run_get_name, NULL, "_run_async, as the Python coroutine's.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1598,6 +1609,26 @@ function_wants_attempt(PyObject *self, void *closure)
     Py_RETURN_FALSE;
 }
 
+/* Pickled (and copied) by reference to its qualified name in its module, as a function is. */
+static PyObject *
+function_reduce(Function *f, PyObject *unused)
+{
+    (void)unused;
+    PyObject *name = f->dict == NULL ? NULL : PyDict_GetItemWithError(f->dict, s_qualname);
+    if (name == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "cannot pickle a compiled stoic function without a __qualname__");
+        }
+        return NULL;
+    }
+    return Py_NewRef(name);
+}
+
+static PyMethodDef function_methods[] = {
+    {"__reduce__", (PyCFunction)function_reduce, METH_NOARGS, "Pickled by qualified name, as a function."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyGetSetDef function_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {"wants_attempt", function_wants_attempt, NULL, "False: callers never hand this an Attempt.", NULL},
@@ -1620,6 +1651,7 @@ static PyTypeObject Function_Type = {
     .tp_traverse = (traverseproc)function_traverse,
     .tp_clear = (inquiry)function_clear,
     .tp_weaklistoffset = offsetof(Function, weakrefs),
+    .tp_methods = function_methods,
     .tp_getset = function_getset,
     .tp_descr_get = function_get,
     .tp_dictoffset = offsetof(Function, dict),
