@@ -4,9 +4,14 @@
  * deadline check, the start instant when something needs it, the in-attempt mark around the
  * call, the check that a plain operation did not return a coroutine. An attempt that raises an
  * Exception is handed, with exactly the arguments the Python code passes, to the Python loop
- * (_loop_sync), which stays the single source of the rules; anything unusual (an operation
- * that wants an Attempt, retry's own keywords, a missing argument) goes to the Python code
- * itself. A BaseException propagates untouched once the mark is reset.
+ * (_loop_sync, or the _loop_async coroutine for retry()/Retrying.execute), which stays the
+ * single source of the rules; anything unusual (an operation that wants an Attempt, retry's own
+ * keywords, attempt_timeout, a missing argument) goes to the Python code itself. A
+ * BaseException propagates untouched once the mark is reset.
+ *
+ * Sections: what _configure() hands over; helpers; the sync first attempt; the compiled
+ * functions (@retrying wrapper, Retrying.call, retry_sync); the async first attempt (an
+ * awaitable, for retry() and Retrying.execute); the Function type; the module.
  *
  * The Python objects this needs (context variables, module globals, the Python functions, the
  * slot descriptors of the private classes) are handed over once by _configure().
@@ -373,7 +378,8 @@ first_attempt(int timed, PyObject *bucket, PyObject *clock, PyObject *fn, PyObje
     PyObject *result = PyObject_Vectorcall(fn, args, nargsf, kwnames);
     int raised = result == NULL;
     if (result != NULL && (Py_IS_TYPE(result, &PyCoro_Type) || Py_IS_TYPE(result, &Run_Type))) {
-        /* A coroutine or a compiled retry(): closes it and raises TypeError, which propagates (it is not the operation's error). */
+        /* A coroutine (or a compiled retry()'s awaitable): _not_a_coroutine closes it and
+         * raises TypeError, which propagates (it is not the operation's error). */
         PyObject *none = PyObject_CallFunctionObjArgs(not_a_coroutine, fn, result, NULL);
         if (none == NULL) {
             Py_CLEAR(result);
@@ -468,8 +474,9 @@ is_timed(PyObject *schedule)
  * method, has a __dict__ (functools.update_wrapper fills __name__, __doc__, __wrapped__, so
  * inspect.signature follows __wrapped__), and can be weakly referenced.
  *
- * Kinds: a @retrying wrapper of a plain function (every field used), `retry_sync` and
- * `Retrying.call` (only `fn`: the pure-Python function, called for anything unusual). */
+ * Kinds: a @retrying wrapper of a plain function (every field used); `retry_sync`, `retry`,
+ * `Retrying.call` and `Retrying.execute` (only `fn`: the pure-Python function they stand for,
+ * called for anything unusual). */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
