@@ -24,11 +24,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stoic import RetryBudget, Retrying, Schedule, _native, retry, retry_sync, retrying, use_clock
+from stoic import RetryBudget, Retrying, Schedule, retry, retry_sync, retrying, use_clock
 from stoic._retry import in_retry_attempt, wants_attempt
 from stoic.testing import RecordingSink, VirtualClock, fail_times, fail_with, reset_budgets
 
-compiled_only = pytest.mark.skipif(_native.PURE_PYTHON, reason="about the compiled paths (pure Python asked for)")
+compiled_only = pytest.mark.compiled  # (not collected under STOIC_PURE_PYTHON: see conftest.py)
 
 DRAIN = Schedule.fixed(0).attempts(100)
 THREE = Schedule.fixed(0).attempts(3)
@@ -440,7 +440,7 @@ def test_no_reference_or_memory_leaks(form: Callable[[Any], Form], scenario: str
     gc.collect()  # (earlier tests' garbage may hold references to RESULT)
     counted = (fn, arg, kwarg, RESULT, schedule)
     before = [sys.getrefcount(x) for x in counted]
-    n = 100_000
+    n = 100_000 if scenario == "ok" else 20_000  # (a leak of one block per call shows either way)
     blocks, objects = _growth(run, n)
     assert [sys.getrefcount(x) for x in counted] == before
     assert blocks < 500, f"{blocks} memory blocks more after {n} calls"
@@ -740,7 +740,7 @@ def test_no_async_reference_or_memory_leaks(aform: Callable[[Any], AsyncForm], s
         gc.collect()
         counted = (op, arg, kwarg, RESULT)
         before = [sys.getrefcount(x) for x in counted]
-        blocks, objects = _growth(go, 100_000)
+        blocks, objects = _growth(go, 100_000 if scenario == "ok" else 20_000)
         assert [sys.getrefcount(x) for x in counted] == before
         assert blocks < 500, f"{blocks} memory blocks more"
         assert objects < 100, f"{objects} objects more"

@@ -33,6 +33,7 @@ static PyObject *loop_async;       /* _retry._loop_async */
 static PyObject *run_async;        /* _retry._run_async */
 static PyObject *run_sync;         /* _retry._run_sync */
 static PyObject *not_a_coroutine;  /* _retry._not_a_coroutine */
+static PyObject *async_results;    /* _native.ASYNC_RESULTS: types a plain operation must not return */
 static PyObject *learn_op;         /* _retry._learn_op */
 static PyObject *check_schedule;   /* _retry._check_schedule */
 static PyObject *site_of_frame;    /* _budget.site_of_frame */
@@ -71,6 +72,7 @@ static Handed handed[] = {
     {"run_async", &run_async, 0},
     {"run_sync", &run_sync, 0},
     {"not_a_coroutine", &not_a_coroutine, 0},
+    {"async_results", &async_results, 0},
     {"learn_op", &learn_op, 0},
     {"check_schedule", &check_schedule, 0},
     {"site_of_frame", &site_of_frame, 0},
@@ -350,6 +352,30 @@ typedef struct {
     int nested;        /* `token.old_value is True` */
 } Failure;
 
+/* Whether a plain operation returned something to await (a coroutine, or the awaitable of a
+ * compiled execute()/retry()): one of _native.ASYNC_RESULTS. Types without async slots (ints,
+ * dicts, ... nearly every result) are answered without looking at the tuple. */
+static int
+is_async_result(PyObject *result)
+{
+    PyTypeObject *type = Py_TYPE(result);
+    if (type->tp_as_async == NULL) {
+        return 0;
+    }
+    if (type == &PyCoro_Type) {
+        return 1;
+    }
+    if (async_results == NULL || !PyTuple_Check(async_results)) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(async_results); i++) {
+        if ((PyObject *)type == PyTuple_GET_ITEM(async_results, i)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The first attempt of _run_sync: deposit, start instant, mark, call, coroutine check.
  * Returns the result; or NULL with an exception set (to propagate); or NULL with no exception
  * set and `failure->error` set (an Exception from the operation: the loop decides). */
@@ -377,8 +403,8 @@ first_attempt(int timed, PyObject *bucket, PyObject *clock, PyObject *fn, PyObje
     }
     PyObject *result = PyObject_Vectorcall(fn, args, nargsf, kwnames);
     int raised = result == NULL;
-    if (result != NULL && (Py_IS_TYPE(result, &PyCoro_Type) || Py_IS_TYPE(result, &Run_Type))) {
-        /* A coroutine (or a compiled retry()'s awaitable): _not_a_coroutine closes it and
+    if (result != NULL && is_async_result(result)) {
+        /* A coroutine (or a compiled execute()/retry()'s awaitable): _not_a_coroutine closes it and
          * raises TypeError, which propagates (it is not the operation's error). */
         PyObject *none = PyObject_CallFunctionObjArgs(not_a_coroutine, fn, result, NULL);
         if (none == NULL) {

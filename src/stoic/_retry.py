@@ -13,7 +13,7 @@ import inspect
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar
-from types import CodeType, CoroutineType
+from types import CodeType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _clock, _deadline, _native, _random
@@ -289,9 +289,7 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
         started = clock.now_ns()
 
 
-# What a plain operation must not return: a coroutine, or what the compiled retry() returns.
-_ASYNC_RESULTS: tuple[type[Coroutine[Any, Any, Any]], ...] = (CoroutineType,) if _c is None else (
-    CoroutineType, _c.Run)
+_ASYNC_RESULTS = _native.ASYNC_RESULTS  # what a plain operation must not return
 
 
 def _not_a_coroutine(fn: Callable[..., object], result: object) -> None:
@@ -318,7 +316,7 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     except Exception as caught:
         error = caught
     else:
-        if type(result) is CoroutineType:
+        if type(result) in _ASYNC_RESULTS:
             _not_a_coroutine(fn, result)
         return result
     finally:
@@ -590,7 +588,7 @@ class _Retrier:
             except Exception as caught:
                 error = caught
             else:
-                if type(result) is CoroutineType:
+                if type(result) in _ASYNC_RESULTS:
                     _not_a_coroutine(fn, result)
                 return result
             finally:
@@ -627,7 +625,7 @@ if _c is not None and not TYPE_CHECKING:
         in_attempt=_in_attempt, deadline_scope=_deadline_scope, ambient_clock=_ambient_clock,
         deadline_globals=vars(_deadline), clock_globals=vars(_clock), system_clock=SYSTEM_CLOCK,
         loop_sync=_loop_sync, run_sync=_run_sync, loop_async=_loop_async, run_async=_run_async,
-        not_a_coroutine=_not_a_coroutine, learn_op=_learn_op,
+        not_a_coroutine=_not_a_coroutine, async_results=_ASYNC_RESULTS, learn_op=_learn_op,
         check_schedule=_check_schedule, site_of_frame=site_of_frame, bounded_schedule=BoundedSchedule,
         frames=_registry.frames, per_call_site=_PER_SITE, standard=RetryClassifier.standard,
         single_attempt=_SINGLE,

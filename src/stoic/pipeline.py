@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from types import CoroutineType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _deadline, _native, _random
@@ -29,6 +28,7 @@ from ._clock import Clock, current_clock
 from ._deadline import _current as _deadline_scope
 from ._policy import Policy
 from ._retry import (
+    _ASYNC_RESULTS,
     _in_attempt,
     _learn_op,
     _loop_sync,
@@ -118,7 +118,7 @@ class Retrying:
         except Exception as caught:
             error = caught
         else:
-            if type(result) is CoroutineType:
+            if type(result) in _ASYNC_RESULTS:
                 _not_a_coroutine(fn, result)
             return result
         finally:

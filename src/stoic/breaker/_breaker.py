@@ -16,7 +16,6 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
-from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
 
 from .. import _deadline, _native, _random
@@ -33,7 +32,7 @@ from ._stream import StateStream
 from ._window import FAILED, FOREVER, NEVER, SLOW, CountRing, TimeBuckets
 
 # The compiled success paths (docs/design.md, "Compiled fast paths"), or None for pure Python.
-_c = _native.load("stoic.breaker._cbreaker")
+_c = _native.load("stoic._cbreaker")
 
 # With the compiled module, CircuitBreaker derives from its Core type, which holds the fields the
 # success path reads as C members under the same names (dropped from __slots__ below).
@@ -267,7 +266,7 @@ class CircuitBreaker(_Base):
         start = now()
         try:
             result = fn(*args, **kwargs) if kwargs else fn(*args)  # type: ignore[call-arg]
-            if type(result) is CoroutineType:
+            if type(result) in _native.ASYNC_RESULTS:
                 _refuse_coroutine(fn, result)
         except BaseException as exc:
             self._settle_error(exc, epoch, probe, start, False)
@@ -670,6 +669,7 @@ if _c is not None and not TYPE_CHECKING:
     # The compiled call() and execute() repeat the success path above and call back into the
     # methods above for everything else (admission outside the closed state, settling, errors).
     _c.configure(time.monotonic_ns, _deadline, _deadline_scope, _sinks_registry,
-                 type(_sinks_registry).__dict__["floor"], _DEBUG_INT, min_level, _refuse_coroutine)
+                 type(_sinks_registry).__dict__["floor"], _DEBUG_INT, min_level, _refuse_coroutine,
+                 _native.ASYNC_RESULTS)
     CircuitBreaker.call = _c.Core.call
     CircuitBreaker.execute = _c.Core.execute

@@ -32,11 +32,11 @@ from ..events import Level, min_level
 from ..events._sinks import _process as _sinks_registry
 
 if TYPE_CHECKING:
+    from .._cbreaker import Wrapper
     from ._breaker import CircuitBreaker
-    from ._cbreaker import Wrapper
 
 # The compiled wrapper for plain functions (docs/design.md, "Compiled fast paths"), or None.
-_c = _native.load("stoic.breaker._cbreaker")
+_c = _native.load("stoic._cbreaker")
 
 # Every name the template binds starts with this prefix; a function with a parameter that
 # does too (or is named like the one builtin it reads) gets the (*args, **kwargs) wrapper, so
@@ -47,7 +47,7 @@ _BUILTINS_READ = frozenset({"BaseException"})
 _TEMPLATE = """\
 def stoic_make(stoic_breaker, stoic_fn, stoic_now, stoic_slow_ns, stoic_admit, stoic_refuse_if_late,
                stoic_settle, stoic_settle_error, stoic_deadline, stoic_deadline_get, stoic_sinks,
-               stoic_min_level, stoic_coroutine_type, stoic_refuse_coroutine):
+               stoic_min_level, stoic_async_results, stoic_refuse_coroutine):
     {async_}def stoic_wrapper({params}):
         if stoic_deadline.ever_set and stoic_deadline_get() is not None:
             stoic_refuse_if_late()
@@ -110,7 +110,7 @@ def _factory(is_async: bool, params: str, call: str) -> Callable[..., Callable[.
         await_="await " if is_async else "",
         in_task="True" if is_async else "False",
         # As call(): a plain function that returned a coroutine is refused (never counted).
-        refuse="" if is_async else ("\n            if type(stoic_result) is stoic_coroutine_type:"
+        refuse="" if is_async else ("\n            if type(stoic_result) in stoic_async_results:"
                                     "\n                stoic_refuse_coroutine(stoic_fn, stoic_result)"),
         params=params,
         call=call,
@@ -136,7 +136,7 @@ def decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., A
     wrapper = _factory(is_async, params, call)(
         breaker, fn, breaker._now, breaker._slow_ns, breaker._admit, breaker._refuse_if_late,
         breaker._settle, breaker._settle_error, _deadline, _deadline_scope.get, _sinks_registry, min_level,
-        types.CoroutineType, _refuse_coroutine,
+        _native.ASYNC_RESULTS, _refuse_coroutine,
     )
     if mirrored is not None:
         # The wrapper's parameters take fn's defaults (the same objects, read now).

@@ -111,6 +111,7 @@ static PyObject *g_registry;       /* events._sinks._process */
 static Py_ssize_t g_floor_offset;  /* where the registry keeps its `floor` slot */
 static PyObject *g_min_level;      /* events.min_level */
 static PyObject *g_refuse_coroutine;
+static PyObject *g_async_results; /* _native.ASYNC_RESULTS: types a plain operation must not return */
 static PyObject *g_debug;          /* int(Level.DEBUG) */
 static long g_debug_value;
 static PyObject *g_zero;
@@ -122,7 +123,7 @@ static int
 configured(void)
 {
     if (g_registry == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "stoic.breaker._cbreaker is not configured");
+        PyErr_SetString(PyExc_RuntimeError, "stoic._cbreaker is not configured");
         return 0;
     }
     return 1;
@@ -366,6 +367,30 @@ admit(CoreObject *self, PyObject **epoch, PyObject **probe)
     return 0;
 }
 
+/* Whether a plain operation returned something to await (a coroutine, or the awaitable of a
+ * compiled execute()/retry()): one of _native.ASYNC_RESULTS. Types without async slots (ints,
+ * dicts, ... nearly every result) are answered without looking at the tuple. */
+static int
+is_async_result(PyObject *result)
+{
+    PyTypeObject *type = Py_TYPE(result);
+    if (type->tp_as_async == NULL) {
+        return 0;
+    }
+    if (type == &PyCoro_Type) {
+        return 1;
+    }
+    if (g_async_results == NULL) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(g_async_results); i++) {
+        if ((PyObject *)type == PyTuple_GET_ITEM(g_async_results, i)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The whole sync path: CircuitBreaker.call and the @breaker wrapper of a plain function. */
 static PyObject *
 run_sync(CoreObject *self, PyObject *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -389,7 +414,7 @@ run_sync(CoreObject *self, PyObject *fn, PyObject *const *args, size_t nargsf, P
         goto fail;
     }
     PyObject *result = PyObject_Vectorcall(fn, args, nargsf, kwnames);
-    if (result != NULL && (Py_IS_TYPE(result, &PyCoro_Type) || Py_IS_TYPE(result, &Execution_Type))) {
+    if (result != NULL && is_async_result(result)) {
         /* An async function given to the sync path (execute() and an async @breaker wrapper
          * return an Execution where Python returns a coroutine): _refuse_coroutine closes it
          * and raises. */
@@ -545,7 +570,7 @@ static PyGetSetDef core_getset[] = {
 
 static PyTypeObject Core_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "stoic.breaker._cbreaker.Core",
+    .tp_name = "stoic._cbreaker.Core",
     .tp_doc = "The breaker's hot fields and its compiled call()/execute() success paths.",
     .tp_basicsize = sizeof(CoreObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
@@ -1154,7 +1179,7 @@ static PyAsyncMethods execution_as_async = {
 
 static PyTypeObject Execution_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "stoic.breaker._cbreaker.Execution",
+    .tp_name = "stoic._cbreaker.Execution",
     .tp_doc = "The awaitable CircuitBreaker.execute returns (a coroutine: nothing runs before it is awaited).",
     .tp_basicsize = offsetof(ExecutionObject, items),
     .tp_itemsize = sizeof(PyObject *),
@@ -1394,7 +1419,7 @@ static PyMemberDef wrapper_members[] = {
 
 static PyTypeObject Wrapper_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "stoic.breaker._cbreaker.Wrapper",
+    .tp_name = "stoic._cbreaker.Wrapper",
     .tp_doc = "The @breaker wrapper: each call runs as breaker.call(fn, ...) or breaker.execute(fn, ...) would.",
     .tp_basicsize = sizeof(WrapperObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
@@ -1417,16 +1442,17 @@ static PyTypeObject Wrapper_Type = {
 
 PyDoc_STRVAR(configure_doc,
 "configure(monotonic_ns, deadline_module, deadline_var, registry, floor_descriptor, debug, min_level,\n"
-"          refuse_coroutine)\n--\n\n"
+"          refuse_coroutine, async_results)\n--\n\n"
 "Hand the objects the fast paths read to the module (once, from stoic.breaker._breaker).");
 
 static PyObject *
 configure(PyObject *Py_UNUSED(module), PyObject *args)
 {
     PyObject *monotonic_ns, *deadline_module, *deadline_var, *registry, *floor, *debug, *min_level, *refuse;
-    if (!PyArg_ParseTuple(args, "OO!O!OOO!OO:configure", &monotonic_ns, &PyModule_Type, &deadline_module,
+    PyObject *async_results;
+    if (!PyArg_ParseTuple(args, "OO!O!OOO!OOO!:configure", &monotonic_ns, &PyModule_Type, &deadline_module,
                           &PyContextVar_Type, &deadline_var, &registry, &floor, &PyLong_Type, &debug, &min_level,
-                          &refuse)) {
+                          &refuse, &PyTuple_Type, &async_results)) {
         return NULL;
     }
     /* `floor` is a __slots__ member of the registry's class: read at its offset, no lookup. */
@@ -1449,6 +1475,7 @@ configure(PyObject *Py_UNUSED(module), PyObject *args)
     g_debug_value = debug_value;
     Py_XSETREF(g_min_level, Py_NewRef(min_level));
     Py_XSETREF(g_refuse_coroutine, Py_NewRef(refuse));
+    Py_XSETREF(g_async_results, Py_NewRef(async_results));
     Py_RETURN_NONE;
 }
 
@@ -1459,7 +1486,7 @@ static PyMethodDef module_methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "stoic.breaker._cbreaker",
+    .m_name = "stoic._cbreaker",
     .m_doc = "The circuit breaker's compiled success paths (see stoic._native).",
     .m_size = -1,
     .m_methods = module_methods,
