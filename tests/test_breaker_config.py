@@ -4,7 +4,10 @@ decorator, and the open-duration arithmetic (seed 000, "API"; design/python.md).
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
+import pickle
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -169,3 +172,11 @@ def test_is_a_policy() -> None:
 def test_the_label_must_be_a_string() -> None:
     with pytest.raises(TypeError, match="label must be a str"):
         CircuitBreaker(42)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("how", [copy.copy, copy.deepcopy, pickle.dumps], ids=lambda f: f.__name__)
+def test_a_breaker_cannot_be_copied_or_pickled(how: Callable[[object], object]) -> None:
+    # The same answer in both modes (the compiled Core type would refuse anyway, the pure-Python
+    # class would make a shallow copy sharing the lock and the window's lists).
+    with pytest.raises(TypeError, match="cannot be copied or pickled"):
+        how(CircuitBreaker("payments"))

@@ -661,6 +661,12 @@ class CircuitBreaker(_Base):
         pending.append(("breaker.reset", _INFO, {}))
         self._flush(pending, now)
 
+    def __reduce_ex__(self, protocol: object) -> Any:
+        """Refused: ``copy``, ``deepcopy`` and ``pickle`` all raise ``TypeError``. A breaker is the
+        live, shared state of one dependency; a copy would judge it from a second, diverging window."""
+        raise TypeError(f"a CircuitBreaker cannot be copied or pickled (breaker {self.label!r}): "
+                        "share the one instance, or construct another")
+
     def __repr__(self) -> str:
         return f"CircuitBreaker({self.label!r}, state={self._state.value}, window={self._window_kind!r})"
 
