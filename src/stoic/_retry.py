@@ -565,11 +565,12 @@ class _Retrier:
             # The same wrapper, compiled: its call returns the coroutine async_wrapper's would (a
             # _cretry.Run). For inspect it is function-like: async_wrapper's __code__ (so
             # iscoroutinefunction holds, and wants_attempt reads the same parameters), defaults.
-            compiled = functools.update_wrapper(
+            compiled: Any = functools.update_wrapper(
                 _c._decorated(fn, self, schedule, classify, nesting, label, site, fixed_clock, False, True), fn)
-            compiled.__code__ = async_wrapper.__code__
-            compiled.__defaults__ = async_wrapper.__defaults__
-            compiled.__kwdefaults__ = async_wrapper.__kwdefaults__
+            python: Any = async_wrapper
+            compiled.__code__ = python.__code__
+            compiled.__defaults__ = python.__defaults__
+            compiled.__kwdefaults__ = python.__kwdefaults__
             return compiled
         return async_wrapper
 
