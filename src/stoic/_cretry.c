@@ -1022,6 +1022,11 @@ run_start(Run *r, PyObject **out)
     if (r->owner != NULL) {
         /* A @retrying wrapper's call: `bucket = retrier.bucket`, then the fixed or ambient clock. */
         Function *w = (Function *)r->owner;
+        if (w->retrier == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "this compiled stoic function was cleared by the garbage collector");
+            run_finish(r);
+            return PYGEN_ERROR;
+        }
         if ((r->bucket = slot(w->retrier, d_retrier_bucket)) == NULL
             || (r->clock = w->clock != Py_None ? Py_NewRef(w->clock) : current_clock()) == NULL) {
             run_finish(r);
