@@ -463,7 +463,25 @@ def _via_execute(schedule: Any) -> AsyncForm:
     return Retrying(schedule).execute
 
 
-ASYNC_FORMS: dict[str, Callable[[Any], AsyncForm]] = {"retry": _via_retry, "Retrying.execute": _via_execute}
+def _via_async_decorator(schedule: Any) -> AsyncForm:
+    cache: dict[Any, Any] = {}
+
+    def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        wrapper = cache.get(fn)
+        if wrapper is None:
+            target = fn
+            if not inspect.iscoroutinefunction(fn):  # (a FaultyOperation: an object with an async __call__)
+                async def target(*a: Any, **k: Any) -> Any:
+                    return await fn(*a, **k)
+            wrapper = cache[fn] = retrying(schedule)(target)
+        return wrapper(*args, **kwargs)
+
+    return run
+
+
+ASYNC_FORMS: dict[str, Callable[[Any], AsyncForm]] = {
+    "retry": _via_retry, "Retrying.execute": _via_execute, "@retrying": _via_async_decorator,
+}
 
 
 @pytest.fixture(params=list(ASYNC_FORMS))
@@ -694,6 +712,7 @@ def test_send_throw_and_close_behave_as_the_python_coroutine(script: list[str]) 
     assert _drive(lambda op: retry(schedule, op), script) == reference  # (its own keywords would go to Python)
     assert _drive(lambda op: Retrying(schedule, budget=RetryBudget.UNLIMITED).execute(op), script) == reference
     assert _drive(lambda op: python_execute(policy, op), script) == _drive(lambda op: policy.execute(op), script)
+    assert _drive(lambda op: retrying(schedule)(op)(), script) == reference
 
 
 @pytest.mark.parametrize("scenario", ["ok", "flaky", "permanent", "base", "cancelled"])
@@ -768,5 +787,128 @@ async def test_a_tasks_repr_names_the_retry_coroutine_in_both_modes(aform: Calla
         return 1
 
     task = asyncio.create_task(aform(THREE)(op))
-    assert "_run_async()" in repr(task)
+    # (a decorated function's coroutine is named after the function, as functools.wraps makes it)
+    assert ("op()" if aform is _via_async_decorator else "_run_async()") in repr(task)
     assert await task == 1
+
+
+# --- @retrying on a coroutine function ---------------------------------------------------------
+
+@retrying(THREE)
+async def _module_level_async(x: int, *, y: int = 1) -> int:
+    """Adds."""
+    return x + y
+
+
+@compiled_only
+def test_a_decorated_coroutine_function_is_compiled_unless_it_takes_the_general_path() -> None:
+    from stoic import _cretry  # type: ignore[attr-defined]
+
+    async def op() -> int:
+        return 1
+
+    async def wants(attempt: Any) -> int:
+        return 1
+
+    made = retrying(THREE)(op)()
+    assert type(retrying(THREE)(op)) is _cretry.Function and type(made) is _cretry.Run
+    made.close()
+    for general in (retrying(THREE)(wants), retrying(THREE, attempt_timeout=1.0)(op)):
+        assert inspect.isfunction(general)
+        assert inspect.iscoroutinefunction(general)
+
+
+def test_a_decorated_coroutine_function_is_a_coroutine_function_with_its_signature_and_attributes() -> None:
+    async def fetch(url: str, *, retries: int = 2) -> str:
+        """Fetches."""
+        return url
+
+    fetch.custom = "kept"  # type: ignore[attr-defined]
+    decorated = retrying(THREE)(fetch)
+    assert inspect.iscoroutinefunction(decorated)
+    assert asyncio.iscoroutinefunction(decorated)
+    assert inspect.signature(decorated) == inspect.signature(fetch)
+    assert (decorated.__name__, decorated.__qualname__, decorated.__doc__, decorated.__module__) == (
+        fetch.__name__, fetch.__qualname__, "Fetches.", fetch.__module__)
+    assert decorated.__wrapped__ is fetch
+    assert decorated.__annotations__ == fetch.__annotations__
+    assert decorated.custom == "kept"  # type: ignore[attr-defined]
+    assert not wants_attempt(decorated)
+    assert asyncio.run(decorated("u")) == "u"
+    # Stacked: the outer decorator sees a coroutine function too (one single attempt inside).
+    twice = retrying(THREE)(decorated)
+    assert inspect.iscoroutinefunction(twice)
+    assert asyncio.run(twice("v")) == "v"
+
+
+def test_a_decorated_coroutine_method_binds_like_a_function() -> None:
+    class Client:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        @retrying(Schedule.fixed(0).attempts(3))
+        async def get(self, key: str) -> tuple[Any, str]:
+            self.calls += 1
+            if self.calls < 2:
+                raise ConnectionError
+            return self, key
+
+        @staticmethod
+        @retrying(THREE)
+        async def static(x: int) -> int:
+            return x
+
+    client = Client()
+    assert inspect.iscoroutinefunction(client.get)
+    assert asyncio.iscoroutinefunction(client.get)
+    assert inspect.ismethod(client.get) and client.get.__self__ is client
+    assert list(inspect.signature(client.get).parameters) == ["key"]
+    assert asyncio.run(client.get("k")) == (client, "k")
+    assert client.calls == 2
+    assert asyncio.run(Client.get(client, "j")) == (client, "j")
+    assert asyncio.run(client.static(4)) == 4 and inspect.iscoroutinefunction(Client.static)
+
+
+def test_a_decorated_coroutine_function_pickles_and_copies_by_reference() -> None:
+    import copy
+    import pickle
+
+    assert pickle.loads(pickle.dumps(_module_level_async)) is _module_level_async
+    assert copy.copy(_module_level_async) is _module_level_async
+    assert copy.deepcopy(_module_level_async) is _module_level_async
+    assert asyncio.run(pickle.loads(pickle.dumps(_module_level_async))(1, y=2)) == 3
+
+
+def test_the_bucket_and_clock_are_read_at_the_first_send_as_the_python_wrapper_reads_them() -> None:
+    op = fail_times(1, ConnectionError, then="ok")
+
+    async def target() -> str:
+        return await op()
+
+    made = retrying(Schedule.fixed(5).attempts(2))(target)()  # made with the system clock ambient
+    virtual = VirtualClock()
+
+    async def main() -> str:
+        with use_clock(virtual):
+            return await virtual.run(made, limit=60)  # a real 5 s sleep would fail the run's limit
+
+    assert asyncio.run(asyncio.wait_for(main(), timeout=2)) == "ok"
+    assert op.calls == 2
+
+
+async def test_a_decorated_coroutine_function_nested_in_an_attempt_makes_a_single_attempt() -> None:
+    inner = fail_with(ConnectionError())
+
+    @retrying(THREE)
+    async def inner_retried() -> None:
+        await inner()
+
+    @retrying(THREE)
+    async def outer() -> None:
+        assert in_retry_attempt()
+        await inner_retried()
+
+    with pytest.raises(ConnectionError):
+        await outer()
+    assert inner.calls == 3  # one per outer attempt: the inner retry never retries
+    assert not in_retry_attempt()

@@ -11,7 +11,8 @@
  *
  * Sections: what _configure() hands over; helpers; the sync first attempt; the compiled
  * functions (@retrying wrapper, Retrying.call, retry_sync); the async first attempt (an
- * awaitable, for retry() and Retrying.execute); the Function type; the module.
+ * awaitable, for @retrying on a coroutine function, retry() and Retrying.execute); the
+ * Function type; the module.
  *
  * The Python objects this needs (context variables, module globals, the Python functions, the
  * slot descriptors of the private classes) are handed over once by _configure().
@@ -19,6 +20,16 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+
+/* On 3.11 the calling frame's code and offset are read from the interpreter's frame, without
+ * making the frame object PyEval_GetFrame() would (an allocation per calling frame: a third of
+ * retry_sync's cost). Other versions use PyEval_GetFrame(). */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#define Py_BUILD_CORE 1
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+#define STOIC_READ_INTERPRETER_FRAME 1
+#endif
 
 /* ---- what _configure() hands over ------------------------------------------------------ */
 
@@ -51,7 +62,7 @@ static PyObject *d_site_code, *d_site_bucket, *d_site_op, *d_site_name;
 static PyObject *d_retrying_clock, *d_retrying_retrier;
 
 static PyObject *s_ever_set, *s_now_ns, *s_old_value, *s_attempt, *s_code, *s_budget, *s_classify,
-    *s_nesting, *s_label, *s_qualname, *s_attempt_timeout, *s_throw, *s_close, *s_cr_await;
+    *s_nesting, *s_label, *s_qualname, *s_name, *s_attempt_timeout, *s_throw, *s_close, *s_cr_await;
 static PyObject *minus_one;
 
 typedef struct {
@@ -500,7 +511,9 @@ is_timed(PyObject *schedule)
  * method, has a __dict__ (functools.update_wrapper fills __name__, __doc__, __wrapped__, so
  * inspect.signature follows __wrapped__), and can be weakly referenced.
  *
- * Kinds: a @retrying wrapper of a plain function (every field used); `retry_sync`, `retry`,
+ * Kinds: a @retrying wrapper of a plain function or of a coroutine function (every field
+ * used; the async one returns a Run, and _retry.py gives it the __code__ of the async def it
+ * replaces, so inspect sees a coroutine function); `retry_sync`, `retry`,
  * `Retrying.call` and `Retrying.execute` (only `fn`: the pure-Python function they stand for,
  * called for anything unusual). */
 typedef struct {
@@ -622,10 +635,40 @@ done:
     return result;
 }
 
-/* retry's and retry_sync's first steps: the schedule's check, then the call site's _Site
- * (site_of_frame's lookup, inlined for the head of the chain, as the Python code does). */
+/* Whether a Python frame is calling (the frame sys._getframe(1) gives the Python function). */
+static int
+has_caller(void)
+{
+#ifdef STOIC_READ_INTERPRETER_FRAME
+    return PyThreadState_GET()->cframe->current_frame != NULL;
+#else
+    return PyEval_GetFrame() != NULL;
+#endif
+}
+
+/* The calling frame's code object (borrowed: the running frame holds it) and its f_lasti. */
+static void
+caller_position(PyObject **code, int *lasti)
+{
+#ifdef STOIC_READ_INTERPRETER_FRAME
+    _PyInterpreterFrame *frame = PyThreadState_GET()->cframe->current_frame;
+    int offset = _PyInterpreterFrame_LASTI(frame);
+    *code = (PyObject *)frame->f_code;
+    *lasti = offset < 0 ? -1 : offset * (int)sizeof(_Py_CODEUNIT);  /* (PyFrame_GetLasti) */
+#else
+    PyFrameObject *frame = PyEval_GetFrame();
+    PyCodeObject *frame_code = PyFrame_GetCode(frame);
+    Py_DECREF(frame_code);
+    *code = (PyObject *)frame_code;
+    *lasti = PyFrame_GetLasti(frame);
+#endif
+}
+
+/* retry's and retry_sync's first steps (has_caller() is true): the schedule's check, then the
+ * call site's _Site (site_of_frame's lookup, inlined for the head of the chain, as the Python
+ * code does; only a site met for the first time needs the frame object). */
 static PyObject *
-schedule_and_site(PyObject *schedule, PyFrameObject *frame)
+schedule_and_site(PyObject *schedule)
 {
     if (!Py_IS_TYPE(schedule, (PyTypeObject *)bounded_schedule)) {
         PyObject *checked = PyObject_CallOneArg(check_schedule, schedule);
@@ -634,23 +677,22 @@ schedule_and_site(PyObject *schedule, PyFrameObject *frame)
         }
         Py_DECREF(checked);
     }
-    PyObject *code = (PyObject *)PyFrame_GetCode(frame);
-    PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti(frame));
+    PyObject *code;
+    int offset;
+    caller_position(&code, &offset);
+    PyObject *lasti = PyLong_FromLong(offset);
     if (lasti == NULL) {
-        Py_DECREF(code);
         return NULL;
     }
     PyObject *site = PyDict_GetItemWithError(frames, lasti);
     Py_DECREF(lasti);
     Py_XINCREF(site);
     if (site == NULL && PyErr_Occurred()) {
-        Py_DECREF(code);
         return NULL;
     }
     if (site != NULL) {
         PyObject *site_code = slot(site, d_site_code);
         if (site_code == NULL) {
-            Py_DECREF(code);
             Py_DECREF(site);
             return NULL;
         }
@@ -659,9 +701,13 @@ schedule_and_site(PyObject *schedule, PyFrameObject *frame)
             Py_CLEAR(site);
         }
     }
-    Py_DECREF(code);
     if (site == NULL) {
-        site = PyObject_CallOneArg(site_of_frame, (PyObject *)frame);
+        PyObject *frame = (PyObject *)PyEval_GetFrame();
+        if (frame == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "retry: no calling frame");
+            return NULL;
+        }
+        site = PyObject_CallOneArg(site_of_frame, frame);
     }
     return site;
 }
@@ -682,14 +728,13 @@ retry_sync_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyOb
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     /* With no Python frame to find the call site in, the Python function decides too: it
      * looks one frame up, which is the frame calling this (a C call adds none). */
-    PyFrameObject *frame = PyEval_GetFrame();
-    if (nargs < 2 || has_own_keyword(kwnames) || frame == NULL) {
+    if (nargs < 2 || has_own_keyword(kwnames) || !has_caller()) {
         return PyObject_Vectorcall(f->fn, args, nargsf, kwnames);
     }
     PyObject *schedule = args[0], *fn = args[1];
     PyObject *const *rest = args + 2;
     Py_ssize_t nrest = nargs - 2;
-    PyObject *site = schedule_and_site(schedule, frame);
+    PyObject *site = schedule_and_site(schedule);
     if (site == NULL) {
         return NULL;
     }
@@ -760,10 +805,15 @@ typedef struct {
     PyObject *token;   /* RUN_FIRST: the in-attempt mark's token */
     PyObject *started; /* RUN_FIRST: the attempt's start, or -1 */
     PyObject *inner;   /* RUN_FIRST: the operation's awaitable; RUN_LOOP: the _loop_async coroutine */
+    /* The @retrying wrapper that made it, or NULL (retry(), execute()): then the bucket and the
+     * clock are read at the first send, as the Python wrapper's body reads them, and the
+     * wrapper's names are the coroutine's. Kept after the run finishes (a coroutine keeps its name). */
+    PyObject *owner;
 } Run;
 
-static int
-run_clear(Run *r)
+/* Finished (returned or raised): like a coroutine's frame, drop everything but the name. */
+static void
+run_finish(Run *r)
 {
     r->state = RUN_DONE;
     Py_CLEAR(r->schedule);
@@ -779,24 +829,22 @@ run_clear(Run *r)
     Py_CLEAR(r->token);
     Py_CLEAR(r->started);
     Py_CLEAR(r->inner);
+}
+
+static int
+run_clear(Run *r)
+{
+    run_finish(r);
+    Py_CLEAR(r->owner);
     return 0;
 }
 
-/* Finished (returned or raised): like a coroutine's frame, drop everything. */
-static void
-run_finish(Run *r)
-{
-    run_clear(r);
-}
-
+/* `bucket` and `clock` are NULL when `owner` (a @retrying wrapper) is given: read at the first send. */
 static PyObject *
-run_new(PyObject *schedule, PyObject *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-        PyObject *site, PyObject *bucket, PyObject *classify, PyObject *nesting, PyObject *label, PyObject *clock)
+run_new(int timed, PyObject *schedule, PyObject *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+        PyObject *site, PyObject *bucket, PyObject *classify, PyObject *nesting, PyObject *label, PyObject *clock,
+        PyObject *owner)
 {
-    int timed = is_timed(schedule);
-    if (timed < 0) {
-        return NULL;
-    }
     Run *r = PyObject_GC_New(Run, &Run_Type);
     if (r == NULL) {
         return NULL;
@@ -807,11 +855,12 @@ run_new(PyObject *schedule, PyObject *fn, PyObject *const *args, Py_ssize_t narg
     r->schedule = Py_NewRef(schedule);
     r->fn = Py_NewRef(fn);
     r->site = Py_NewRef(site);
-    r->bucket = Py_NewRef(bucket);
+    r->bucket = Py_XNewRef(bucket);
     r->classify = Py_NewRef(classify);
     r->nesting = Py_NewRef(nesting);
     r->label = Py_NewRef(label);
-    r->clock = Py_NewRef(clock);
+    r->clock = Py_XNewRef(clock);
+    r->owner = Py_XNewRef(owner);
     r->token = r->started = r->inner = r->kwargs = NULL;
     r->args = PyTuple_New(nargs);
     if (r->args == NULL) {
@@ -970,6 +1019,20 @@ run_loop_sent(Run *r, PySendResult status)
 static PySendResult
 run_start(Run *r, PyObject **out)
 {
+    if (r->owner != NULL) {
+        /* A @retrying wrapper's call: `bucket = retrier.bucket`, then the fixed or ambient clock. */
+        Function *w = (Function *)r->owner;
+        if (w->retrier == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "this compiled stoic function was cleared by the garbage collector");
+            run_finish(r);
+            return PYGEN_ERROR;
+        }
+        if ((r->bucket = slot(w->retrier, d_retrier_bucket)) == NULL
+            || (r->clock = w->clock != Py_None ? Py_NewRef(w->clock) : current_clock()) == NULL) {
+            run_finish(r);
+            return PYGEN_ERROR;
+        }
+    }
     if (deposit(r->bucket) < 0) {
         run_finish(r);
         return PYGEN_ERROR;
@@ -1264,6 +1327,8 @@ run_await(PyObject *self)
     return Py_NewRef(self);
 }
 
+static PyObject *run_get_name(Run *r, void *closure);
+
 /* A coroutine dropped unfinished is closed; one never started warns, as Python's do. */
 static void
 run_finalize(PyObject *self)
@@ -1273,9 +1338,12 @@ run_finalize(PyObject *self)
     PyErr_Fetch(&type, &value, &tb);
     if (r->state == RUN_FRESH) {
         run_finish(r);
-        if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "coroutine '%s' was never awaited", "_run_async") < 0) {
+        PyObject *name = run_get_name(r, (void *)1);
+        if (name == NULL
+            || PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "coroutine '%S' was never awaited", name) < 0) {
             PyErr_WriteUnraisable(self);
         }
+        Py_XDECREF(name);
     }
     else if (r->state != RUN_DONE) {
         PyObject *closed = run_close(r, NULL);
@@ -1303,6 +1371,7 @@ run_traverse(Run *r, visitproc visit, void *arg)
     Py_VISIT(r->token);
     Py_VISIT(r->started);
     Py_VISIT(r->inner);
+    Py_VISIT(r->owner);
     return 0;
 }
 
@@ -1332,19 +1401,22 @@ static PyMethodDef run_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* The Python coroutine's name, so a task's repr reads the same in both modes. */
+/* The Python coroutine's names, so a task's repr reads the same in both modes: _run_async's,
+ * or those of the @retrying wrapper that made it (functools.wraps gave it the function's). */
 static PyObject *
 run_get_name(Run *r, void *closure)
 {
-    (void)r;
-    (void)closure;
+    if (r->owner != NULL) {
+        return PyObject_GetAttr(r->owner, closure == NULL ? s_name : s_qualname);
+    }
     return PyUnicode_FromString("_run_async");
 }
 
 static PyGetSetDef run_getset[] = {
     {"cr_running", (getter)run_get_running, NULL, "Whether a send/throw/close is running now.", NULL},
-    {"__name__", (getter)run_get_name, NULL, "_run_async, as the Python coroutine's.", NULL},
-    {"__qualname__", (getter)run_get_name, NULL, "_run_async, as the Python coroutine's.", NULL},
+    {"__name__", (getter)run_get_name, NULL, "The name of the Python coroutine it stands for.", NULL},
+    {"__qualname__", (getter)run_get_name, NULL, "The qualified name of the Python coroutine it stands for.",
+     (void *)1},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1381,6 +1453,17 @@ to_run_async(PyObject *schedule, PyObject *fn, PyObject *const *args, Py_ssize_t
     return hand_to(run_async, before, 2, args, nargs, kwnames, after, 8);
 }
 
+/* A call of a coroutine function decorated with @retrying (_Retrier._decorate_async's
+ * async_wrapper, when the operation wants no Attempt and there is no attempt_timeout): the
+ * coroutine the wrapper would return. Nothing is read until its first send, as in the wrapper. */
+static PyObject *
+decorated_async_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Function *w = (Function *)self;
+    return run_new(w->timed, w->schedule, w->fn, args, PyVectorcall_NARGS(nargsf), kwnames, w->site, NULL,
+                   w->classify, w->nesting, w->label, NULL, self);
+}
+
 /* Retrying.execute(self, fn, /, *args, **kwargs) (stoic/pipeline.py): every argument of
  * _run_async is read at the call, as the Python method does. */
 static PyObject *
@@ -1414,7 +1497,11 @@ retrying_execute_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf
                               clock);
     }
     else {
-        result = run_new(schedule, fn, args + 2, nargs - 2, kwnames, site, bucket, classify, nesting, label, clock);
+        int timed = is_timed(schedule);
+        if (timed >= 0) {
+            result = run_new(timed, schedule, fn, args + 2, nargs - 2, kwnames, site, bucket, classify, nesting, label,
+                             clock, NULL);
+        }
     }
 done:
     Py_DECREF(retrier);
@@ -1435,12 +1522,11 @@ retry_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject 
 {
     Function *f = (Function *)self;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyFrameObject *frame = PyEval_GetFrame();
-    if (nargs < 2 || has_own_keyword(kwnames) || kwnames_has(kwnames, s_attempt_timeout) || frame == NULL) {
+    if (nargs < 2 || has_own_keyword(kwnames) || kwnames_has(kwnames, s_attempt_timeout) || !has_caller()) {
         return PyObject_Vectorcall(f->fn, args, nargsf, kwnames);
     }
     PyObject *schedule = args[0], *fn = args[1];
-    PyObject *site = schedule_and_site(schedule, frame);
+    PyObject *site = schedule_and_site(schedule);
     if (site == NULL) {
         return NULL;
     }
@@ -1458,8 +1544,11 @@ retry_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject 
                               Py_None, clock);
     }
     else {
-        result = run_new(schedule, fn, args + 2, nargs - 2, kwnames, name, bucket, standard, single_attempt, Py_None,
-                         clock);
+        int timed = is_timed(schedule);
+        if (timed >= 0) {
+            result = run_new(timed, schedule, fn, args + 2, nargs - 2, kwnames, name, bucket, standard,
+                             single_attempt, Py_None, clock, NULL);
+        }
     }
 done:
     Py_DECREF(site);
@@ -1487,22 +1576,27 @@ function_alloc(vectorcallfunc vectorcall, PyObject *fn)
     return f;
 }
 
-/* _decorated(fn, retrier, schedule, classify, nesting, label, site, clock, general) */
+/* _decorated(fn, retrier, schedule, classify, nesting, label, site, clock, general, is_async):
+ * is_async for a coroutine function whose calls all take the compiled path (general false). */
 static PyObject *
 decorated(PyObject *module, PyObject *args)
 {
     (void)module;
     PyObject *fn, *retrier, *schedule, *classify, *nesting, *label, *site, *clock;
-    int general;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOp:_decorated", &fn, &retrier, &schedule, &classify, &nesting, &label,
-                          &site, &clock, &general)) {
+    int general, is_async = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOp|p:_decorated", &fn, &retrier, &schedule, &classify, &nesting, &label,
+                          &site, &clock, &general, &is_async)) {
+        return NULL;
+    }
+    if (is_async && general) {
+        PyErr_SetString(PyExc_ValueError, "_decorated: the general async path is the Python wrapper's");
         return NULL;
     }
     int timed = is_timed(schedule);
     if (timed < 0) {
         return NULL;
     }
-    Function *f = function_alloc(decorated_vectorcall, fn);
+    Function *f = function_alloc(is_async ? decorated_async_vectorcall : decorated_vectorcall, fn);
     if (f == NULL) {
         return NULL;
     }
@@ -1695,7 +1789,7 @@ static PyTypeObject Function_Type = {
 static PyMethodDef module_methods[] = {
     {"_configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "Hand over the Python objects the compiled paths use (stoic._retry, stoic.pipeline)."},
-    {"_decorated", decorated, METH_VARARGS, "The compiled wrapper of a plain function decorated with @retrying."},
+    {"_decorated", decorated, METH_VARARGS, "The compiled wrapper of a function decorated with @retrying."},
     {"_compiled", compiled, METH_VARARGS, "The compiled retry_sync, Retrying.call, retry or Retrying.execute."},
     {NULL, NULL, 0, NULL},
 };
@@ -1720,6 +1814,7 @@ PyInit__cretry(void)
         || intern(&s_code, "__code__") < 0 || intern(&s_budget, "budget") < 0
         || intern(&s_classify, "classify") < 0 || intern(&s_nesting, "nesting") < 0
         || intern(&s_label, "label") < 0 || intern(&s_qualname, "__qualname__") < 0
+        || intern(&s_name, "__name__") < 0
         || intern(&s_attempt_timeout, "attempt_timeout") < 0 || intern(&s_throw, "throw") < 0
         || intern(&s_close, "close") < 0 || intern(&s_cr_await, "cr_await") < 0) {
         return NULL;

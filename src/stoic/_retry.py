@@ -561,6 +561,17 @@ class _Retrier:
             return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, None,
                                      clock, token.old_value is True, error, started)
 
+        if _c is not None and not general:
+            # The same wrapper, compiled: its call returns the coroutine async_wrapper's would (a
+            # _cretry.Run). For inspect it is function-like: async_wrapper's __code__ (so
+            # iscoroutinefunction holds, and wants_attempt reads the same parameters), defaults.
+            compiled: Any = functools.update_wrapper(
+                _c._decorated(fn, self, schedule, classify, nesting, label, site, fixed_clock, False, True), fn)
+            python: Any = async_wrapper
+            compiled.__code__ = python.__code__
+            compiled.__defaults__ = python.__defaults__
+            compiled.__kwdefaults__ = python.__kwdefaults__
+            return compiled
         return async_wrapper
 
     def _decorate_sync(self, fn: Callable[P, R]) -> Callable[P, R]:
