@@ -23,12 +23,15 @@
 
 /* On 3.11 the calling frame's code and offset are read from the interpreter's frame, without
  * making the frame object PyEval_GetFrame() would (an allocation per calling frame: a third of
- * retry_sync's cost). Other versions use PyEval_GetFrame(). */
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+ * retry_sync's cost). Other versions, and a Python installed without its internal headers, use
+ * PyEval_GetFrame(). */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && defined(__has_include)
+#if __has_include(<internal/pycore_frame.h>)
 #define Py_BUILD_CORE 1
 #include <internal/pycore_frame.h>
 #undef Py_BUILD_CORE
 #define STOIC_READ_INTERPRETER_FRAME 1
+#endif
 #endif
 
 /* ---- what _configure() hands over ------------------------------------------------------ */
