@@ -256,14 +256,17 @@ settle_error(PyObject *breaker, PyObject *epoch, PyObject *probe, Stamp *start, 
         Py_XDECREF(tb);
         return;
     }
-    PyObject *handled = PyErr_GetHandledException();
-    PyErr_SetHandledException(value);
+    /* As an except clause: the handled exception is the operation's meanwhile, and afterwards
+     * the current slot holds exactly what it held before. (PyErr_GetHandledException would return
+     * an enclosing generator's exception, and setting that back would plant it in this one.) */
+    _PyErr_StackItem *exc_info = PyThreadState_Get()->exc_info;
+    PyObject *handled = exc_info->exc_value;
+    exc_info->exc_value = Py_NewRef(value);
     PyObject *argv[6] = {breaker, value, epoch, probe != NULL ? probe : g_zero, start_obj,
                          in_task ? Py_True : Py_False};
     PyObject *r = PyObject_VectorcallMethod(s_settle_error, argv, 6 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                             NULL);
-    PyErr_SetHandledException(handled);
-    Py_XDECREF(handled);
+    Py_XSETREF(exc_info->exc_value, handled);
     Py_DECREF(start_obj);
     if (r == NULL) {
         Py_XDECREF(type);
@@ -970,16 +973,18 @@ execution_throw(ExecutionObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (is_generator_exit(typ)) {
         /* As a coroutine does: close what it awaits, then raise at its await (GeneratorExit, or
          * what closing raised). */
-        PyObject *inner = self->inner;
-        self->inner = NULL;
+        PyObject *inner = Py_NewRef(self->inner);
         int closed = close_inner(inner);
         Py_DECREF(inner);
         if (closed == 0 && set_thrown(typ, val, tb) < 0) {
-            status = execution_raise(self);
+            /* Arguments throw() refuses: the error leaves throw() and the coroutine stays
+             * suspended at its (now closed) await, as a coroutine does. */
+            self->executing = 0;
+            Py_DECREF(self);
+            return NULL;
         }
-        else {
-            status = execution_fail(self);
-        }
+        Py_CLEAR(self->inner);
+        status = execution_fail(self);
     }
     else {
         PyObject *meth;
@@ -990,13 +995,15 @@ execution_throw(ExecutionObject *self, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
         if (meth == NULL) {
-            Py_CLEAR(self->inner);
             if (set_thrown(typ, val, tb) < 0) {
-                status = execution_raise(self);
+                /* As a coroutine: throw() refuses the arguments before raising anything at the
+                 * await, so the call stays suspended (and its probe permit in flight). */
+                self->executing = 0;
+                Py_DECREF(self);
+                return NULL;
             }
-            else {
-                status = execution_fail(self);
-            }
+            Py_CLEAR(self->inner);
+            status = execution_fail(self);
         }
         else {
             PyObject *out = PyObject_Vectorcall(meth, args, (size_t)nargs, NULL);

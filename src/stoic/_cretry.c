@@ -787,6 +787,10 @@ static void
 run_finish(Run *r)
 {
     run_clear(r);
+    /* As a coroutine's: a StopIteration leaving the body would read as a return to the awaiter. */
+    if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
+        _PyErr_FormatFromCause(PyExc_RuntimeError, "coroutine raised StopIteration");
+    }
 }
 
 static PyObject *

@@ -1,0 +1,190 @@
+"""Review of the compiled breaker and retry paths (``_cbreaker.c``, ``_cretry.c``): each test is a
+scenario where the compiled path once behaved differently from the pure-Python one it replaces.
+Every test runs in both modes (the pure-Python run is the reference)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Generator, Iterator
+from typing import Any
+
+import pytest
+
+from stoic import CircuitBreaker, Schedule, retry
+
+
+class Boom(Exception):
+    """The operation failed."""
+
+
+def _boom() -> None:
+    raise Boom("down")
+
+
+async def _aboom() -> None:
+    raise Boom("down")
+
+
+class _Suspend:
+    """Awaiting it suspends once (yields None), then returns None."""
+
+    def __await__(self) -> Generator[None, None, None]:
+        yield
+
+
+class _NoThrowIter:
+    """An awaited iterator without throw()/close(): yields "tick" once, then returns 5."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        self.steps += 1
+        if self.steps == 1:
+            return "tick"
+        raise StopIteration(5)
+
+
+class _NoThrow:
+    def __await__(self) -> _NoThrowIter:
+        return _NoThrowIter()
+
+
+def _finish(awaitable: Any) -> Any:
+    try:
+        awaitable.send(None)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError("the awaitable suspended again")
+
+
+# ---------------------------------------------------------------- the handled exception
+
+
+def test_a_failed_call_leaves_no_handled_exception_in_the_calling_generator() -> None:
+    # A generator catching the operation's error, first run inside an outer `except`, later
+    # resumed outside it, must see no handled exception then (the outer one is not its own).
+    breaker = CircuitBreaker("review-exc-info")
+
+    def gen() -> Generator[object, None, None]:
+        try:
+            breaker.call(_boom)
+        except Boom:
+            pass
+        yield None
+        yield sys.exc_info()[1]
+
+    g = gen()
+    try:
+        raise KeyError("outer")
+    except KeyError:
+        next(g)
+    assert next(g) is None
+
+
+def test_a_failed_execute_leaves_no_handled_exception_in_the_awaiting_coroutine() -> None:
+    breaker = CircuitBreaker("review-exc-info-async")
+
+    async def caller() -> object:
+        try:
+            await breaker.execute(_aboom)
+        except Boom:
+            pass
+        await _Suspend()
+        return sys.exc_info()[1]
+
+    coro = caller()
+    try:
+        raise KeyError("outer")
+    except KeyError:
+        assert coro.send(None) is None  # suspended at _Suspend
+    assert _finish(coro) is None
+
+
+def test_a_failed_call_still_sees_the_callers_handled_exception_in_its_callbacks() -> None:
+    # Inside record_when, the handled exception is the operation's, as in the except clause.
+    seen: list[object] = []
+
+    def record_when(error: Exception) -> bool:
+        seen.append(sys.exc_info()[1])
+        return True
+
+    breaker = CircuitBreaker("review-exc-info-cb", record_when=record_when)
+    with pytest.raises(Boom) as raised:
+        breaker.call(_boom)
+    assert seen == [raised.value]
+
+
+# ---------------------------------------------------------------- throw() with arguments it refuses
+
+
+@pytest.mark.parametrize("args", [(ValueError, None, 42), (42,), (ValueError("x"), ValueError("y"))],
+                         ids=["bad-traceback", "not-an-exception", "instance-and-value"])
+def test_a_refused_throw_leaves_execute_suspended_at_an_iterator_without_throw(args: tuple[Any, ...]) -> None:
+    # `await` on an iterator with no throw() checks throw()'s arguments itself: a TypeError
+    # leaves the coroutine suspended where it was (nothing settled, nothing lost).
+    breaker = CircuitBreaker("review-throw-args")
+    ex = breaker.execute(_NoThrow)
+    assert ex.send(None) == "tick"
+    with pytest.raises(TypeError):
+        ex.throw(*args)
+    assert _finish(ex) == 5
+    assert breaker.snapshot().calls == 1
+
+
+def test_a_refused_throw_keeps_a_half_open_probe_in_flight_until_it_finishes() -> None:
+    from _breaker_helpers import StepClock
+
+    clock = StepClock()
+    breaker = CircuitBreaker("review-throw-probe", clock=clock, open_duration=_fixed(1.0))  # type: ignore[arg-type]
+    breaker.force_open()
+    breaker.force_closed()
+    for _ in range(10):
+        with pytest.raises(Boom):
+            breaker.call(_boom)
+    assert breaker.state == "open"
+    clock.t += 2_000_000_000
+    ex = breaker.execute(_NoThrow)  # the one probe
+    assert ex.send(None) == "tick"
+    with pytest.raises(TypeError):
+        ex.throw(42)
+    assert _finish(ex) == 5
+    assert breaker.state == "closed"  # the probe succeeded
+
+
+@pytest.mark.parametrize("args", [(ValueError, None, 42), (42,)], ids=["bad-traceback", "not-an-exception"])
+def test_a_refused_throw_leaves_retry_suspended_at_an_iterator_without_throw(args: tuple[Any, ...]) -> None:
+    run = retry(Schedule.fixed(0.0).attempts(2), _NoThrow)
+    assert run.send(None) == "tick"
+    with pytest.raises(TypeError):
+        run.throw(*args)
+    assert _finish(run) == 5
+
+
+# ---------------------------------------------------------------- StopIteration thrown in
+
+
+def test_stop_iteration_thrown_into_a_fresh_execute_becomes_runtime_error() -> None:
+    breaker = CircuitBreaker("review-stop")
+    ex = breaker.execute(_aboom)
+    with pytest.raises(RuntimeError, match="raised StopIteration"):
+        ex.throw(StopIteration)
+    with pytest.raises(RuntimeError, match="cannot reuse"):
+        ex.send(None)
+
+
+def test_stop_iteration_thrown_into_a_fresh_retry_becomes_runtime_error() -> None:
+    run = retry(Schedule.fixed(0.0).attempts(2), _aboom)
+    with pytest.raises(RuntimeError, match="raised StopIteration"):
+        run.throw(StopIteration)
+    with pytest.raises(RuntimeError, match="cannot reuse"):
+        run.send(None)
+
+
+def _fixed(seconds: float) -> object:
+    from stoic import OpenDuration
+
+    return OpenDuration.fixed(seconds, jitter=0.0)
