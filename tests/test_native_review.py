@@ -188,3 +188,28 @@ def _fixed(seconds: float) -> object:
     from stoic import OpenDuration
 
     return OpenDuration.fixed(seconds, jitter=0.0)
+
+
+# ---------------------------------------------------------------- @breaker and fn.__kwdefaults__
+
+
+def test_a_keyword_default_changed_in_place_after_decoration_is_not_followed() -> None:
+    # The wrapper keeps the keyword-only defaults fn had at decoration (a copy of the dict);
+    # the compiled wrapper, which lets fn fill them, must not see a change made in fn's dict.
+    breaker = CircuitBreaker("review-kwdefaults")
+
+    def fn(x: int, *, k: int = 1) -> int:
+        return k
+
+    wrapped = breaker(fn)
+    assert wrapped(0) == 1
+    assert fn.__kwdefaults__ is not None
+    fn.__kwdefaults__["k"] = 2
+    assert wrapped(0) == 1
+    del fn.__kwdefaults__["k"]
+    assert wrapped(0) == 1  # (no TypeError from fn, counted as a failure)
+    fn.__kwdefaults__["k"] = 1
+    assert wrapped(0) == 1
+    assert wrapped(0, k=3) == 3
+    snapshot = breaker.snapshot()
+    assert (snapshot.calls, snapshot.failures) == (5, 0)

@@ -1227,6 +1227,29 @@ typedef struct {
     vectorcallfunc vectorcall;
 } WrapperObject;
 
+/* On this path fn fills its keyword-only defaults from its own dict; the Python wrapper passes
+ * those of its copy, taken at decoration. Whether they still agree (a change made in fn's dict
+ * since, or in the copy, sends the call to the Python wrapper). */
+static int
+kwdefaults_agree(WrapperObject *self)
+{
+    PyObject *copy = PyFunction_Check(self->python) ? PyFunction_GET_KW_DEFAULTS(self->python) : NULL;
+    PyObject *own = self->kwdefaults;
+    if (copy == NULL || !PyDict_Check(copy) || !PyDict_Check(own) || PyDict_GET_SIZE(copy) != PyDict_GET_SIZE(own)) {
+        return 0;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(copy, &pos, &key, &value)) {
+        PyObject *current = PyDict_GetItemWithError(own, key);
+        if (current != value) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Whether the arguments certainly bind to fn's parameters as the Python wrapper's would. */
 static int
 binds(WrapperObject *self, Py_ssize_t nargs, PyObject *kwnames)
@@ -1236,7 +1259,8 @@ binds(WrapperObject *self, Py_ssize_t nargs, PyObject *kwnames)
     }
     PyObject *fn = self->fn;
     if (PyFunction_GET_CODE(fn) != self->code || PyFunction_GET_DEFAULTS(fn) != self->defaults
-        || PyFunction_GET_KW_DEFAULTS(fn) != self->kwdefaults || nargs > self->argcount) {
+        || PyFunction_GET_KW_DEFAULTS(fn) != self->kwdefaults || nargs > self->argcount
+        || (self->kwdefaults != NULL && !kwdefaults_agree(self))) {
         return 0;
     }
     Py_ssize_t covered = nargs < self->required_positional ? nargs : self->required_positional;
