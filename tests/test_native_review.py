@@ -213,3 +213,41 @@ def test_a_keyword_default_changed_in_place_after_decoration_is_not_followed() -
     assert wrapped(0, k=3) == 3
     snapshot = breaker.snapshot()
     assert (snapshot.calls, snapshot.failures) == (5, 0)
+
+
+# ---------------------------------------------------------------- subclasses
+
+
+class _ListAdmit(CircuitBreaker):
+    """A subclass whose _admit answers with a list (unpacked like the tuple it stands for)."""
+
+    def _admit(self) -> Any:
+        return list(super()._admit())
+
+
+def _tripped(breaker_type: type[CircuitBreaker]) -> tuple[CircuitBreaker, Any]:
+    """A breaker of ``breaker_type`` opened by failures, and its StepClock (1 s open period)."""
+    from _breaker_helpers import StepClock
+
+    clock = StepClock()
+    breaker = breaker_type("review-tripped", clock=clock, open_duration=_fixed(1.0))  # type: ignore[arg-type]
+    for _ in range(10):
+        with pytest.raises(Boom):
+            breaker.call(_boom)
+    assert breaker.state == "open"
+    return breaker, clock
+
+
+def test_a_subclass_admit_may_answer_any_pair() -> None:
+    breaker, clock = _tripped(_ListAdmit)
+    clock.t += 2_000_000_000
+    assert breaker.call(lambda: 7) == 7  # the half-open probe, admitted through the list
+    assert breaker.state == "closed"
+    breaker, clock = _tripped(_ListAdmit)
+    clock.t += 2_000_000_000
+
+    async def eight() -> int:
+        return 8
+
+    assert _finish(breaker.execute(eight)) == 8
+    assert breaker.state == "closed"

@@ -359,9 +359,22 @@ admit(CoreObject *self, PyObject **epoch, PyObject **probe)
     if (admitted == NULL) {
         return -1;
     }
-    if (!PyTuple_CheckExact(admitted) || PyTuple_GET_SIZE(admitted) != 2) {
+    if (!PyTuple_CheckExact(admitted)) {
+        /* `epoch, probe = self._admit()` unpacks any iterable (a subclass may return a list). */
+        Py_SETREF(admitted, PySequence_Tuple(admitted));
+        if (admitted == NULL) {
+            return -1;
+        }
+    }
+    if (PyTuple_GET_SIZE(admitted) != 2) {
+        if (PyTuple_GET_SIZE(admitted) > 2) {
+            PyErr_SetString(PyExc_ValueError, "too many values to unpack (expected 2)");
+        }
+        else {
+            PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected 2, got %zd)",
+                         PyTuple_GET_SIZE(admitted));
+        }
         Py_DECREF(admitted);
-        PyErr_SetString(PyExc_TypeError, "_admit() must return (epoch, probe)");
         return -1;
     }
     *epoch = Py_NewRef(PyTuple_GET_ITEM(admitted, 0));
