@@ -251,3 +251,34 @@ def test_a_subclass_admit_may_answer_any_pair() -> None:
 
     assert _finish(breaker.execute(eight)) == 8
     assert breaker.state == "closed"
+
+
+# ---------------------------------------------------------------- clocks reading floats
+
+
+class _FloatClock:
+    """A clock whose now_ns() answers floats (a contract slip the Python path tolerates)."""
+
+    def __init__(self) -> None:
+        self.t = 1e12 + 0.5
+
+    def now_ns(self) -> float:
+        self.t += 1000.25
+        return self.t
+
+
+def test_a_clock_reading_floats_runs_calls_as_the_python_path_does() -> None:
+    from stoic import CountWindow
+
+    breaker = CircuitBreaker("review-float", clock=_FloatClock(), window=CountWindow(5),  # type: ignore[arg-type]
+                             minimum_calls=2)
+    assert [breaker.call(int, n) for n in range(3)] == [0, 1, 2]
+
+    async def four() -> int:
+        return 4
+
+    assert _finish(breaker.execute(four)) == 4
+    with pytest.raises(Boom):
+        breaker.call(_boom)
+    snapshot = breaker.snapshot()
+    assert (snapshot.calls, snapshot.failures) == (5, 1)

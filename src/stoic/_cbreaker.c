@@ -17,6 +17,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <math.h>
 #include <time.h>
 
 /* ------------------------------------------------------------------ compatibility */
@@ -557,8 +558,23 @@ core_set_defer_until(CoreObject *self, PyObject *value, void *Py_UNUSED(closure)
         PyErr_SetString(PyExc_AttributeError, "cannot delete _defer_until");
         return -1;
     }
+    if (PyFloat_Check(value) && isnan(PyFloat_AS_DOUBLE(value))) {
+        self->defer_until = LLONG_MIN;  /* `end < nan` is never true */
+        return 0;
+    }
+    if (PyFloat_Check(value) && isinf(PyFloat_AS_DOUBLE(value))) {
+        self->defer_until = PyFloat_AS_DOUBLE(value) > 0 ? LLONG_MAX : LLONG_MIN;
+        return 0;
+    }
+    /* A clock reading nanoseconds as floats (or another real) makes a non-int instant: for an
+     * int `end`, `end < value` is `end < ceil(value)`. */
+    PyObject *whole = PyLong_Check(value) ? Py_NewRef(value) : PyObject_CallMethod(value, "__ceil__", NULL);
+    if (whole == NULL) {
+        return -1;
+    }
     int overflow;
-    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    long long v = PyLong_AsLongLongAndOverflow(whole, &overflow);
+    Py_DECREF(whole);
     if (v == -1 && PyErr_Occurred()) {
         return -1;
     }
