@@ -282,3 +282,35 @@ def test_a_clock_reading_floats_runs_calls_as_the_python_path_does() -> None:
         breaker.call(_boom)
     snapshot = breaker.snapshot()
     assert (snapshot.calls, snapshot.failures) == (5, 1)
+
+
+# ---------------------------------------------------------------- a second awaiter
+
+
+def _second_awaiter_is_refused(make: Any) -> None:
+    import asyncio
+
+    async def main() -> None:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        awaitable = make(future)
+        first = asyncio.ensure_future(awaitable)
+        await asyncio.sleep(0)  # the first task is suspended at the future now
+
+        async def second() -> object:
+            return await awaitable
+
+        with pytest.raises(RuntimeError, match="being awaited already"):
+            await asyncio.wait_for(second(), 5.0)  # (refused at once; the bound only stops a hang)
+        future.set_result(3)
+        assert await first == 3
+
+    asyncio.run(main())
+
+
+def test_a_second_awaiter_of_a_suspended_execute_is_refused() -> None:
+    breaker = CircuitBreaker("review-second-awaiter")
+    _second_awaiter_is_refused(lambda future: breaker.execute(lambda: future))
+
+
+def test_a_second_awaiter_of_a_suspended_retry_is_refused() -> None:
+    _second_awaiter_is_refused(lambda future: retry(Schedule.fixed(0.0).attempts(2), lambda: future))

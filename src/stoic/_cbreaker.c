@@ -1093,6 +1093,11 @@ execution_close(ExecutionObject *self, PyObject *Py_UNUSED(ignored))
 static PyObject *
 execution_await(ExecutionObject *self)
 {
+    /* As `await` on a coroutine suspended at its own await (a second awaiter, say another task). */
+    if (self->state == EX_RUNNING && !self->executing) {
+        PyErr_SetString(PyExc_RuntimeError, "coroutine is being awaited already");
+        return NULL;
+    }
     return Py_NewRef(self);
 }
 

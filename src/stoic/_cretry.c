@@ -1265,6 +1265,11 @@ run_am_send(PyObject *self, PyObject *value, PyObject **out)
 static PyObject *
 run_await(PyObject *self)
 {
+    /* As `await` on a coroutine suspended at its own await (a second awaiter, say another task). */
+    if ((((Run *)self)->state == RUN_FIRST || ((Run *)self)->state == RUN_LOOP) && !((Run *)self)->running) {
+        PyErr_SetString(PyExc_RuntimeError, "coroutine is being awaited already");
+        return NULL;
+    }
     return Py_NewRef(self);
 }
 
