@@ -17,6 +17,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <math.h>
 #include <time.h>
 
 /* ------------------------------------------------------------------ compatibility */
@@ -256,14 +257,17 @@ settle_error(PyObject *breaker, PyObject *epoch, PyObject *probe, Stamp *start, 
         Py_XDECREF(tb);
         return;
     }
-    PyObject *handled = PyErr_GetHandledException();
-    PyErr_SetHandledException(value);
+    /* As an except clause: the handled exception is the operation's meanwhile, and afterwards
+     * the current slot holds exactly what it held before. (PyErr_GetHandledException would return
+     * an enclosing generator's exception, and setting that back would plant it in this one.) */
+    _PyErr_StackItem *exc_info = PyThreadState_Get()->exc_info;
+    PyObject *handled = exc_info->exc_value;
+    exc_info->exc_value = Py_NewRef(value);
     PyObject *argv[6] = {breaker, value, epoch, probe != NULL ? probe : g_zero, start_obj,
                          in_task ? Py_True : Py_False};
     PyObject *r = PyObject_VectorcallMethod(s_settle_error, argv, 6 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                             NULL);
-    PyErr_SetHandledException(handled);
-    Py_XDECREF(handled);
+    Py_XSETREF(exc_info->exc_value, handled);
     Py_DECREF(start_obj);
     if (r == NULL) {
         Py_XDECREF(type);
@@ -356,9 +360,22 @@ admit(CoreObject *self, PyObject **epoch, PyObject **probe)
     if (admitted == NULL) {
         return -1;
     }
-    if (!PyTuple_CheckExact(admitted) || PyTuple_GET_SIZE(admitted) != 2) {
+    if (!PyTuple_CheckExact(admitted)) {
+        /* `epoch, probe = self._admit()` unpacks any iterable (a subclass may return a list). */
+        Py_SETREF(admitted, PySequence_Tuple(admitted));
+        if (admitted == NULL) {
+            return -1;
+        }
+    }
+    if (PyTuple_GET_SIZE(admitted) != 2) {
+        if (PyTuple_GET_SIZE(admitted) > 2) {
+            PyErr_SetString(PyExc_ValueError, "too many values to unpack (expected 2)");
+        }
+        else {
+            PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected 2, got %zd)",
+                         PyTuple_GET_SIZE(admitted));
+        }
         Py_DECREF(admitted);
-        PyErr_SetString(PyExc_TypeError, "_admit() must return (epoch, probe)");
         return -1;
     }
     *epoch = Py_NewRef(PyTuple_GET_ITEM(admitted, 0));
@@ -541,8 +558,23 @@ core_set_defer_until(CoreObject *self, PyObject *value, void *Py_UNUSED(closure)
         PyErr_SetString(PyExc_AttributeError, "cannot delete _defer_until");
         return -1;
     }
+    if (PyFloat_Check(value) && isnan(PyFloat_AS_DOUBLE(value))) {
+        self->defer_until = LLONG_MIN;  /* `end < nan` is never true */
+        return 0;
+    }
+    if (PyFloat_Check(value) && isinf(PyFloat_AS_DOUBLE(value))) {
+        self->defer_until = PyFloat_AS_DOUBLE(value) > 0 ? LLONG_MAX : LLONG_MIN;
+        return 0;
+    }
+    /* A clock reading nanoseconds as floats (or another real) makes a non-int instant: for an
+     * int `end`, `end < value` is `end < ceil(value)`. */
+    PyObject *whole = PyLong_Check(value) ? Py_NewRef(value) : PyObject_CallMethod(value, "__ceil__", NULL);
+    if (whole == NULL) {
+        return -1;
+    }
     int overflow;
-    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    long long v = PyLong_AsLongLongAndOverflow(whole, &overflow);
+    Py_DECREF(whole);
     if (v == -1 && PyErr_Occurred()) {
         return -1;
     }
@@ -970,16 +1002,18 @@ execution_throw(ExecutionObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (is_generator_exit(typ)) {
         /* As a coroutine does: close what it awaits, then raise at its await (GeneratorExit, or
          * what closing raised). */
-        PyObject *inner = self->inner;
-        self->inner = NULL;
+        PyObject *inner = Py_NewRef(self->inner);
         int closed = close_inner(inner);
         Py_DECREF(inner);
         if (closed == 0 && set_thrown(typ, val, tb) < 0) {
-            status = execution_raise(self);
+            /* Arguments throw() refuses: the error leaves throw() and the coroutine stays
+             * suspended at its (now closed) await, as a coroutine does. */
+            self->executing = 0;
+            Py_DECREF(self);
+            return NULL;
         }
-        else {
-            status = execution_fail(self);
-        }
+        Py_CLEAR(self->inner);
+        status = execution_fail(self);
     }
     else {
         PyObject *meth;
@@ -990,13 +1024,15 @@ execution_throw(ExecutionObject *self, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
         if (meth == NULL) {
-            Py_CLEAR(self->inner);
             if (set_thrown(typ, val, tb) < 0) {
-                status = execution_raise(self);
+                /* As a coroutine: throw() refuses the arguments before raising anything at the
+                 * await, so the call stays suspended (and its probe permit in flight). */
+                self->executing = 0;
+                Py_DECREF(self);
+                return NULL;
             }
-            else {
-                status = execution_fail(self);
-            }
+            Py_CLEAR(self->inner);
+            status = execution_fail(self);
         }
         else {
             PyObject *out = PyObject_Vectorcall(meth, args, (size_t)nargs, NULL);
@@ -1057,6 +1093,11 @@ execution_close(ExecutionObject *self, PyObject *Py_UNUSED(ignored))
 static PyObject *
 execution_await(ExecutionObject *self)
 {
+    /* As `await` on a coroutine suspended at its own await (a second awaiter, say another task). */
+    if (self->state == EX_RUNNING && !self->executing) {
+        PyErr_SetString(PyExc_RuntimeError, "coroutine is being awaited already");
+        return NULL;
+    }
     return Py_NewRef(self);
 }
 
@@ -1220,6 +1261,29 @@ typedef struct {
     vectorcallfunc vectorcall;
 } WrapperObject;
 
+/* On this path fn fills its keyword-only defaults from its own dict; the Python wrapper passes
+ * those of its copy, taken at decoration. Whether they still agree (a change made in fn's dict
+ * since, or in the copy, sends the call to the Python wrapper). */
+static int
+kwdefaults_agree(WrapperObject *self)
+{
+    PyObject *copy = PyFunction_Check(self->python) ? PyFunction_GET_KW_DEFAULTS(self->python) : NULL;
+    PyObject *own = self->kwdefaults;
+    if (copy == NULL || !PyDict_Check(copy) || !PyDict_Check(own) || PyDict_GET_SIZE(copy) != PyDict_GET_SIZE(own)) {
+        return 0;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(copy, &pos, &key, &value)) {
+        PyObject *current = PyDict_GetItemWithError(own, key);
+        if (current != value) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Whether the arguments certainly bind to fn's parameters as the Python wrapper's would. */
 static int
 binds(WrapperObject *self, Py_ssize_t nargs, PyObject *kwnames)
@@ -1229,7 +1293,8 @@ binds(WrapperObject *self, Py_ssize_t nargs, PyObject *kwnames)
     }
     PyObject *fn = self->fn;
     if (PyFunction_GET_CODE(fn) != self->code || PyFunction_GET_DEFAULTS(fn) != self->defaults
-        || PyFunction_GET_KW_DEFAULTS(fn) != self->kwdefaults || nargs > self->argcount) {
+        || PyFunction_GET_KW_DEFAULTS(fn) != self->kwdefaults || nargs > self->argcount
+        || (self->kwdefaults != NULL && !kwdefaults_agree(self))) {
         return 0;
     }
     Py_ssize_t covered = nargs < self->required_positional ? nargs : self->required_positional;

@@ -814,9 +814,9 @@ typedef struct {
     PyObject *owner;
 } Run;
 
-/* Finished (returned or raised): like a coroutine's frame, drop everything but the name. */
+/* Drop everything but the name (the owner), as a finished coroutine's frame does. */
 static void
-run_finish(Run *r)
+run_drop(Run *r)
 {
     r->state = RUN_DONE;
     Py_CLEAR(r->schedule);
@@ -837,9 +837,20 @@ run_finish(Run *r)
 static int
 run_clear(Run *r)
 {
-    run_finish(r);
+    run_drop(r);
     Py_CLEAR(r->owner);
     return 0;
+}
+
+/* Finished (returned or raised). */
+static void
+run_finish(Run *r)
+{
+    run_drop(r);
+    /* As a coroutine's: a StopIteration leaving the body would read as a return to the awaiter. */
+    if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
+        _PyErr_FormatFromCause(PyExc_RuntimeError, "coroutine raised StopIteration");
+    }
 }
 
 /* `bucket` and `clock` are NULL when `owner` (a @retrying wrapper) is given: read at the first send. */
@@ -1327,6 +1338,11 @@ run_am_send(PyObject *self, PyObject *value, PyObject **out)
 static PyObject *
 run_await(PyObject *self)
 {
+    /* As `await` on a coroutine suspended at its own await (a second awaiter, say another task). */
+    if ((((Run *)self)->state == RUN_FIRST || ((Run *)self)->state == RUN_LOOP) && !((Run *)self)->running) {
+        PyErr_SetString(PyExc_RuntimeError, "coroutine is being awaited already");
+        return NULL;
+    }
     return Py_NewRef(self);
 }
 
