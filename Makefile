@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 NATIVE := $(VENV)/.native-stamp
 # The C fast paths (docs/design.md): rebuilt in place whenever a C source changes.
-C_SOURCES := $(wildcard src/stoic/*.c) setup.py
+C_SOURCES := $(wildcard src/stoic/*.c src/stoic/*.h) setup.py
 INSTRUMENTATION := instrumentation/stoic-opentelemetry instrumentation/stoic-structlog
 
 .PHONY: demo test lint typecheck pytest bench dashboards clean

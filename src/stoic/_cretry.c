@@ -21,6 +21,8 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include "_ccompat.h"
+
 /* On 3.11 the calling frame's code and offset are read from the interpreter's frame, without
  * making the frame object PyEval_GetFrame() would (an allocation per calling frame: a third of
  * retry_sync's cost). Other versions, and a Python installed without its internal headers, use
@@ -430,9 +432,7 @@ first_attempt(int timed, PyObject *bucket, PyObject *clock, PyObject *fn, PyObje
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     if (PyContextVar_Reset(in_attempt, token) < 0) {
-        if (type != NULL) {
-            _PyErr_ChainExceptions(type, value, tb);
-        }
+        chain_exception(type, value, tb);
         Py_XDECREF(result);
         Py_DECREF(token);
         Py_DECREF(started);
@@ -849,7 +849,7 @@ run_finish(Run *r)
     run_drop(r);
     /* As a coroutine's: a StopIteration leaving the body would read as a return to the awaiter. */
     if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
-        _PyErr_FormatFromCause(PyExc_RuntimeError, "coroutine raised StopIteration");
+        replace_stop_iteration("coroutine raised StopIteration");
     }
 }
 
@@ -908,7 +908,7 @@ awaitable_iter(PyObject *x)
 {
     if (PyCoro_CheckExact(x)) {
         /* A fresh coroutine (the usual case) cannot be awaited already; any other is asked. */
-        if (((PyCoroObject *)x)->cr_frame_state != -2 /* FRAME_CREATED */) {
+        if (((PyCoroObject *)x)->cr_frame_state != CORO_CREATED) {
             PyObject *awaiting = PyObject_GetAttr(x, s_cr_await);
             if (awaiting == NULL) {
                 return NULL;
@@ -955,9 +955,7 @@ run_first_failed(Run *r, PyObject **out)
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     if (PyContextVar_Reset(in_attempt, r->token) < 0) {
-        if (type != NULL) {
-            _PyErr_ChainExceptions(type, value, tb);
-        }
+        chain_exception(type, value, tb);
         run_finish(r);
         return PYGEN_ERROR;
     }
@@ -1139,7 +1137,7 @@ static int
 close_iter(PyObject *it)
 {
     PyObject *close;
-    if (_PyObject_LookupAttr(it, s_close, &close) < 0) {
+    if (lookup_attr(it, s_close, &close) < 0) {
         PyErr_WriteUnraisable(it);
     }
     if (close == NULL) {
@@ -1220,7 +1218,7 @@ run_throw_status(Run *r, PyObject *typ, PyObject *val, PyObject *tb, int closing
             goto throw_here;
         }
         PyObject *throw;
-        if (_PyObject_LookupAttr(inner, s_throw, &throw) < 0) {
+        if (lookup_attr(inner, s_throw, &throw) < 0) {
             Py_DECREF(inner);  /* (as yield from: the lookup's error goes to the caller, nothing moves) */
             status = PYGEN_ERROR;
             goto done;
@@ -1238,7 +1236,7 @@ run_throw_status(Run *r, PyObject *typ, PyObject *val, PyObject *tb, int closing
             goto done;
         }
         /* The awaited iterator finished: StopIteration carries its return value. */
-        PySendResult inner_status = _PyGen_FetchStopIterationValue(out) == 0 ? PYGEN_RETURN : PYGEN_ERROR;
+        PySendResult inner_status = fetch_stop_iteration(out) == 0 ? PYGEN_RETURN : PYGEN_ERROR;
         status = r->state == RUN_FIRST ? run_first_sent(r, inner_status, out) : run_loop_sent(r, inner_status);
         goto done;
     }
@@ -1291,7 +1289,7 @@ run_result(PySendResult status, PyObject *out)
         return out;
     }
     if (status == PYGEN_RETURN) {
-        _PyGen_SetStopIterationValue(out);
+        set_stop_iteration(out);
         Py_DECREF(out);
     }
     return NULL;
