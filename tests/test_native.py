@@ -6,8 +6,11 @@ must fail here rather than pass while testing only one of the two implementation
 
 from __future__ import annotations
 
+import asyncio
+import types
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any
 
 import pytest
 
@@ -77,3 +80,26 @@ def test_sync_paths_refuse_any_awaitable_a_plain_operation_returns(
             path[1](op)
     assert len(made) == 1  # refused at once: never retried
     assert all(type(m) in _native.ASYNC_RESULTS for m in made)
+
+
+# --- every async path awaits what an operation returns as `await` would -----------------------
+# A generator-based coroutine (@types.coroutine) is awaitable without __await__: the compiled
+# retry awaitable once refused it with TypeError where the Python coroutine awaited it.
+
+@types.coroutine
+def _generator_based() -> Generator[Any, None, int]:
+    yield from asyncio.sleep(0).__await__()
+    return 7
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        lambda: stoic.retry(stoic.Schedule.fixed(0.0).attempts(2), _generator_based),
+        lambda: stoic.Retrying(stoic.Schedule.fixed(0.0).attempts(2)).execute(_generator_based),
+        lambda: stoic.CircuitBreaker("generator-based").execute(_generator_based),
+    ],
+    ids=["retry", "Retrying.execute", "breaker.execute"],
+)
+async def test_async_paths_await_a_generator_based_coroutine(run: Callable[[], Awaitable[int]]) -> None:
+    assert await run() == 7

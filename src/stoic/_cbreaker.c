@@ -22,23 +22,6 @@
 
 #include "_ccompat.h"
 
-/* Whether a generator is an iterable coroutine (decorated with types.coroutine). */
-static int
-is_iterable_coroutine(PyObject *o)
-{
-    if (!PyGen_CheckExact(o)) {
-        return 0;
-    }
-    PyObject *code = PyObject_GetAttrString(o, "gi_code");
-    if (code == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    int flag = PyCode_Check(code) && (((PyCodeObject *)code)->co_flags & CO_ITERABLE_COROUTINE);
-    Py_DECREF(code);
-    return flag;
-}
-
 /* ------------------------------------------------------------------ module state */
 
 /* Handed over once by _breaker.py through configure(); strong references for the process. */
@@ -321,30 +304,6 @@ admit(CoreObject *self, PyObject **epoch, PyObject **probe)
     return 0;
 }
 
-/* Whether a plain operation returned something to await (a coroutine, or the awaitable of a
- * compiled execute()/retry()): one of _native.ASYNC_RESULTS. Types without async slots (ints,
- * dicts, ... nearly every result) are answered without looking at the tuple. */
-static int
-is_async_result(PyObject *result)
-{
-    PyTypeObject *type = Py_TYPE(result);
-    if (type->tp_as_async == NULL) {
-        return 0;
-    }
-    if (type == &PyCoro_Type) {
-        return 1;
-    }
-    if (g_async_results == NULL) {
-        return 0;
-    }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(g_async_results); i++) {
-        if ((PyObject *)type == PyTuple_GET_ITEM(g_async_results, i)) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
 /* The whole sync path: CircuitBreaker.call and the @breaker wrapper of a plain function. */
 static PyObject *
 run_sync(CoreObject *self, PyObject *fn, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -368,7 +327,7 @@ run_sync(CoreObject *self, PyObject *fn, PyObject *const *args, size_t nargsf, P
         goto fail;
     }
     PyObject *result = PyObject_Vectorcall(fn, args, nargsf, kwnames);
-    if (result != NULL && is_async_result(result)) {
+    if (result != NULL && is_async_result(result, g_async_results)) {
         /* An async function given to the sync path (execute() and an async @breaker wrapper
          * return an Execution where Python returns a coroutine): _refuse_coroutine closes it
          * and raises. */
@@ -669,52 +628,6 @@ execution_return(ExecutionObject *self, PyObject *value, PyObject **result)
     return PYGEN_RETURN;
 }
 
-/* `await` on what fn returned: the iterator to delegate to, as the interpreter finds it. */
-static PyObject *
-awaitable_iter(PyObject *o)
-{
-    if (PyCoro_CheckExact(o)) {
-        /* A suspended coroutine may be awaited by someone else already. */
-        if (((PyCoroObject *)o)->cr_frame_state != CORO_CREATED) {
-            PyObject *awaiting = PyObject_GetAttr(o, s_cr_await);
-            if (awaiting == NULL) {
-                return NULL;
-            }
-            int busy = awaiting != Py_None;
-            Py_DECREF(awaiting);
-            if (busy) {
-                PyErr_SetString(PyExc_RuntimeError, "coroutine is being awaited already");
-                return NULL;
-            }
-        }
-        return Py_NewRef(o);
-    }
-    if (is_iterable_coroutine(o)) {
-        return Py_NewRef(o);
-    }
-    PyTypeObject *type = Py_TYPE(o);
-    unaryfunc getter = type->tp_as_async != NULL ? type->tp_as_async->am_await : NULL;
-    if (getter == NULL) {
-        PyErr_Format(PyExc_TypeError, "object %.100s can't be used in 'await' expression", type->tp_name);
-        return NULL;
-    }
-    PyObject *res = getter(o);
-    if (res == NULL) {
-        return NULL;
-    }
-    if (PyCoro_CheckExact(res) || is_iterable_coroutine(res)) {
-        PyErr_SetString(PyExc_TypeError, "__await__() returned a coroutine");
-        Py_DECREF(res);
-        return NULL;
-    }
-    if (!PyIter_Check(res)) {
-        PyErr_Format(PyExc_TypeError, "__await__() returned non-iterator of type '%.100s'", Py_TYPE(res)->tp_name);
-        Py_DECREF(res);
-        return NULL;
-    }
-    return res;
-}
-
 static PySendResult
 execution_resume(ExecutionObject *self, PyObject *value, PyObject **result)
 {
@@ -760,7 +673,7 @@ execution_start(ExecutionObject *self, PyObject *value, PyObject **result)
     if (awaitable == NULL) {
         return execution_fail(self);
     }
-    self->inner = awaitable_iter(awaitable);
+    self->inner = awaitable_iter(awaitable, s_cr_await);
     Py_DECREF(awaitable);
     if (self->inner == NULL) {
         return execution_fail(self);
@@ -832,70 +745,6 @@ execution_iternext(ExecutionObject *self)
     return NULL;
 }
 
-/* Close the awaited iterator, as a coroutine closes the one it delegates to. 0 or -1. */
-static int
-close_inner(PyObject *inner)
-{
-    PyObject *meth;
-    if (lookup_attr(inner, s_close, &meth) < 0) {
-        PyErr_WriteUnraisable(inner);
-        return 0;
-    }
-    if (meth == NULL) {
-        return 0;
-    }
-    PyObject *r = PyObject_CallNoArgs(meth);
-    Py_DECREF(meth);
-    if (r == NULL) {
-        return -1;
-    }
-    Py_DECREF(r);
-    return 0;
-}
-
-/* Set the exception throw(typ[, val[, tb]]) describes, checked as coroutine.throw checks it. */
-static int
-set_thrown(PyObject *typ, PyObject *val, PyObject *tb)
-{
-    if (tb == Py_None) {
-        tb = NULL;
-    }
-    else if (tb != NULL && !PyTraceBack_Check(tb)) {
-        PyErr_SetString(PyExc_TypeError, "throw() third argument must be a traceback object");
-        return -1;
-    }
-    Py_INCREF(typ);
-    Py_XINCREF(val);
-    Py_XINCREF(tb);
-    if (PyExceptionClass_Check(typ)) {
-        PyErr_NormalizeException(&typ, &val, &tb);
-    }
-    else if (PyExceptionInstance_Check(typ)) {
-        if (val != NULL && val != Py_None) {
-            PyErr_SetString(PyExc_TypeError, "instance exception may not have a separate value");
-            goto failed;
-        }
-        Py_XDECREF(val);
-        val = typ;
-        typ = Py_NewRef(PyExceptionInstance_Class(typ));
-        if (tb == NULL) {
-            tb = PyException_GetTraceback(val);
-        }
-    }
-    else {
-        PyErr_Format(PyExc_TypeError, "exceptions must be classes or instances deriving from BaseException, not %s",
-                     Py_TYPE(typ)->tp_name);
-        goto failed;
-    }
-    PyErr_Restore(typ, val, tb);
-    return 0;
-failed:
-    Py_DECREF(typ);
-    Py_XDECREF(val);
-    Py_XDECREF(tb);
-    return -1;
-}
-
 static int
 is_generator_exit(PyObject *typ)
 {
@@ -940,7 +789,7 @@ execution_throw(ExecutionObject *self, PyObject *const *args, Py_ssize_t nargs)
         /* As a coroutine does: close what it awaits, then raise at its await (GeneratorExit, or
          * what closing raised). */
         PyObject *inner = Py_NewRef(self->inner);
-        int closed = close_inner(inner);
+        int closed = close_iter(inner, s_close);
         Py_DECREF(inner);
         if (closed == 0 && set_thrown(typ, val, tb) < 0) {
             /* Arguments throw() refuses: the error leaves throw() and the coroutine stays
@@ -1013,7 +862,7 @@ execution_close(ExecutionObject *self, PyObject *Py_UNUSED(ignored))
     Py_INCREF(self);
     PyObject *inner = self->inner;
     self->inner = NULL;
-    if (close_inner(inner) == 0) {
+    if (close_iter(inner, s_close) == 0) {
         PyErr_SetNone(PyExc_GeneratorExit);
     }
     Py_DECREF(inner);

@@ -368,30 +368,6 @@ typedef struct {
     int nested;        /* `token.old_value is True` */
 } Failure;
 
-/* Whether a plain operation returned something to await (a coroutine, or the awaitable of a
- * compiled execute()/retry()): one of _native.ASYNC_RESULTS. Types without async slots (ints,
- * dicts, ... nearly every result) are answered without looking at the tuple. */
-static int
-is_async_result(PyObject *result)
-{
-    PyTypeObject *type = Py_TYPE(result);
-    if (type->tp_as_async == NULL) {
-        return 0;
-    }
-    if (type == &PyCoro_Type) {
-        return 1;
-    }
-    if (async_results == NULL || !PyTuple_Check(async_results)) {
-        return 0;
-    }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(async_results); i++) {
-        if ((PyObject *)type == PyTuple_GET_ITEM(async_results, i)) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
 /* The first attempt of _run_sync: deposit, start instant, mark, call, coroutine check.
  * Returns the result; or NULL with an exception set (to propagate); or NULL with no exception
  * set and `failure->error` set (an Exception from the operation: the loop decides). */
@@ -419,7 +395,7 @@ first_attempt(int timed, PyObject *bucket, PyObject *clock, PyObject *fn, PyObje
     }
     PyObject *result = PyObject_Vectorcall(fn, args, nargsf, kwnames);
     int raised = result == NULL;
-    if (result != NULL && is_async_result(result)) {
+    if (result != NULL && is_async_result(result, async_results)) {
         /* A coroutine (or a compiled execute()/retry()'s awaitable): _not_a_coroutine closes it and
          * raises TypeError, which propagates (it is not the operation's error). */
         PyObject *none = PyObject_CallFunctionObjArgs(not_a_coroutine, fn, result, NULL);
@@ -902,48 +878,6 @@ run_new(int timed, PyObject *schedule, PyObject *fn, PyObject *const *args, Py_s
     return (PyObject *)r;
 }
 
-/* What `await x` iterates (GET_AWAITABLE): a coroutine itself, else x.__await__(). */
-static PyObject *
-awaitable_iter(PyObject *x)
-{
-    if (PyCoro_CheckExact(x)) {
-        /* A fresh coroutine (the usual case) cannot be awaited already; any other is asked. */
-        if (((PyCoroObject *)x)->cr_frame_state != CORO_CREATED) {
-            PyObject *awaiting = PyObject_GetAttr(x, s_cr_await);
-            if (awaiting == NULL) {
-                return NULL;
-            }
-            int busy = awaiting != Py_None;
-            Py_DECREF(awaiting);
-            if (busy) {
-                PyErr_SetString(PyExc_RuntimeError, "coroutine is being awaited already");
-                return NULL;
-            }
-        }
-        return Py_NewRef(x);
-    }
-    unaryfunc await = Py_TYPE(x)->tp_as_async != NULL ? Py_TYPE(x)->tp_as_async->am_await : NULL;
-    if (await == NULL) {
-        PyErr_Format(PyExc_TypeError, "object %.100s can't be used in 'await' expression", Py_TYPE(x)->tp_name);
-        return NULL;
-    }
-    PyObject *it = await(x);
-    if (it == NULL) {
-        return NULL;
-    }
-    if (PyCoro_CheckExact(it)) {
-        Py_DECREF(it);
-        PyErr_SetString(PyExc_TypeError, "__await__() returned a coroutine");
-        return NULL;
-    }
-    if (!PyIter_Check(it)) {
-        PyErr_Format(PyExc_TypeError, "__await__() returned non-iterator of type '%.100s'", Py_TYPE(it)->tp_name);
-        Py_DECREF(it);
-        return NULL;
-    }
-    return it;
-}
-
 static PySendResult run_loop_sent(Run *r, PySendResult status);
 
 /* The first attempt raised (the exception is set): what `except Exception` / `finally` do,
@@ -1071,7 +1005,7 @@ run_start(Run *r, PyObject **out)
     if (x == NULL) {
         return run_first_failed(r, out);
     }
-    r->inner = awaitable_iter(x);
+    r->inner = awaitable_iter(x, s_cr_await);
     Py_DECREF(x);
     if (r->inner == NULL) {
         return run_first_failed(r, out);
@@ -1132,69 +1066,6 @@ run_raise_here(Run *r, int closing, PyObject **out)
     }
 }
 
-/* `iterator.close()` as `yield from` does it on GeneratorExit: -1 when close() raised. */
-static int
-close_iter(PyObject *it)
-{
-    PyObject *close;
-    if (lookup_attr(it, s_close, &close) < 0) {
-        PyErr_WriteUnraisable(it);
-    }
-    if (close == NULL) {
-        return 0;
-    }
-    PyObject *result = PyObject_CallNoArgs(close);
-    Py_DECREF(close);
-    if (result == NULL) {
-        return -1;
-    }
-    Py_DECREF(result);
-    return 0;
-}
-
-/* Set the exception given to throw(typ[, val[, tb]]) as a generator's throw() checks it. */
-static int
-set_thrown(PyObject *typ, PyObject *val, PyObject *tb)
-{
-    if (tb == Py_None) {
-        tb = NULL;
-    }
-    else if (tb != NULL && !PyTraceBack_Check(tb)) {
-        PyErr_SetString(PyExc_TypeError, "throw() third argument must be a traceback object");
-        return -1;
-    }
-    Py_INCREF(typ);
-    Py_XINCREF(val);
-    Py_XINCREF(tb);
-    if (PyExceptionClass_Check(typ)) {
-        PyErr_NormalizeException(&typ, &val, &tb);
-    }
-    else if (PyExceptionInstance_Check(typ)) {
-        if (val != NULL && val != Py_None) {
-            PyErr_SetString(PyExc_TypeError, "instance exception may not have a separate value");
-            goto failed;
-        }
-        Py_XDECREF(val);
-        val = typ;
-        typ = Py_NewRef(PyExceptionInstance_Class(val));
-        if (tb == NULL) {
-            tb = PyException_GetTraceback(val);
-        }
-    }
-    else {
-        PyErr_Format(PyExc_TypeError, "exceptions must be classes or instances deriving from BaseException, not %s",
-                     Py_TYPE(typ)->tp_name);
-        goto failed;
-    }
-    PyErr_Restore(typ, val, tb);
-    return 0;
-failed:
-    Py_DECREF(typ);
-    Py_XDECREF(val);
-    Py_XDECREF(tb);
-    return -1;
-}
-
 static PySendResult
 run_throw_status(Run *r, PyObject *typ, PyObject *val, PyObject *tb, int closing, PyObject **out)
 {
@@ -1209,7 +1080,7 @@ run_throw_status(Run *r, PyObject *typ, PyObject *val, PyObject *tb, int closing
         PyObject *inner = Py_NewRef(r->inner);
         if (PyErr_GivenExceptionMatches(typ, PyExc_GeneratorExit)) {
             /* yield from: close the awaited iterator, then raise here (its close()'s error, if any) */
-            int closed = close_iter(inner);
+            int closed = close_iter(inner, s_close);
             Py_DECREF(inner);
             if (closed < 0) {
                 status = run_raise_here(r, closing, out);
