@@ -303,7 +303,7 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
               label: str | None, clock: Clock, wants: bool) -> R:
     """The first attempt of a plain function, inline; the rest in :func:`_loop_sync`.
 
-    (``retry_sync`` and ``Retrying.call`` inline this body themselves: keep the copies alike.)"""
+    (The pure-Python path of every sync form; ``stoic._cretry`` compiles this body.)"""
     next(bucket._deposits)
     if wants:
         return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
@@ -466,25 +466,8 @@ def retry_sync(
         _nesting(nesting)
     clock = _ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK  # current_clock(), inlined
     op = site.op
-    if (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)) and "attempt" not in kwargs:
-        return _run_sync(schedule, fn, args, kwargs, site.name, bucket, classifier, nesting, label, clock, True)
-    # _run_sync's first attempt, inlined (one call frame fewer on every call).
-    next(bucket._deposits)
-    under_deadline = _deadline.ever_set and _deadline_scope.get() is not None  # (ever_set: see _deadline)
-    started = clock.now_ns() if schedule._timed or under_deadline else -1
-    token = _in_attempt.set(True)
-    try:
-        result = fn(*args, **kwargs)
-    except Exception as caught:
-        error = caught
-    else:
-        if type(result) in _ASYNC_RESULTS:
-            _not_a_coroutine(fn, result)
-        return result
-    finally:
-        _in_attempt.reset(token)
-    return _loop_sync(schedule, fn, args, kwargs, site.name, bucket, classifier, nesting, label, clock,
-                      token.old_value is True, error, started)
+    wants = (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)) and "attempt" not in kwargs
+    return _run_sync(schedule, fn, args, kwargs, site.name, bucket, classifier, nesting, label, clock, wants)
 
 
 class _Retrier:
@@ -533,8 +516,6 @@ class _Retrier:
         return self._decorate_sync(fn)
 
     def _decorate_async(self, fn: Callable[..., Awaitable[Any]]) -> Any:
-        # The first attempt is inlined here (as in _run_async) so a decorated call that succeeds
-        # costs one coroutine, not three. Anything unusual goes to the general loop.
         schedule, classify, nesting, label, attempt_ns = (
             self.schedule, self.classify, self.nesting, self.label, self.attempt_ns)
         site, fixed_clock, retrier = self.site, self.clock, self
@@ -545,21 +526,8 @@ class _Retrier:
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             bucket = retrier.bucket
             clock = fixed_clock if fixed_clock is not None else current_clock()
-            if general:
-                return await _run_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label,
-                                        attempt_ns, clock, wants and "attempt" not in kwargs)
-            next(bucket._deposits)
-            under_deadline = _deadline.ever_set and _deadline_scope.get() is not None  # (ever_set: see _deadline)
-            started = clock.now_ns() if schedule._timed or under_deadline else -1
-            token = _in_attempt.set(True)  # (see _run_async)
-            try:
-                return await fn(*args, **kwargs)
-            except Exception as caught:
-                error = caught
-            finally:
-                _in_attempt.reset(token)
-            return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, None,
-                                     clock, token.old_value is True, error, started)
+            return await _run_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label,
+                                    attempt_ns, clock, wants and "attempt" not in kwargs)
 
         if _c is not None and not general:
             # The same wrapper, compiled: its call returns the coroutine async_wrapper's would (a
@@ -587,25 +555,8 @@ class _Retrier:
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
             bucket = retrier.bucket
             clock = fixed_clock if fixed_clock is not None else current_clock()
-            if general:
-                return _run_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
-                                 "attempt" not in kwargs)
-            next(bucket._deposits)
-            under_deadline = _deadline.ever_set and _deadline_scope.get() is not None  # (ever_set: see _deadline)
-            started = clock.now_ns() if schedule._timed or under_deadline else -1
-            token = _in_attempt.set(True)
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as caught:
-                error = caught
-            else:
-                if type(result) in _ASYNC_RESULTS:
-                    _not_a_coroutine(fn, result)
-                return result
-            finally:
-                _in_attempt.reset(token)
-            return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
-                              token.old_value is True, error, started)
+            return _run_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
+                             general and "attempt" not in kwargs)
 
         return sync_wrapper
 

@@ -20,19 +20,14 @@ import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from . import _deadline, _native, _random
+from . import _native, _random
 from ._attempt import Attempt
 from ._budget import RetryBudget
 from ._classify import ClassifierLike, RetryClassifier, RetryNesting
 from ._clock import Clock, current_clock
-from ._deadline import _current as _deadline_scope
 from ._policy import Policy
 from ._retry import (
-    _ASYNC_RESULTS,
-    _in_attempt,
     _learn_op,
-    _loop_sync,
-    _not_a_coroutine,
     _Retrier,
     _run_async,
     _run_sync,
@@ -103,28 +98,9 @@ class Retrying:
         r = self._retrier
         bucket = r.bucket  # resolved at construction (and again by reset_budgets())
         op = r.op
-        if (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(r, fn)) and "attempt" not in kwargs:
-            return _run_sync(r.schedule, fn, args, kwargs, r.site, bucket, r.classify, r.nesting, r.label,
-                             self._clock, True)
-        # _run_sync's first attempt, inlined (one call frame fewer on every call).
-        next(bucket._deposits)
-        schedule = r.schedule
-        clock = self._clock
-        under_deadline = _deadline.ever_set and _deadline_scope.get() is not None  # (ever_set: see _deadline)
-        started = clock.now_ns() if schedule._timed or under_deadline else -1
-        token = _in_attempt.set(True)
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as caught:
-            error = caught
-        else:
-            if type(result) in _ASYNC_RESULTS:
-                _not_a_coroutine(fn, result)
-            return result
-        finally:
-            _in_attempt.reset(token)
-        return _loop_sync(schedule, fn, args, kwargs, r.site, bucket, r.classify, r.nesting, r.label, clock,
-                          token.old_value is True, error, started)
+        wants = (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(r, fn)) and "attempt" not in kwargs
+        return _run_sync(r.schedule, fn, args, kwargs, r.site, bucket, r.classify, r.nesting, r.label, self._clock,
+                         wants)
 
     def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Decorate a coroutine function or a plain function."""
