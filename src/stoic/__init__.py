@@ -7,6 +7,7 @@ from ._attempt import Attempt
 from ._budget import RetryBudget
 from ._classify import Retryable, RetryClassifier, RetryDecision, RetryNesting
 from ._clock import SYSTEM_CLOCK, Clock, SystemClock, current_clock, use_clock
+from ._criticality import Criticality, bind_criticality, current_criticality
 from ._deadline import Timeout, cancelled_by_deadline, deadline, time_remaining, timeout
 from ._durations import Seconds
 from ._errors import (
@@ -50,6 +51,7 @@ __all__ = [
     "CircuitOpen",
     "Clock",
     "CountWindow",
+    "Criticality",
     "DeadlineExceeded",
     "Defect",
     "Event",
@@ -78,8 +80,10 @@ __all__ = [
     "Timeout",
     "__version__",
     "add_sink",
+    "bind_criticality",
     "cancelled_by_deadline",
     "current_clock",
+    "current_criticality",
     "deadline",
     "hedge",
     "is_defect",
