@@ -13,10 +13,10 @@ import inspect
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar
-from types import CodeType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from types import CodeType, CoroutineType
+from typing import Any, ParamSpec, TypeVar
 
-from . import _clock, _deadline, _native, _random
+from . import _clock, _deadline, _random
 from ._attempt import Attempt
 from ._budget import _NO_OP, RetryBudget, _registry, _Site, site_of_frame
 from ._classify import ClassifierLike, RetryClassifier, RetryNesting, as_classifier
@@ -41,9 +41,6 @@ _SINGLE = RetryNesting.SINGLE_ATTEMPT
 _site_at = _registry.frames.get  # the dict is cleared in place by reset_budgets(), never replaced
 _PER_SITE = RetryBudget.PER_CALL_SITE
 _getframe = sys._getframe
-
-# The compiled first attempts (stoic/_cretry.c), or None for the pure-Python paths only.
-_c = _native.load("stoic._cretry")
 
 
 def in_retry_attempt() -> bool:
@@ -289,11 +286,11 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
         started = clock.now_ns()
 
 
-_ASYNC_RESULTS = _native.ASYNC_RESULTS  # what a plain operation must not return
+_COROUTINE = CoroutineType  # what a plain operation must not return
 
 
 def _not_a_coroutine(fn: Callable[..., object], result: object) -> None:
-    if isinstance(result, _ASYNC_RESULTS):
+    if isinstance(result, _COROUTINE):
         result.close()
         raise TypeError(f"{_label_of(fn)} returned a coroutine: await retry(...) for async operations")
 
@@ -303,7 +300,7 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
               label: str | None, clock: Clock, wants: bool) -> R:
     """The first attempt of a plain function, inline; the rest in :func:`_loop_sync`.
 
-    (The pure-Python path of every sync form; ``stoic._cretry`` compiles this body.)"""
+    (Every sync form runs this.)"""
     next(bucket._deposits)
     if wants:
         return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
@@ -316,7 +313,7 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     except Exception as caught:
         error = caught
     else:
-        if type(result) in _ASYNC_RESULTS:
+        if type(result) is _COROUTINE:
             _not_a_coroutine(fn, result)
         return result
     finally:
@@ -520,7 +517,6 @@ class _Retrier:
             self.schedule, self.classify, self.nesting, self.label, self.attempt_ns)
         site, fixed_clock, retrier = self.site, self.clock, self
         wants = wants_attempt(fn)
-        general = attempt_ns is not None or wants
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -529,27 +525,12 @@ class _Retrier:
             return await _run_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label,
                                     attempt_ns, clock, wants and "attempt" not in kwargs)
 
-        if _c is not None and not general:
-            # The same wrapper, compiled: its call returns the coroutine async_wrapper's would (a
-            # _cretry.Run). For inspect it is function-like: async_wrapper's __code__ (so
-            # iscoroutinefunction holds, and wants_attempt reads the same parameters), defaults.
-            compiled: Any = functools.update_wrapper(
-                _c._decorated(fn, self, schedule, classify, nesting, label, site, fixed_clock, False, True), fn)
-            python: Any = async_wrapper
-            compiled.__code__ = python.__code__
-            compiled.__defaults__ = python.__defaults__
-            compiled.__kwdefaults__ = python.__kwdefaults__
-            return compiled
         return async_wrapper
 
     def _decorate_sync(self, fn: Callable[P, R]) -> Callable[P, R]:
         schedule, classify, nesting, label = self.schedule, self.classify, self.nesting, self.label
         site, fixed_clock, retrier = self.site, self.clock, self
         general = wants_attempt(fn)
-        if _c is not None:  # the same wrapper, compiled
-            compiled: Callable[P, R] = functools.update_wrapper(
-                _c._decorated(fn, self, schedule, classify, nesting, label, site, fixed_clock, general), fn)
-            return compiled
 
         @functools.wraps(fn)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -581,26 +562,6 @@ def retrying(
     retrier = _Retrier(schedule, budget, classify, nesting, label, attempt_timeout, None, _random.call_site(1))
     return retrier.decorate
 
-
-if _c is not None and not TYPE_CHECKING:
-    _c._configure(
-        in_attempt=_in_attempt, deadline_scope=_deadline_scope, ambient_clock=_ambient_clock,
-        deadline_globals=vars(_deadline), clock_globals=vars(_clock), system_clock=SYSTEM_CLOCK,
-        loop_sync=_loop_sync, run_sync=_run_sync, loop_async=_loop_async, run_async=_run_async,
-        not_a_coroutine=_not_a_coroutine, async_results=_ASYNC_RESULTS, learn_op=_learn_op,
-        check_schedule=_check_schedule, site_of_frame=site_of_frame, bounded_schedule=BoundedSchedule,
-        frames=_registry.frames, per_call_site=_PER_SITE, standard=RetryClassifier.standard,
-        single_attempt=_SINGLE,
-        retrier_bucket=_Retrier.bucket, retrier_op=_Retrier.op, retrier_schedule=_Retrier.schedule,
-        retrier_site=_Retrier.site, retrier_classify=_Retrier.classify, retrier_nesting=_Retrier.nesting,
-        retrier_label=_Retrier.label, budget_deposits=RetryBudget._deposits,
-        schedule_timed=BoundedSchedule._timed, site_code=_Site.code, site_bucket=_Site.bucket, site_op=_Site.op,
-        site_name=_Site.name,
-    )
-    # Same signature, docstring and rules; the Python function stays as its __wrapped__.
-    retry_sync = functools.update_wrapper(_c._compiled("retry_sync", retry_sync), retry_sync)
-    retry = functools.update_wrapper(_c._compiled("retry", retry), retry)
-    Coroutine.register(_c.Run)  # so asyncio (create_task, gather, run) takes it as a coroutine
 
 
 def recur(schedule: Schedule, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, R]:

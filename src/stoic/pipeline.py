@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from . import _native, _random
+from . import _random
 from ._attempt import Attempt
 from ._budget import RetryBudget
 from ._classify import ClassifierLike, RetryClassifier, RetryNesting
@@ -109,15 +109,6 @@ class Retrying:
     def __repr__(self) -> str:
         r = self._retrier
         return f"Retrying({r.schedule!r}, budget={r.budget!r}, classify={r.classify!r}, nesting={r.nesting})"
-
-
-_cretry = _native.load("stoic._cretry")
-if _cretry is not None and not TYPE_CHECKING:
-    # The same method, compiled (stoic/_cretry.c); the Python one stays as its __wrapped__.
-    _cretry._configure(retrying_clock=Retrying._clock, retrying_retrier=Retrying._retrier)
-    Retrying.call = functools.update_wrapper(_cretry._compiled("Retrying.call", Retrying.call), Retrying.call)
-    Retrying.execute = functools.update_wrapper(_cretry._compiled("Retrying.execute", Retrying.execute),
-                                                Retrying.execute)
 
 
 class _Rest:

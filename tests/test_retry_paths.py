@@ -1,15 +1,10 @@
-"""The compiled retry paths (stoic/_cretry.c) keep the Python paths' rules and behave like the
-Python functions they stand for: binding, wraps attributes, signatures, tracebacks, nesting,
-budgets and resets. No reference or memory is leaked on any path, success or failure.
-
-Behavioural tests run in both modes (the suite runs again with ``STOIC_PURE_PYTHON=1``); the
-few about the compiled objects themselves skip only when pure Python was asked for.
+"""Every retry form (retry, retry_sync, @retrying, Retrying) behaves as the functions and
+coroutines it stands for: signatures, binding, tracebacks, budgets, leaks, the coroutine protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections.abc
 import functools
 import gc
 import inspect
@@ -27,8 +22,6 @@ from hypothesis import strategies as st
 from stoic import RetryBudget, Retrying, Schedule, retry, retry_sync, retrying, use_clock
 from stoic._retry import in_retry_attempt, wants_attempt
 from stoic.testing import RecordingSink, VirtualClock, fail_times, fail_with, reset_budgets
-
-compiled_only = pytest.mark.compiled  # (not collected under STOIC_PURE_PYTHON: see conftest.py)
 
 DRAIN = Schedule.fixed(0).attempts(100)
 THREE = Schedule.fixed(0).attempts(3)
@@ -76,16 +69,7 @@ class Stop(BaseException):
     """A BaseException of our own: never counted, retried or swallowed."""
 
 
-# --- the compiled objects look like the Python functions ---------------------------------------
-
-@compiled_only
-def test_the_sync_forms_are_compiled() -> None:
-    policy = Retrying(THREE)
-    assert type(retry_sync).__module__ == "stoic._cretry"
-    assert type(Retrying.__dict__["call"]).__module__ == "stoic._cretry"
-    assert type(retrying(THREE)(len)).__module__ == "stoic._cretry"
-    assert policy.call.__func__ is Retrying.__dict__["call"]  # type: ignore[attr-defined]
-
+# --- the forms look like the functions they are ------------------------------------------------
 
 def test_public_functions_keep_their_signatures_and_docstrings() -> None:
     params = list(inspect.signature(retry_sync).parameters)
@@ -145,7 +129,7 @@ def test_a_decorated_method_binds_like_a_function() -> None:
     assert client.pure(5) == 10
 
 
-def test_compiled_retry_sync_and_call_bind_as_the_python_functions_do() -> None:
+def test_retry_sync_and_call_bind_as_the_python_functions_do() -> None:
     policy = Retrying(THREE)
     assert Retrying.call(policy, lambda x: x + 1, 1) == 2
     assert functools.partial(retry_sync, THREE)(lambda x: x * 3, 2) == 6
@@ -164,7 +148,7 @@ def test_a_decorated_function_is_not_handed_an_attempt_and_stacks_cheaply() -> N
 
     inner = retrying(THREE)(op)
     assert wants_attempt(inner) is False
-    assert getattr(inner, "wants_attempt", False) is False  # (the compiled wrapper says so itself)
+    assert getattr(inner, "wants_attempt", False) is False
     outer = retrying(THREE)(inner)
     assert outer() == "ok"
     assert calls == 2  # the inner layer collapsed to one attempt; the outer one retried
@@ -262,7 +246,7 @@ def test_an_operation_wanting_an_attempt_takes_the_python_path(form: Callable[[A
     assert numbers == [1, 2]
 
 
-def test_a_retry_inside_a_compiled_attempt_makes_a_single_attempt(form: Callable[[Any], Form]) -> None:
+def test_a_retry_inside_an_attempt_makes_a_single_attempt(form: Callable[[Any], Form]) -> None:
     inner = fail_with(ConnectionError())
     marks: list[bool] = []
 
@@ -319,7 +303,7 @@ def test_the_budget_bounds_retries_under_a_full_outage(form: Callable[[Any], For
     assert 10 <= retries <= 0.2 * calls + 10  # reserve (10, no refill on a still clock) + earned 0.2 each
 
 
-def test_reset_budgets_between_calls_through_the_compiled_paths(form: Callable[[Any], Form],
+def test_reset_budgets_between_calls_through_every_form(form: Callable[[Any], Form],
                                                                 clock: VirtualClock) -> None:
     run = form(DRAIN)
     for _ in range(3):
@@ -362,7 +346,7 @@ def test_argument_errors_are_the_python_functions() -> None:
         Retrying.call(object(), len, "x")  # type: ignore[arg-type]
 
 
-def test_a_subclass_of_retrying_keeps_the_compiled_call() -> None:
+def test_a_subclass_of_retrying_keeps_its_call() -> None:
     class Mine(Retrying):
         __slots__ = ()
 
@@ -489,23 +473,6 @@ def aform(request: pytest.FixtureRequest) -> Callable[[Any], AsyncForm]:
     return ASYNC_FORMS[request.param]
 
 
-@compiled_only
-def test_the_async_forms_are_compiled_coroutines() -> None:
-    from stoic import _cretry  # type: ignore[attr-defined]
-
-    async def op() -> int:
-        return 1
-
-    for made in (retry(THREE, op), Retrying(THREE).execute(op)):
-        assert type(made) is _cretry.Run
-        assert isinstance(made, collections.abc.Coroutine)
-        assert asyncio.iscoroutine(made)
-        made.close()
-    assert type(Retrying.__dict__["execute"]).__module__ == "stoic._cretry"
-    assert list(inspect.signature(Retrying.execute).parameters) == ["self", "fn", "args", "kwargs"]
-    assert "attempt_timeout" in inspect.signature(retry).parameters
-
-
 def test_nothing_runs_before_the_first_send_and_a_closed_one_never_runs(aform: Callable[[Any], AsyncForm]) -> None:
     calls = 0
 
@@ -597,7 +564,7 @@ async def test_async_tracebacks_keep_the_operations_frames(aform: Callable[[Any]
     assert names[-2:] == ["__call__", "_outcome"]
 
 
-async def test_a_retry_inside_a_compiled_async_attempt_makes_a_single_attempt(
+async def test_a_retry_inside_an_async_attempt_makes_a_single_attempt(
         aform: Callable[[Any], AsyncForm]) -> None:
     inner = fail_with(ConnectionError())
     marks: list[bool] = []
@@ -798,24 +765,6 @@ async def test_a_tasks_repr_names_the_retry_coroutine_in_both_modes(aform: Calla
 async def _module_level_async(x: int, *, y: int = 1) -> int:
     """Adds."""
     return x + y
-
-
-@compiled_only
-def test_a_decorated_coroutine_function_is_compiled_unless_it_takes_the_general_path() -> None:
-    from stoic import _cretry  # type: ignore[attr-defined]
-
-    async def op() -> int:
-        return 1
-
-    async def wants(attempt: Any) -> int:
-        return 1
-
-    made = retrying(THREE)(op)()
-    assert type(retrying(THREE)(op)) is _cretry.Function and type(made) is _cretry.Run
-    made.close()
-    for general in (retrying(THREE)(wants), retrying(THREE, attempt_timeout=1.0)(op)):
-        assert inspect.isfunction(general)
-        assert inspect.iscoroutinefunction(general)
 
 
 def test_a_decorated_coroutine_function_is_a_coroutine_function_with_its_signature_and_attributes() -> None:

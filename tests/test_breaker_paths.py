@@ -1,7 +1,6 @@
-"""What is specific to the breaker's compiled success paths (``_cbreaker.c``), asserted in both
-modes where the pure-Python paths must behave the same: reference counts and memory over every
-path, the wrapper's binding and metadata, tracebacks, the awaitable ``execute`` returns (asyncio
-accepts it; laziness; send/throw/close as on a coroutine), probes, custom clocks and threads."""
+"""The breaker's success paths (call, execute, @breaker) behave as functions and coroutines do:
+binding, metadata, tracebacks, leaks, the coroutine protocol, threads, clocks.
+"""
 
 from __future__ import annotations
 
@@ -21,12 +20,8 @@ from typing import Any
 import pytest
 from _breaker_helpers import Boom, StepClock
 
-from stoic import CircuitBreaker, CircuitOpen, CountWindow, OpenDuration, TimeWindow, _native, _retry
-from stoic.breaker import _breaker
+from stoic import CircuitBreaker, CircuitOpen, CountWindow, OpenDuration, TimeWindow, _retry
 from stoic.testing import RecordingSink, VirtualClock
-
-COMPILED = not _native.PURE_PYTHON
-compiled_only = pytest.mark.compiled  # (not collected under STOIC_PURE_PYTHON: see conftest.py)
 
 
 def drive(awaitable: Any) -> Any:
@@ -43,19 +38,6 @@ class Suspend:
 
     def __await__(self) -> Generator[None, Any, Any]:
         return (yield)
-
-
-def test_the_compiled_paths_are_installed_unless_pure_python_is_asked_for() -> None:
-    breaker = CircuitBreaker("native")
-    if COMPILED:
-        assert _breaker._c is not None and isinstance(breaker, _breaker._c.Core)
-        awaitable = breaker.execute(_async_one)
-        assert type(awaitable).__name__ == "Execution"
-        awaitable.close()
-        assert inspect.signature(CircuitBreaker.call).parameters.keys() == {"self", "fn", "args", "kwargs"}
-        assert CircuitBreaker.call.__doc__ is not None and "thread-safe" in CircuitBreaker.call.__doc__
-    else:
-        assert _breaker._c is None and inspect.iscoroutinefunction(CircuitBreaker.execute)
 
 
 async def _async_one() -> int:

@@ -1,6 +1,6 @@
-"""Review of the compiled breaker and retry paths (``_cbreaker.c``, ``_cretry.c``): each test is a
-scenario where the compiled path once behaved differently from the pure-Python one it replaces.
-Every test runs in both modes (the pure-Python run is the reference)."""
+"""Scenarios at the edge of the coroutine protocol (handled exceptions, throw, close, a second
+awaiter, clocks that read floats), each once found wrong in some form of the breaker or retry.
+"""
 
 from __future__ import annotations
 
