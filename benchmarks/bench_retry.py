@@ -207,7 +207,7 @@ def _stoic_stack() -> tuple[str, Any]:
     stages: list[Any] = [Retrying(SCHEDULE)]
     names = ["Retrying"]
     if hasattr(stoic, "CircuitBreaker"):
-        stages.append(stoic.CircuitBreaker("bench"))
+        stages.append(stoic.CircuitBreaker(label="bench"))
         names.append("CircuitBreaker")
     if hasattr(stoic, "RateLimiter"):
         stages.append(stoic.RateLimiter(10**9, per=1.0, label="bench"))

@@ -18,7 +18,7 @@ async def _work() -> int:
 
 
 def _awaitables() -> list[tuple[str, Callable[[], Awaitable[int]]]]:
-    breaker = stoic.CircuitBreaker("inner")
+    breaker = stoic.CircuitBreaker(label="inner")
     schedule = stoic.Schedule.fixed(0.0).attempts(2)
     return [
         ("coroutine", _work),
@@ -30,7 +30,7 @@ def _awaitables() -> list[tuple[str, Callable[[], Awaitable[int]]]]:
 
 
 def _sync_paths() -> list[tuple[str, Callable[[Callable[[], object]], object]]]:
-    breaker = stoic.CircuitBreaker("outer")
+    breaker = stoic.CircuitBreaker(label="outer")
     schedule = stoic.Schedule.fixed(0.0).attempts(2)
     retrying = stoic.Retrying(schedule)
     return [
@@ -76,7 +76,7 @@ def _generator_based() -> Generator[Any, None, int]:
     [
         lambda: stoic.retry(stoic.Schedule.fixed(0.0).attempts(2), _generator_based),
         lambda: stoic.Retrying(stoic.Schedule.fixed(0.0).attempts(2)).execute(_generator_based),
-        lambda: stoic.CircuitBreaker("generator-based").execute(_generator_based),
+        lambda: stoic.CircuitBreaker(label="generator-based").execute(_generator_based),
     ],
     ids=["retry", "Retrying.execute", "breaker.execute"],
 )

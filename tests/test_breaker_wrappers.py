@@ -19,7 +19,7 @@ SENTINEL = object()
 
 def _breaker() -> CircuitBreaker:
     # minimum_calls=1: from the second call on a quick success takes the fast path.
-    return CircuitBreaker("w", window=CountWindow(10), minimum_calls=1, clock=StepClock())  # type: ignore[arg-type]
+    return CircuitBreaker(label="w", window=CountWindow(10), minimum_calls=1, clock=StepClock())  # type: ignore[arg-type]
 
 
 def _python(wrapper: Any) -> Any:

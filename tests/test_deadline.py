@@ -277,7 +277,7 @@ _FIRST_DEADLINE_SCRIPT = """
 import asyncio, stoic
 from stoic import _deadline
 
-breaker = stoic.CircuitBreaker("first")
+breaker = stoic.CircuitBreaker(label="first")
 schedule = stoic.Schedule.delays([0.0])
 assert breaker.call(lambda: 1) == 1 and not _deadline.ever_set
 seen = []

@@ -100,7 +100,7 @@ async def _gather_timed(clock: VirtualClock, calls: list[Awaitable[Any]], cancel
 
 
 async def _breaker_scenario(clock: VirtualClock) -> list[Outcome]:
-    breaker = CircuitBreaker("b", window=CountWindow(6), minimum_calls=4, failure_rate_threshold=0.5,
+    breaker = CircuitBreaker(label="b", window=CountWindow(6), minimum_calls=4, failure_rate_threshold=0.5,
                              open_duration=OpenDuration.fixed(2, jitter=0))
     outcomes: list[Outcome] = []
     for failed in (False, True, False, True, True, False, False, False):
@@ -511,16 +511,16 @@ def test_a_zero_base_gives_zero_for_every_schedule_kind(kind: str) -> None:
 
 # --- 10. Zero never means unlimited, for every zero-able parameter ---------------------------
 ZERO_REJECTED: list[tuple[str, Callable[[], object], str]] = [
-    ("breaker minimum_calls", lambda: CircuitBreaker("b", minimum_calls=0), "minimum_calls"),
+    ("breaker minimum_calls", lambda: CircuitBreaker(label="b", minimum_calls=0), "minimum_calls"),
     ("CountWindow calls", lambda: CountWindow(0), "calls"),
     ("TimeWindow seconds", lambda: TimeWindow(0), "seconds"),
-    ("breaker failure_rate_threshold", lambda: CircuitBreaker("b", failure_rate_threshold=0),
+    ("breaker failure_rate_threshold", lambda: CircuitBreaker(label="b", failure_rate_threshold=0),
      "failure_rate_threshold"),
-    ("breaker slow_call_rate_threshold", lambda: CircuitBreaker("b", slow_call_rate_threshold=0),
+    ("breaker slow_call_rate_threshold", lambda: CircuitBreaker(label="b", slow_call_rate_threshold=0),
      "slow_call_rate_threshold"),
-    ("breaker slow_call_duration", lambda: CircuitBreaker("b", slow_call_duration=0), "slow_call_duration"),
-    ("breaker half_open_probes", lambda: CircuitBreaker("b", half_open_probes=0), "half_open_probes"),
-    ("breaker half_open_timeout", lambda: CircuitBreaker("b", half_open_timeout=0), "half_open_timeout"),
+    ("breaker slow_call_duration", lambda: CircuitBreaker(label="b", slow_call_duration=0), "slow_call_duration"),
+    ("breaker half_open_probes", lambda: CircuitBreaker(label="b", half_open_probes=0), "half_open_probes"),
+    ("breaker half_open_timeout", lambda: CircuitBreaker(label="b", half_open_timeout=0), "half_open_timeout"),
     ("OpenDuration.fixed seconds", lambda: OpenDuration.fixed(0), "open_duration seconds"),
     ("OpenDuration initial", lambda: OpenDuration.exponential(initial=0), "initial"),
     ("OpenDuration maximum", lambda: OpenDuration.exponential(maximum=0), "maximum"),
@@ -636,7 +636,7 @@ def test_every_policy_built_outside_a_loop_works_under_successive_asyncio_runs()
     three successive asyncio.run calls, with waiters and timers in play each time."""
     clock = VirtualClock()
     with stoic.use_clock(clock):
-        breaker = CircuitBreaker("loops", window=CountWindow(2), minimum_calls=2,
+        breaker = CircuitBreaker(label="loops", window=CountWindow(2), minimum_calls=2,
                                  open_duration=OpenDuration.fixed(1, jitter=0))
         limiter = RateLimiter(2, per=1.0, label="loops")
         bulkhead = Bulkhead(1, queue_limit=10, label="loops")

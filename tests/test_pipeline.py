@@ -165,7 +165,7 @@ async def test_an_operation_declaring_attempt_gets_a_first_attempt_from_a_pipeli
         seen.append(attempt)
         return path
 
-    breaker = CircuitBreaker("api")
+    breaker = CircuitBreaker(label="api")
     for pipeline in (Pipeline(breaker), Pipeline(Stage("a", log), Stage("b", log))):
         assert await clock.run(pipeline.execute(op, "/users")) == "/users"
     assert [(a.number, a.hedged) for a in seen] == [(1, False), (1, False)]

@@ -54,7 +54,7 @@ class Server:
 def build() -> Any:
     return Pipeline(
         Retrying(Schedule.exponential(0.2).jittered().attempts(3)),
-        stoic.CircuitBreaker(LABEL),
+        stoic.CircuitBreaker(label=LABEL),
         stoic.RateLimiter(50, per=1.0, burst=100, label=LABEL),
         stoic.Bulkhead(8, queue_limit=16, label=LABEL),
     )

@@ -127,8 +127,8 @@ class CircuitBreaker:
 
     def __init__(
         self,
-        label: str,
         *,
+        label: str,
         window: TimeWindow | CountWindow = TimeWindow(60.0),  # noqa: B008 (immutable value)
         minimum_calls: int = 10,
         failure_rate_threshold: float = 0.5,
@@ -659,5 +659,5 @@ class CircuitBreaker:
                         "share the one instance, or construct another")
 
     def __repr__(self) -> str:
-        return f"CircuitBreaker({self.label!r}, state={self._state.value}, window={self._window_kind!r})"
+        return f"CircuitBreaker(label={self.label!r}, state={self._state.value}, window={self._window_kind!r})"
 
