@@ -24,21 +24,21 @@ def _awaitables() -> list[tuple[str, Callable[[], Awaitable[int]]]]:
         ("coroutine", _work),
         ("breaker.execute", lambda: breaker.execute(_work)),
         ("@breaker async", breaker(_work)),
-        ("retry", lambda: stoic.retry(schedule, _work)),
-        ("Retrying.execute", lambda: stoic.Retrying(schedule).execute(_work)),
+        ("retry", lambda: stoic.retry(schedule, _work, label="op")),
+        ("Retrying.execute", lambda: stoic.Retrying(schedule, label="op").execute(_work)),
     ]
 
 
 def _sync_paths() -> list[tuple[str, Callable[[Callable[[], object]], object]]]:
     breaker = stoic.CircuitBreaker(label="outer")
     schedule = stoic.Schedule.fixed(0.0).attempts(2)
-    retrying = stoic.Retrying(schedule)
+    retrying = stoic.Retrying(schedule, label="op")
     return [
         ("breaker.call", lambda op: breaker.call(op)),
         ("@breaker sync", lambda op: breaker(lambda: op())()),
-        ("retry_sync", lambda op: stoic.retry_sync(schedule, op)),
+        ("retry_sync", lambda op: stoic.retry_sync(schedule, op, label="op")),
         ("Retrying.call", lambda op: retrying.call(op)),
-        ("@retrying sync", lambda op: stoic.retrying(schedule)(lambda: op())()),
+        ("@retrying sync", lambda op: stoic.retrying(schedule, label="op")(lambda: op())()),
     ]
 
 
@@ -74,8 +74,8 @@ def _generator_based() -> Generator[Any, None, int]:
 @pytest.mark.parametrize(
     "run",
     [
-        lambda: stoic.retry(stoic.Schedule.fixed(0.0).attempts(2), _generator_based),
-        lambda: stoic.Retrying(stoic.Schedule.fixed(0.0).attempts(2)).execute(_generator_based),
+        lambda: stoic.retry(stoic.Schedule.fixed(0.0).attempts(2), _generator_based, label="op"),
+        lambda: stoic.Retrying(stoic.Schedule.fixed(0.0).attempts(2), label="op").execute(_generator_based),
         lambda: stoic.CircuitBreaker(label="generator-based").execute(_generator_based),
     ],
     ids=["retry", "Retrying.execute", "breaker.execute"],

@@ -157,7 +157,7 @@ def test_a_refused_throw_keeps_a_half_open_probe_in_flight_until_it_finishes() -
 
 @pytest.mark.parametrize("args", [(ValueError, None, 42), (42,)], ids=["bad-traceback", "not-an-exception"])
 def test_a_refused_throw_leaves_retry_suspended_at_an_iterator_without_throw(args: tuple[Any, ...]) -> None:
-    run = retry(Schedule.fixed(0.0).attempts(2), _NoThrow)
+    run = retry(Schedule.fixed(0.0).attempts(2), _NoThrow, label="op")
     assert run.send(None) == "tick"
     with pytest.raises(TypeError):
         run.throw(*args)
@@ -177,7 +177,7 @@ def test_stop_iteration_thrown_into_a_fresh_execute_becomes_runtime_error() -> N
 
 
 def test_stop_iteration_thrown_into_a_fresh_retry_becomes_runtime_error() -> None:
-    run = retry(Schedule.fixed(0.0).attempts(2), _aboom)
+    run = retry(Schedule.fixed(0.0).attempts(2), _aboom, label="op")
     with pytest.raises(RuntimeError, match="raised StopIteration"):
         run.throw(StopIteration)
     with pytest.raises(RuntimeError, match="cannot reuse"):
@@ -313,4 +313,4 @@ def test_a_second_awaiter_of_a_suspended_execute_is_refused() -> None:
 
 
 def test_a_second_awaiter_of_a_suspended_retry_is_refused() -> None:
-    _second_awaiter_is_refused(lambda future: retry(Schedule.fixed(0.0).attempts(2), lambda: future))
+    _second_awaiter_is_refused(lambda future: retry(Schedule.fixed(0.0).attempts(2), lambda: future, label="op"))

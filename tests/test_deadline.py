@@ -289,7 +289,7 @@ async def main():
         except stoic.DeadlineExceeded:
             seen.append("breaker")
         try:
-            await stoic.retry(schedule, lambda: failing())
+            await stoic.retry(schedule, lambda: failing(), label="first")
         except ConnectionError:
             seen.append(calls[0])
         await asyncio.sleep(1)
