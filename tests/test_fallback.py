@@ -53,7 +53,8 @@ async def test_after_the_retries_are_spent(clock: VirtualClock) -> None:
 async def test_should_handle_decides() -> None:
     op = fail_with(ValueError("bad input"))
     with pytest.raises(ValueError):
-        await with_fallback(Direct(), op, fallback=lambda e: 0, should_handle=lambda e: not isinstance(e, ValueError), label="fallback")
+        await with_fallback(Direct(), op, fallback=lambda e: 0, should_handle=lambda e: not isinstance(e, ValueError),
+                label="fallback")
     assert await with_fallback(Direct(), fail_with(KeyError()), fallback=lambda e: 0,
                                should_handle=lambda e: isinstance(e, KeyError), label="fallback") == 0
 

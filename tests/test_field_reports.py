@@ -421,9 +421,11 @@ def test_asyncio_wait_for_cancels_a_retry_during_its_first_attempt(
         if how == "retry":
             call = retry(bounded, three_second_attempt, budget=RetryBudget.UNLIMITED, label="op")
         elif how == "Retrying":
-            call = Retrying(bounded, budget=RetryBudget.UNLIMITED, clock=clock, label="op").execute(three_second_attempt)
+            call = Retrying(bounded, budget=RetryBudget.UNLIMITED, clock=clock,
+                    label="op").execute(three_second_attempt)
         else:
-            call = Pipeline(Retrying(bounded, budget=RetryBudget.UNLIMITED, clock=clock, label="op")).execute(three_second_attempt)
+            call = Pipeline(Retrying(bounded, budget=RetryBudget.UNLIMITED, clock=clock,
+                    label="op")).execute(three_second_attempt)
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(call, 1)
         ended = loop.time()
@@ -543,7 +545,8 @@ ZERO_REJECTED: list[tuple[str, Callable[[], object], str]] = [
     ("Retrying of attempts(0)", lambda: Retrying(Schedule.fixed(1).attempts(0), label="op"), "count"),
     ("exponential factor", lambda: Schedule.exponential(1, factor=0), "factor"),
     ("worst_case attempt_timeout", lambda: Schedule.fixed(1).attempts(2).worst_case(0), "attempt_timeout"),
-    ("retry attempt_timeout", lambda: retry(Schedule.fixed(1).attempts(2), _raiser(Boom()), attempt_timeout=0, label="op"),
+    ("retry attempt_timeout", lambda: retry(Schedule.fixed(1).attempts(2), _raiser(Boom()), attempt_timeout=0,
+            label="op"),
      "attempt_timeout"),
 ]
 
@@ -640,8 +643,10 @@ def test_every_policy_built_outside_a_loop_works_under_successive_asyncio_runs()
                                  open_duration=OpenDuration.fixed(1, jitter=0))
         limiter = RateLimiter(2, per=1.0, label="loops")
         bulkhead = Bulkhead(1, queue_limit=10, label="loops")
-        retrying = Retrying(Schedule.fixed(0.5).attempts(3), budget=RetryBudget.UNLIMITED, label="loops")
-        pipeline = Pipeline(Retrying(Schedule.fixed(0.25).attempts(2), budget=RetryBudget.UNLIMITED, label="op"), bulkhead,
+        retrying = Retrying(Schedule.fixed(0.5).attempts(3), budget=RetryBudget.UNLIMITED,
+                label="loops")
+        pipeline = Pipeline(Retrying(Schedule.fixed(0.25).attempts(2), budget=RetryBudget.UNLIMITED,
+                label="op"), bulkhead,
                             limiter)
         hedger = Hedge(0.1, budget=RetryBudget.UNLIMITED, label="loops")
 

@@ -187,7 +187,8 @@ async def test_retrying_labels_its_events_with_its_own_label(clock: VirtualClock
         raise ConnectionError
 
     with pytest.raises(ConnectionError):
-        await clock.run(Pipeline(Retrying(Schedule.fixed(0).attempts(2), label="users"), Stage("s", [])).execute(get_user))
+        await clock.run(Pipeline(Retrying(Schedule.fixed(0).attempts(2),
+                label="users"), Stage("s", [])).execute(get_user))
     assert sink.events[0].label == "users"
 
 
@@ -263,7 +264,8 @@ async def test_pipeline_as_a_decorator(clock: VirtualClock) -> None:
 
 async def test_nested_retrying_stages_collapse_to_the_outer_one(clock: VirtualClock, sink: RecordingSink) -> None:
     op = fail_with(ConnectionError())
-    pipeline = Pipeline(Retrying(Schedule.fixed(0).attempts(3), label="op"), Retrying(Schedule.fixed(0).attempts(3), label="op"))
+    pipeline = Pipeline(Retrying(Schedule.fixed(0).attempts(3), label="op"), Retrying(Schedule.fixed(0).attempts(3),
+            label="op"))
     with pytest.raises(ConnectionError):
         await clock.run(pipeline.execute(op))
     assert op.calls == 3

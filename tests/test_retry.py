@@ -183,7 +183,8 @@ class TestClassification:
         op = fail_times(1, TimeoutError, then=1)
         assert await clock.run(retry(THREE, op, classify=TimeoutError, label="op")) == 1
         op = fail_times(1, TimeoutError, then=1)
-        assert await clock.run(retry(THREE, op, classify=RetryClassifier(lambda e: RetryDecision.retry_after(7)), label="op")) == 1
+        assert await clock.run(retry(THREE, op, classify=RetryClassifier(lambda e: RetryDecision.retry_after(7)),
+                label="op")) == 1
         assert op.started_at == [clock.now() - 7, clock.now()]
         with pytest.raises(TypeError):
             retry(THREE, op, classify=42, label="op")  # type: ignore[arg-type]
@@ -283,7 +284,8 @@ class TestOrderOfChecks:
 
         async def call() -> None:
             async with stoic.timeout(5):
-                await retry(Schedule.fixed(1).attempts(5), fail_with(ConnectionError(), takes=3), budget=budget, label="op")
+                await retry(Schedule.fixed(1).attempts(5), fail_with(ConnectionError(), takes=3), budget=budget,
+                            label="op")
 
         with pytest.raises(ConnectionError):
             await clock.run(call())

@@ -676,8 +676,10 @@ def test_send_throw_and_close_behave_as_the_python_coroutine(script: list[str]) 
     policy = Retrying(schedule, label="op")
     python_execute = getattr(Retrying.execute, "__wrapped__", Retrying.execute)
     reference = _drive(lambda op: python_retry(schedule, op, label="op"), script)
-    assert _drive(lambda op: retry(schedule, op, label="op"), script) == reference  # (its own keywords would go to Python)
-    assert _drive(lambda op: Retrying(schedule, budget=RetryBudget.UNLIMITED, label="op").execute(op), script) == reference
+    assert _drive(lambda op: retry(schedule, op,
+            label="op"), script) == reference  # (its own keywords would go to Python)
+    unlimited = Retrying(schedule, budget=RetryBudget.UNLIMITED, label="op")
+    assert _drive(lambda op: unlimited.execute(op), script) == reference
     assert _drive(lambda op: python_execute(policy, op), script) == _drive(lambda op: policy.execute(op), script)
     assert _drive(lambda op: retrying(schedule, label="op")(op)(), script) == reference
 
