@@ -50,7 +50,7 @@ async def test_every_breaker_event_is_emitted_and_matches_the_catalog(clock: Vir
     await clock.run(breaker.execute(take(clock, 2.0)))  # recorded, slow
 
     sink.assert_contract()
-    emitted = set(sink.names())
+    emitted = set(sink.names)
     breaker_events = {name for name in CATALOG if name.startswith("breaker.")}
     assert emitted == breaker_events
     for event in sink.events:
@@ -105,4 +105,4 @@ async def test_a_warning_sink_gets_the_opening_but_no_debug_events(clock: Virtua
         await breaker.execute(ok)
         with pytest.raises(Boom):
             await breaker.execute(fail)
-    assert recording.names() == ["breaker.opened"]
+    assert recording.names == ["breaker.opened"]

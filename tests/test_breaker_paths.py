@@ -444,7 +444,7 @@ async def test_a_half_open_probe_through_execute_closes_the_breaker(clock: Virtu
     await clock.advance(1.0)
     assert await breaker.execute(_async_one) == 1
     assert breaker.state.value == "closed"
-    assert sink.names()[-3:] == ["breaker.half_open", "breaker.recorded", "breaker.closed"]
+    assert sink.names[-3:] == ["breaker.half_open", "breaker.recorded", "breaker.closed"]
 
 
 def test_a_custom_clock_is_read_for_every_call_and_judges_slow_calls() -> None:
@@ -556,7 +556,7 @@ def test_a_record_when_that_raises_leaves_the_operations_exception_in_charge(sin
         breaker.call(_raiser, "x")
     with pytest.raises(Boom):
         drive(breaker.execute(_araiser_now, "x"))
-    assert sink.names() == ["breaker.defect", "breaker.defect"]
+    assert sink.names == ["breaker.defect", "breaker.defect"]
 
 
 async def _araiser_now(message: str) -> None:

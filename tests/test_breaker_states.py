@@ -297,7 +297,7 @@ async def test_force_closed_keeps_the_trip_count_and_reset_forgets_it(clock: Vir
     assert breaker.snapshot().retry_after == 20.0  # second consecutive trip
     sink.clear()
     breaker.reset()
-    assert sink.names() == ["breaker.closed", "breaker.reset"]
+    assert sink.names == ["breaker.closed", "breaker.reset"]
     assert sink.of("breaker.closed")[0].attributes["reason"] == "reset"
     assert breaker.snapshot().trips == 0
     await run_failures(breaker, 4)
@@ -310,7 +310,7 @@ async def test_reset_when_closed_still_forgets_the_trips(clock: VirtualClock, si
     breaker.force_closed()
     sink.clear()
     breaker.reset()
-    assert sink.names() == ["breaker.reset"]  # already closed: no transition to report
+    assert sink.names == ["breaker.reset"]  # already closed: no transition to report
     assert breaker.snapshot().trips == 0
 
 

@@ -53,7 +53,7 @@ class TestBasics:
         op = fail_times(2, then="ok")
         assert await clock.run(retry(THREE, op, label="op")) == "ok"
         assert op.started_at == [0.0, 1.0, 3.0]
-        assert sink.names() == ["retry.attempt_failed", "retry.attempt_failed", "retry.succeeded"]
+        assert sink.names == ["retry.attempt_failed", "retry.attempt_failed", "retry.succeeded"]
         first = sink.of("retry.attempt_failed")[0]
         assert dict(first.attributes) == {"attempt": 1, "error.type": "ConnectionError", "decision": "retry",
                                           "next_delay": 1.0}
@@ -116,7 +116,7 @@ class TestValidation:
         with pytest.raises(ConnectionError):
             await clock.run(retry(THREE, op, budget=budget, label="op"))
         assert op.calls == 1
-        assert sink.names() == ["retry.budget_exhausted"]
+        assert sink.names == ["retry.budget_exhausted"]
 
     async def test_attempts_zero_is_rejected(self) -> None:
         with pytest.raises(ValueError, match="count"):
@@ -138,7 +138,7 @@ class TestClassification:
         with pytest.raises(type(error)):
             await clock.run(retry(THREE, op, label="op"))
         assert op.calls == 1
-        assert sink.names() == ["retry.permanent"]
+        assert sink.names == ["retry.permanent"]
 
     @pytest.mark.parametrize("error", [ConnectionError(), OSError(), ValueError("x"), RuntimeError(),
                                        DeadlineExceeded(), RateLimited(), CircuitOpen()])
@@ -156,7 +156,7 @@ class TestClassification:
         with pytest.raises(Bug):
             await clock.run(retry(THREE, op, classify=lambda e: True, label="op"))
         assert op.calls == 1
-        assert sink.names() == ["retry.defect"]
+        assert sink.names == ["retry.defect"]
         assert sink.events[0].level == stoic.Level.ERROR
 
     async def test_transient_only(self, clock: VirtualClock) -> None:
@@ -238,7 +238,7 @@ class TestRetryAfter:
         with pytest.raises(After):
             await clock.run(retry(Schedule.fixed(100).attempts(2), op, label="op"))
         assert op.started_at == [0.0, 1.0]
-        assert sink.names()[-1] == "retry.exhausted"
+        assert sink.names[-1] == "retry.exhausted"
 
     async def test_retry_after_keeps_the_budget(self, clock: VirtualClock, sink: RecordingSink) -> None:
         op = fail_with(After(1))
@@ -246,7 +246,7 @@ class TestRetryAfter:
         with pytest.raises(After):
             await clock.run(retry(THREE, op, budget=budget, label="op"))
         assert op.calls == 2  # one earned token
-        assert sink.names()[-1] == "retry.budget_exhausted"
+        assert sink.names[-1] == "retry.budget_exhausted"
 
     async def test_retry_after_keeps_the_deadline(self, clock: VirtualClock, sink: RecordingSink) -> None:
         op = fail_with(After(20))
@@ -258,7 +258,7 @@ class TestRetryAfter:
         with pytest.raises(After):
             await clock.run(call())
         assert op.calls == 1
-        assert sink.names() == ["retry.deadline_skip"]
+        assert sink.names == ["retry.deadline_skip"]
         assert clock.now() == 0
 
 
@@ -266,7 +266,7 @@ class TestOrderOfChecks:
     async def test_permanent_is_reported_before_exhaustion(self, clock: VirtualClock, sink: RecordingSink) -> None:
         with pytest.raises(Stop):
             await clock.run(retry(Schedule.fixed(1).attempts(1), fail_with(Stop()), label="op"))
-        assert sink.names() == ["retry.permanent"]
+        assert sink.names == ["retry.permanent"]
 
     async def test_exhaustion_is_reported_before_the_deadline(self, clock: VirtualClock,
                                                               sink: RecordingSink) -> None:
@@ -276,7 +276,7 @@ class TestOrderOfChecks:
 
         with pytest.raises(ConnectionError):
             await clock.run(call())
-        assert sink.names() == ["retry.exhausted"]
+        assert sink.names == ["retry.exhausted"]
 
     async def test_a_deadline_skip_spends_no_budget_token(self, clock: VirtualClock, sink: RecordingSink) -> None:
         budget = RetryBudget(ratio=0.5, reserve_per_second=0, reserve_capacity=3)
@@ -289,7 +289,7 @@ class TestOrderOfChecks:
 
         with pytest.raises(ConnectionError):
             await clock.run(call())
-        assert sink.names() == ["retry.deadline_skip"]
+        assert sink.names == ["retry.deadline_skip"]
         assert budget.tokens == before + 0.5  # the deposit, and nothing spent
 
     async def test_nested_is_checked_before_the_classifier(self, clock: VirtualClock, sink: RecordingSink) -> None:
@@ -298,7 +298,7 @@ class TestOrderOfChecks:
 
         with pytest.raises(Stop):
             await clock.run(retry(Schedule.fixed(0).attempts(1), outer, label="op"))
-        assert sink.names()[0] == "retry.nested"
+        assert sink.names[0] == "retry.nested"
 
 
 class TestDeadlines:
@@ -604,7 +604,7 @@ class TestDecoratorAndSync:
         with pytest.raises(Stop):
             retry_sync(THREE, stop.sync, label="op")
         assert stop.calls == 1
-        assert sink.names()[-2:] == ["retry.exhausted", "retry.permanent"]
+        assert sink.names[-2:] == ["retry.exhausted", "retry.permanent"]
 
     def test_retry_sync_nests(self, jumping_clock: VirtualClock) -> None:
         inner = fail_with(ConnectionError())

@@ -113,7 +113,7 @@ async def run(delays: list[int], steps: list[tuple[tuple[str, int], int]], deadl
         except Permanent:
             ended = "Permanent"
         sink.assert_contract()
-        return ended, sink.names(), starts, clock.now_ns() // 1_000_000
+        return ended, sink.names, starts, clock.now_ns() // 1_000_000
 
 
 @settings(max_examples=300, deadline=None)

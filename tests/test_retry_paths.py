@@ -179,7 +179,7 @@ def test_a_failure_is_retried_by_the_python_loop_with_the_same_arguments(form: C
 
     assert form(THREE)(op, 1, b=2) == 3
     assert seen == [(1, 2, True)] * 3
-    assert sink.names().count("retry.attempt_failed") == 2
+    assert sink.names.count("retry.attempt_failed") == 2
     assert sink.of("retry.succeeded")[0].attributes == {"attempts": 3}
     assert not in_retry_attempt()
 
