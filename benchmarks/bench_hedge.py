@@ -35,15 +35,15 @@ async def _plain_yields() -> int:
 
 
 def main() -> None:
-    fixed = Hedge(1.0)
-    unlimited = Hedge(1.0, budget=RetryBudget.UNLIMITED)
-    adaptive = Hedge(1.0, quantile=0.95, delay_max=1.0)
+    fixed = Hedge(1.0, label="h")
+    unlimited = Hedge(1.0, budget=RetryBudget.UNLIMITED, label="h")
+    adaptive = Hedge(1.0, quantile=0.95, delay_max=1.0, label="h")
 
     async def in_task() -> int:
         return await asyncio.create_task(_plain())
 
     async def one_shot() -> int:
-        return await hedge(IDEMPOTENT, _op, delay=1.0)
+        return await hedge(IDEMPOTENT, _op, delay=1.0, label="h")
 
     results = [
         Result("bare await", time_async(_plain, calls=CALLS)),
