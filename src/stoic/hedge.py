@@ -83,6 +83,40 @@ def _new_call_id() -> str:
     return f"{_id_prefix}{next(_ids):016x}"
 
 
+class _FirstAttempt(Attempt):
+    """The first attempt's :class:`~stoic.Attempt`: its call id is drawn from the call (cheaply)
+    only when something reads it, so an operation that takes the Attempt but never sends the id
+    pays for no id. Built without ``Attempt.__init__`` (it is on every call's path)."""
+
+    __slots__ = ("_call",)
+
+    _call: _Call
+
+    @property
+    def call_id(self) -> str:
+        call_id = self._call_id
+        if call_id is None:
+            call_id = self._call.shared_call_id()
+            object.__setattr__(self, "_call_id", call_id)
+        return call_id
+
+
+_new_object = object.__new__
+_set_number = Attempt.__dict__["number"].__set__
+_set_call_id = Attempt.__dict__["_call_id"].__set__
+_set_hedged = Attempt.__dict__["hedged"].__set__
+_set_call = _FirstAttempt.__dict__["_call"].__set__
+
+
+def _first_attempt(call: _Call) -> _FirstAttempt:
+    attempt = _new_object(_FirstAttempt)
+    _set_number(attempt, 1)
+    _set_call_id(attempt, None)
+    _set_hedged(attempt, False)
+    _set_call(attempt, call)
+    return attempt
+
+
 def _check_idempotency(idempotency: object) -> None:
     if idempotency is not IDEMPOTENT:
         raise TypeError(
@@ -305,28 +339,35 @@ class _Call:
     """One hedged call: what the callbacks need to decide, and what they decided."""
 
     __slots__ = (
-        "args", "call_id", "ctx", "decided", "end", "error", "fn", "handle", "hedges", "kwargs", "loop",
+        "args", "call_id", "ctx", "decided", "end", "error", "fn", "handle", "hedges", "kwargs",
         "policy", "primary_running", "start", "superseded", "task", "waiter", "wants", "winner", "finished",
     )
 
-    def __init__(self, policy: Hedge, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any],
-                 fn: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...], kwargs: dict[str, Any],
-                 wants: bool, call_id: str, start: int, system: bool) -> None:
+    handle: TimerHandle | None  # the pending hedge timer (set by _race before the first await)
+    ctx: contextvars.Context
+
+    def __init__(self, policy: Hedge, task: asyncio.Task[Any], fn: Callable[..., Coroutine[Any, Any, Any]],
+                 args: tuple[Any, ...], kwargs: dict[str, Any], wants: bool, start: int) -> None:
+        # Only what the fast path needs; the rest is set when a hedge starts (_begin), or below.
         self.policy = policy
-        self.loop = loop
         self.task = task
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
         self.wants = wants  # fn declares ``attempt``: each attempt gets ``attempt=`` by keyword
-        self.call_id = call_id  # "" until needed (an operation that takes no Attempt never needs it)
+        self.call_id = ""  # drawn when first needed (shared_call_id)
         self.start = start
-        # The hedge timer decides in the call's context. asyncio's timers already run their
-        # callback in a copy of the context they were scheduled in; another clock's may not.
-        self.ctx = None if system else contextvars.copy_context()
         # ``hedges`` stays None until a hedge starts: the fast path reads nothing else.
         self.hedges: list[asyncio.Task[Any]] | None = None
-        self.handle: TimerHandle | None = None
+        # ``ctx`` (set by _race for a clock other than the system's) is the context the hedge
+        # timer decides in: asyncio's timers already run callbacks in a copy of the context they
+        # were scheduled in, another clock's may not.
+
+    def shared_call_id(self) -> str:
+        """The id every attempt of this call shares, drawn on first use."""
+        if not self.call_id:
+            self.call_id = _new_call_id()
+        return self.call_id
 
     def _begin(self) -> None:
         # The rest of the state, created when the first hedge starts.
@@ -346,10 +387,11 @@ class _Call:
         self.handle = None
         # Run in (a copy of) the call's context: sinks, the deadline and the clock are the
         # caller's, whatever context the clock fires timers from.
-        if self.ctx is None:
+        ctx: contextvars.Context | None = getattr(self, "ctx", None)
+        if ctx is None:
             self._hedge()
         else:
-            self.ctx.copy().run(self._hedge)
+            ctx.copy().run(self._hedge)
 
     def _hedge(self) -> None:
         if self.hedges is not None and self.decided:
@@ -368,9 +410,7 @@ class _Call:
             return
         number = 2 if self.hedges is None else len(self.hedges) + 2
         if self.wants:
-            if not self.call_id:
-                self.call_id = _new_call_id()
-            coro = self.fn(*self.args, **self.kwargs, attempt=Attempt(number, self.call_id, True))
+            coro = self.fn(*self.args, **self.kwargs, attempt=Attempt(number, self.shared_call_id(), True))
         else:
             coro = self.fn(*self.args, **self.kwargs)
         if self.hedges is None:
@@ -378,7 +418,7 @@ class _Call:
         hedges = self.hedges
         assert hedges is not None
         now = clock.now_ns()
-        task = self.loop.create_task(coro)
+        task = self.task.get_loop().create_task(coro)
         hedges.append(task)
         task.add_done_callback(self.on_done)
         if min_level() <= Level.INFO:
@@ -461,7 +501,7 @@ class _Call:
         hedges = self.hedges
         assert hedges is not None
         while not self.decided or self.finished < len(hedges) + 1:
-            waiter = self.waiter = self.loop.create_future()
+            waiter = self.waiter = self.task.get_loop().create_future()
             try:
                 await waiter
             except asyncio.CancelledError:
@@ -511,8 +551,9 @@ async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: 
     system = type(clock) is SystemClock
     start = clock.now_ns()
     wants = "attempt" not in kwargs and wants_attempt(fn)
-    call_id = _new_call_id() if wants else ""
-    call = _Call(policy, loop, task, fn, args, kwargs, wants, call_id, start, system)
+    call = _Call(policy, task, fn, args, kwargs, wants, start)
+    if not system:
+        call.ctx = contextvars.copy_context()
     # Compared with the count at the end: a cancel request swallowed before this call (a
     # TaskGroup on 3.11, a library without uncancel()) is not this caller being cancelled.
     cancels = task.cancelling()
@@ -523,7 +564,7 @@ async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: 
         call.handle = clock.call_at(start + policy._delay_ns, call.on_timer)
     try:
         if wants:
-            result = await fn(*args, **kwargs, attempt=Attempt(1, call_id, False))
+            result = await fn(*args, **kwargs, attempt=_first_attempt(call))
         else:
             result = await fn(*args, **kwargs)
     except BaseException as exc:
