@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
+from . import _deadline
 from ._admission import admitted_after_wait
 from ._clock import Clock, resolve_clock, wait_seconds
 from ._deadline import _current as _deadline_scope
@@ -184,7 +185,7 @@ class Bulkhead(_Compartment):
         however it ends. Raises ``BulkheadFull`` or ``DeadlineExceeded`` (``fn`` never ran) when
         refused.
         """
-        if self._active < self._max and not self._waiters and _deadline_scope.get() is None:
+        if self._active < self._max and not self._waiters and (not _deadline.ever_set or _deadline_scope.get() is None):
             self._active += 1
         else:
             await self._enter_slow()
@@ -211,7 +212,7 @@ class Bulkhead(_Compartment):
         return bulkheaded
 
     async def __aenter__(self) -> Bulkhead:
-        if self._active < self._max and not self._waiters and _deadline_scope.get() is None:
+        if self._active < self._max and not self._waiters and (not _deadline.ever_set or _deadline_scope.get() is None):
             self._active += 1
         else:
             await self._enter_slow()

@@ -143,14 +143,20 @@ class _TokenBucket:
         them. True when taken (``cost`` 0 only refills). Every path that grants at once (the
         asyncio and blocking ``acquire``, ``try_acquire``, ``execute``, ``call``) calls this.
         """
-        elapsed = now - self._stamp
-        if elapsed > 0:
-            credit = self._credit + elapsed * self._rate
-            self._credit = credit if credit < self._capacity else self._capacity
+        # (Each attribute read or written once: this runs on every granted call.)
+        stamp = self._stamp
+        if now > stamp:
+            credit = self._credit + (now - stamp) * self._rate
+            capacity = self._capacity
+            if credit > capacity:
+                credit = capacity
             self._stamp = now
-        if self._credit >= cost:
-            self._credit -= cost
+        else:
+            credit = self._credit
+        if credit >= cost:
+            self._credit = credit - cost
             return True
+        self._credit = credit
         return False
 
     def _wait_ns(self, permits: int) -> int:
