@@ -3,12 +3,21 @@ and fresh retry budgets for every test."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 import stoic
 from stoic.testing import RecordingSink, VirtualClock, reset_budgets
+
+# Hypothesis is reproducible under CI: the same examples on every run (derandomized, so a
+# failure there fails again on the next run), with no example database to carry between runs.
+# Rare paths are pinned with @example on the tests themselves. Locally it explores at random.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("dev", print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") == "true" else "dev"))
 
 
 @pytest.fixture(autouse=True)
