@@ -1,5 +1,7 @@
-"""Shared fixtures: a virtual clock made ambient, a recording sink that enforces the catalog,
-and fresh retry budgets for every test."""
+"""Shared fixtures: a virtual clock made ambient, a recording sink that enforces the catalog.
+
+Fresh retry budgets for every test come from stoic's own pytest plugin
+(src/stoic/testing/_plugin.py, the ``stoic`` pytest11 entry point), as in any user's suite."""
 
 from __future__ import annotations
 
@@ -8,14 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 import stoic
-from stoic.testing import RecordingSink, VirtualClock, reset_budgets
-
-
-@pytest.fixture(autouse=True)
-def _fresh_budgets() -> Iterator[None]:
-    reset_budgets()
-    yield
-    reset_budgets()
+from stoic.testing import RecordingSink, VirtualClock
 
 
 @pytest.fixture
