@@ -7,11 +7,10 @@ import sys
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from test_schedule_properties import trees
 
 from stoic import BoundedSchedule, Schedule
 from stoic.schedule import MAX_NS, _has_up_to, _prefix_bound, _top_limit
-
-from test_schedule_properties import trees
 
 bounded_trees = st.tuples(trees, st.integers(1, 40)).map(lambda t: t[0].attempts(t[1]))
 
