@@ -272,6 +272,13 @@ def _task_reader() -> Callable[[], asyncio.Task[Any] | None]:
 
 _current_task = _task_reader()
 
+# On 3.11 even the direct read costs a getpid() system call (the running-loop lookup checks the
+# pid on every call; 3.12 dropped that). While exactly one loop in the process is running a task,
+# that task is the caller's (a coroutine runs inside its task's step, which is what puts the
+# entry there), so the entry count is read from the one entry with no system call.
+_RUNNING_TASKS: dict[Any, Any] | None = (
+    getattr(asyncio.tasks, "_current_tasks", None) if sys.version_info < (3, 12) else None)
+
 
 def _cancelling() -> int:
     """The current task's pending cancel requests (0 outside a task or a loop)."""
@@ -291,10 +298,15 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
     ``wants``: ``fn`` is to be handed an Attempt (the caller decided, from its cache)."""
     # Check (1) compares with the task's cancel count here, at entry: a cancel swallowed earlier
     # in the task (a TaskGroup on 3.11, a library without uncancel()) must not stop this retry.
-    try:
-        task = _current_task()
-    except RuntimeError:  # (3.12+) driven by hand (send), outside any loop: no task to cancel
-        task = None
+    running = _RUNNING_TASKS
+    if running is not None and len(running) == 1:
+        for task in running.values():  # noqa: B007 (the one value, without an iterator call)
+            break
+    else:
+        try:
+            task = _current_task()
+        except RuntimeError:  # (3.12+) driven by hand (send), outside any loop: no task to cancel
+            task = None
     cancels = 0 if task is None else task.cancelling()
     next(bucket._deposits)  # the first attempt's deposit (RetryBudget.deposit, inlined)
     scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
