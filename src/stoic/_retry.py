@@ -672,9 +672,9 @@ class _Retrier:
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            bucket = retrier.bucket
-            clock = fixed_clock if fixed_clock is not None else current_clock()
-            return await _run_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label,
+            clock = fixed_clock if fixed_clock is not None else (  # current_clock(), inlined
+                _ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK)
+            return await _run_async(schedule, fn, args, kwargs, site, retrier.bucket, classify, nesting, label,
                                     attempt_ns, clock, wants and "attempt" not in kwargs)
 
         return async_wrapper
@@ -686,9 +686,9 @@ class _Retrier:
 
         @functools.wraps(fn)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            bucket = retrier.bucket
-            clock = fixed_clock if fixed_clock is not None else current_clock()
-            return _run_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
+            clock = fixed_clock if fixed_clock is not None else (  # current_clock(), inlined
+                _ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK)
+            return _run_sync(schedule, fn, args, kwargs, site, retrier.bucket, classify, nesting, label, clock,
                              general and "attempt" not in kwargs)
 
         return sync_wrapper
