@@ -53,6 +53,8 @@ class RetryDecision:
                 return RetryDecision.RETRY
         elif isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
             raise TypeError(f"seconds must be a number of seconds or a timedelta, got {type(seconds).__name__}")
+        elif isinstance(seconds, int):  # exact, however large (a float conversion could overflow)
+            return RetryDecision.RETRY if seconds <= 0 else RetryDecision("retry_after", min(_MAX_NS, seconds * 10**9))
         elif math.isnan(seconds):
             raise ValueError(f"seconds must be a number of seconds (not NaN), got {seconds!r}")
         elif seconds <= 0:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal, TypeAlias, TypeVar, overload
 
-from ._durations import Seconds, check_fraction, check_int, to_ns
+from ._durations import Seconds, _finite, check_fraction, check_int, to_ns
 
 __all__ = ["BoundedSchedule", "Schedule"]
 
@@ -831,7 +831,7 @@ class Schedule:
 
         Raises ``ValueError`` for a negative or non-finite ``base`` or ``factor`` below 1."""
         base_ns = _ns(base, "base", allow_zero=True)
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor < 1:
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not _finite(factor) or factor < 1:
             raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
         return Schedule(_Exponential(base_ns, factor, DEFAULT_CAP_NS, False))
 
