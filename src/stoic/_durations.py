@@ -71,9 +71,17 @@ def to_seconds(ns: int) -> float:
     return ns / NS_PER_SECOND
 
 
+def _finite(value: float) -> bool:
+    """``math.isfinite`` that says False (not OverflowError) for an int beyond any float."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def check_fraction(value: float, name: str, *, low_open: bool, high: float = 1.0) -> float:
     """Validate a fraction in ``(0, high]`` (``low_open``) or ``[0, high]``; return it as float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
         raise ValueError(f"{name} must be a number in {'(0' if low_open else '[0'}, {high}], got {value!r}")
     if (value <= 0 if low_open else value < 0) or value > high:
         raise ValueError(f"{name} must be in {'(0' if low_open else '[0'}, {high:g}], got {value!r}")
