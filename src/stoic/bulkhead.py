@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
+from ._admission import admitted_after_wait
 from ._clock import Clock, current_clock
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
@@ -151,6 +152,7 @@ class Bulkhead(_Compartment):
         waiters.append(waiter)
         try:
             await waiter.future
+            admitted_after_wait(self._clock, self._clock.now_ns())  # the breaker outside times from here
         except BaseException as exc:
             if waiter.granted:
                 # Handed a slot but cancelled before running: the slot goes to the next waiter.

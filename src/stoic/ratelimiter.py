@@ -30,6 +30,7 @@ from types import MappingProxyType, TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 from . import _deadline
+from ._admission import admitted_after_wait
 from ._clock import Clock, SystemClock, current_clock
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
@@ -378,6 +379,7 @@ class RateLimiter(_TokenBucket):
             if isinstance(exc, asyncio.CancelledError):
                 self._reject("deadline_exceeded" if cancelled_by_deadline() else "cancelled", permits, None)
             raise
+        admitted_after_wait(self._clock, now)  # the breaker outside times the call from here
         self._waited(permits, start)
 
     def execute(
