@@ -77,11 +77,10 @@ def test_a_generator_returned_through_call_is_refused_and_never_counted(fn: Call
     assert counts(breaker) == (0, 0)
 
 
-def test_a_plain_wrapper_returning_a_generator_is_refused_and_never_counted() -> None:
+def test_call_refuses_a_generator_returned_by_a_plain_wrapper_function() -> None:
     breaker = make()
-    wrapped = breaker(lambda: _gen())
     with pytest.raises(TypeError, match="consumes the generator"):
-        wrapped()
+        breaker.call(lambda: _gen())
     assert counts(breaker) == (0, 0)
 
 

@@ -623,3 +623,24 @@ def test_wrappers_are_pickled_and_copied_by_reference_like_functions() -> None:
     for wrapped in (_module_level, _module_level_async):
         assert pickle.loads(pickle.dumps(wrapped)) is wrapped
         assert copy.copy(wrapped) is wrapped and copy.deepcopy(wrapped) is wrapped
+
+
+# ------------------------------------------------------------------ memory of an unused breaker
+
+def test_an_unused_breaker_allocates_only_itself_and_its_lock() -> None:
+    CircuitBreaker(label="warm")  # (interns the call-site string of this line's neighbour)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        breakers = [CircuitBreaker(label="lazy") for _ in range(1000)]
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    per_breaker = sum(stat.size_diff for stat in after.compare_to(before, "filename")) / 1000
+    assert per_breaker <= 600  # issue 10: a default breaker in at most 600 bytes
+    breaker = breakers[0]
+    assert (breaker._window, breaker._episode, breaker._streams, breaker._epoch, breaker._recorder) == (
+        None, None, None, None, None)
+    breaker.call(lambda: 1)  # the first call makes the epoch and the window
+    assert breaker._epoch is not None and breaker._window is not None
+    assert breaker.snapshot.calls == 1

@@ -61,6 +61,7 @@ _ERROR: Final = Level.ERROR
 
 _NO_COUNTS: Final = (0, 0, 0)
 _DEFAULT_WINDOW: Final = TimeWindow(60.0)
+_STANDARD: Final = OpenDuration.standard
 _metrics_state = _metrics.state
 _admission_state = _admission.state
 _log = logging.getLogger("stoic")
@@ -179,7 +180,7 @@ class CircuitBreaker:
         failure_rate_threshold: float = 0.5,
         slow_call_duration: Seconds = 10.0,
         slow_call_rate_threshold: float = 1.0,
-        open_duration: OpenDuration = OpenDuration.standard,
+        open_duration: OpenDuration = _STANDARD,
         half_open_probes: int = 1,
         half_open_timeout: Seconds = 60.0,
         record_when: Callable[[Exception], bool] = _counts_by_default,
@@ -192,22 +193,30 @@ class CircuitBreaker:
         if not label:
             raise ValueError("label must be a non-empty str")
         self.label = label
-        if isinstance(window, CountWindow):
-            minimum = check_int(minimum_calls, "minimum_calls", minimum=1, maximum=window.calls)
-        elif isinstance(window, TimeWindow):
-            minimum = check_int(minimum_calls, "minimum_calls", minimum=1)
+        if (
+            minimum_calls is _D_MINIMUM and failure_rate_threshold is _D_FAILURE and slow_call_duration is _D_SLOW
+            and slow_call_rate_threshold is _D_SLOW_RATE and half_open_probes is _D_PROBES
+            and half_open_timeout is _D_PROBE_TIMEOUT
+        ):
+            # The defaults, validated once at import (and their integers shared by every breaker).
+            minimum, self._fppm, self._sppm, self._slow_ns, self._probes, self._probe_timeout_ns = _DEFAULTS
         else:
-            raise TypeError(f"window must be TimeWindow(seconds) or CountWindow(calls), got {window!r}")
+            minimum = check_int(minimum_calls, "minimum_calls", minimum=1)
+            self._fppm = threshold_ppm(failure_rate_threshold, "failure_rate_threshold")
+            self._sppm = threshold_ppm(slow_call_rate_threshold, "slow_call_rate_threshold")
+            self._slow_ns = duration_ns(slow_call_duration, "slow_call_duration")
+            self._probes = check_int(half_open_probes, "half_open_probes", minimum=1)
+            self._probe_timeout_ns = duration_ns(half_open_timeout, "half_open_timeout")
+        if window is not _DEFAULT_WINDOW:
+            if isinstance(window, CountWindow):
+                minimum = check_int(minimum_calls, "minimum_calls", minimum=1, maximum=window.calls)
+            elif not isinstance(window, TimeWindow):
+                raise TypeError(f"window must be TimeWindow(seconds) or CountWindow(calls), got {window!r}")
         self._window_kind = window
         self._minimum = minimum
-        self._fppm = threshold_ppm(failure_rate_threshold, "failure_rate_threshold")
-        self._sppm = threshold_ppm(slow_call_rate_threshold, "slow_call_rate_threshold")
-        self._slow_ns = duration_ns(slow_call_duration, "slow_call_duration")
-        if not isinstance(open_duration, OpenDuration):
+        if open_duration is not _STANDARD and not isinstance(open_duration, OpenDuration):
             raise TypeError(f"open_duration must be an OpenDuration, got {open_duration!r}")
         self._open_duration = open_duration
-        self._probes = check_int(half_open_probes, "half_open_probes", minimum=1)
-        self._probe_timeout_ns = duration_ns(half_open_timeout, "half_open_timeout")
         if record_when is not _counts_by_default:
             _check_record_when(record_when)
         self._record_when = record_when
@@ -230,10 +239,14 @@ class CircuitBreaker:
         self._open_until: int | None = None
         self._open_counts = _NO_COUNTS
         self._trips = 0
+        # Only read once there has been a trip (to reset the trip count): no clock read here.
+        self._closed_since = 0
         self._state: BreakerState = _CLOSED
+        # The first epoch is made by the first call (through _admit): an unused breaker has none.
+        self._epoch: itertools.count[int] | None = None
+        self._closed_epoch: itertools.count[int] | None = None
         self._folded = 0
-        self._enter(_CLOSED)
-        self._closed_since = self._now()
+        self._defer_until = NEVER
 
     # ------------------------------------------------------------------ running operations
     _EXECUTE_DOC: Final = """Run ``await fn(*args, **kwargs)`` through the breaker and return its result.
@@ -297,11 +310,15 @@ class CircuitBreaker:
             state = self._state
             episode = self._episode
             if state is _CLOSED:
-                admitted: tuple[itertools.count[int], int] | None = (self._epoch, 0)
+                epoch = self._epoch
+                if epoch is None:  # the breaker's first call
+                    epoch = self._epoch = self._closed_epoch = itertools.count()
+                admitted: tuple[itertools.count[int], int] | None = (epoch, 0)
             elif state is _HALF_OPEN and episode is not None and episode.free > 0:
                 episode.free -= 1
                 episode.next_id += 1
                 episode.inflight[episode.next_id] = now
+                assert self._epoch is not None
                 admitted = (self._epoch, episode.next_id)
             else:
                 admitted = None
@@ -458,7 +475,7 @@ class CircuitBreaker:
         a success counted while this runs is simply folded next time: exact at any call rate,
         with nothing growing in between.
         """
-        if self._state is not _CLOSED:
+        if self._state is not _CLOSED or self._epoch is None:
             return
         total = _counted(self._epoch)
         count = total - self._folded
@@ -471,7 +488,8 @@ class CircuitBreaker:
     def _pending_quick(self) -> int:
         """Quick successes counted but not yet folded (for tests and the benchmark)."""
         with self._lock:
-            return _counted(self._epoch) - self._folded if self._state is _CLOSED else 0
+            epoch = self._epoch
+            return _counted(epoch) - self._folded if self._state is _CLOSED and epoch is not None else 0
 
     def _emit_settled(
         self, recorded: bool, outcome: str, slow: bool, state: BreakerState, now: int, duration: int
@@ -738,6 +756,23 @@ class CircuitBreaker:
 
     def __repr__(self) -> str:
         return f"CircuitBreaker(label={self.label!r}, state={self._state.value}, window={self._window_kind!r})"
+
+
+_KW: Final = CircuitBreaker.__init__.__kwdefaults__ or {}
+_D_MINIMUM: Final = _KW["minimum_calls"]
+_D_FAILURE: Final = _KW["failure_rate_threshold"]
+_D_SLOW: Final = _KW["slow_call_duration"]
+_D_SLOW_RATE: Final = _KW["slow_call_rate_threshold"]
+_D_PROBES: Final = _KW["half_open_probes"]
+_D_PROBE_TIMEOUT: Final = _KW["half_open_timeout"]
+_DEFAULTS: Final = (
+    check_int(_D_MINIMUM, "minimum_calls", minimum=1),
+    threshold_ppm(_D_FAILURE, "failure_rate_threshold"),
+    threshold_ppm(_D_SLOW_RATE, "slow_call_rate_threshold"),
+    duration_ns(_D_SLOW, "slow_call_duration"),
+    check_int(_D_PROBES, "half_open_probes", minimum=1),
+    duration_ns(_D_PROBE_TIMEOUT, "half_open_timeout"),
+)
 
 
 def _close_unawaited(value: object) -> None:

@@ -56,7 +56,7 @@ REFUSED_RESULTS: Final = frozenset({types.CoroutineType, types.GeneratorType, ty
 
 _TEMPLATE = """\
 def stoic_make(stoic_breaker, stoic_fn, stoic_now, stoic_slow_ns, stoic_deadline, stoic_deadline_get,
-               stoic_sinks, stoic_min_level, stoic_metrics, stoic_next, stoic_refused):
+               stoic_sinks, stoic_min_level, stoic_metrics, stoic_next, stoic_refused, stoic_coroutine_type):
     {async_}def stoic_wrapper({params}):
         if stoic_deadline.ever_set and stoic_deadline_get() is not None:
             {b}._refuse_if_late()
@@ -92,8 +92,14 @@ _ASYNC_BODY = """\
 
 _SYNC_BODY = """\
             stoic_result = {call}
-            if type(stoic_result) in stoic_refused:
+            if {refused_test}:
                 {b}._refuse_result(stoic_fn, stoic_result)"""
+
+# call() refuses every returned coroutine, generator or async generator. A @breaker wrapper has
+# already refused generator functions at decoration, so it only checks for a coroutine (one
+# identity test: a plain function that returns a generator it made is its caller's to iterate).
+_REFUSED_BY_CALL = "type(stoic_result) in stoic_refused"
+_REFUSED_BY_WRAPPER = "type(stoic_result) is stoic_coroutine_type"
 
 # (*args, **kwargs) forwarding: kwargs is nearly always empty, and fn(*args) skips unpacking it.
 _PACKED = ("*stoic_args, **stoic_kwargs",
@@ -128,7 +134,8 @@ def _mirrored(fn: Callable[..., Any]) -> tuple[str, str] | None:
 def _factory(is_async: bool, params: str, call: str, method: bool) -> Callable[..., Callable[..., Any]]:
     # A method reads the breaker's own attributes; a wrapper has them as closure constants.
     b = "stoic_self" if method else "stoic_breaker"
-    body = (_ASYNC_BODY if is_async else _SYNC_BODY).format(call=call, b=b)
+    refused_test = _REFUSED_BY_CALL if method else _REFUSED_BY_WRAPPER
+    body = (_ASYNC_BODY if is_async else _SYNC_BODY).format(call=call, b=b, refused_test=refused_test)
     source = _TEMPLATE.format(
         async_="async " if is_async else "",
         params=params,
@@ -152,7 +159,8 @@ def _factory(is_async: bool, params: str, call: str, method: bool) -> Callable[.
 
 
 def _shared() -> tuple[object, ...]:
-    return (_deadline, _deadline_scope.get, _sinks_registry, min_level, _metrics.state, next, REFUSED_RESULTS)
+    return (_deadline, _deadline_scope.get, _sinks_registry, min_level, _metrics.state, next, REFUSED_RESULTS,
+            types.CoroutineType)
 
 
 def method(is_async: bool, name: str, doc: str | None) -> Callable[..., Any]:
