@@ -24,6 +24,7 @@ import time
 import types
 import warnings
 import weakref
+from bisect import bisect_left as _bisect_left
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
 
@@ -34,6 +35,7 @@ from .._durations import Seconds, check_int
 from .._errors import CircuitOpen, DeadlineExceeded, Defect, is_defect, is_rejection, leaves
 from ..events import Level, emit, min_level
 from ..events._event import error_type
+from ..events._sinks import _process as _sinks_registry
 from . import _decorate
 from ._config import (
     BreakerSnapshot,
@@ -45,7 +47,7 @@ from ._config import (
     threshold_ppm,
 )
 from ._stream import StateStream
-from ._window import FAILED, NEVER, SLOW, CountRing, TimeBuckets
+from ._window import FAILED, FOREVER, NEVER, SLOW, CountRing, TimeBuckets
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -65,6 +67,10 @@ _STANDARD: Final = OpenDuration.standard
 _metrics_state = _metrics.state
 _admission_state = _admission.state
 _log = logging.getLogger("stoic")
+
+_SUCCESS_CALLS: Final = ("calls", "success", "")
+_BOUNDS_NS: Final = tuple(round(bound * 1e9) for bound in _metrics.DURATION_BUCKETS)
+_SUCCESS_DURATION: Final = ("duration", "success", "")
 
 # Events gathered under the lock and emitted after it is released: (name, level, attributes).
 _Pending = list[tuple[str, Level, dict[str, Any]]]
@@ -164,7 +170,7 @@ class CircuitBreaker:
 
     __slots__ = (
         "__weakref__", "_clock", "_closed_epoch", "_closed_since", "_defer_until", "_episode", "_epoch",
-        "_folded", "_fppm", "_lock", "_minimum", "_now", "_open_counts", "_open_duration", "_open_until",
+        "_fold_until", "_folded", "_fppm", "_lock", "_minimum", "_now", "_open_counts", "_open_duration", "_open_until",
         "_probe_timeout_ns", "_probes", "_record_when", "_recorder", "_site", "_slow_ns", "_sppm", "_state",
         "_streams", "_trips", "_window", "_window_kind", "label",
     )
@@ -247,6 +253,7 @@ class CircuitBreaker:
         self._closed_epoch: itertools.count[int] | None = None
         self._folded = 0
         self._defer_until = NEVER
+        self._fold_until = NEVER
 
     # ------------------------------------------------------------------ running operations
     _EXECUTE_DOC: Final = """Run ``await fn(*args, **kwargs)`` through the breaker and return its result.
@@ -414,8 +421,9 @@ class CircuitBreaker:
             state = self._state
             recorded = epoch is self._epoch
             if recorded and probe == 0:
-                self._fold(end, pending)  # earlier quick successes first: they finished before
-                recorded = epoch is self._epoch
+                if end < self._fold_until:
+                    self._fold(end, pending)  # earlier quick successes first: they finished before
+                    recorded = epoch is self._epoch
                 if recorded:
                     window = self._window or self._new_window()
                     if failed or slow:
@@ -424,8 +432,17 @@ class CircuitBreaker:
                         tripped = window.success(end)
                     if tripped:
                         self._trip_closed(end, pending)
+                    elif _metrics_state.enabled:
+                        # Every call takes this path while metrics are on: the lock-free path is
+                        # closed, and its count was just folded for the last time (a success
+                        # that read "metrics off" counted before any other thread could run: no
+                        # switch between its check and its next(), see _decorate). Reading the
+                        # epoch on every call would cost more than the metrics themselves.
+                        self._defer_until = NEVER
+                        self._fold_until = NEVER
                     else:
                         self._defer_until = window.defer_until()
+                        self._fold_until = FOREVER
             elif recorded:
                 episode = self._episode
                 assert episode is not None
@@ -445,11 +462,20 @@ class CircuitBreaker:
                         self._close(end, "probes_succeeded", pending)
             if _metrics_state.enabled:
                 recorder = self._recorder or self._new_recorder()
-                outcome = "failure" if failed else "success"
-                error_kind = kind or ""
-                recorder.count(("calls", outcome, error_kind))
-                recorder.observe(("duration", outcome, error_kind), duration)
-        if min_level() <= _DEBUG:
+                if failed:
+                    error_kind = kind or ""
+                    recorder.count(("calls", "failure", error_kind))
+                    recorder.observe(("duration", "failure", error_kind), duration)
+                else:
+                    # The success series exist from the recorder's creation: updated in place,
+                    # with no method call (this is every call's cost while metrics are on).
+                    counters = recorder.counters
+                    counters[_SUCCESS_CALLS] += 1
+                    histogram = recorder.histograms[_SUCCESS_DURATION]
+                    histogram.counts[_bisect_left(_BOUNDS_NS, duration)] += 1
+                    histogram.sum_ns += duration
+                    histogram.count += 1
+        if _sinks_registry.floor <= _DEBUG and min_level() <= _DEBUG:
             self._emit_settled(recorded, "failure" if failed else "success", slow, state, end, duration)
         if pending:
             self._flush(pending, end)
@@ -465,7 +491,10 @@ class CircuitBreaker:
         return window
 
     def _new_recorder(self) -> _metrics.Recorder:
-        recorder = self._recorder = _metrics.recorder("breaker", self.label)
+        recorder = _metrics.recorder("breaker", self.label)
+        recorder.counters[_SUCCESS_CALLS] = 0
+        recorder.histograms[_SUCCESS_DURATION] = _metrics.Histogram()
+        self._recorder = recorder
         return recorder
 
     def _fold(self, now: int, pending: _Pending) -> None:
@@ -596,6 +625,7 @@ class CircuitBreaker:
         self._state = state
         self._closed_epoch = epoch if state is _CLOSED else None
         self._defer_until = NEVER
+        self._fold_until = NEVER  # the new epoch has counted nothing yet
 
     def _publish(self, state: BreakerState) -> None:
         # Under the lock, so every stream sees transitions in the order they happened.
@@ -647,7 +677,9 @@ class CircuitBreaker:
                     calls, failures, slow = _NO_COUNTS
                 else:
                     calls, failures, slow = window.counts(now)
-                    self._defer_until = window.defer_until()
+                    if not _metrics_state.enabled:
+                        self._defer_until = window.defer_until()
+                        self._fold_until = FOREVER
             elif state is _HALF_OPEN:
                 episode = self._episode
                 calls, failures, slow = (

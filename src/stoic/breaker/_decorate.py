@@ -23,6 +23,11 @@ counted without the lock, as one ``next()`` on the epoch's ``itertools.count`` (
 the GIL), and folded into the window exactly at the next locked step (see
 ``CircuitBreaker._fold``). It needs no recent fold, so it holds at any call rate. A debug sink
 or enabled metrics take the locked path, which records every call.
+
+Under the GIL the fast path's last check and its ``next()`` run without a thread switch between
+them (CPython checks for a switch after a call completes, not on attribute loads, comparisons or
+jumps), so a locked step that sees the lock-free path closed knows nothing more is being counted
+into the epoch behind it.
 """
 
 from __future__ import annotations
