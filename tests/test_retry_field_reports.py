@@ -213,7 +213,7 @@ async def test_a_raising_classifier_never_replaces_the_operations_error(
             assert isinstance(raised.value.__context__, Broken)
             assert op.calls == 1  # the conservative decision: stop retrying
     _assert_reported_once(caught, caplog.records)
-    assert sink.names()[-1] == "retry.permanent"
+    assert sink.names[-1] == "retry.permanent"
 
 
 def test_a_raising_classifier_never_replaces_the_error_in_the_sync_forms(caplog: pytest.LogCaptureFixture) -> None:
@@ -472,7 +472,7 @@ async def test_a_deadline_on_the_retrys_clock_bounds_it_on_that_clock(clock: Vir
     with pytest.raises(ConnectionError):
         await clock.run(scenario())
     assert op.started_at == [0.0, 3.0]  # never an attempt at 6 s, past the 5 s deadline
-    assert sink.names()[-1] == "retry.deadline_skip"
+    assert sink.names[-1] == "retry.deadline_skip"
 
 
 # --- what a hostile caller found ---------------------------------------------------------------

@@ -44,7 +44,7 @@ def test_second_starts_with_a_full_budget_on_its_own_clock():
 def test_fixtures(virtual_clock, recording_sink):
     assert stoic.current_clock() is virtual_clock
     spend_at_one_site()
-    assert recording_sink.names()[-1] == "retry.budget_exhausted"
+    assert recording_sink.names[-1] == "retry.budget_exhausted"
 '''
 
 

@@ -362,14 +362,13 @@ class RateLimiter(_TokenBucket):
                     self._leave(waiter)
                     break
                 await self._clock.sleep_until(now + wait)
-            # Served after waiting: an outer breaker times the call from here, not from arrival.
-            admitted_after_wait(self._clock, now)
         except BaseException as exc:
             if waiter.queued:
                 self._leave(waiter)
             if isinstance(exc, asyncio.CancelledError):
                 self._reject("deadline_exceeded" if cancelled_by_deadline() else "cancelled", permits, None)
             raise
+        admitted_after_wait(self._clock, now)  # the breaker outside times the call from here
         self._waited(permits, start)
 
     def execute(
