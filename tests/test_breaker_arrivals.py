@@ -540,11 +540,11 @@ def test_snapshot_and_state_are_read_only_properties() -> None:
 # ---------------------------------------------------------------- huge numbers and wrong types at construction
 
 def test_a_huge_open_duration_is_refused_at_construction_not_on_the_tripping_call() -> None:
-    with pytest.raises(ValueError, match=r"open_duration seconds must be in \(0, 3155760000\]"):
+    with pytest.raises(ValueError, match="open_duration seconds must be at most"):
         OpenDuration.fixed(10**400)
     with pytest.raises(ValueError, match=r"CountWindow calls must be in \[1, 10000000\]"):
         CountWindow(10**30)
-    breaker = make(open_duration=OpenDuration.fixed(3_155_760_000), minimum_calls=1, window=CountWindow(1))
+    breaker = make(open_duration=OpenDuration.fixed(10**12), minimum_calls=1, window=CountWindow(1))
     with pytest.raises(Boom):
         breaker.call(_raise_boom)
     assert breaker.state is stoic.BreakerState.OPEN

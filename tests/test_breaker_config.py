@@ -34,9 +34,9 @@ from stoic.testing import VirtualClock
         ({"half_open_probes": 0}, r"half_open_probes must be >= 1"),
         ({"half_open_timeout": 0}, r"half_open_timeout must be > 0"),
         ({"half_open_timeout": timedelta(seconds=-1)}, r"half_open_timeout must be > 0"),
-        ({"slow_call_duration": 10**400}, r"slow_call_duration must be in \(0, 3155760000\] seconds"),
-        ({"half_open_timeout": 1e300}, r"half_open_timeout must be a finite"),
-        ({"half_open_timeout": timedelta(days=999_999)}, r"half_open_timeout must be in \(0, 3155760000\]"),
+        ({"slow_call_duration": 10**400}, "slow_call_duration must be at most"),
+        ({"half_open_timeout": 1e300}, "half_open_timeout must be at most"),
+        ({"half_open_timeout": timedelta(days=999_999_999)}, "half_open_timeout must be at most"),
     ],
 )
 def test_bad_breaker_parameters_are_rejected_by_name(kwargs: dict[str, object], message: str) -> None:
@@ -79,10 +79,10 @@ def test_the_label_must_be_a_non_empty_str() -> None:
         (lambda: TimeWindow(float("inf")), r"TimeWindow seconds must be a finite"),
         (lambda: CountWindow(0), r"CountWindow calls must be in \[1, 10000000\]"),
         (lambda: CountWindow(10**30), r"CountWindow calls must be in \[1, 10000000\]"),
-        (lambda: OpenDuration.fixed(10**400), r"open_duration seconds must be in \(0, 3155760000\] seconds"),
+        (lambda: OpenDuration.fixed(10**400), "open_duration seconds must be at most"),
         (lambda: OpenDuration.exponential(maximum=10**13), "maximum must be at most"),
-        (lambda: OpenDuration.exponential(reset_after=1e300), r"reset_after must be a finite"),
-        (lambda: TimeWindow(10**400), r"TimeWindow seconds must be in \(0, 3155760000\]"),
+        (lambda: OpenDuration.exponential(reset_after=1e300), "reset_after must be at most"),
+        (lambda: TimeWindow(10**400), "TimeWindow seconds must be at most"),
         (lambda: CountWindow(2.5), r"CountWindow calls must be an integer"),  # type: ignore[arg-type]
         (lambda: OpenDuration.fixed(0), r"open_duration seconds must be > 0"),
         (lambda: OpenDuration.fixed(5, jitter=1.5), r"jitter must be in \[0, 1\]"),

@@ -139,7 +139,7 @@ class CircuitBreaker:
     every event and rejection.
 
     Parameters (all keyword-only; durations are seconds as float or ``timedelta``, each in
-    (0, 100 years]):
+    (0, MAX_SECONDS], 10**12 s):
 
     - ``window``: :class:`TimeWindow` (default ``TimeWindow(60.0)``, ten buckets) or
       :class:`CountWindow` (the exact last N calls).

@@ -119,7 +119,8 @@ class OpenDuration:
 
     @classmethod
     def fixed(cls, seconds: Seconds, jitter: float = 0.2) -> OpenDuration:
-        """Open for ``seconds`` (in (0, 100 years]) on every trip, shortened by up to ``jitter`` (in [0, 1]).
+        """Open for ``seconds`` (in (0, MAX_SECONDS], 10**12 s) on every trip, shortened by up to
+        ``jitter`` (in [0, 1]).
 
         Raises ``ValueError`` for a duration out of range or a jitter outside [0, 1].
         """
