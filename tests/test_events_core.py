@@ -260,9 +260,9 @@ def test_logging_sink_writes_name_label_and_attributes_at_the_event_level(caplog
     assert first.getMessage() == (
         "breaker.opened payments trigger=forced calls=0 failures=0 slow_calls=0 trips=1"
     )
-    assert first.stoic_event == "breaker.opened"  # type: ignore[attr-defined]
-    assert first.stoic_label == "payments"  # type: ignore[attr-defined]
-    assert first.stoic_attributes == OPENED  # type: ignore[attr-defined]
+    assert getattr(first, "stoic.event") == "breaker.opened"
+    assert getattr(first, "stoic.label") == "payments"
+    assert getattr(first, "stoic.attributes") == OPENED
     assert records[1].getMessage() == "breaker.reset payments"
 
 

@@ -20,8 +20,14 @@ def fresh_floor(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """As in a process where no scoped sink was ever installed (other tests install them)."""
     assert _sinks._process.entries == ()
     monkeypatch.setattr(_sinks._process, "scoped_floor", _sinks._OFF)
+    monkeypatch.setattr(_sinks._process, "scoped_kinds", {})
     monkeypatch.setattr(_sinks._process, "floor", _sinks._OFF)
+    saved = {k: (f.process, f.floor) for k, f in _sinks._process.kinds.items()}
+    for kind in _sinks._process.kinds.values():
+        _sinks._process._refresh(kind)
     yield
+    for k, (process, floor) in saved.items():
+        _sinks._process.kinds[k].process, _sinks._process.kinds[k].floor = process, floor
 
 
 def _breaker() -> CircuitBreaker:

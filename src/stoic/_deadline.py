@@ -16,6 +16,7 @@ from types import TracebackType
 from ._clock import Clock, TimerHandle, current_clock
 from ._durations import Seconds, to_ns
 from ._errors import DeadlineExceeded
+from .events import Level, emit, min_level
 
 DEADLINE_CANCEL_MESSAGE = "stoic: deadline exceeded"
 
@@ -121,6 +122,8 @@ class Timeout:
         assert self._scope is not None and self._task is not None
         self._scope.fired = True
         self._task.cancel(DEADLINE_CANCEL_MESSAGE)
+        if min_level() <= Level.INFO:
+            emit("timeout.expired", self._label or "timeout", Level.INFO, self._clock.now_ns(), {})
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

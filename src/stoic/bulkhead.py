@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
+from . import _metrics
 from ._clock import Clock, current_clock
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
@@ -56,7 +57,7 @@ class _Waiter:
 class _Compartment:
     """Configuration, counts and events shared by the asyncio and the blocking bulkhead."""
 
-    __slots__ = ("_active", "_clock", "_label", "_max", "_queue_limit", "_waiters")
+    __slots__ = ("__weakref__", "_active", "_clock", "_label", "_max", "_queue_limit", "_rec", "_waiters")
 
     def __init__(
         self, max_concurrent: int, *, queue_limit: int | None = 0, label: str, clock: Clock | None = None
@@ -71,6 +72,7 @@ class _Compartment:
         self._clock: Clock = clock if clock is not None else current_clock()
         self._active = 0
         self._waiters: deque[_Waiter] = deque()
+        self._rec = _metrics.recorder("bulkhead", label, self)
 
     @property
     def label(self) -> str:
@@ -104,12 +106,16 @@ class _Compartment:
         )
 
     def _full(self, waiting: int) -> BulkheadFull:
+        if _metrics.state.enabled:
+            self._rec.count_locked(("stoic.bulkhead.rejections", "bulkhead_full"))
         if min_level() <= Level.INFO:
             emit("bulkhead.rejected", self._label, Level.INFO, self._clock.now_ns(),
                  {"reason": "bulkhead_full", "capacity": self._max, "waiting": waiting})
         return BulkheadFull(label=self._label)
 
     def _left(self, reason: str) -> None:
+        if _metrics.state.enabled:
+            self._rec.count_locked(("stoic.bulkhead.rejections", reason))
         if min_level() <= Level.INFO:
             attributes: dict[str, AttributeValue] = {"reason": reason, "capacity": self._max}
             emit("bulkhead.rejected", self._label, Level.INFO, self._clock.now_ns(), attributes)

@@ -11,11 +11,13 @@ operation's own result.
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ._errors import is_defect
 from ._policy import Policy
+from .events import Level, emit, error_type, min_level
 
 __all__ = ["with_fallback"]
 
@@ -48,6 +50,10 @@ async def with_fallback(
         handle = (not is_defect(error)) if should_handle is None else should_handle(error)
         if not handle:
             raise
+        if min_level() <= Level.INFO:
+            label = getattr(policy, "label", None)
+            emit("fallback.substituted", label if isinstance(label, str) and label else "fallback", Level.INFO,
+                 time.monotonic_ns(), {"error.type": error_type(error)})
         substitute = fallback(error)
         if inspect.isawaitable(substitute):
             return await substitute

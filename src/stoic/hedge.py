@@ -29,6 +29,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar, cast
 
+from . import _metrics
 from ._attempt import Attempt
 from ._budget import RetryBudget
 from ._clock import SYSTEM_CLOCK, Clock, TimerHandle, current_clock
@@ -125,8 +126,8 @@ class Hedge:
     """
 
     __slots__ = (
-        "_budget", "_clock", "_delay_ns", "_estimate", "_fixed_ns", "_lock", "_max_ns", "_min_ns",
-        "label", "max_attempts", "quantile", "window",
+        "__weakref__", "_budget", "_clock", "_delay_ns", "_estimate", "_fixed_ns", "_lock", "_max_ns", "_min_ns",
+        "_rec", "label", "max_attempts", "quantile", "window",
     )
 
     def __init__(
@@ -183,6 +184,7 @@ class Hedge:
         self._delay_ns = self._fixed_ns
         # Only an adaptive hedge has state shared across calls (and threads) to guard.
         self._lock = threading.Lock() if self._estimate is not None else None
+        self._rec = _metrics.recorder("hedge", self.label, self)
 
     @property
     def current_delay(self) -> float:
@@ -339,11 +341,12 @@ class _Call:
         left = remaining_ns()
         if left is not None and left < delay_ns:
             if min_level() <= Level.INFO:
-                emit("hedge.deadline_skip", policy.label, Level.INFO, clock.now_ns(), {})
+                emit("hedge.deadline_skip", policy.label, Level.INFO, clock.now_ns(), {"attempts": self._started()})
             return
         if not policy._budget.try_spend():
             if min_level() <= Level.WARNING:
-                emit("hedge.budget_exhausted", policy.label, Level.WARNING, clock.now_ns(), {})
+                emit("hedge.budget_exhausted", policy.label, Level.WARNING, clock.now_ns(),
+                     {"attempts": self._started()})
             return
         number = 2 if self.hedges is None else len(self.hedges) + 2
         coro = self.fn(Attempt(number, self.call_id, True), *self.args, **self.kwargs)
@@ -355,6 +358,8 @@ class _Call:
         task = self.loop.create_task(coro)
         hedges.append(task)
         task.add_done_callback(self.on_done)
+        if _metrics.state.enabled:
+            policy._rec.count_locked(("stoic.hedge.attempts",))
         if min_level() <= Level.INFO:
             emit("hedge.started", policy.label, Level.INFO, now,
                  {"attempt": number, "elapsed": (now - self.start) / 1e9})
@@ -380,6 +385,9 @@ class _Call:
             waiter.set_result(None)
 
     # --- decisions ---
+
+    def _started(self) -> int:
+        return 1 if self.hedges is None else len(self.hedges) + 1
 
     def _running(self) -> int:
         hedges = self.hedges
@@ -542,7 +550,8 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
         assert error is not None
         call.error = None
         if min_level() <= Level.WARNING:
-            emit("hedge.all_failed", policy.label, Level.WARNING, policy._clock.now_ns(), {})
+            emit("hedge.all_failed", policy.label, Level.WARNING, policy._clock.now_ns(),
+                 {"attempts": call._started(), "error.type": error_type(error)})
         raise error
     hedges = call.hedges
     assert hedges is not None
@@ -553,6 +562,8 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
             policy._observe(call.end - call.start)
     else:
         value = cast(R, hedges[call.winner - 2].result())
+    if _metrics.state.enabled:
+        policy._rec.count_locked(("stoic.hedge.wins", str(call.winner)))
     if min_level() <= Level.INFO:
         emit("hedge.won", policy.label, Level.INFO, clock.now_ns(),
              {"attempt": call.winner, "started": len(hedges) + 1, "latency": (call.end - call.start) / 1e9})

@@ -19,14 +19,15 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, ParamSpec, TypeVar, overload
 
-from .. import _deadline, _random
+from .. import _deadline, _metrics, _random
 from .._clock import Clock, SystemClock, current_clock
 from .._deadline import _current as _deadline_scope
 from .._deadline import remaining_ns
 from .._durations import Seconds, check_int, to_ns
 from .._errors import CircuitOpen, DeadlineExceeded, Defect, Rejected, is_defect
-from ..events import Level, emit, min_level
-from ..events._sinks import _process as _sinks_registry
+from ..events import Level, emit, error_type
+from ..events._sinks import kind_floor
+from ..events._sinks import min_level as _min_level_of
 from . import _decorate
 from ._config import BreakerSnapshot, BreakerState, CountWindow, OpenDuration, TimeWindow, threshold_ppm
 from ._stream import StateStream
@@ -53,6 +54,20 @@ _DEBUG_INT: Final = int(Level.DEBUG)
 _deadline_get = _deadline_scope.get
 _CoroutineType: Final = types.CoroutineType
 _current_task = asyncio.current_task
+
+# Only the sinks that want breaker events count here (issue 11): a debug sink that wants none of
+# them leaves the fast path on.
+_sinks_registry: Final = kind_floor("breaker")
+_metrics_state: Final = _metrics.state
+_CALLS_SUCCESS: Final = ("stoic.breaker.calls", "success")
+_CALLS_FAILURE: Final = ("stoic.breaker.calls", "failure")
+_DURATION_SUCCESS: Final = ("stoic.breaker.call.duration", "success", "")
+
+
+def min_level() -> int:
+    """The lowest level any ambient sink wants for breaker events."""
+    return _min_level_of("breaker")
+
 
 # Events gathered under the lock and emitted after it is released: (name, level, attributes).
 _Pending = list[tuple[str, Level, dict[str, Any]]]
@@ -119,7 +134,7 @@ class CircuitBreaker:
         "_lock", "_minimum",
         "_next_probe", "_now", "_open_counts", "_open_duration", "_open_until", "_probe_calls",
         "_probe_failures", "_probe_ok", "_probe_slow", "_probe_timeout_ns", "_probes", "_probes_free",
-        "_record_when", "_site", "_slow_ns", "_sppm", "_state", "_streams", "_trips", "_window",
+        "_rec", "_record_when", "_site", "_slow_ns", "_sppm", "_state", "_streams", "_trips", "_window",
         "_window_kind", "label",
     )
 
@@ -196,6 +211,7 @@ class CircuitBreaker:
         self._inflight: dict[int, int] = {}
         self._next_probe = 0
         self._streams: weakref.WeakSet[StateStream] = weakref.WeakSet()
+        self._rec = _metrics.recorder("breaker", label, self)
 
     # ------------------------------------------------------------------ running operations
     async def execute(self, fn: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -234,6 +250,8 @@ class CircuitBreaker:
             # The closed-state fast path: a quick success that cannot change a decision is
             # counted without the lock (list.append is atomic) and folded into the window later.
             epoch.append(None)
+            if _metrics_state.enabled:
+                self._quick(end - start)
             return result
         self._settle(epoch, probe, start, end, False)
         return result
@@ -269,6 +287,8 @@ class CircuitBreaker:
             and (_sinks_registry.floor > _DEBUG_INT or min_level() > _DEBUG_INT)
         ):
             epoch.append(None)
+            if _metrics_state.enabled:
+                self._quick(end - start)
             return result
         self._settle(epoch, probe, start, end, False)
         return result
@@ -313,6 +333,8 @@ class CircuitBreaker:
                 admitted = (self._epoch, self._next_probe)
             else:
                 admitted = None
+                if _metrics_state.enabled:
+                    self._rec.count(("stoic.breaker.rejections", state.value))
                 if state is _OPEN and self._open_until is not None:
                     retry_after = self._open_until - now
         if pending:
@@ -338,24 +360,31 @@ class CircuitBreaker:
         if is_defect(exc):
             self._ignore(epoch, probe, None, end)
             if min_level() <= _ERROR:
-                emit("breaker.defect", self.label, _ERROR, end, {})
+                emit("breaker.defect", self.label, _ERROR, end, {"error.type": error_type(exc)})
             return
         try:
             counts = bool(self._record_when(exc))
-        except Exception:
+        except Exception as broken:
             # A record_when that raises is a bug of ours, not the dependency's: never counted.
             self._ignore(epoch, probe, None, end)
             if min_level() <= _ERROR:
-                emit("breaker.defect", self.label, _ERROR, end, {})
+                emit("breaker.defect", self.label, _ERROR, end, {"error.type": error_type(broken)})
             return
         if not counts and isinstance(exc, Rejected):
             self._ignore(epoch, probe, "rejection", end)
             return
-        self._settle(epoch, probe, start, end, counts)
+        self._settle(epoch, probe, start, end, counts, error_type(exc) if counts else "")
 
-    def _settle(self, epoch: list[None], probe: int, start: int, end: int, failed: bool) -> None:
-        """Record a completed call: a failure, or a success (a return, or an error that
-        ``record_when`` did not count) that could not take the fast path."""
+    def _quick(self, duration: int) -> None:
+        """Count a quick success for the metrics (the fast path took no lock for the window)."""
+        with self._lock:
+            rec = self._rec
+            rec.count(_CALLS_SUCCESS)
+            rec.observe(_DURATION_SUCCESS, duration)
+
+    def _settle(self, epoch: list[None], probe: int, start: int, end: int, failed: bool, error: str = "") -> None:
+        """Record a completed call: a failure (``error`` its type name), or a success (a return,
+        or an error that ``record_when`` did not count) that could not take the fast path."""
         duration = end - start
         slow = duration > self._slow_ns
         pending: _Pending = []
@@ -393,6 +422,14 @@ class CircuitBreaker:
                     self._probe_ok += 1
                     if self._probe_ok >= self._probes:
                         self._close(end, "probes_succeeded", pending)
+            if recorded and _metrics_state.enabled:
+                rec = self._rec
+                if failed:
+                    rec.count(_CALLS_FAILURE)
+                    rec.observe(("stoic.breaker.call.duration", "failure", error), duration)
+                else:
+                    rec.count(_CALLS_SUCCESS)
+                    rec.observe(_DURATION_SUCCESS, duration)
         if min_level() <= _DEBUG:
             self._emit_settled(recorded, "failure" if failed else "success", slow, state, end, duration)
         if pending:
@@ -513,6 +550,8 @@ class CircuitBreaker:
 
     def _publish(self, state: BreakerState) -> None:
         # Under the lock, so every stream sees transitions in the order they happened.
+        if _metrics_state.enabled:
+            self._rec.count(("stoic.breaker.transitions", state.value))
         if self._streams:
             for stream in list(self._streams):
                 stream.publish(state)

@@ -26,10 +26,9 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import _deadline
+from .. import _deadline, _metrics
 from .._deadline import _current as _deadline_scope
-from ..events import Level, min_level
-from ..events._sinks import _process as _sinks_registry
+from ..events import Level
 
 if TYPE_CHECKING:
     from ._breaker import CircuitBreaker
@@ -43,7 +42,7 @@ _BUILTINS_READ = frozenset({"BaseException"})
 _TEMPLATE = """\
 def stoic_make(stoic_breaker, stoic_fn, stoic_now, stoic_slow_ns, stoic_admit, stoic_refuse_if_late,
                stoic_settle, stoic_settle_error, stoic_deadline, stoic_deadline_get, stoic_sinks,
-               stoic_min_level, stoic_coroutine_type, stoic_refuse_coroutine):
+               stoic_min_level, stoic_coroutine_type, stoic_refuse_coroutine, stoic_metrics):
     {async_}def stoic_wrapper({params}):
         if stoic_deadline.ever_set and stoic_deadline_get() is not None:
             stoic_refuse_if_late()
@@ -65,6 +64,8 @@ def stoic_make(stoic_breaker, stoic_fn, stoic_now, stoic_slow_ns, stoic_admit, s
             and (stoic_sinks.floor > {debug} or stoic_min_level() > {debug})
         ):
             stoic_epoch.append(None)
+            if stoic_metrics.enabled:
+                stoic_breaker._quick(stoic_end - stoic_start)
             return stoic_result
         stoic_settle(stoic_epoch, stoic_probe, stoic_start, stoic_end, False)
         return stoic_result
@@ -124,7 +125,7 @@ def _factory(is_async: bool, params: str, call: str) -> Callable[..., Callable[.
 def decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., Any]:
     """The wrapper for ``@breaker`` on ``fn``: each call runs as ``breaker.execute(fn, ...)``
     (coroutine function) or ``breaker.call(fn, ...)`` (plain function) would."""
-    from ._breaker import _refuse_coroutine
+    from ._breaker import _refuse_coroutine, _sinks_registry, min_level
 
     is_async = inspect.iscoroutinefunction(fn)
     mirrored = _mirrored(fn)
@@ -132,7 +133,7 @@ def decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., A
     wrapper = _factory(is_async, params, call)(
         breaker, fn, breaker._now, breaker._slow_ns, breaker._admit, breaker._refuse_if_late,
         breaker._settle, breaker._settle_error, _deadline, _deadline_scope.get, _sinks_registry, min_level,
-        types.CoroutineType, _refuse_coroutine,
+        types.CoroutineType, _refuse_coroutine, _metrics.state,
     )
     if mirrored is not None:
         # The wrapper's parameters take fn's defaults (the same objects, read now).
