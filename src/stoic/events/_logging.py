@@ -12,8 +12,9 @@ class LoggingSink:
 
     The message is ``"<name> <label> key=value ..."``; the structured fields are also passed as
     ``extra`` (``stoic.event``, ``stoic.label``, ``stoic.attributes``: the label under the same
-    key as in OpenTelemetry and structlog; read them with ``getattr(record, "stoic.label")``). ``level`` is the lowest event level forwarded (default ``Level.INFO``). Never
-    configures logging: the application decides handlers and levels.
+    key as in OpenTelemetry and structlog; read them with ``getattr(record, "stoic.label")``).
+    ``level`` is the lowest event level forwarded (default ``Level.INFO``). Never configures
+    logging: the application decides handlers and levels.
     """
 
     def __init__(self, logger: logging.Logger | None = None, level: Level = Level.INFO) -> None:

@@ -33,7 +33,6 @@ from ._table import SCHEMA_URL
 from ._version import __version__
 
 _log = logging.getLogger("stoic")
-_FRESH_NS = 200_000_000  # one collection's callbacks share one reading of the recorders
 
 
 def _attributes(spec: MetricSpec, values: tuple[str, ...]) -> dict[str, Any]:
@@ -48,6 +47,9 @@ class _Instruments:
 
     def __init__(self, meter: Meter) -> None:
         self.source: Metrics | None = None
+        # The SDK calls the callbacks in registration order: the first one reads the recorders
+        # afresh and the others report from that reading (one consistent snapshot per collection).
+        self._first = next(spec.name for spec in METRICS if spec.kind != "histogram")
         for spec in METRICS:
             if spec.kind == "counter":
                 meter.create_observable_counter(spec.name, [self._callback(spec)], spec.unit, spec.description)
@@ -59,7 +61,8 @@ class _Instruments:
             source = self.source
             if source is None:
                 return []
-            return [Observation(value, _attributes(spec, attrs)) for attrs, value in source.samples(spec.name)]
+            samples = source.samples(spec.name, refresh=spec.name == self._first)
+            return [Observation(value, _attributes(spec, attrs)) for attrs, value in samples]
 
         return callback
 
@@ -102,8 +105,7 @@ class Metrics:
                  prometheus_registry: Any = None) -> None:
         self._collector = _metrics.Collector(max_labels)
         self._lock = threading.Lock()
-        self._read_at = -_FRESH_NS
-        self._read: dict[str, list[Sample]] = {}
+        self._read: dict[str, list[Sample]] | None = None
         self._failed = False
         self._closed = False
         self._prometheus: tuple[Any, Any] | None = None
@@ -118,13 +120,12 @@ class Metrics:
         self._instruments.source = self  # the newest Metrics on a provider feeds its instruments
         _metrics.enable()
 
-    def samples(self, name: str) -> list[Sample]:
-        """The current samples of metric ``name`` (one reading shared by a collection's callbacks)."""
+    def samples(self, name: str, *, refresh: bool = True) -> list[Sample]:
+        """The samples of metric ``name``: read afresh, or with ``refresh=False`` from the last reading."""
         if self._closed:
             return []
-        now = time.monotonic_ns()
         with self._lock:
-            if now - self._read_at >= _FRESH_NS:
+            if refresh or self._read is None:
                 try:
                     self._read = {spec.name: samples for spec, samples in self._collector.collect()}
                 except Exception:
@@ -133,7 +134,6 @@ class Metrics:
                         _log.error("stoic_opentelemetry: reading stoic's metrics failed (reported once)",
                                    exc_info=True)
                     self._read = {}
-                self._read_at = now
             return self._read.get(name, [])
 
     def histogram_metrics(self) -> list[Any]:
@@ -144,11 +144,12 @@ class Metrics:
 
         out = []
         now = time.time_ns()
+        self.samples("", refresh=True)
         for spec in METRICS:
             if spec.kind != "histogram":
                 continue
             points = []
-            for attrs, value in self.samples(spec.name):
+            for attrs, value in self.samples(spec.name, refresh=False):
                 assert isinstance(value, Histogram)
                 points.append(HistogramDataPoint(
                     attributes=_attributes(spec, attrs), start_time_unix_nano=_STARTED, time_unix_nano=now,
@@ -178,14 +179,15 @@ _STARTED = time.time_ns()
 
 class HistogramBridge:
     """Wraps a push ``MetricExporter`` (OTLP...) so every export also carries stoic's duration
-    histograms, exactly: ``PeriodicExportingMetricReader(HistogramBridge(OTLPMetricExporter(), metrics))``.
+    histograms, exactly: ``PeriodicExportingMetricReader(HistogramBridge(OTLPMetricExporter()))``.
 
-    ``metrics`` is the :class:`Metrics` to read (``instrument().metrics``). The histograms are
-    appended to the first resource's scope list under the ``stoic_opentelemetry`` scope; a
+    ``metrics`` is the :class:`Metrics` to read; by default, at each export, the one of the
+    active instrumentation (:func:`stoic_opentelemetry.instrument`), nothing while there is none.
+    The histograms are appended to the first resource as a scope ``stoic_opentelemetry``; a
     failure to build them is logged once and the export goes on without them.
     """
 
-    def __init__(self, exporter: Any, metrics: Metrics) -> None:
+    def __init__(self, exporter: Any, metrics: Metrics | None = None) -> None:
         self._exporter = exporter
         self._metrics = metrics
         self._failed = False
@@ -195,7 +197,13 @@ class HistogramBridge:
 
     def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> Any:
         try:
-            extra = self._metrics.histogram_metrics()
+            metrics = self._metrics
+            if metrics is None:
+                from . import active
+
+                instrumentation = active()
+                metrics = instrumentation.metrics if instrumentation is not None else None
+            extra = metrics.histogram_metrics() if metrics is not None else []
             if extra:
                 metrics_data = _with_scope(metrics_data, extra)
         except Exception:
