@@ -59,8 +59,6 @@ _current_task = asyncio.current_task
 # them leaves the fast path on.
 _sinks_registry: Final = kind_floor("breaker")
 _metrics_state: Final = _metrics.state
-_CALLS_SUCCESS: Final = ("stoic.breaker.calls", "success")
-_CALLS_FAILURE: Final = ("stoic.breaker.calls", "failure")
 _DURATION_SUCCESS: Final = ("stoic.breaker.call.duration", "success", "")
 
 
@@ -134,7 +132,7 @@ class CircuitBreaker:
         "_lock", "_minimum",
         "_next_probe", "_now", "_open_counts", "_open_duration", "_open_until", "_probe_calls",
         "_probe_failures", "_probe_ok", "_probe_slow", "_probe_timeout_ns", "_probes", "_probes_free",
-        "_rec", "_record_when", "_site", "_slow_ns", "_sppm", "_state", "_streams", "_trips", "_window",
+        "_ok", "_rec", "_record_when", "_site", "_slow_ns", "_sppm", "_state", "_streams", "_trips", "_window",
         "_window_kind", "label",
     )
 
@@ -212,6 +210,8 @@ class CircuitBreaker:
         self._next_probe = 0
         self._streams: weakref.WeakSet[StateStream] = weakref.WeakSet()
         self._rec = _metrics.recorder("breaker", label, self)
+        # Successes are observed here directly (stoic.breaker.calls is this histogram's count).
+        self._ok = self._rec.histogram(_DURATION_SUCCESS)
 
     # ------------------------------------------------------------------ running operations
     async def execute(self, fn: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -251,7 +251,7 @@ class CircuitBreaker:
             # counted without the lock (list.append is atomic) and folded into the window later.
             epoch.append(None)
             if _metrics_state.enabled:
-                self._quick(end - start)
+                self._ok.observe(end - start)  # on the caller's event loop: no lock (stoic._metrics)
             return result
         self._settle(epoch, probe, start, end, False)
         return result
@@ -376,11 +376,9 @@ class CircuitBreaker:
         self._settle(epoch, probe, start, end, counts, error_type(exc) if counts else "")
 
     def _quick(self, duration: int) -> None:
-        """Count a quick success for the metrics (the fast path took no lock for the window)."""
+        """Observe a quick success for the metrics from any thread (the fast path took no lock)."""
         with self._lock:
-            rec = self._rec
-            rec.count(_CALLS_SUCCESS)
-            rec.observe(_DURATION_SUCCESS, duration)
+            self._ok.observe(duration)
 
     def _settle(self, epoch: list[None], probe: int, start: int, end: int, failed: bool, error: str = "") -> None:
         """Record a completed call: a failure (``error`` its type name), or a success (a return,
@@ -423,13 +421,10 @@ class CircuitBreaker:
                     if self._probe_ok >= self._probes:
                         self._close(end, "probes_succeeded", pending)
             if recorded and _metrics_state.enabled:
-                rec = self._rec
                 if failed:
-                    rec.count(_CALLS_FAILURE)
-                    rec.observe(("stoic.breaker.call.duration", "failure", error), duration)
+                    self._rec.observe(("stoic.breaker.call.duration", "failure", error), duration)
                 else:
-                    rec.count(_CALLS_SUCCESS)
-                    rec.observe(_DURATION_SUCCESS, duration)
+                    self._ok.observe(duration)
         if min_level() <= _DEBUG:
             self._emit_settled(recorded, "failure" if failed else "success", slow, state, end, duration)
         if pending:
