@@ -5,10 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from opentelemetry.sdk._logs import export as _log_export
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric
 
 from stoic.events import CATALOG, AttributeValue, emit
+
+# The SDK renamed it in 1.39; the adapter's floor is 1.38 (`make otel-floor`).
+InMemoryLogRecordExporter: Any = (getattr(_log_export, "InMemoryLogRecordExporter", None)
+                                  or _log_export.InMemoryLogExporter)  # type: ignore[attr-defined]
 
 # One catalog-valid attribute set per catalog entry (test_catalog checks they stay valid and complete).
 SAMPLES: dict[str, dict[str, AttributeValue]] = {

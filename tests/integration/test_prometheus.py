@@ -168,7 +168,8 @@ def _render_figures(prometheus: Prometheus, start: float, end: float) -> None:
                     points = [(float(t) - start, float(v)) for t, v in series["values"] if v not in ("NaN", "+Inf")]
                     if points:
                         xs, ys = zip(*points, strict=True)
-                        ax.plot(xs, ys, marker="." if len(xs) < 3 else None, label=_legend(legends.get((title, query.ref_id), ""), series["metric"]))
+                        legend = _legend(legends.get((title, query.ref_id), ""), series["metric"])
+                        ax.plot(xs, ys, marker="." if len(xs) < 3 else None, label=legend)
                         drawn += 1
             ax.set_title(title, fontsize=10)
             ax.set_xlabel("seconds into the demo", fontsize=8)

@@ -60,9 +60,9 @@ _Entry = tuple[Sink, int, "frozenset[str] | None"]
 
 
 def _check(sink: object) -> _Entry:
-    if sink is None or not callable(getattr(sink, "emit", None)):
+    if sink is None or not isinstance(sink, Sink):
         raise TypeError(f"a sink needs an emit(event) method, got {sink!r}")
-    return (sink, _sink_level(sink), _sink_names(sink))  # type: ignore[arg-type]
+    return (sink, _sink_level(sink), _sink_names(sink))
 
 
 def _level_for(entries: tuple[_Entry, ...], kind: str) -> int:
@@ -125,8 +125,8 @@ class _Registry:
                 if names is None:
                     self.scoped_floor = min(self.scoped_floor, lvl)
                 else:
-                    for kind in {_kind(n) for n in names}:
-                        self.scoped_kinds[kind] = min(self.scoped_kinds.get(kind, _OFF), lvl)
+                    for name in {_kind(n) for n in names}:
+                        self.scoped_kinds[name] = min(self.scoped_kinds.get(name, _OFF), lvl)
             self.floor = min(self.min_level, self.scoped_floor, *self.scoped_kinds.values())
             for kind in self.kinds.values():
                 self._refresh(kind)

@@ -32,7 +32,7 @@ _LE = tuple(str(float(b)) for b in DURATION_BUCKETS)  # "0.005", ..., "1.0", "60
 _KINDS = frozenset({"counter", "gauge", "histogram"})
 
 
-def _family(spec: MetricSpec) -> Metric:
+def _family(spec: MetricSpec) -> CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily:
     labels = list(spec.prometheus_labels)
     if spec.kind == "counter":
         return CounterMetricFamily(spec.prometheus_name.removesuffix("_total"), spec.description, labels=labels)
@@ -85,8 +85,10 @@ class StoicCollector(Collector):
                     cumulative = value.cumulative
                     buckets = [(le, float(n)) for le, n in zip(_LE, cumulative, strict=False)]
                     buckets.append(("+Inf", float(value.count)))
-                    family.add_metric(labels, buckets, value.sum_ns / 1e9)  # type: ignore[call-arg]
+                    assert isinstance(family, HistogramMetricFamily)
+                    family.add_metric(labels, buckets, value.sum_ns / 1e9)
                 else:
+                    assert not isinstance(family, HistogramMetricFamily)
                     family.add_metric(labels, value)
             yield family
 
