@@ -394,7 +394,9 @@ class Demo:
         # the histograms served from the same registry as the OpenTelemetry Prometheus exporter's.
         instrumentation = stoic_opentelemetry.instrument(
             tracer_provider=tracer_provider, meter_provider=meter_provider, prometheus_registry=registry)
-        log_sink = StructlogSink(structlog.get_logger("stoic"), level=stoic.Level.INFO)
+        # The terminal tells the breaker's story; the other decisions are in the spans and metrics.
+        log_sink = StructlogSink(structlog.get_logger("stoic"), level=stoic.Level.INFO, event_names=(
+            "breaker.opened", "breaker.half_open", "breaker.closed", "timeout.expired"))
         stoic.add_sink(log_sink)
         t = self.tuning
         breaker = t.breaker(args.label)

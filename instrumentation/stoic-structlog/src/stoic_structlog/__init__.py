@@ -8,6 +8,7 @@ never configures structlog: processors, renderers and filtering belong to the ap
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection
 from typing import Any
 
 import structlog
@@ -46,13 +47,17 @@ class StructlogSink:
     ``logger.warning("breaker.opened", **{"stoic.label": "payments", "trigger": "failure_rate", ...})``;
     an error-level event raised while an exception is being handled (``breaker.defect``,
     ``retry.defect``) also gets ``exc_info=True``, so structlog renders the traceback.
+    ``event_names`` (default: every event) limits the sink to those catalog events; a policy none
+    of whose events it names is not slowed down by it (see :class:`stoic.events.Sink`).
     """
 
-    __slots__ = ("level", "logger")
+    __slots__ = ("event_names", "level", "logger")
 
-    def __init__(self, logger: Any = None, level: Level = Level.INFO) -> None:
+    def __init__(self, logger: Any = None, level: Level = Level.INFO,
+                 event_names: Collection[str] | None = None) -> None:
         self.logger = logger if logger is not None else structlog.get_logger("stoic")
         self.level = level
+        self.event_names = None if event_names is None else frozenset(event_names)
 
     def emit(self, event: Event) -> None:
         logger = self.logger
