@@ -123,3 +123,14 @@ def test_a_breaker_defect_logs_its_traceback_end_to_end():
         breaker.call(buggy)
     (entry,) = [e for e in logs if e["event"] == "breaker.defect"]
     assert entry["exc_info"] is True and entry["error.type"] == "Defect"
+
+
+def test_event_names_limit_the_sink_and_leave_other_policies_alone():
+    from stoic.events import _sinks
+
+    sink = StructlogSink(level=Level.DEBUG, event_names=("breaker.opened",))
+    with capture_logs() as logs, use_sinks(sink):
+        fire("breaker.opened")
+        fire("hedge.won")
+        assert _sinks.min_level("hedge") > Level.ERROR  # a DEBUG sink that names no hedge event
+    assert [e["event"] for e in logs] == ["breaker.opened"]

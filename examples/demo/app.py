@@ -115,11 +115,11 @@ class Tuning:
 
     def limiter(self, label: str) -> stoic.RateLimiter:
         # Below what four workers ask for when the dependency is fast: some calls wait, a few are refused.
-        return stoic.RateLimiter(50, 1.0, burst=5, queue_limit=2, label=f"{label}-limiter")
+        return stoic.RateLimiter(30, 1.0, burst=3, queue_limit=1, label=f"{label}-limiter")
 
     def bulkhead(self, label: str) -> stoic.Bulkhead:
-        # Three calls at a time and no queue: the slow phase fills it.
-        return stoic.Bulkhead(3, queue_limit=0, label=f"{label}-bulkhead")
+        # Two calls at a time and no queue: bursts and the slow phase fill it.
+        return stoic.Bulkhead(2, queue_limit=0, label=f"{label}-bulkhead")
 
     def hedge(self) -> stoic.Hedge:
         return stoic.Hedge(0.03 * self.scale, label="search-hedge", quantile=0.9, window=50,
@@ -416,7 +416,7 @@ class Demo:
             console.print(f"  breaker     {args.label!r}: window {5 * self.tuning.scale:g} s, minimum 5 calls, "
                           f"open {3 * self.tuning.scale:g} s, slow after {0.3 * self.tuning.scale:g} s; "
                           f"{args.workers} workers", highlight=False)
-            console.print("  stack       with_fallback(retry → breaker → rate limiter 50/s → bulkhead 3 → "
+            console.print("  stack       with_fallback(retry → breaker → rate limiter 30/s → bulkhead 2 → "
                           f"attempt timeout {self.tuning.attempt_timeout:g} s → GET /work); hedged GET /search",
                           highlight=False)
             if args.serve:
