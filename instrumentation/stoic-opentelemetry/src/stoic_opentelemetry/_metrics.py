@@ -153,7 +153,7 @@ class Metrics:
                 assert isinstance(value, Histogram)
                 points.append(HistogramDataPoint(
                     attributes=_attributes(spec, attrs), start_time_unix_nano=_STARTED, time_unix_nano=now,
-                    count=value.count, sum=value.sum_ns / 1e9, bucket_counts=list(value.counts),
+                    count=sum(value.counts), sum=value.sum_ns / 1e9, bucket_counts=list(value.counts),
                     explicit_bounds=list(_metrics.DURATION_BUCKETS), min=math.nan, max=math.nan))
             if points:
                 out.append(Metric(spec.name, spec.description, spec.unit,

@@ -82,9 +82,11 @@ class StoicCollector(Collector):
             for attrs, value in samples:
                 labels = [str(v) for v in attrs]
                 if isinstance(value, Histogram):
+                    # +Inf (and so _count) from the same bucket counts: consistent even if the
+                    # policy observed a call while this copy was taken.
                     cumulative = value.cumulative
                     buckets = [(le, float(n)) for le, n in zip(_LE, cumulative, strict=False)]
-                    buckets.append(("+Inf", float(value.count)))
+                    buckets.append(("+Inf", float(cumulative[-1])))
                     assert isinstance(family, HistogramMetricFamily)
                     family.add_metric(labels, buckets, value.sum_ns / 1e9)
                 else:
