@@ -4,9 +4,13 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-INSTRUMENTATION := instrumentation/stoic-opentelemetry instrumentation/stoic-structlog
+INSTRUMENTATION := instrumentation/stoic-opentelemetry instrumentation/stoic-structlog instrumentation/stoic-prometheus
+# A second venv with the oldest OpenTelemetry the adapter declares (requirements-otel-floor.txt).
+FLOOR := .venv-otel-floor
+FLOOR_STAMP := $(FLOOR)/.installed-stamp
+OTEL_TESTS := tests/test_otel_metrics.py tests/test_otel_logs.py tests/test_otel_spans.py tests/test_otel_global.py
 
-.PHONY: demo test lint typecheck pytest bench dashboards clean
+.PHONY: demo test lint typecheck pytest bench dashboards clean otel-floor
 
 $(STAMP): requirements-dev.txt pyproject.toml $(addsuffix /pyproject.toml,$(INSTRUMENTATION))
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +33,18 @@ pytest: $(STAMP)
 
 test: lint typecheck pytest
 
+$(FLOOR_STAMP): requirements-otel-floor.txt $(addsuffix /pyproject.toml,$(INSTRUMENTATION))
+	$(PYTHON) -m venv $(FLOOR)
+	$(FLOOR)/bin/python -m pip install --quiet --upgrade pip
+	$(FLOOR)/bin/python -m pip install --quiet -r requirements-otel-floor.txt
+	$(FLOOR)/bin/python -m pip install --quiet --no-deps -e . -e instrumentation/stoic-opentelemetry \
+		-e instrumentation/stoic-prometheus
+	touch $@
+
+# The OpenTelemetry adapter's tests at its declared floor (CI runs this after `make test`).
+otel-floor: $(FLOOR_STAMP)
+	$(FLOOR)/bin/python -m pytest $(OTEL_TESTS)
+
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	$(BIN)/python -m benchmarks $(ARGS)
@@ -41,4 +57,4 @@ dashboards: $(STAMP)
 	$(BIN)/python -m dashboards.generate
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(FLOOR)

@@ -1,114 +1,183 @@
-"""Cost per emitted event of each sink, measured with ``stoic.events.emit`` directly.
+"""What observability costs a call, side by side in one run (issue 11's targets).
 
-Rows (ns per event, best of 5):
-- the guard a policy runs when no sink is installed (``min_level() <= level``), and an unguarded
-  ``emit`` with no sink (what the guard saves: the attribute dict and the Event are never built);
-- RecordingSink, LoggingSink (logger below the event's level, and a NullHandler), the OTel
-  SpanEventSink inside a recording span, LogEventSink on an SDK provider with no processor,
-  MetricsSink (counter + histogram for ``breaker.recorded``; a counter for ``hedge.started``), and
-  StructlogSink with a processor chain that drops everything (explicit and lazily looked-up logger).
+Rows, each timed in turns (one repeat of every row per round, best of the rounds, ns per call):
+
+- a breaker success with no sink and metrics off; the same with metrics on (the OpenTelemetry
+  adapter installed: policies count into their recorders, read only at collection); the same with
+  a DEBUG sink installed that wants no breaker event (``event_names`` naming a hedge event only);
+- a four-stage pipeline (retry -> breaker -> rate limiter -> bulkhead) with metrics off and on;
+- the cost per emitted event of the event sinks, for reference (``emit`` called directly).
+
+Metrics on/off alternate by flipping ``stoic._metrics.state.enabled`` between rounds (the adapter
+stays installed: it costs nothing per call; what costs is the recorders' counting). Ends with a
+target / measured / met table.
 
 Run: ``python -m benchmarks observability``.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
+import gc
 import logging
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Awaitable, Callable
 
-import structlog
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
-from stoic_opentelemetry import LogEventSink, MetricsSink, SpanEventSink
+from stoic_opentelemetry import LogEventSink, SpanEventSink, instrument
 from stoic_structlog import StructlogSink
 
-from stoic.events import Level, LoggingSink, Sink, emit, min_level, use_sinks
+import stoic
+from stoic import _metrics
+from stoic.events import Event, Level, LoggingSink, Sink, emit, min_level, use_sinks
 from stoic.testing import RecordingSink
 
-from ._harness import Result, report, time_sync
-
-CALLS = 50_000
+ROUNDS = 15
+CALLS = 10_000
 RECORDED = {"outcome": "success", "slow": False, "state": "closed", "duration": 0.012}
-STARTED = {"attempt": 2, "elapsed": 0.05}
 
 
-def _recorded() -> None:
-    emit("breaker.recorded", "payments", Level.DEBUG, 0, RECORDED)
+class _Elsewhere:
+    """A DEBUG sink that wants one hedge event only: it must not slow the breaker down."""
+
+    level = Level.DEBUG
+    event_names = frozenset({"hedge.won"})
+
+    def emit(self, event: Event) -> None:
+        pass
 
 
-def _started() -> None:
-    emit("hedge.started", "search", Level.INFO, 0, STARTED)
+async def _op() -> int:
+    return 1
 
 
-def _guarded() -> None:
-    # What a policy runs per decision: the dict literal is only built when someone listens.
-    if min_level() <= Level.DEBUG:
-        emit("breaker.recorded", "payments", Level.DEBUG, 0,
-             {"outcome": "success", "slow": False, "state": "closed", "duration": 0.012})
-
-
-def _drop(logger: object, method: str, event_dict: object) -> object:
-    raise structlog.DropEvent
-
-
-def _time(sink: Sink | None, fn: Callable[[], None]) -> float:
-    with use_sinks(sink) if sink is not None else contextlib.nullcontext():
-        return time_sync(fn, calls=CALLS)
-
-
-@contextlib.contextmanager
-def _structlog_dropping_everything() -> Iterator[None]:
-    structlog.configure(processors=[_drop], cache_logger_on_first_use=True)
-    try:
-        yield
-    finally:
-        structlog.reset_defaults()
-
-
-def main() -> None:
-    results = [
-        Result("no sink, guarded (policy path)", _time(None, _guarded)),
-        Result("no sink, unguarded emit()", _time(None, _recorded)),
+def _rows() -> list[tuple[str, bool, Sink | None, Callable[[], Awaitable[object]]]]:
+    breaker = stoic.CircuitBreaker(label="bench-breaker")
+    pipeline = stoic.Pipeline(
+        stoic.Retrying(stoic.Schedule.fixed(0.01).attempts(3), label="bench-retry"),
+        stoic.CircuitBreaker(label="bench-pipeline-breaker"),
+        stoic.RateLimiter(10**9, 1.0, label="bench-limiter"),
+        stoic.Bulkhead(1_000, label="bench-bulkhead"),
+    )
+    return [
+        ("breaker, no sink, metrics off", False, None, lambda: breaker.execute(_op)),
+        ("breaker, metrics on", True, None, lambda: breaker.execute(_op)),
+        ("breaker, DEBUG sink wanting no breaker event", False, _Elsewhere(), lambda: breaker.execute(_op)),
+        ("pipeline x4, metrics off", False, None, lambda: pipeline.execute(_op)),
+        ("pipeline x4, metrics on", True, None, lambda: pipeline.execute(_op)),
     ]
 
-    recording = RecordingSink()
-    results.append(Result("RecordingSink", _time(recording, _recorded)))
-    recording.clear()
+
+async def _time(make: Callable[[], Awaitable[object]]) -> float:
+    gc.collect()
+    start = time.perf_counter_ns()
+    for _ in range(CALLS):
+        await make()
+    return (time.perf_counter_ns() - start) / CALLS
+
+
+async def _policies() -> dict[str, float]:
+    rows = _rows()
+    best = {name: float("inf") for name, *_ in rows}
+    for _name, enabled, _sink, make in rows:  # warm up every path once
+        _metrics.state.enabled = enabled
+        for _ in range(1_000):
+            await make()
+    for _ in range(ROUNDS):
+        for name, enabled, sink, make in rows:
+            _metrics.state.enabled = enabled
+            if sink is not None:
+                stoic.add_sink(sink)
+            try:
+                best[name] = min(best[name], await _time(make))
+            finally:
+                if sink is not None:
+                    stoic.remove_sink(sink)
+    _metrics.state.enabled = True
+    return best
+
+
+def _per_event() -> dict[str, float]:
+    """ns per emitted breaker.recorded, for each sink (reference figures)."""
+    def recorded() -> None:
+        emit("breaker.recorded", "payments", Level.DEBUG, 0, RECORDED)
+
+    def guarded() -> None:
+        if min_level() <= Level.DEBUG:
+            emit("breaker.recorded", "payments", Level.DEBUG, 0, dict(RECORDED))
 
     quiet = logging.getLogger("stoic.bench.quiet")
     quiet.setLevel(logging.WARNING)
-    results.append(Result("LoggingSink, logger level above", _time(LoggingSink(quiet, Level.DEBUG), _recorded)))
-    handled = logging.getLogger("stoic.bench.null")
-    handled.setLevel(logging.DEBUG)
-    handled.propagate = False
-    handled.addHandler(logging.NullHandler())
-    results.append(Result("LoggingSink, NullHandler", _time(LoggingSink(handled, Level.DEBUG), _recorded)))
-
     tracer = TracerProvider().get_tracer("bench")
-    with tracer.start_as_current_span("call"):  # recording; the SDK keeps the newest 128 events
-        results.append(Result("SpanEventSink, recording span", _time(SpanEventSink(Level.DEBUG), _recorded)))
-    results.append(Result("SpanEventSink, no span", _time(SpanEventSink(Level.DEBUG), _recorded)))
+    sinks: list[tuple[str, Sink | None, Callable[[], None]]] = [
+        ("no sink, guarded (policy path)", None, guarded),
+        ("RecordingSink", RecordingSink(), recorded),
+        ("LoggingSink, logger level above", LoggingSink(quiet, Level.DEBUG), recorded),
+        ("SpanEventSink, no span", SpanEventSink(Level.DEBUG), recorded),
+        ("LogEventSink, SDK provider", LogEventSink(LoggerProvider(), Level.DEBUG), recorded),
+        ("StructlogSink, level disabled", StructlogSink(_DisabledLogger(), Level.DEBUG), recorded),
+    ]
+    best = {name: float("inf") for name, *_ in sinks}
+    for _ in range(ROUNDS):
+        for name, sink, fn in sinks:
+            with use_sinks(sink) if sink is not None else _null():
+                gc.collect()
+                start = time.perf_counter_ns()
+                for _ in range(CALLS):
+                    fn()
+                best[name] = min(best[name], (time.perf_counter_ns() - start) / CALLS)
+    with tracer.start_as_current_span("call"):
+        pass
+    return best
 
-    log_provider = LoggerProvider()
-    results.append(Result("LogEventSink, SDK provider", _time(LogEventSink(log_provider, Level.DEBUG), _recorded)))
 
+class _DisabledLogger:
+    def is_enabled_for(self, level: int) -> bool:
+        return False
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def main() -> None:
     reader = InMemoryMetricReader()
-    metrics = MetricsSink(MeterProvider(metric_readers=[reader]))
-    results.append(Result("MetricsSink, breaker.recorded", _time(metrics, _recorded)))
-    results.append(Result("MetricsSink, hedge.started", _time(metrics, _started)))
-    results.append(Result("MetricsSink, unused event", _time(metrics, lambda: emit(
-        "hedge.attempt_failed", "search", Level.DEBUG, 0, {"attempt": 1, "running": 1, "error.type": "E"}))))
+    provider = MeterProvider(metric_readers=[reader])
+    instrumentation = instrument(meter_provider=provider, span_events=False)
+    try:
+        policies = asyncio.run(_policies())
+        reader.get_metrics_data()  # a collection reads the recorders (not timed: it is not per call)
+    finally:
+        instrumentation.uninstrument()
+        provider.shutdown()
+    print("\n## Observability: cost per call (ns/call, best of rounds, rows timed in turns)")
+    base = policies["breaker, no sink, metrics off"]
+    for name, ns in policies.items():
+        print(f"{name:<48}{ns:>10.0f}")
+    events = _per_event()
+    print("\n## Event sinks: cost per emitted event (ns/event), for reference")
+    for name, ns in events.items():
+        print(f"{name:<48}{ns:>10.0f}")
 
-    dropping = structlog.wrap_logger(structlog.PrintLogger(), processors=[_drop])
-    results.append(Result("StructlogSink, dropping logger", _time(StructlogSink(dropping, Level.DEBUG), _recorded)))
-    with _structlog_dropping_everything():
-        results.append(Result("StructlogSink, lazy get_logger", _time(StructlogSink(level=Level.DEBUG), _recorded)))
-
-    report("Observability: cost per emitted event (ns/event, overhead over the no-sink guard)", results,
-           baseline="no sink, guarded (policy path)")
+    metrics_extra = policies["breaker, metrics on"] - base
+    pipe_ratio = policies["pipeline x4, metrics on"] / policies["pipeline x4, metrics off"]
+    elsewhere = policies["breaker, DEBUG sink wanting no breaker event"] / base
+    print("\n## Targets")
+    print(f"{'target':<62}{'measured':>14}{'met':>6}")
+    for target, measured, met in (
+        ("breaker success, metrics on: at most +1000 ns over no sink", f"+{metrics_extra:.0f} ns",
+         metrics_extra <= 1000),
+        ("pipeline x4, metrics on: at most 1.5x metrics off", f"{pipe_ratio:.2f}x", pipe_ratio <= 1.5),
+        ("breaker with a DEBUG sink wanting none of its events: no slower", f"{elsewhere:.2f}x", elsewhere <= 1.10),
+    ):
+        print(f"{target:<62}{measured:>14}{'yes' if met else 'NO':>6}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """Generate the Grafana dashboards from code: ``python -m dashboards.generate``.
 
-Writes ``dashboards/stoic-breakers.json`` and ``dashboards/stoic-overview.json``. The JSON is
-committed; ``tests/test_dashboards.py`` fails when it differs from what this module builds now,
-and ``tests/integration/test_prometheus.py`` evaluates every panel query against a real
-Prometheus scraping the demo. Metric names are the fixed ones the OpenTelemetry adapter emits
-(docs/dashboards.md lists them).
+Writes one dashboard per policy kind (``stoic-breakers.json``, ``stoic-ratelimiters.json``,
+``stoic-bulkheads.json``, ``stoic-hedges.json``, ``stoic-retries.json``) and ``stoic-overview.json``,
+each with data source, job and instance variables. The JSON is committed;
+``tests/test_dashboards.py`` fails when it differs from what this module builds now, and
+``tests/integration/test_prometheus.py`` evaluates every panel query against a real Prometheus
+scraping the demo (every panel must return data). Metric names are the fixed ones of
+``stoic._metrics.METRICS`` (docs/metrics.md).
 
 ``--check`` compares instead of writing and exits 1 on a difference.
 """
@@ -54,8 +56,9 @@ STATE_COLORS = {"closed": "green", "half_open": "yellow", "open": "red"}
 
 
 def _sel(label_var: str, **matchers: str) -> str:
-    """A label selector filtered by the dashboard's policy variable, plus exact matchers."""
-    parts = [f'stoic_label=~"${label_var}"'] + [f'{k}="{v}"' for k, v in matchers.items()]
+    """A label selector filtered by the dashboard's job, instance and policy variables, plus exact matchers."""
+    parts = ['job=~"$job"', 'instance=~"$instance"', f'stoic_label=~"${label_var}"']
+    parts += [f'{k}="{v}"' for k, v in matchers.items()]
     return "{" + ", ".join(parts) + "}"
 
 
@@ -70,9 +73,10 @@ def _timeseries(title: str, unit: str, description: str, *targets: PromQuery, sp
     return panel
 
 
-def _stat(title: str, unit: str, description: str, target: PromQuery, *, red_at: float | None = None) -> StatPanel:
+def _stat(title: str, unit: str, description: str, target: PromQuery, *, red_at: float | None = None,
+          span: int = 6) -> StatPanel:
     panel = (
-        StatPanel().title(title).description(description).unit(unit).datasource(PROM).height(4).span(6)
+        StatPanel().title(title).description(description).unit(unit).datasource(PROM).height(4).span(span)
         .graph_mode(BigValueGraphMode.AREA).with_target(target)
     )
     if red_at is not None:
@@ -96,21 +100,33 @@ def _quantiles(metric: str, sel: str, by: str = "stoic_label") -> list[PromQuery
     ]
 
 
-def _policy_variable(name: str, label: str, query: str) -> QueryVariable:
-    """A multi-select of ``stoic_label`` values, "All" by default (matching every label)."""
-    return (
-        QueryVariable(name).label(label).datasource(PROM).query(query)
-        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.ALPHABETICAL_ASC)
-        .multi(True).include_all(True).all_value(".*")
-        .current(VariableOption(selected=True, text="All", value="$__all"))
-    )
+def _all(variable: QueryVariable) -> QueryVariable:
+    return (variable.datasource(PROM).refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(VariableSort.ALPHABETICAL_ASC).multi(True).include_all(True).all_value(".*")
+            .current(VariableOption(selected=True, text="All", value="$__all")))
+
+
+def _policy_variable(name: str, label: str, metric: str) -> QueryVariable:
+    """A multi-select of the ``stoic_label`` values of ``metric`` in the chosen jobs and instances."""
+    selector = metric[:-1] + ", " if metric.endswith("}") else metric + "{"
+    return _all(QueryVariable(name).label(label).query(
+        f'label_values({selector}job=~"$job", instance=~"$instance"}}, stoic_label)'))
 
 
 def _base(title: str, uid: str, description: str) -> Dashboard:
+    """Data source, job and instance variables: every dashboard works on any Prometheus, for any
+    number of services scraped into it."""
     return (
         Dashboard(title).uid(uid).description(description).tags(["stoic"]).refresh("10s").time("now-15m", "now")
         .with_variable(DatasourceVariable("datasource").label("Data source").type("prometheus"))
+        .with_variable(_all(QueryVariable("job").label("Job").query("label_values(up, job)")))
+        .with_variable(_all(QueryVariable("instance").label("Instance")
+                            .query('label_values(up{job=~"$job"}, instance)')))
     )
+
+
+def _rate_by(metric: str, sel: str, by: str) -> str:
+    return f"sum by ({by}) (rate({metric}{sel}[{RATE}]))"
 
 
 def breakers() -> Dashboard:
@@ -126,12 +142,12 @@ def breakers() -> Dashboard:
             for name, code in STATE_CODES.items()
         })
     ]
-    all_calls = f"sum by (stoic_label) (rate(stoic_breaker_calls_total{_sel(v)}[{RATE}]))"
-    failed_calls = f'sum by (stoic_label) (rate(stoic_breaker_calls_total{_sel(v, outcome="failure")}[{RATE}]))'
+    all_calls = _rate_by("stoic_breaker_calls_total", _sel(v), "stoic_label")
+    failed_calls = _rate_by("stoic_breaker_calls_total", _sel(v, outcome="failure"), "stoic_label")
     return (
         _base("Stoic circuit breakers", "stoic-breakers",
               "State, traffic, failures and latency of every stoic CircuitBreaker (stoic.breaker.* metrics).")
-        .with_variable(_policy_variable(v, "Breaker", "label_values(stoic_breaker_state, stoic_label)"))
+        .with_variable(_policy_variable(v, "Breaker", "stoic_breaker_state"))
         .with_row(Row("State"))
         .with_panel(
             StateTimelinePanel().title("Breaker state")
@@ -141,15 +157,14 @@ def breakers() -> Dashboard:
         )
         .with_panel(
             _stat("Open breakers", "none", "Breakers open now.",
-                  _q(f'sum(stoic_breaker_state{_sel(v, state="open")}) or vector(0)', "open"), red_at=1)
+                  _q(f'sum(stoic_breaker_state{_sel(v, state="open")})', "open"), red_at=1)
             .height(6)
         )
         .with_row(Row("Calls"))
         .with_panel(_timeseries(
             "Calls by outcome", "reqps",
             "Calls the breaker recorded, per second, by outcome (stoic_breaker_calls_total).",
-            _q(f"sum by (stoic_label, outcome) (rate(stoic_breaker_calls_total{_sel(v)}[{RATE}]))",
-               "{{stoic_label}} {{outcome}}"),
+            _q(_rate_by("stoic_breaker_calls_total", _sel(v), "stoic_label, outcome"), "{{stoic_label}} {{outcome}}"),
         ))
         .with_panel(_timeseries(
             "Failure ratio", "percentunit",
@@ -160,8 +175,7 @@ def breakers() -> Dashboard:
             "Rejections by state", "reqps",
             "Calls refused without running, per second, by the breaker state that refused them "
             "(stoic_breaker_rejections_total).",
-            _q(f"sum by (stoic_label, state) (rate(stoic_breaker_rejections_total{_sel(v)}[{RATE}]))",
-               "{{stoic_label}} {{state}}"),
+            _q(_rate_by("stoic_breaker_rejections_total", _sel(v), "stoic_label, state"), "{{stoic_label}} {{state}}"),
         ))
         .with_panel(_timeseries(
             "Transitions", "short",
@@ -176,101 +190,154 @@ def breakers() -> Dashboard:
             *_quantiles("stoic_breaker_call_duration_seconds", _sel(v)),
         ))
         .with_panel(_timeseries(
-            "Call duration p99 by outcome", "s",
-            "Failures that are fast (errors) or slow (timeouts) show up here separately from successes.",
-            _q(
-                "histogram_quantile(0.99, sum by (stoic_label, outcome, le) "
-                f"(rate(stoic_breaker_call_duration_seconds_bucket{_sel(v)}[{RATE}])))",
-                "{{stoic_label}} {{outcome}}",
-            ),
+            "Failures by error type", "reqps",
+            "Failed calls per second by the failure's type name (error_type on stoic_breaker_call_duration_seconds).",
+            _q(_rate_by("stoic_breaker_call_duration_seconds_count", _sel(v, outcome="failure"),
+                        "stoic_label, error_type"), "{{stoic_label}} {{error_type}}"),
         ))
     )
 
 
-def overview() -> Dashboard:
-    """Every stoic policy at a glance: breakers, rate limiters, bulkheads, hedges and retries."""
-    v = "policy"
+def ratelimiters() -> Dashboard:
+    """Rate limiters: permits, waiters, waits, refusals."""
+    v = "limiter"
     return (
-        _base("Stoic resilience overview", "stoic-overview",
-              "Rate limiters, bulkheads, hedges, retries and breakers of a stoic service (stoic.* metrics).")
-        .with_variable(_policy_variable(v, "Policy", "label_values(stoic_label)"))
-        .with_row(Row("Circuit breakers"))
-        .with_panel(_stat("Open breakers", "none", "Breakers open now (details: the breakers dashboard).",
-                          _q(f'sum(stoic_breaker_state{_sel(v, state="open")}) or vector(0)', "open"), red_at=1))
-        .with_panel(_stat("Breaker rejections", "reqps", "Calls refused by open or half-open breakers.",
-                          _q(f"sum(rate(stoic_breaker_rejections_total{_sel(v)}[{RATE}])) or vector(0)", "rejected")))
-        .with_panel(_stat("Retries", "reqps", "Retry attempts per second, all policies.",
-                          _q(f"sum(rate(stoic_retry_retries_total{_sel(v)}[{RATE}])) or vector(0)", "retries")))
-        .with_panel(_stat("Hedged attempts", "reqps", "Hedged attempts started per second.",
-                          _q(f"sum(rate(stoic_hedge_attempts_total{_sel(v)}[{RATE}])) or vector(0)", "hedges")))
-        .with_row(Row("Rate limiters"))
+        _base("Stoic rate limiters", "stoic-ratelimiters",
+              "Permits, queues, waits and refusals of every stoic RateLimiter (stoic.ratelimiter.* metrics).")
+        .with_variable(_policy_variable(v, "Rate limiter", "stoic_ratelimiter_permits_available"))
+        .with_row(Row("Permits"))
         .with_panel(_timeseries(
             "Permits available", "short", "Tokens in each limiter's bucket (stoic_ratelimiter_permits_available).",
-            _q(f"sum by (stoic_label) (stoic_ratelimiter_permits_available{_sel(v)})", "{{stoic_label}}"),
-            span=6,
+            _q(f"sum by (stoic_label) (stoic_ratelimiter_permits_available{_sel(v)})", "{{stoic_label}}"), span=12,
         ))
         .with_panel(_timeseries(
             "Waiters", "short", "Requests queued for a permit (stoic_ratelimiter_waiters).",
-            _q(f"sum by (stoic_label) (stoic_ratelimiter_waiters{_sel(v)})", "{{stoic_label}}"),
-            span=6,
+            _q(f"sum by (stoic_label) (stoic_ratelimiter_waiters{_sel(v)})", "{{stoic_label}}"), span=12,
         ))
+        .with_row(Row("Waits and refusals"))
         .with_panel(_timeseries(
             "Wait for a permit p50 / p99", "s", "Time spent queued before a permit was granted.",
             *_quantiles("stoic_ratelimiter_wait_duration_seconds", _sel(v)),
-            span=12,
         ))
         .with_panel(_timeseries(
-            "Limiter rejections by reason", "reqps",
-            "would_exceed_deadline, queue_full, cancelled, deadline_exceeded (stoic_ratelimiter_rejections_total).",
-            _q(f"sum by (stoic_label, reason) (rate(stoic_ratelimiter_rejections_total{_sel(v)}[{RATE}]))",
+            "Rejections by reason", "reqps",
+            "would_exceed_deadline, queue_full, cancelled, deadline_exceeded, oversized "
+            "(stoic_ratelimiter_rejections_total).",
+            _q(_rate_by("stoic_ratelimiter_rejections_total", _sel(v), "stoic_label, reason"),
                "{{stoic_label}} {{reason}}"),
-            span=12,
         ))
-        .with_row(Row("Bulkheads"))
+    )
+
+
+def bulkheads() -> Dashboard:
+    """Bulkheads: slots in use, queue, refusals."""
+    v = "bulkhead"
+    return (
+        _base("Stoic bulkheads", "stoic-bulkheads",
+              "Concurrency, queues and refusals of every stoic Bulkhead (stoic.bulkhead.* metrics).")
+        .with_variable(_policy_variable(v, "Bulkhead", "stoic_bulkhead_active"))
+        .with_row(Row("Concurrency"))
         .with_panel(_timeseries(
             "Active and queued calls", "short", "Calls running and calls waiting for a slot.",
             _q(f"sum by (stoic_label) (stoic_bulkhead_active{_sel(v)})", "{{stoic_label}} active", "A"),
             _q(f"sum by (stoic_label) (stoic_bulkhead_queued{_sel(v)})", "{{stoic_label}} queued", "B"),
         ))
         .with_panel(_timeseries(
-            "Bulkhead rejections by reason", "reqps",
+            "Rejections by reason", "reqps",
             "bulkhead_full, cancelled, deadline_exceeded (stoic_bulkhead_rejections_total).",
-            _q(f"sum by (stoic_label, reason) (rate(stoic_bulkhead_rejections_total{_sel(v)}[{RATE}]))",
+            _q(_rate_by("stoic_bulkhead_rejections_total", _sel(v), "stoic_label, reason"),
                "{{stoic_label}} {{reason}}"),
         ))
+    )
+
+
+def hedges() -> Dashboard:
+    """Hedges: hedged attempts, wins by attempt, the (adaptive) delay."""
+    v = "hedge"
+    return (
+        _base("Stoic hedges", "stoic-hedges",
+              "Hedged attempts, winners and delays of every stoic Hedge (stoic.hedge.* metrics).")
+        .with_variable(_policy_variable(v, "Hedge", "stoic_hedge_delay_seconds"))
         .with_row(Row("Hedging"))
         .with_panel(_timeseries(
             "Hedged attempts and wins", "reqps",
             "Hedges started, and calls won by each attempt number "
             "(stoic_hedge_attempts_total, stoic_hedge_wins_total).",
-            _q(f"sum by (stoic_label) (rate(stoic_hedge_attempts_total{_sel(v)}[{RATE}]))",
-               "{{stoic_label}} hedges started", "A"),
-            _q(f"sum by (stoic_label, attempt) (rate(stoic_hedge_wins_total{_sel(v)}[{RATE}]))",
+            _q(_rate_by("stoic_hedge_attempts_total", _sel(v), "stoic_label"), "{{stoic_label}} hedges started", "A"),
+            _q(_rate_by("stoic_hedge_wins_total", _sel(v), "stoic_label, attempt"),
                "{{stoic_label}} won by attempt {{attempt}}", "B"),
         ))
         .with_panel(_timeseries(
             "Hedge delay", "s", "The current (adaptive) delay before a hedge starts (stoic_hedge_delay_seconds).",
             _q(f"max by (stoic_label) (stoic_hedge_delay_seconds{_sel(v)})", "{{stoic_label}}"),
         ))
+    )
+
+
+def retries() -> Dashboard:
+    """Retries: retried attempts by error type, how retried calls ended."""
+    v = "retry"
+    return (
+        _base("Stoic retries", "stoic-retries",
+              "Retried attempts and outcomes of every stoic retry (stoic.retry.* metrics).")
+        .with_variable(_policy_variable(v, "Retry", "stoic_retry_outcomes_total"))
         .with_row(Row("Retries"))
         .with_panel(_timeseries(
             "Retries by error type", "reqps", "Attempts retried per second, by the error that caused them.",
-            _q(f"sum by (stoic_label, error_type) (rate(stoic_retry_retries_total{_sel(v)}[{RATE}]))",
+            _q(_rate_by("stoic_retry_retries_total", _sel(v), "stoic_label, error_type"),
                "{{stoic_label}} {{error_type}}"),
         ))
         .with_panel(_timeseries(
             "Retry outcomes", "reqps",
             "How retried calls ended: succeeded, exhausted, budget_exhausted, deadline_skip, permanent, "
             "defect, nested (stoic_retry_outcomes_total).",
-            _q(f"sum by (stoic_label, outcome) (rate(stoic_retry_outcomes_total{_sel(v)}[{RATE}]))",
-               "{{stoic_label}} {{outcome}}"),
+            _q(_rate_by("stoic_retry_outcomes_total", _sel(v), "stoic_label, outcome"), "{{stoic_label}} {{outcome}}"),
+        ))
+    )
+
+
+def overview() -> Dashboard:
+    """Every stoic policy at a glance: one row of numbers per kind; the kind's own dashboard has the detail."""
+    v = "policy"
+    return (
+        _base("Stoic resilience overview", "stoic-overview",
+              "Breakers, rate limiters, bulkheads, hedges and retries of a stoic service at a glance "
+              "(stoic.* metrics).")
+        .with_variable(_policy_variable(v, "Policy", '{__name__=~"stoic_.+"}'))
+        .with_row(Row("At a glance"))
+        .with_panel(_stat("Open breakers", "none", "Breakers open now (details: the breakers dashboard).",
+                          _q(f'sum(stoic_breaker_state{_sel(v, state="open")})', "open"), red_at=1, span=4))
+        .with_panel(_stat("Breaker rejections", "reqps", "Calls refused by open or half-open breakers.",
+                          _q(f"sum(rate(stoic_breaker_rejections_total{_sel(v)}[{RATE}]))", "rejected"), span=4))
+        .with_panel(_stat("Limiter rejections", "reqps", "Requests refused by rate limiters.",
+                          _q(f"sum(rate(stoic_ratelimiter_rejections_total{_sel(v)}[{RATE}]))", "rejected"), span=4))
+        .with_panel(_stat("Bulkhead rejections", "reqps", "Calls refused by full bulkheads.",
+                          _q(f"sum(rate(stoic_bulkhead_rejections_total{_sel(v)}[{RATE}]))", "rejected"), span=4))
+        .with_panel(_stat("Retries", "reqps", "Retried attempts per second, all policies.",
+                          _q(f"sum(rate(stoic_retry_retries_total{_sel(v)}[{RATE}]))", "retries"), span=4))
+        .with_panel(_stat("Hedged attempts", "reqps", "Hedged attempts started per second.",
+                          _q(f"sum(rate(stoic_hedge_attempts_total{_sel(v)}[{RATE}]))", "hedges"), span=4))
+        .with_row(Row("Traffic"))
+        .with_panel(_timeseries(
+            "Breaker calls by outcome", "reqps", "Calls every breaker recorded, per second, by outcome.",
+            _q(_rate_by("stoic_breaker_calls_total", _sel(v), "stoic_label, outcome"), "{{stoic_label}} {{outcome}}"),
+        ))
+        .with_panel(_timeseries(
+            "Refusals by policy", "reqps", "Everything a policy refused without running it, per second.",
+            _q(_rate_by("stoic_breaker_rejections_total", _sel(v), "stoic_label"), "{{stoic_label}} breaker", "A"),
+            _q(_rate_by("stoic_ratelimiter_rejections_total", _sel(v), "stoic_label"), "{{stoic_label}} limiter", "B"),
+            _q(_rate_by("stoic_bulkhead_rejections_total", _sel(v), "stoic_label"), "{{stoic_label}} bulkhead", "C"),
         ))
     )
 
 
 DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
-    "stoic-breakers.json": breakers,
     "stoic-overview.json": overview,
+    "stoic-breakers.json": breakers,
+    "stoic-ratelimiters.json": ratelimiters,
+    "stoic-bulkheads.json": bulkheads,
+    "stoic-hedges.json": hedges,
+    "stoic-retries.json": retries,
 }
 
 

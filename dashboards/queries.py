@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-FILES = ("stoic-breakers.json", "stoic-overview.json")
+FILES = ("stoic-overview.json", "stoic-breakers.json", "stoic-ratelimiters.json", "stoic-bulkheads.json",
+         "stoic-hedges.json", "stoic-retries.json")
 
 _VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 

@@ -5,10 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from opentelemetry.sdk._logs import export as _log_export
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric
 
 from stoic.events import CATALOG, AttributeValue, emit
+
+# The SDK renamed it in 1.39; the adapter's floor is 1.38 (`make otel-floor`).
+InMemoryLogRecordExporter: Any = (getattr(_log_export, "InMemoryLogRecordExporter", None)
+                                  or _log_export.InMemoryLogExporter)  # type: ignore[attr-defined]
 
 # One catalog-valid attribute set per catalog entry (test_catalog checks they stay valid and complete).
 SAMPLES: dict[str, dict[str, AttributeValue]] = {
@@ -20,17 +25,17 @@ SAMPLES: dict[str, dict[str, AttributeValue]] = {
     "breaker.rejected": {"state": "open", "retry_after": 12.5},
     "breaker.recorded": {"outcome": "success", "slow": False, "state": "closed", "duration": 0.05},
     "breaker.ignored": {"reason": "cancelled"},
-    "breaker.defect": {},
+    "breaker.defect": {"error.type": "Defect"},
     "ratelimiter.rejected": {"reason": "would_exceed_deadline", "permits": 1, "retry_after": 0.5},
-    "ratelimiter.oversized": {},
+    "ratelimiter.oversized": {"permits": 20, "burst": 10},
     "ratelimiter.waited": {"permits": 1, "waited": 0.2},
     "bulkhead.rejected": {"reason": "bulkhead_full", "capacity": 4, "waiting": 0},
     "hedge.started": {"attempt": 2, "elapsed": 0.1},
     "hedge.attempt_failed": {"attempt": 1, "running": 1, "error.type": "ConnectionError"},
     "hedge.won": {"attempt": 2, "started": 2, "latency": 0.15},
-    "hedge.budget_exhausted": {},
-    "hedge.deadline_skip": {},
-    "hedge.all_failed": {},
+    "hedge.budget_exhausted": {"attempts": 1},
+    "hedge.deadline_skip": {"attempts": 2},
+    "hedge.all_failed": {"attempts": 3, "error.type": "ConnectionError"},
     "retry.attempt_failed": {"attempt": 1, "error.type": "ConnectionError", "decision": "retry", "next_delay": 0.1},
     "retry.succeeded": {"attempts": 2},
     "retry.exhausted": {"attempts": 3, "error.type": "ConnectionError"},
@@ -40,6 +45,8 @@ SAMPLES: dict[str, dict[str, AttributeValue]] = {
     "retry.permanent": {"attempt": 1, "error.type": "ValueError"},
     "retry.nested": {"error.type": "ConnectionError"},
     "retry.after_capped": {"requested": 600.0, "capped": 300.0},
+    "timeout.expired": {},
+    "fallback.substituted": {"error.type": "CircuitOpen"},
 }
 
 

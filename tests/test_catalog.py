@@ -14,7 +14,7 @@ from stoic.events import CATALOG, Level, check_event
 from stoic.events._catalog import _SPECS
 
 ROOT = Path(__file__).resolve().parent.parent
-NAME = re.compile(r"^(breaker|ratelimiter|bulkhead|hedge|retry)\.[a-z]+(_[a-z]+)*$")
+NAME = re.compile(r"^(breaker|ratelimiter|bulkhead|hedge|retry|timeout|fallback)\.[a-z]+(_[a-z]+)*$")
 KEY = re.compile(r"^[a-z]+(_[a-z]+)*(\.[a-z]+(_[a-z]+)*)*$")
 SECONDS_KEYS = {"open_for", "retry_after", "duration", "waited", "elapsed", "latency", "next_delay", "requested",
                 "capped"}
@@ -68,6 +68,20 @@ def test_the_samples_used_by_adapter_tests_cover_the_catalog_and_conform():
         # caller, not the breaker, refused) is exercised by the samples
         missing = CATALOG[name].allowed - set(attributes)
         assert missing <= ({"reason"} if name == "breaker.rejected" else set()), (name, missing)
+
+
+@pytest.mark.parametrize("bad", [None, [1], {"a": 1}, (1,), b"x", object()])
+def test_attribute_values_that_are_not_primitives_are_refused(bad):
+    for name, spec in CATALOG.items():
+        for key in spec.attributes:
+            problems = check_event(name, {**SAMPLES[name], key: bad})
+            assert any(key in p for p in problems), (name, key, bad)
+
+
+def test_every_sample_value_is_a_primitive():
+    for attributes in SAMPLES.values():
+        for value in attributes.values():
+            assert type(value) in (str, int, float, bool)
 
 
 def _generator() -> ModuleType:

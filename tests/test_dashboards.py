@@ -68,8 +68,8 @@ def test_panels_have_unique_ids_titles_and_the_datasource_variable(name: str) ->
             assert panel["targets"], panel["title"]
             assert len({t["refId"] for t in panel["targets"]}) == len(panel["targets"]), panel["title"]
     names = [v["name"] for v in dashboard["templating"]["list"]]
-    assert names[0] == "datasource" and len(names) == 2
-    assert dashboard["uid"] in ("stoic-breakers", "stoic-overview")
+    assert names[:3] == ["datasource", "job", "instance"] and len(names) == 4
+    assert dashboard["uid"] == name.removesuffix(".json")
 
 
 def test_breakers_dashboard_covers_state_outcomes_failures_rejections_latency_transitions() -> None:
@@ -80,12 +80,23 @@ def test_breakers_dashboard_covers_state_outcomes_failures_rejections_latency_tr
         assert needed in exprs, needed
 
 
-def test_overview_dashboard_covers_every_other_policy_family() -> None:
-    exprs = " ".join(q.expr for q in panel_queries("stoic-overview.json"))
-    for family in METRIC_FAMILIES - {"stoic_breaker_calls_total", "stoic_breaker_transitions_total",
-                                     "stoic_breaker_call_duration_seconds"}:
-        if family.startswith(("stoic_ratelimiter", "stoic_bulkhead", "stoic_hedge", "stoic_retry")):
+@pytest.mark.parametrize("kind", ["ratelimiter", "bulkhead", "hedge", "retry"])
+def test_each_policy_kind_has_a_dashboard_covering_all_its_metrics(kind: str) -> None:
+    exprs = " ".join(q.expr for q in panel_queries(f"stoic-{kind.replace('retry', 'retrie')}s.json"))
+    for family in METRIC_FAMILIES:
+        if family.startswith(f"stoic_{kind}_"):
             assert family in exprs, family
+
+
+def test_no_query_hides_missing_data_behind_a_fallback() -> None:
+    for query in all_panel_queries():
+        assert "or vector(" not in query.expr, query
+
+
+def test_the_overview_touches_every_policy_kind() -> None:
+    exprs = " ".join(q.expr for q in panel_queries("stoic-overview.json"))
+    for kind in ("breaker", "ratelimiter", "bulkhead", "hedge", "retry"):
+        assert f"stoic_{kind}_" in exprs, kind
 
 
 def test_every_query_names_only_metrics_the_adapter_emits_and_filters_by_label() -> None:
@@ -94,8 +105,9 @@ def test_every_query_names_only_metrics_the_adapter_emits_and_filters_by_label()
         assert names, query
         unknown = {n for n in names if not _known(n)}
         assert not unknown, f"{query}: {unknown}"
-        # Every selector is filtered by the dashboard's policy variable.
-        assert query.expr.count("{stoic_label=~\"$") == len(re.findall(r"\bstoic_[a-z_]+\s*\{", query.expr)), query
+        # Every selector is filtered by the dashboard's job, instance and policy variables.
+        selectors = len(re.findall(r"\bstoic_[a-z_]+\s*\{", query.expr))
+        assert query.expr.count('{job=~"$job", instance=~"$instance", stoic_label=~"$') == selectors, query
 
 
 def test_substitute_fills_grafana_variables_and_refuses_unknown_ones() -> None:

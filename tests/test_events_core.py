@@ -260,9 +260,9 @@ def test_logging_sink_writes_name_label_and_attributes_at_the_event_level(caplog
     assert first.getMessage() == (
         "breaker.opened payments trigger=forced calls=0 failures=0 slow_calls=0 trips=1"
     )
-    assert first.stoic_event == "breaker.opened"  # type: ignore[attr-defined]
-    assert first.stoic_label == "payments"  # type: ignore[attr-defined]
-    assert first.stoic_attributes == OPENED  # type: ignore[attr-defined]
+    assert getattr(first, "stoic.event") == "breaker.opened"
+    assert getattr(first, "stoic.label") == "payments"
+    assert getattr(first, "stoic.attributes") == OPENED
     assert records[1].getMessage() == "breaker.reset payments"
 
 
@@ -347,3 +347,40 @@ def test_a_lenient_recording_sink_keeps_no_violations():
 def test_the_public_surface_reexports_the_events_api():
     assert stoic.CATALOG is CATALOG
     assert stoic.add_sink is add_sink and stoic.use_sinks is use_sinks and stoic.LoggingSink is LoggingSink
+
+
+@pytest.mark.parametrize("make", [
+    lambda label: stoic.CircuitBreaker(label=label),
+    lambda label: stoic.RateLimiter(5, label=label),
+    lambda label: stoic.Bulkhead(2, label=label),
+    lambda label: stoic.BlockingBulkhead(2, label=label),
+    lambda label: stoic.BlockingRateLimiter(5, label=label),
+])
+@pytest.mark.parametrize("label", [None, 7, b"x", ("a",)])
+def test_a_policy_label_that_is_not_a_str_is_refused_at_construction(make, label):
+    with pytest.raises(TypeError, match="label"):
+        make(label)
+
+
+async def test_an_expiring_timeout_and_a_substituted_fallback_are_catalog_events(clock, sink):
+    async def hang() -> None:
+        await clock.sleep_until(clock.now_ns() + 10**10)
+
+    async def expire() -> None:
+        async with stoic.timeout(0.5, label="attempt"):
+            await hang()
+
+    task = asyncio.ensure_future(expire())
+    await asyncio.sleep(0)
+    await clock.advance(1.0)
+    with pytest.raises(stoic.DeadlineExceeded):
+        await task
+    (expired,) = sink.of("timeout.expired")
+    assert expired.label == "attempt" and expired.level == Level.INFO
+
+    breaker = stoic.CircuitBreaker(label="payments")
+    breaker.force_open()
+    value = await stoic.with_fallback(breaker, hang, label="payments-fallback", fallback=lambda error: "stale")
+    assert value == "stale"
+    (substituted,) = sink.of("fallback.substituted")
+    assert substituted.label == "payments-fallback" and substituted.attributes == {"error.type": "CircuitOpen"}

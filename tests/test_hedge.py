@@ -331,7 +331,7 @@ async def test_a_deadline_that_leaves_less_than_the_delay_skips_the_hedge(
     assert script.started() == [1]  # at 0.1 only 0.05 was left, less than the 0.1 delay
     assert script.running == set()
     assert clock.now() == pytest.approx(0.15)
-    assert sink.names == ["hedge.deadline_skip"]
+    assert sink.names == ["hedge.deadline_skip", "timeout.expired"]
 
 
 async def test_a_deadline_with_room_lets_the_hedge_start(clock: VirtualClock, sink: RecordingSink) -> None:

@@ -12,13 +12,16 @@ SCRIPT = textwrap.dedent(
     from opentelemetry import metrics, trace
     from opentelemetry._logs import set_logger_provider
     from opentelemetry.sdk._logs import LoggerProvider
-    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+    from opentelemetry.sdk._logs import export as log_export
+    from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+    InMemoryLogRecordExporter = getattr(log_export, "InMemoryLogRecordExporter", None) or log_export.InMemoryLogExporter
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+    import stoic
     import stoic_opentelemetry
     from stoic.events import Level, emit
 
@@ -37,15 +40,14 @@ SCRIPT = textwrap.dedent(
 
     with trace.get_tracer("app").start_as_current_span("request"):
         emit("hedge.started", "search", Level.INFO, 0, {"attempt": 2, "elapsed": 0.1})
-        emit("breaker.recorded", "db", Level.DEBUG, 0,
-             {"outcome": "failure", "slow": False, "state": "closed", "duration": 2.0})
+        breaker = stoic.CircuitBreaker(label="db")
+        breaker.call(lambda: None)
 
     data = reader.get_metrics_data()
     found = {m.name: [p for p in m.data.data_points]
              for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-    assert [p.value for p in found["stoic.hedge.attempts"]] == [1], found
-    assert [p.value for p in found["stoic.breaker.calls"]] == [1], found
-    assert [p.count for p in found["stoic.breaker.call.duration"]] == [1], found
+    db = [p for p in found["stoic.breaker.calls"] if p.attributes["stoic.label"] == "db"]
+    assert [(p.attributes["outcome"], p.value) for p in db] == [("success", 1)], found
     (span,) = spans.get_finished_spans()
     assert [e.name for e in span.events] == ["hedge.started"], span.events
     assert [r.log_record.event_name for r in logs.get_finished_logs()] == ["hedge.started"]

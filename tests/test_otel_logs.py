@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
-from otel_support import SAMPLES, fire
+from otel_support import SAMPLES, InMemoryLogRecordExporter, fire
 from stoic_opentelemetry import Instrumentation, LogEventSink, instrument
 
 from stoic.events import CATALOG, Level

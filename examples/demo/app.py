@@ -1,10 +1,16 @@
 """The traced demo service.
 
 Starts the scripted dependency (:mod:`examples.demo.dependency`) in its own process, then runs a
-few concurrent workers that call it over HTTP (httpx) through one :class:`stoic.CircuitBreaker`,
-each call inside an OpenTelemetry span. stoic's events go to OpenTelemetry (span events and the
-``stoic.*`` metrics, served for Prometheus) and to structlog. The breaker's ``state_changes()``
-stream is printed live; a summary table closes the run.
+few concurrent workers that call it over HTTP (httpx) through the stack a real service runs, each
+call inside an OpenTelemetry span:
+
+    with_fallback(  Retrying -> CircuitBreaker -> RateLimiter -> Bulkhead -> attempt timeout -> GET /work  )
+
+(a stale answer when the breaker is open), and a reader that hedges ``GET /search`` (a read with a
+slow tail) with an adaptive :class:`stoic.Hedge`. Every HTTP request goes through one method,
+:meth:`Demo.request`. stoic's events go to OpenTelemetry (span events) and structlog; the
+``stoic.*`` metrics are read from the policies when Prometheus scrapes. The breaker's
+``state_changes()`` stream is printed live; a summary table closes the run.
 
 The story, at ``--time-scale 1`` (36 s): the dependency is healthy for 6 s, answers 503 for 9 s,
 answers slowly for 9 s, then recovers. The breaker is tuned to tell it in that time: a 5 s
@@ -100,6 +106,29 @@ class Tuning:
             half_open_timeout=5.0 * s,
         )
 
+    def retrying(self, label: str) -> stoic.Retrying:
+        # What is worth another attempt: a 5xx, a transport error, an attempt that timed out. An
+        # open breaker, a full bulkhead or the limiter are local refusals: not retried here.
+        return stoic.Retrying(stoic.Schedule.fixed(0.05 * self.scale).attempts(2),
+                              classify=(DependencyError, httpx.TransportError, stoic.DeadlineExceeded),
+                              label=f"{label}-retry")
+
+    def limiter(self, label: str) -> stoic.RateLimiter:
+        # Below what four workers ask for when the dependency is fast: some calls wait, a few are refused.
+        return stoic.RateLimiter(30, 1.0, burst=3, queue_limit=1, label=f"{label}-limiter")
+
+    def bulkhead(self, label: str) -> stoic.Bulkhead:
+        # Two calls at a time and no queue: bursts and the slow phase fill it.
+        return stoic.Bulkhead(2, queue_limit=0, label=f"{label}-bulkhead")
+
+    def hedge(self) -> stoic.Hedge:
+        return stoic.Hedge(0.03 * self.scale, label="search-hedge", quantile=0.9, window=50,
+                           budget=stoic.RetryBudget.named("search-hedge", ratio=0.5, reserve_per_second=20))
+
+    @property
+    def attempt_timeout(self) -> float:
+        return 0.56 * self.scale  # the slow phase's answers take 0.5-0.6 s: about half time out
+
     @property
     def latency(self) -> float:
         return 0.01 * self.scale
@@ -121,6 +150,8 @@ class Stats:
     successes: int = 0
     failures: Counter[str] = field(default_factory=Counter)
     rejections: Counter[str] = field(default_factory=Counter)
+    fallbacks: int = 0
+    searches: int = 0
     slow: int = 0
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=200_000))
     transitions: list[tuple[float, str, str]] = field(default_factory=list)
@@ -143,7 +174,7 @@ class SpanTally(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         for span in spans:
             self.spans += 1
-            names = [e.name for e in span.events if e.name.startswith(("breaker.", "stoic."))]
+            names = [e.name for e in span.events]
             if names:
                 self.with_events += 1
                 self.event_names.update(names)
@@ -181,6 +212,7 @@ class Demo:
         self.t0 = time.monotonic()
         self.dependency: asyncio.subprocess.Process | None = None
         self.base_url = ""
+        self.client: httpx.AsyncClient | None = None
         self.state = "closed"  # as last reported by state_changes() (reading .state could move it)
 
     def elapsed(self) -> float:
@@ -233,33 +265,63 @@ class Demo:
 
     # --- the service ------------------------------------------------------------------------
 
-    async def worker(self, breaker: CircuitBreaker, client: httpx.AsyncClient, tracer: Any) -> None:
-        stats, slow_after = self.stats, self.tuning.scale * 0.3
+    async def request(self, path: str) -> httpx.Response:
+        """Every HTTP request of the demo goes through here (one place to swap the transport)."""
+        assert self.client is not None
+        return await self.client.get(path)
+
+    async def worker(self, pipeline: stoic.Pipeline, breaker: CircuitBreaker, tracer: Any) -> None:
+        stats, slow_after, t = self.stats, self.tuning.scale * 0.3, self.tuning
 
         async def fetch() -> Any:
-            response = await client.get("/work")
+            async with stoic.timeout(t.attempt_timeout, label="inventory-attempt"):
+                response = await self.request("/work")
             if response.status_code >= 500:
                 raise DependencyError(response.status_code)
             return response.json()
+
+        def stale(error: Exception) -> Any:
+            stats.rejections[str(breaker.state)] += 1
+            stats.fallbacks += 1
+            return {"phase": "unknown", "ok": False, "stale": True}
+
+        def breaker_refused(error: Exception) -> bool:
+            return isinstance(error, stoic.CircuitOpen)
 
         while not self.stop.is_set():
             with tracer.start_as_current_span("GET /work", kind=SpanKind.CLIENT) as span:
                 span.set_attribute("server.address", "127.0.0.1")
                 started = time.perf_counter()
                 try:
-                    await breaker.execute(fetch)
-                except stoic.Rejected as exc:
-                    stats.rejections[str(breaker.state)] += 1
-                    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-                except (DependencyError, httpx.HTTPError) as exc:
+                    result = await stoic.with_fallback(pipeline, fetch, label="work", fallback=stale,
+                                                       should_handle=breaker_refused)
+                except (DependencyError, httpx.HTTPError, stoic.DeadlineExceeded) as exc:
                     stats.calls += 1
                     stats.failures[type(exc).__name__ if not isinstance(exc, DependencyError) else str(exc)] += 1
                     self._timed(started, slow_after)
                     span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                except stoic.Rejected as exc:  # the limiter or the bulkhead said no
+                    stats.rejections[type(exc).__name__] += 1
+                    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
                 else:
-                    stats.calls += 1
-                    stats.successes += 1
-                    self._timed(started, slow_after)
+                    if not result.get("stale"):
+                        stats.calls += 1
+                        stats.successes += 1
+                        self._timed(started, slow_after)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), timeout=self.args.pace)
+
+    async def reader(self, hedge: stoic.Hedge, tracer: Any) -> None:
+        """Hedged reads of the endpoint with a slow tail."""
+
+        async def search(attempt: stoic.Attempt) -> Any:
+            return (await self.request("/search")).json()
+
+        while not self.stop.is_set():
+            with tracer.start_as_current_span("GET /search", kind=SpanKind.CLIENT), \
+                    contextlib.suppress(httpx.HTTPError):
+                await hedge.execute(stoic.IDEMPOTENT, search)
+                self.stats.searches += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), timeout=self.args.pace)
 
@@ -329,12 +391,18 @@ class Demo:
         metrics_server, metrics_thread = start_http_server(metrics_port, addr="127.0.0.1", registry=registry)
         metrics_url = f"http://127.0.0.1:{metrics_server.server_port}/metrics"
 
+        # Span events at INFO (transitions, rejections, retries, hedges); metrics from the recorders,
+        # the histograms served from the same registry as the OpenTelemetry Prometheus exporter's.
         instrumentation = stoic_opentelemetry.instrument(
-            tracer_provider=tracer_provider, meter_provider=meter_provider, level=stoic.Level.DEBUG)
-        log_sink = StructlogSink(structlog.get_logger("stoic"), level=stoic.Level.INFO)
+            tracer_provider=tracer_provider, meter_provider=meter_provider, prometheus_registry=registry)
+        # The terminal tells the breaker's story; the other decisions are in the spans and metrics.
+        log_sink = StructlogSink(structlog.get_logger("stoic"), level=stoic.Level.INFO, event_names=(
+            "breaker.opened", "breaker.half_open", "breaker.closed", "timeout.expired"))
         stoic.add_sink(log_sink)
-        breaker = self.tuning.breaker(args.label)
-        instrumentation.observe(breaker)
+        t = self.tuning
+        breaker = t.breaker(args.label)
+        pipeline = stoic.Pipeline(t.retrying(args.label), breaker, t.limiter(args.label), t.bulkhead(args.label))
+        hedge = t.hedge()
         tracer = tracer_provider.get_tracer("examples.demo")
 
         workers: list[asyncio.Task[None]] = []
@@ -349,20 +417,26 @@ class Demo:
             console.print(f"  breaker     {args.label!r}: window {5 * self.tuning.scale:g} s, minimum 5 calls, "
                           f"open {3 * self.tuning.scale:g} s, slow after {0.3 * self.tuning.scale:g} s; "
                           f"{args.workers} workers", highlight=False)
+            console.print("  stack       with_fallback(retry → breaker → rate limiter 30/s → bulkhead 2 → "
+                          f"attempt timeout {self.tuning.attempt_timeout:g} s → GET /work); hedged GET /search",
+                          highlight=False)
             if args.serve:
                 after = "the story replays" if args.repeat else "after the story the dependency stays healthy"
                 console.print(f"  serving until Ctrl-C; {after} (docs/demo.md: Prometheus and Grafana)",
                               highlight=False)
             console.rule(style="dim")
             self.t0 = time.monotonic()
-            limits = httpx.Limits(max_connections=args.workers + 1, max_keepalive_connections=args.workers + 1)
+            # Room for every worker, the reader's hedged pair and the phase watcher.
+            limits = httpx.Limits(max_connections=args.workers + 4, max_keepalive_connections=args.workers + 4)
             async with httpx.AsyncClient(base_url=self.base_url, timeout=self.tuning.request_timeout,
                                          limits=limits) as client:
+                self.client = client
                 # Subscribe before any call: the stream never replays the current state.
                 watchers.append(asyncio.create_task(self.watch_breaker(breaker, breaker.state_changes())))
                 watchers.append(asyncio.create_task(self.watch_dependency(client)))
                 workers.extend(
-                    asyncio.create_task(self.worker(breaker, client, tracer)) for _ in range(args.workers))
+                    asyncio.create_task(self.worker(pipeline, breaker, tracer)) for _ in range(args.workers))
+                workers.append(asyncio.create_task(self.reader(hedge, tracer)))
                 if console.is_terminal:
                     watchers.append(asyncio.create_task(self.show_status()))
                 if args.serve:
@@ -417,6 +491,8 @@ class Demo:
         rejected = sum(s.rejections.values())
         table.add_row("rejections", f"{rejected}" + (
             f"  ({', '.join(f'{k} ×{v}' for k, v in s.rejections.items())})" if rejected else ""))
+        table.add_row("fallbacks", f"{s.fallbacks} (a stale answer while the breaker refused)")
+        table.add_row("hedged reads", str(s.searches))
         table.add_row("time open", f"{s.time_in['open']:.1f} s (half-open {s.time_in['half_open']:.1f} s)")
         table.add_row("latency p50", _ms(_percentile(latencies, 0.50)))
         table.add_row("latency p99", _ms(_percentile(latencies, 0.99)))

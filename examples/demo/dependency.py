@@ -10,6 +10,10 @@ and then serves ``GET /work`` according to the phase in force at the time since 
   ``slow_call_duration``: it answers, just not in time to be useful);
 - ``recovered``: like healthy.
 
+``GET /search`` is the read endpoint the demo hedges: whatever the phase, it answers 200 after
+about ``--latency``, except one request in ``--tail-every`` (default 6), which takes twelve times
+longer (a tail a hedged read beats).
+
 A phase without ``=seconds`` lasts forever (only the last one may); with ``--repeat`` every phase
 has a length and the script starts over after the last one. ``GET /phase`` returns the
 phase in force. The process exits cleanly on SIGTERM or SIGINT, and with ``--exit-on-stdin-eof``
@@ -61,8 +65,10 @@ def format_phases(phases: list[Phase]) -> str:
 class Script:
     """Which phase is in force, by monotonic time since the script started."""
 
-    def __init__(self, phases: list[Phase], latency: float, slow_latency: float, repeat: bool = False) -> None:
+    def __init__(self, phases: list[Phase], latency: float, slow_latency: float, repeat: bool = False,
+                 tail_every: int = 6) -> None:
         self.phases = phases
+        self.tail_every = tail_every
         self.repeat = repeat
         self.latency = latency
         self.slow_latency = slow_latency
@@ -87,6 +93,11 @@ class Script:
             return 200, self.slow_latency * random.uniform(1.0, 1.2)
         return 200, self.latency * random.uniform(0.5, 1.5)
 
+    def search(self) -> float:
+        """Seconds to wait before answering a search: usually short, one in ``tail_every`` twelve times longer."""
+        slow = random.randrange(self.tail_every) == 0
+        return self.latency * (12.0 if slow else 1.0) * random.uniform(0.8, 1.2)
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
@@ -104,6 +115,9 @@ class _Handler(BaseHTTPRequestHandler):
             if delay:
                 time.sleep(delay)  # a thread per connection: sleeping here slows only this request
             self._reply(status, {"phase": script.phase(), "ok": status == 200})
+        elif self.path.split("?", 1)[0] == "/search":
+            time.sleep(script.search())
+            self._reply(200, {"hits": 3})
         else:
             self._reply(404, {"error": "not found"})
 
@@ -128,6 +142,11 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], script: Script) -> None:
         super().__init__(address, _Handler)
         self.script = script
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A hedged read that lost is cancelled: its client hangs up mid-answer. Expected, not an error.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 def main(argv: list[str] | None = None) -> int:

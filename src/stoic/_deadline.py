@@ -23,6 +23,7 @@ from types import TracebackType
 from ._clock import Clock, TimerHandle, resolve_clock, same_clock
 from ._durations import Seconds, check_label, to_ns
 from ._errors import DeadlineExceeded, Defect, leaves
+from .events import Level, emit, min_level
 
 DEADLINE_CANCEL_MESSAGE = "stoic: deadline exceeded"
 
@@ -168,6 +169,8 @@ class Timeout:
         assert self._scope is not None and self._task is not None
         self._scope.fired = True
         self._task.cancel(DEADLINE_CANCEL_MESSAGE)
+        if min_level() <= Level.INFO:
+            emit("timeout.expired", self._label or "timeout", Level.INFO, self._clock.now_ns(), {})
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

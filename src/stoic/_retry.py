@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from types import AsyncGeneratorType, CodeType, CoroutineType, GeneratorType
 from typing import Any, ParamSpec, TypeVar
 
-from . import _clock, _deadline, _random
+from . import _clock, _deadline, _metrics, _random
 from ._attempt import Attempt
 from ._budget import _NO_OP, RetryBudget, _registry, _Site, site_of_frame
 from ._callbacks import callback_failed
@@ -194,16 +194,23 @@ class _Run:
     def _event(self, name: str, level: Level, attributes: dict[str, Any]) -> None:
         emit(name, self.label, level, self.clock.now_ns(), attributes)
 
+    def _count(self, metric: str, value: str) -> None:
+        # A retry has no object of its own to hold a recorder: one per label (stoic._metrics).
+        if _metrics.state.enabled:
+            _metrics.count_shared("retry", self.label, (metric, value))
+
     def after_failure(self, error: Exception, number: int, attempt_start_ns: int) -> bool:
         """Checks (2)-(6) of seed 001's "Order of checks"; ``True`` to retry (``wake_ns`` set).
 
         Check (1), the retrying task itself cancelled, is the caller's (it needs the task).
         """
         if self.nested and self.single:
+            self._count("stoic.retry.outcomes", "nested")
             if min_level() <= Level.INFO:
                 self._event("retry.nested", Level.INFO, {"error.type": error_type(error)})
             return False
         if is_defect(error):
+            self._count("stoic.retry.outcomes", "defect")
             if min_level() <= Level.ERROR:
                 self._event("retry.defect", Level.ERROR, {"attempt": number, "error.type": error_type(error)})
             return False
@@ -213,12 +220,14 @@ class _Run:
             callback_failed(self.classify._fn, "classify", failure, error)
             decision = RetryDecision.STOP
         if not decision.retries:
+            self._count("stoic.retry.outcomes", "permanent")
             if min_level() <= Level.INFO:
                 self._event("retry.permanent", Level.INFO, {"attempt": number, "error.type": error_type(error)})
             return False
         now = self.clock.now_ns()
         delay = self.step.next(now - self.start_ns)
         if delay is None:
+            self._count("stoic.retry.outcomes", "exhausted")
             if min_level() <= Level.WARNING:
                 self._event("retry.exhausted", Level.WARNING, {"attempts": number, "error.type": error_type(error)})
             return False
@@ -233,14 +242,17 @@ class _Run:
             delay = after
         left = remaining_ns()
         if left is not None and delay + (now - attempt_start_ns) >= left:
+            self._count("stoic.retry.outcomes", "deadline_skip")
             if min_level() <= Level.INFO:
                 self._event("retry.deadline_skip", Level.INFO, {"attempt": number, "error.type": error_type(error)})
             return False
         if not self.bucket.try_spend():
+            self._count("stoic.retry.outcomes", "budget_exhausted")
             if min_level() <= Level.WARNING:
                 self._event("retry.budget_exhausted", Level.WARNING,
                             {"attempt": number, "error.type": error_type(error)})
             return False
+        self._count("stoic.retry.retries", error_type(error))
         if min_level() <= Level.INFO:
             self._event("retry.attempt_failed", Level.INFO, {
                 "attempt": number, "error.type": error_type(error),
@@ -250,6 +262,7 @@ class _Run:
         return True
 
     def succeeded(self, attempts: int) -> None:
+        self._count("stoic.retry.outcomes", "succeeded")
         if min_level() <= Level.INFO:
             self._event("retry.succeeded", Level.INFO, {"attempts": attempts})
 

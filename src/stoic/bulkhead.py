@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
-from . import _deadline
+from . import _deadline, _metrics
 from ._admission import admitted_after_wait
 from ._clock import Clock, resolve_clock, wait_seconds
 from ._deadline import _current as _deadline_scope
@@ -58,7 +58,7 @@ class _Waiter:
 class _Compartment:
     """Configuration, counts and events shared by the asyncio and the blocking bulkhead."""
 
-    __slots__ = ("_active", "_clock", "_label", "_max", "_queue_limit", "_waiters")
+    __slots__ = ("__weakref__", "_active", "_clock", "_label", "_max", "_queue_limit", "_rec", "_waiters")
 
     def __init__(
         self, max_concurrent: int, *, queue_limit: int | None = 0, label: str, clock: Clock | None = None
@@ -73,6 +73,7 @@ class _Compartment:
         self._clock: Clock = resolve_clock(clock)
         self._active = 0
         self._waiters: deque[_Waiter] = deque()
+        self._rec = _metrics.recorder("bulkhead", label, self)
 
     @property
     def label(self) -> str:
@@ -106,12 +107,16 @@ class _Compartment:
         )
 
     def _full(self, waiting: int) -> BulkheadFull:
+        if _metrics.state.enabled:
+            self._rec.count_locked(("stoic.bulkhead.rejections", "bulkhead_full"))
         if min_level() <= Level.INFO:
             emit("bulkhead.rejected", self._label, Level.INFO, self._clock.now_ns(),
                  {"reason": "bulkhead_full", "capacity": self._max, "waiting": waiting})
         return BulkheadFull(label=self._label)
 
     def _left(self, reason: str) -> None:
+        if _metrics.state.enabled:
+            self._rec.count_locked(("stoic.bulkhead.rejections", reason))
         if min_level() <= Level.INFO:
             attributes: dict[str, AttributeValue] = {"reason": reason, "capacity": self._max}
             emit("bulkhead.rejected", self._label, Level.INFO, self._clock.now_ns(), attributes)

@@ -11,6 +11,7 @@ operation's own result.
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -18,6 +19,7 @@ from ._callbacks import callback_failed
 from ._errors import is_defect
 from ._policy import Policy
 from ._retry import check_label
+from .events import Level, emit, error_type, min_level
 
 __all__ = ["with_fallback"]
 
@@ -68,6 +70,8 @@ async def with_fallback(
                 handle = False
         if not handle:
             raise
+        if min_level() <= Level.INFO:
+            emit("fallback.substituted", label, Level.INFO, time.monotonic_ns(), {"error.type": error_type(error)})
         substitute = fallback(error)
         if inspect.isawaitable(substitute):
             return await substitute

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar, cast
 
-from . import _deadline
+from . import _deadline, _metrics
 from ._attempt import Attempt
 from ._budget import RetryBudget
 from ._clock import Clock, SystemClock, TimerHandle, resolve_clock
@@ -166,8 +166,8 @@ class Hedge:
     """
 
     __slots__ = (
-        "_budget", "_clock", "_delay_ns", "_estimate", "_fixed_ns", "_lock", "_max_ns", "_min_ns",
-        "label", "max_attempts", "quantile", "window",
+        "__weakref__", "_budget", "_clock", "_delay_ns", "_estimate", "_fixed_ns", "_lock", "_max_ns", "_min_ns",
+        "_rec", "label", "max_attempts", "quantile", "window",
     )
 
     def __init__(
@@ -224,6 +224,7 @@ class Hedge:
         self._delay_ns = self._fixed_ns
         # Only an adaptive hedge has state shared across calls (and threads) to guard.
         self._lock = threading.Lock() if self._estimate is not None else None
+        self._rec = _metrics.recorder("hedge", self.label, self)
 
     @property
     def current_delay(self) -> float:
@@ -402,11 +403,12 @@ class _Call:
         left = remaining_ns(clock)  # (the same clock as at the call's start, checked there)
         if left is not None and left < delay_ns:
             if min_level() <= Level.INFO:
-                emit("hedge.deadline_skip", policy.label, Level.INFO, clock.now_ns(), {})
+                emit("hedge.deadline_skip", policy.label, Level.INFO, clock.now_ns(), {"attempts": self._started()})
             return
         if not policy._budget.try_spend():
             if min_level() <= Level.WARNING:
-                emit("hedge.budget_exhausted", policy.label, Level.WARNING, clock.now_ns(), {})
+                emit("hedge.budget_exhausted", policy.label, Level.WARNING, clock.now_ns(),
+                     {"attempts": self._started()})
             return
         number = 2 if self.hedges is None else len(self.hedges) + 2
         if self.wants:
@@ -421,6 +423,8 @@ class _Call:
         task = self.task.get_loop().create_task(coro)
         hedges.append(task)
         task.add_done_callback(self.on_done)
+        if _metrics.state.enabled:
+            policy._rec.count_locked(("stoic.hedge.attempts",))
         if min_level() <= Level.INFO:
             emit("hedge.started", policy.label, Level.INFO, now,
                  {"attempt": number, "elapsed": (now - self.start) / 1e9})
@@ -446,6 +450,9 @@ class _Call:
             waiter.set_result(None)
 
     # --- decisions ---
+
+    def _started(self) -> int:
+        return 1 if self.hedges is None else len(self.hedges) + 1
 
     def _running(self) -> int:
         hedges = self.hedges
@@ -626,7 +633,8 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
         assert error is not None
         call.error = None
         if min_level() <= Level.WARNING:
-            emit("hedge.all_failed", policy.label, Level.WARNING, policy._clock.now_ns(), {})
+            emit("hedge.all_failed", policy.label, Level.WARNING, policy._clock.now_ns(),
+                 {"attempts": call._started(), "error.type": error_type(error)})
         raise error
     hedges = call.hedges
     assert hedges is not None
@@ -637,6 +645,8 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
             policy._observe(call.end - call.start)
     else:
         value = cast(R, hedges[call.winner - 2].result())
+    if _metrics.state.enabled:
+        policy._rec.count_locked(("stoic.hedge.wins", str(call.winner)))
     if min_level() <= Level.INFO:
         emit("hedge.won", policy.label, Level.INFO, clock.now_ns(),
              {"attempt": call.winner, "started": len(hedges) + 1, "latency": (call.end - call.start) / 1e9})

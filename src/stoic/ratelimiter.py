@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from types import MappingProxyType, TracebackType
 from typing import Any, ParamSpec, TypeVar
 
-from . import _deadline
+from . import _deadline, _metrics
 from ._admission import admitted_after_wait
 from ._clock import Clock, SystemClock, resolve_clock, wait_seconds
 from ._deadline import _current as _deadline_scope
@@ -63,8 +63,8 @@ class _TokenBucket:
     """The arithmetic and the queue shared by the asyncio and the blocking limiter."""
 
     __slots__ = (
-        "_burst", "_capacity", "_clock", "_credit", "_label", "_lock", "_now", "_per_ns", "_queue_limit",
-        "_queued", "_rate", "_stamp", "_waiters",
+        "__weakref__", "_burst", "_capacity", "_clock", "_credit", "_label", "_lock", "_now", "_per_ns",
+        "_queue_limit", "_queued", "_rate", "_rec", "_stamp", "_waiters",
     )
 
     def __init__(
@@ -91,6 +91,7 @@ class _TokenBucket:
         self._waiters: deque[_Waiter] = deque()
         self._queued = 0  # permits asked for by everyone in the queue
         self._lock = threading.Lock()
+        self._rec = _metrics.recorder("ratelimiter", label, self)
 
     # --- read-only configuration and gauges ---
     @property
@@ -231,14 +232,19 @@ class _TokenBucket:
             raise ValueError(f"permits must be an integer >= 1, got {permits!r}")
 
     def _oversized(self, permits: int) -> RateLimited:
+        if _metrics.state.enabled:
+            self._rec.count_locked(("stoic.ratelimiter.rejections", "oversized"))
         if min_level() <= Level.WARNING:
-            emit("ratelimiter.oversized", self._label, Level.WARNING, self._now(), _NO_ATTRIBUTES)
+            emit("ratelimiter.oversized", self._label, Level.WARNING, self._now(),
+                 {"permits": permits, "burst": self._burst})
         return RateLimited(
             f"rate limited ({self._label}): {permits} permits can never be granted by a bucket of {self._burst}",
             label=self._label,
         )
 
     def _reject(self, reason: str, permits: int, wait_ns: int | None) -> None:
+        if _metrics.state.enabled:
+            self._rec.count_locked(("stoic.ratelimiter.rejections", reason))
         if min_level() <= Level.INFO:
             attributes: dict[str, AttributeValue] = {"reason": reason, "permits": permits}
             if wait_ns is not None:
@@ -246,6 +252,8 @@ class _TokenBucket:
             emit("ratelimiter.rejected", self._label, Level.INFO, self._now(), attributes)
 
     def _waited(self, permits: int, start_ns: int) -> None:
+        if _metrics.state.enabled:
+            self._rec.observe_locked(("stoic.ratelimiter.wait.duration",), self._now() - start_ns)
         if min_level() <= Level.DEBUG:
             now = self._now()
             emit("ratelimiter.waited", self._label, Level.DEBUG, now,

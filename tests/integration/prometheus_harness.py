@@ -129,6 +129,11 @@ class Prometheus:
             return [{"metric": {}, "value": result}]
         return list(result)
 
+    def query_range(self, expr: str, start: float, end: float, step: float = 1.0) -> list[dict[str, Any]]:
+        """A range query's matrix: one ``{"metric": ..., "values": [[t, "v"], ...]}`` per series."""
+        data = self.api("query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step=f"{step:g}")["data"]
+        return list(data["result"])
+
     def wait_for(self, expr: str, predicate: Any, timeout: float, what: str) -> list[dict[str, Any]]:
         """Poll ``expr`` until ``predicate(result)`` is true; AssertionError naming ``what`` if never."""
         deadline = time.monotonic() + timeout

@@ -1,14 +1,17 @@
-"""The demo's metrics through a real Prometheus, and every dashboard query evaluated against it.
+"""The demo's metrics through a real Prometheus: every panel of every dashboard returns data.
 
 Starts ``python -m examples.demo`` with a fixed metrics port, a Prometheus (Debian package
 binary) scraping it every second, waits for the story's failing phase to show up in the
-stored series, then checks the metric families the dashboards rely on and evaluates every
-panel query of the committed dashboards. Without the prometheus binary it skips, except
+stored series, checks the metric families, then evaluates every panel query of every committed
+dashboard, as written (Grafana's variables at "All"), until each returns data. Finally it renders
+each dashboard's panels from Prometheus's range queries to docs/figures/dashboard-*.png
+(matplotlib), which docs/dashboards.md shows. Without the prometheus binary it skips, except
 under CI (CI=true), where it fails.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -19,15 +22,16 @@ from typing import Any
 import pytest
 from prometheus_harness import Prometheus, free_port, require_binary, running_prometheus, stop_process
 
-from dashboards.queries import all_panel_queries, panel_queries
+from dashboards.queries import FILES, PanelQuery, load, panel_queries
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
+FIGURES = ROOT / "docs" / "figures"
 LABEL = "inventory-api"
 # At --duration 20 the story is scaled by 20/36: healthy for 3.3 s, failing until 8.3 s, slow
-# until 13.3 s, recovered after. The test stops it as soon as it has what it needs; its waits
-# add up to 70 s at most, so a stuck run fails in bounded time (a normal one takes ~8 s).
+# until 13.3 s, recovered after. The test's waits add up to under 60 s, so a stuck run fails in
+# bounded time (a normal one takes ~25 s).
 DEMO_SECONDS = 20
 
 
@@ -66,58 +70,53 @@ def _values(result: list[dict[str, Any]]) -> list[float]:
     return [float(series["value"][1]) for series in result]
 
 
-def test_demo_metrics_reach_prometheus_and_every_dashboard_query_evaluates(
+def _every_panel_query() -> list[PanelQuery]:
+    return [q for name in FILES for q in panel_queries(name)]
+
+
+def test_every_panel_of_every_dashboard_returns_data_from_the_demo(
     prometheus: Prometheus, demo: tuple[subprocess.Popen[bytes], Path]
 ) -> None:
     proc, output = demo
     started = time.monotonic()
+    wall_start = time.time()
     try:
         prometheus.wait_targets_up(timeout=10)
         sel = f'{{stoic_label="{LABEL}"}}'
 
         # The failing phase happened and was recorded, and the breaker opened at least once.
-        failures = prometheus.wait_for(
+        prometheus.wait_for(
             f'stoic_breaker_calls_total{{stoic_label="{LABEL}", outcome="failure"}}',
-            lambda r: bool(r) and _values(r)[0] > 0, timeout=25, what="failed calls")
-        assert _values(failures)[0] > 0
+            lambda r: bool(r) and _values(r)[0] > 0, timeout=20, what="failed calls")
         prometheus.wait_for(
             f'stoic_breaker_transitions_total{{stoic_label="{LABEL}", state="open"}}',
             lambda r: bool(r) and _values(r)[0] >= 1, timeout=10, what="a transition to open")
-
-        # rate() and increase() need two samples of every series, rejections and transitions included.
-        prometheus.wait_for(
-            f"min(count_over_time(stoic_breaker_rejections_total{sel}[1m]))",
-            lambda r: bool(r) and _values(r)[0] >= 3, timeout=10, what="three scrapes since the first rejection")
-
-        successes = prometheus.query(f'stoic_breaker_calls_total{{stoic_label="{LABEL}", outcome="success"}}')
-        assert successes and _values(successes)[0] > 0
 
         # The state gauge: all three states, exactly one of them 1.
         state = prometheus.query(f"stoic_breaker_state{sel}")
         assert sorted(s["metric"]["state"] for s in state) == ["closed", "half_open", "open"]
         assert sorted(_values(state)) == [0.0, 0.0, 1.0]
 
-        rejections = prometheus.query(f"sum(stoic_breaker_rejections_total{sel})")
-        assert rejections and _values(rejections)[0] > 0, "an open breaker rejected calls"
-
-        # The histogram has second-scale buckets (the SDK's default ones are made for milliseconds).
+        # The histogram has second-scale buckets and error.type on failures.
         buckets = prometheus.query(f"stoic_breaker_call_duration_seconds_bucket{sel}")
         les = {s["metric"]["le"] for s in buckets}
         assert {"0.005", "0.01", "0.025", "0.25", "0.5", "1.0", "+Inf"} <= les, les
-        counts = prometheus.query(f"sum(stoic_breaker_call_duration_seconds_count{sel})")
-        assert counts and _values(counts)[0] > 0
-        fast = prometheus.query(f'sum(stoic_breaker_call_duration_seconds_bucket{{stoic_label="{LABEL}", le="0.025"}})')
-        assert fast and _values(fast)[0] > 0, "healthy calls (a few ms) land at or below 25 ms"
+        failing = prometheus.query(f'stoic_breaker_call_duration_seconds_count{{stoic_label="{LABEL}", '
+                                   'outcome="failure"}')
+        assert {s["metric"]["error_type"] for s in failing} >= {"DependencyError"}
 
-        # Every panel query of every committed dashboard evaluates.
-        failed = []
-        for query in all_panel_queries():
-            assert "$" not in query.promql, query
-            try:
-                prometheus.query(query.promql)
-            except AssertionError as exc:
-                failed.append(f"{query}: {exc}")
-        assert not failed, "\n".join(failed)
+        # Every panel query of every dashboard returns data, as written: nothing is patched in.
+        queries = _every_panel_query()
+        assert len(queries) >= 20
+        for query in queries:
+            assert "$" not in query.promql and "or vector(" not in query.promql, query
+        empty = list(queries)
+        deadline = time.monotonic() + 25
+        while empty and time.monotonic() < deadline:
+            empty = [q for q in empty if not prometheus.query(q.promql)]
+            if empty:
+                time.sleep(1.0)
+        assert not empty, "panels with no data:\n" + "\n".join(f"{q}: {q.promql}" for q in empty)
 
         # The state timeline's single number per breaker is one of its mapped codes.
         (timeline,) = [q for q in panel_queries("stoic-breakers.json") if q.panel == "Breaker state"]
@@ -125,9 +124,10 @@ def test_demo_metrics_reach_prometheus_and_every_dashboard_query_evaluates(
         assert [s["metric"]["stoic_label"] for s in codes] == [LABEL]
         assert _values(codes)[0] in (0.0, 1.0, 2.0)
 
-        # The breakers dashboard is about this demo: every one of its queries finds data.
-        empty = [str(q) for q in panel_queries("stoic-breakers.json") if not prometheus.query(q.promql)]
-        assert not empty, f"breaker panels with no data: {empty}"
+        # The pictures cover the whole story: let the demo finish, and the last scrape land.
+        proc.wait(timeout=DEMO_SECONDS + 15)
+        time.sleep(1.5)
+        _render_figures(prometheus, wall_start, time.time())
     except AssertionError:
         print(output.read_text(errors="replace")[-3000:])
         print(prometheus.logs())
@@ -135,4 +135,51 @@ def test_demo_metrics_reach_prometheus_and_every_dashboard_query_evaluates(
     finally:
         stop_process(proc)
     assert proc.returncode in (0, -15), output.read_text(errors="replace")[-3000:]
-    assert time.monotonic() - started < 80
+    assert time.monotonic() - started < 60
+
+
+def _legend(template: str, metric: dict[str, str]) -> str:
+    return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: metric.get(m.group(1), ""), template).strip() or "value"
+
+
+def _render_figures(prometheus: Prometheus, start: float, end: float) -> None:
+    """One PNG per dashboard: each panel's targets over the run, from Prometheus's range queries."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        dashboard = load(name)
+        queries = panel_queries(name)
+        legends = {(p.get("title", ""), t.get("refId", "")): t.get("legendFormat", "")
+                   for p in dashboard["panels"] for t in p.get("targets", [])}
+        panels: dict[str, list[PanelQuery]] = {}
+        for query in queries:
+            panels.setdefault(query.panel, []).append(query)
+        columns = 2
+        rows = (len(panels) + columns - 1) // columns
+        figure, axes = plt.subplots(rows, columns, figsize=(12, 3.0 * rows), squeeze=False)
+        for ax, (title, targets) in zip(axes.flat, panels.items(), strict=False):
+            drawn = 0
+            for query in targets:
+                for series in prometheus.query_range(query.promql, start, end):
+                    points = [(float(t) - start, float(v)) for t, v in series["values"] if v not in ("NaN", "+Inf")]
+                    if points:
+                        xs, ys = zip(*points, strict=True)
+                        legend = _legend(legends.get((title, query.ref_id), ""), series["metric"])
+                        ax.plot(xs, ys, marker="." if len(xs) < 3 else None, label=legend)
+                        drawn += 1
+            ax.set_title(title, fontsize=10)
+            ax.set_xlabel("seconds into the demo", fontsize=8)
+            ax.tick_params(labelsize=8)
+            ax.grid(alpha=0.3)
+            if drawn:
+                ax.legend(fontsize=7, loc="upper left")
+        for ax in list(axes.flat)[len(panels):]:
+            ax.set_visible(False)
+        figure.suptitle(f"{dashboard['title']} (the demo, scraped by a real Prometheus)", fontsize=12)
+        figure.tight_layout()
+        figure.savefig(FIGURES / f"dashboard-{name.removeprefix('stoic-').removesuffix('.json')}.png", dpi=80)
+        plt.close(figure)

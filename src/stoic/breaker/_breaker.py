@@ -33,9 +33,10 @@ from .._clock import Clock, SystemClock, current_clock
 from .._deadline import remaining_ns
 from .._durations import Seconds, check_int
 from .._errors import CircuitOpen, DeadlineExceeded, Defect, is_defect, is_rejection, leaves
-from ..events import Level, emit, min_level
+from ..events import Level, emit
 from ..events._event import error_type
-from ..events._sinks import _process as _sinks_registry
+from ..events._sinks import kind_floor
+from ..events._sinks import min_level as _min_level_of
 from . import _decorate
 from ._config import (
     BreakerSnapshot,
@@ -68,9 +69,20 @@ _metrics_state = _metrics.state
 _admission_state = _admission.state
 _log = logging.getLogger("stoic")
 
-_SUCCESS_CALLS: Final = ("calls", "success", "")
 _BOUNDS_NS: Final = tuple(round(bound * 1e9) for bound in _metrics.DURATION_BUCKETS)
-_SUCCESS_DURATION: Final = ("duration", "success", "")
+# Recorder keys are (metric name, *attribute values after stoic.label): see stoic._metrics.METRICS.
+# stoic.breaker.calls is the count of this histogram, so a call is recorded once.
+_DURATION: Final = "stoic.breaker.call.duration"
+_SUCCESS_DURATION: Final = (_DURATION, "success", "")
+
+# Only the sinks that want breaker events count here (issue 11): a debug sink that wants none of
+# them leaves the fast path on.
+_sinks_registry: Final = kind_floor("breaker")
+
+
+def min_level() -> int:
+    """The lowest level any ambient sink wants for breaker events."""
+    return _min_level_of("breaker")
 
 # Events gathered under the lock and emitted after it is released: (name, level, attributes).
 _Pending = list[tuple[str, Level, dict[str, Any]]]
@@ -343,6 +355,8 @@ class CircuitBreaker:
         if admitted is not None:
             return admitted
         seconds = None if retry_after is None else retry_after / 1e9
+        if _metrics_state.enabled:  # a rare decision, outside the breaker's lock
+            (self._recorder or self._new_recorder()).count_locked(("stoic.breaker.rejections", state.value))
         if min_level() <= _DEBUG:
             attrs: dict[str, Any] = {"state": state.value}
             if seconds is not None:
@@ -384,7 +398,7 @@ class CircuitBreaker:
         if is_defect(exc):
             self._ignore(epoch, probe, None, end)
             if min_level() <= _ERROR:
-                emit("breaker.defect", self.label, _ERROR, end, {})
+                emit("breaker.defect", self.label, _ERROR, end, {"error.type": error_type(exc)})
             return
         try:
             counts = bool(self._record_when(exc))
@@ -463,14 +477,10 @@ class CircuitBreaker:
             if _metrics_state.enabled:
                 recorder = self._recorder or self._new_recorder()
                 if failed:
-                    error_kind = kind or ""
-                    recorder.count(("calls", "failure", error_kind))
-                    recorder.observe(("duration", "failure", error_kind), duration)
+                    recorder.observe((_DURATION, "failure", kind or ""), duration)
                 else:
                     # The success series exist from the recorder's creation: updated in place,
                     # with no method call (this is every call's cost while metrics are on).
-                    counters = recorder.counters
-                    counters[_SUCCESS_CALLS] += 1
                     histogram = recorder.histograms[_SUCCESS_DURATION]
                     histogram.counts[_bisect_left(_BOUNDS_NS, duration)] += 1
                     histogram.sum_ns += duration
@@ -491,8 +501,9 @@ class CircuitBreaker:
         return window
 
     def _new_recorder(self) -> _metrics.Recorder:
-        recorder = _metrics.recorder("breaker", self.label)
-        recorder.counters[_SUCCESS_CALLS] = 0
+        # Made on the first call or decision after metrics were enabled (not at construction: a
+        # breaker per route must stay small); it holds the breaker weakly for the state gauge.
+        recorder = _metrics.recorder("breaker", self.label, self)
         recorder.histograms[_SUCCESS_DURATION] = _metrics.Histogram()
         self._recorder = recorder
         return recorder
@@ -629,6 +640,8 @@ class CircuitBreaker:
 
     def _publish(self, state: BreakerState) -> None:
         # Under the lock, so every stream sees transitions in the order they happened.
+        if _metrics_state.enabled:
+            (self._recorder or self._new_recorder()).count(("stoic.breaker.transitions", state.value))
         if self._streams:
             for stream in list(self._streams):
                 stream.publish(state)

@@ -43,8 +43,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .. import _deadline, _metrics
 from .._deadline import _current as _deadline_scope
-from ..events import Level, min_level
-from ..events._sinks import _process as _sinks_registry
+from ..events import Level
 
 if TYPE_CHECKING:
     from ._breaker import CircuitBreaker
@@ -164,6 +163,8 @@ def _factory(is_async: bool, params: str, call: str, method: bool) -> Callable[.
 
 
 def _shared() -> tuple[object, ...]:
+    from ._breaker import _sinks_registry, min_level  # the breaker kind's sink floor
+
     return (_deadline, _deadline_scope.get, _sinks_registry, min_level, _metrics.state, next, REFUSED_RESULTS,
             types.CoroutineType)
 

@@ -4,7 +4,8 @@ This is the one place an event is written down. Docs (docs/events.md), the OpenT
 structlog adapters and the contract tests are driven from it; :class:`stoic.testing.RecordingSink`
 rejects any event that is not here or carries other attributes.
 
-Sources: seed 000 "Events" (breaker, ratelimiter, bulkhead, hedge) and seed 001 "Events" (retry).
+Sources: seed 000 "Events" (breaker, ratelimiter, bulkhead, hedge), seed 001 "Events" (retry);
+``timeout.expired`` and ``fallback.substituted`` are stoic's (issue 11: every decision an event).
 Where a seed names an event without attributes, the catalog says which were added and why.
 """
 
@@ -103,7 +104,10 @@ _SPECS: tuple[EventSpec, ...] = (
     EventSpec("breaker.ignored", Level.DEBUG, "A completed call was not evidence about the dependency.", {
         "reason": _a("str", "cancelled, rejection or stale"),
     }),
-    EventSpec("breaker.defect", Level.ERROR, "The operation raised a Defect: re-raised, never counted."),
+    EventSpec("breaker.defect", Level.ERROR, "The operation raised a Defect (or record_when raised): re-raised, "
+              "never counted.", {
+        "error.type": _a("str", "the Defect's type name, or record_when's own error's when it raised"),
+    }),
     # --- rate limiter (seed 000, Events; RateLimiter) ---
     EventSpec("ratelimiter.rejected", Level.INFO, "acquire refused: nothing queued, nothing consumed.", {
         "reason": _a("str", "would_exceed_deadline, queue_full, cancelled or deadline_exceeded"),
@@ -111,7 +115,10 @@ _SPECS: tuple[EventSpec, ...] = (
         "retry_after": _a("float", "seconds until the request could be served, when known", optional=True),
     }),
     EventSpec("ratelimiter.oversized", Level.WARNING,
-              "A request asked for more permits than the burst; it can never be served."),
+              "A request asked for more permits than the burst; it can never be served.", {
+        "permits": _a("int", "permits requested"),
+        "burst": _a("int", "the limiter's burst (the most a request can ever get)"),
+    }),
     EventSpec("ratelimiter.waited", Level.DEBUG, "A queued acquire was served.", {
         "permits": _a("int", "permits granted"),
         "waited": _a("float", "seconds spent waiting"),
@@ -137,9 +144,16 @@ _SPECS: tuple[EventSpec, ...] = (
         "started": _a("int", "attempts started in all"),
         "latency": _a("float", "seconds from the first start to the win"),
     }),
-    EventSpec("hedge.budget_exhausted", Level.WARNING, "No retry-budget token: no hedge; running attempts go on."),
-    EventSpec("hedge.deadline_skip", Level.INFO, "No hedge: the ambient deadline leaves no time for one."),
-    EventSpec("hedge.all_failed", Level.WARNING, "Every started attempt failed; the first failure is raised."),
+    EventSpec("hedge.budget_exhausted", Level.WARNING, "No retry-budget token: no hedge; running attempts go on.", {
+        "attempts": _a("int", "attempts started so far"),
+    }),
+    EventSpec("hedge.deadline_skip", Level.INFO, "No hedge: the ambient deadline leaves no time for one.", {
+        "attempts": _a("int", "attempts started so far"),
+    }),
+    EventSpec("hedge.all_failed", Level.WARNING, "Every started attempt failed; the first failure is raised.", {
+        "attempts": _a("int", "attempts started in all"),
+        "error.type": _ERROR_TYPE,
+    }),
     # --- retry (seed 001, Events) ---
     EventSpec("retry.attempt_failed", Level.INFO, "An attempt failed and will be retried.", {
         "attempt": _a("int", "the failed attempt's number (1 is the first)"),
@@ -176,6 +190,15 @@ _SPECS: tuple[EventSpec, ...] = (
     EventSpec("retry.after_capped", Level.WARNING, "A Retry-After longer than five minutes was capped.", {
         "requested": _a("float", "seconds the error asked for"),
         "capped": _a("float", "seconds actually used"),
+    }),
+    # --- deadlines (design/python.md, "Cancellation and deadlines") ---
+    EventSpec("timeout.expired", Level.INFO, "A stoic.timeout()/deadline() block's deadline fired: the task "
+              "inside is cancelled and the block raises DeadlineExceeded. The label is the block's "
+              "label, or \"timeout\" without one."),
+    # --- fallback (seed 002, "Falling back") ---
+    EventSpec("fallback.substituted", Level.INFO, "with_fallback returned the fallback's value instead of "
+              "raising. The label is the fallback's own (with_fallback's required label=).", {
+        "error.type": _ERROR_TYPE,
     }),
 )
 

@@ -11,9 +11,10 @@ class LoggingSink:
     """Logs each event to a stdlib ``logging.Logger`` (default ``logging.getLogger("stoic")``).
 
     The message is ``"<name> <label> key=value ..."``; the structured fields are also passed as
-    ``extra`` (``stoic_event``, ``stoic_label``, ``stoic_attributes``) for formatters that want
-    them. ``level`` is the lowest event level forwarded (default ``Level.INFO``). Never
-    configures logging: the application decides handlers and levels.
+    ``extra`` (``stoic.event``, ``stoic.label``, ``stoic.attributes``: the label under the same
+    key as in OpenTelemetry and structlog; read them with ``getattr(record, "stoic.label")``).
+    ``level`` is the lowest event level forwarded (default ``Level.INFO``). Never configures
+    logging: the application decides handlers and levels.
     """
 
     def __init__(self, logger: logging.Logger | None = None, level: Level = Level.INFO) -> None:
@@ -30,5 +31,5 @@ class LoggingSink:
             event.name,
             event.label,
             f" {attrs}" if attrs else "",
-            extra={"stoic_event": event.name, "stoic_label": event.label, "stoic_attributes": dict(event.attributes)},
+            extra={"stoic.event": event.name, "stoic.label": event.label, "stoic.attributes": dict(event.attributes)},
         )

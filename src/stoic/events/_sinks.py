@@ -25,23 +25,67 @@ _log = logging.getLogger("stoic.events")
 
 @runtime_checkable
 class Sink(Protocol):
-    """Anything with ``emit(event)``. An optional ``level`` attribute (a :class:`Level`, default
-    ``Level.INFO``) is the lowest level the sink wants; lower events are never built for it."""
+    """Anything with ``emit(event)``. An optional ``level`` attribute (a :class:`Level` or an int,
+    default ``Level.INFO``) is the lowest level the sink wants; lower events are never built for
+    it. An optional ``event_names`` attribute (a collection of catalog event names, default ``None``:
+    every event) narrows what it receives: a policy whose events none of the sinks want runs as
+    if there were no sink (the floors below are kept per policy kind, ``breaker``, ``retry``...)."""
 
     def emit(self, event: Event) -> None: ...
 
 
 def _sink_level(sink: Sink) -> int:
-    return int(getattr(sink, "level", Level.INFO))
+    level = getattr(sink, "level", Level.INFO)
+    if isinstance(level, bool) or not isinstance(level, (int, float)):
+        raise TypeError(f"sink {sink!r}: level must be a stoic.Level or an int (a logging level), got {level!r}")
+    return int(level)
 
 
-# A sink with the level it wants, read once when it is installed (levels are compared as plain
-# ints on the emit path).
-_Entry = tuple[Sink, int]
+def _sink_names(sink: Sink) -> frozenset[str] | None:
+    names = getattr(sink, "event_names", None)
+    if names is None:
+        return None
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"sink {sink!r}: event_names must be a collection of event names (str), got {names!r}")
+    return frozenset(names)
+
+
+def _kind(name: str) -> str:
+    return name.partition(".")[0]
+
+
+# A sink with the level and names it wants, read once when it is installed (levels are compared
+# as plain ints on the emit path; names None: every event).
+_Entry = tuple[Sink, int, "frozenset[str] | None"]
+
+
+def _check(sink: object) -> _Entry:
+    if sink is None or not isinstance(sink, Sink):
+        raise TypeError(f"a sink needs an emit(event) method, got {sink!r}")
+    return (sink, _sink_level(sink), _sink_names(sink))
+
+
+def _level_for(entries: tuple[_Entry, ...], kind: str) -> int:
+    """The lowest level any of ``entries`` wants for events of policy kind ``kind``."""
+    return min((lvl for _, lvl, names in entries if names is None or any(_kind(n) == kind for n in names)),
+               default=_OFF)
+
+
+class KindFloor:
+    """The floor of one policy kind: no ambient sink in any context wants an event of this kind
+    below ``floor``. A policy module holds its kind's object and reads ``.floor`` (one attribute,
+    no context variable) before asking :func:`min_level` with its kind."""
+
+    __slots__ = ("floor", "kind", "process")
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.process = _OFF  # the lowest level of process-wide sinks wanting this kind
+        self.floor = _OFF
 
 
 class _Registry:
-    __slots__ = ("entries", "failed", "floor", "ids", "lock", "min_level", "scoped_floor")
+    __slots__ = ("entries", "failed", "floor", "ids", "kinds", "lock", "min_level", "scoped_floor", "scoped_kinds")
 
     def __init__(self) -> None:
         self.entries: tuple[_Entry, ...] = ()
@@ -51,10 +95,13 @@ class _Registry:
         # again: a task that copied a context inside a use_sinks block keeps its sinks after
         # the block has ended, and no one can tell when the last such context is gone.
         self.scoped_floor = _OFF
+        # The same per policy kind (a scoped sink with names lowers only the kinds it names).
+        self.scoped_kinds: dict[str, int] = {}
         # min(min_level, scoped_floor): no ambient sink in any context wants a level below
         # this. A hot path reads it first (one attribute, no context variable) and calls
         # min_level() only when it is low enough to matter.
         self.floor = _OFF
+        self.kinds: dict[str, KindFloor] = {}
         self.lock = threading.Lock()
         # Failed sinks by id, kept alive so a new sink can never reuse a failed one's id and
         # inherit its silence.
@@ -62,15 +109,35 @@ class _Registry:
 
     def _set(self, entries: tuple[_Entry, ...]) -> None:
         self.entries = entries
-        self.ids = frozenset(id(s) for s, _ in entries)
-        self.min_level = min((lvl for _, lvl in entries), default=_OFF)
-        self.floor = min(self.min_level, self.scoped_floor)
+        self.ids = frozenset(id(e[0]) for e in entries)
+        self.min_level = min((e[1] for e in entries), default=_OFF)
+        self.floor = min(self.min_level, self.scoped_floor, *self.scoped_kinds.values())
+        for kind in self.kinds.values():
+            self._refresh(kind)
 
-    def lower_scoped_floor(self, level: int) -> None:
+    def _refresh(self, kind: KindFloor) -> None:
+        kind.process = _level_for(self.entries, kind.kind)
+        kind.floor = min(kind.process, self.scoped_floor, self.scoped_kinds.get(kind.kind, _OFF))
+
+    def lower_scoped_floor(self, entries: tuple[_Entry, ...]) -> None:
         with self.lock:
-            if level < self.scoped_floor:
-                self.scoped_floor = level
-                self.floor = min(self.min_level, level)
+            for _, lvl, names in entries:
+                if names is None:
+                    self.scoped_floor = min(self.scoped_floor, lvl)
+                else:
+                    for name in {_kind(n) for n in names}:
+                        self.scoped_kinds[name] = min(self.scoped_kinds.get(name, _OFF), lvl)
+            self.floor = min(self.min_level, self.scoped_floor, *self.scoped_kinds.values())
+            for kind in self.kinds.values():
+                self._refresh(kind)
+
+    def kind_floor(self, kind: str) -> KindFloor:
+        with self.lock:
+            made = self.kinds.get(kind)
+            if made is None:
+                made = self.kinds[kind] = KindFloor(kind)
+                self._refresh(made)
+            return made
 
 
 _process = _Registry()
@@ -78,28 +145,45 @@ _process = _Registry()
 _scoped: ContextVar[tuple[tuple[_Entry, ...], int] | None] = ContextVar("stoic.sinks", default=None)
 
 
-def min_level() -> int:
-    """The lowest level any ambient sink wants (``1000`` when there is no sink)."""
+def kind_floor(kind: str) -> KindFloor:
+    """The :class:`KindFloor` of policy kind ``kind`` (one object per kind, updated in place)."""
+    return _process.kind_floor(kind)
+
+
+def min_level(kind: str | None = None) -> int:
+    """The lowest level any ambient sink wants (``1000`` when there is no sink); with ``kind``,
+    counting only the sinks that want events of that policy kind (``"breaker"``...)."""
     scoped = _scoped.get()
+    if kind is None:
+        if scoped is None:
+            return _process.min_level
+        return scoped[1] if scoped[1] < _process.min_level else _process.min_level
+    floor = _process.kinds.get(kind)
+    process = floor.process if floor is not None else _level_for(_process.entries, kind)
     if scoped is None:
-        return _process.min_level
-    return scoped[1] if scoped[1] < _process.min_level else _process.min_level
+        return process
+    if scoped[1] >= process:
+        return process
+    return min(process, _level_for(scoped[0], kind))
 
 
-def enabled(level: int) -> bool:
-    """Whether an event at ``level`` would reach any ambient sink."""
-    return min_level() <= level
+def enabled(level: int, kind: str | None = None) -> bool:
+    """Whether an event at ``level`` (of policy kind ``kind``, when given) would reach any ambient sink."""
+    return min_level(kind) <= level
 
 
 def add_sink(sink: Sink) -> None:
     """Install ``sink`` process-wide (every thread, task and context). Idempotent.
 
-    The sink's ``level`` is read now; change it by removing and adding the sink again.
+    The sink's ``level`` and ``event_names`` are read now; change them by removing and adding the sink
+    again. Raises ``TypeError`` for ``None`` or an object without ``emit``, a ``level`` that is
+    not a number, or ``event_names`` that are not strings.
     """
+    entry = _check(sink)
     with _process.lock:
         if id(sink) in _process.ids:
             return
-        _process._set((*_process.entries, (sink, _sink_level(sink))))
+        _process._set((*_process.entries, entry))
 
 
 def remove_sink(sink: Sink) -> None:
@@ -110,7 +194,7 @@ def remove_sink(sink: Sink) -> None:
 
 def process_sinks() -> tuple[Sink, ...]:
     """The process-wide sinks, in installation order."""
-    return tuple(s for s, _ in _process.entries)
+    return tuple(e[0] for e in _process.entries)
 
 
 @contextlib.contextmanager
@@ -118,21 +202,22 @@ def use_sinks(*sinks: Sink) -> Iterator[None]:
     """Add ``sinks`` for the enclosed block only (this context and tasks created in it).
 
     Scoped sinks add to the process-wide ones and to any enclosing scope's sinks. Each sink's
-    ``level`` is read on entry.
+    ``level`` and ``event_names`` are read on entry (``TypeError`` as for :func:`add_sink`).
     """
     outer = _scoped.get()
     base = outer[0] if outer else ()
     # A sink already in scope (or repeated here) is kept once: each sink sees an event once.
-    seen = {id(s) for s, _ in base}
+    seen = {id(e[0]) for e in base}
     added: list[_Entry] = []
     for sink in sinks:
+        entry = _check(sink)
         if id(sink) not in seen:
             seen.add(id(sink))
-            added.append((sink, _sink_level(sink)))
+            added.append(entry)
     combined = (*base, *added)
-    level = min((lvl for _, lvl in combined), default=_OFF)
-    if level < _process.scoped_floor:
-        _process.lower_scoped_floor(level)  # before any code can see these sinks in scope
+    level = min((e[1] for e in combined), default=_OFF)
+    if added:
+        _process.lower_scoped_floor(tuple(added))  # before any code can see these sinks in scope
     token = _scoped.set((combined, level))
     try:
         yield
@@ -159,12 +244,12 @@ def emit(name: str, label: str, level: Level, time_ns: int, attributes: Mapping[
     """
     event = Event(name, label, level, attributes, time_ns)
     value = int(level)
-    for sink, wanted in _process.entries:
-        if wanted <= value:
+    for sink, wanted, names in _process.entries:
+        if wanted <= value and (names is None or name in names):
             _deliver(sink, event)
     scoped = _scoped.get()
     if scoped is not None:
         ids = _process.ids
-        for sink, wanted in scoped[0]:
-            if wanted <= value and id(sink) not in ids:
+        for sink, wanted, names in scoped[0]:
+            if wanted <= value and id(sink) not in ids and (names is None or name in names):
                 _deliver(sink, event)

@@ -1,37 +1,42 @@
-"""stoic events into OpenTelemetry: span events, log-based events and metrics.
+"""stoic into OpenTelemetry: span events, log-based events and metrics.
 
-``instrument()`` installs process-wide sinks (:func:`stoic.add_sink`) that turn every stoic
-event into span events on the caller's current span, optionally OTel log records with an event
-name, and the metrics of :data:`METRICS` (counters and histograms from events, gauges from the
-policies given to :meth:`Instrumentation.observe`). The core ``stoic`` package never imports
-OpenTelemetry; this distribution is the only place it is used.
+``instrument()`` installs process-wide sinks (:func:`stoic.add_sink`) that turn stoic's
+decisions (events) into span events on the caller's current span and, optionally, OTel log
+records with an event name; and it exports the metrics of :data:`METRICS`, read at collection
+time from the policies' in-process recorders (:class:`Metrics`). ``opentelemetry-instrument``
+does the same through the ``opentelemetry_instrumentor`` entry point (:class:`StoicInstrumentor`).
+The core ``stoic`` package never imports OpenTelemetry; this distribution is the only place it is used.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from opentelemetry._logs import LoggerProvider
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
 import stoic
+from stoic._metrics import DEFAULT_MAX_LABELS
 from stoic.events import Level, Sink
 
 from ._logs import LogEventSink
-from ._metrics import MetricsSink
+from ._metrics import HistogramBridge, Metrics
 from ._spans import SpanEventSink
-from ._table import LABEL, METRICS, SECOND_BUCKETS, MetricSpec
+from ._table import LABEL, METRICS, SCHEMA_URL, SECOND_BUCKETS, MetricSpec
 from ._version import __version__
 
 __all__ = [
     "LABEL",
     "METRICS",
+    "SCHEMA_URL",
     "SECOND_BUCKETS",
+    "HistogramBridge",
     "Instrumentation",
     "LogEventSink",
     "MetricSpec",
-    "MetricsSink",
+    "Metrics",
     "SpanEventSink",
     "__version__",
     "instrument",
@@ -42,12 +47,13 @@ _active: Instrumentation | None = None
 
 
 class Instrumentation:
-    """What :func:`instrument` installed: its sinks, until :meth:`uninstrument`.
+    """What :func:`instrument` installed, until :meth:`uninstrument`.
 
-    ``spans``, ``logs`` and ``metrics`` are the installed sinks (``None`` when turned off).
+    ``spans`` and ``logs`` are the installed sinks and ``metrics`` the :class:`Metrics` (each
+    ``None`` when turned off).
     """
 
-    def __init__(self, spans: SpanEventSink | None, logs: LogEventSink | None, metrics: MetricsSink | None) -> None:
+    def __init__(self, spans: SpanEventSink | None, logs: LogEventSink | None, metrics: Metrics | None) -> None:
         self.spans = spans
         self.logs = logs
         self.metrics = metrics
@@ -56,27 +62,12 @@ class Instrumentation:
     @property
     def sinks(self) -> tuple[Sink, ...]:
         """The installed sinks, in installation order."""
-        return tuple(s for s in (self.spans, self.logs, self.metrics) if s is not None)
+        return tuple(s for s in (self.spans, self.logs) if s is not None)
 
     @property
     def installed(self) -> bool:
         """Whether the sinks are installed (``False`` after :meth:`uninstrument`)."""
         return self._installed
-
-    def observe(self, *policies: object) -> Instrumentation:
-        """Register policies whose properties feed the gauges; returns ``self`` for chaining.
-
-        Any object works (duck typing): ``.state`` (a breaker's ``BreakerState``) feeds
-        ``stoic.breaker.state``; ``.available_permits`` and ``.waiter_count`` the rate limiter
-        gauges; ``.active_count`` and ``.queued_count`` the bulkhead gauges; ``.current_delay``
-        (seconds) ``stoic.hedge.delay``. The series' ``stoic.label`` is the object's ``.label``
-        (its lowercased type name when it has none). Properties are read when metrics are
-        collected; one that raises or is not a number is skipped. Policies are held weakly when
-        they support it, so observing one does not keep it alive. A no-op with ``metrics=False``.
-        """
-        if self.metrics is not None:
-            self.metrics.observe(*policies)
-        return self
 
     def _install(self) -> None:
         for sink in self.sinks:
@@ -84,11 +75,8 @@ class Instrumentation:
         self._installed = True
 
     def uninstrument(self) -> None:
-        """Remove the sinks: events stop reaching OpenTelemetry. Idempotent.
-
-        Counters and gauges (observable instruments) stop reporting; OpenTelemetry cannot delete
-        instruments, so the duration histograms keep their last values in the meter provider.
-        """
+        """Remove the sinks and stop reporting metrics. Idempotent. (The policies' recorders keep
+        counting: another exporter may read them.)"""
         global _active
         for sink in self.sinks:
             stoic.remove_sink(sink)
@@ -100,7 +88,7 @@ class Instrumentation:
                 _active = None
 
     def __repr__(self) -> str:
-        return f"Instrumentation(sinks={list(self.sinks)!r}, installed={self._installed})"
+        return f"Instrumentation(sinks={list(self.sinks)!r}, metrics={self.metrics!r}, installed={self._installed})"
 
 
 def instrument(
@@ -112,8 +100,10 @@ def instrument(
     log_events: bool = False,
     metrics: bool = True,
     level: Level = Level.INFO,
+    prometheus_registry: Any = None,
+    max_labels: int = DEFAULT_MAX_LABELS,
 ) -> Instrumentation:
-    """Send every stoic event to OpenTelemetry, process-wide.
+    """Send stoic to OpenTelemetry, process-wide.
 
     - ``span_events``: each event at ``level`` or above (default INFO) becomes an event on the
       caller's current recording span (``SpanEventSink``). Span events attach to whatever span is
@@ -121,12 +111,16 @@ def instrument(
       otherwise unused.
     - ``log_events``: each event at ``level`` or above becomes an OTel log record with
       ``event_name`` (``LogEventSink``), on ``logger_provider`` (default: the global one).
-    - ``metrics``: the metrics of :data:`METRICS` on ``meter_provider`` (default: the global
-      one). Metrics need debug events, so policies build those while metrics are on.
+    - ``metrics``: the metrics of :data:`METRICS` on ``meter_provider`` (default: the global one),
+      read from the policies' recorders at collection time (no per-call cost beyond theirs).
+      Counters and gauges are observable instruments; the duration histograms are served from
+      ``prometheus_registry`` (a ``prometheus_client`` registry, the one the OpenTelemetry
+      Prometheus exporter serves) when given, or through :class:`HistogramBridge` around a push
+      exporter. ``max_labels`` caps the labels per metric (default 1,000).
 
-    Returns the :class:`Instrumentation`; call ``.observe(*policies)`` to feed the gauges and
-    ``.uninstrument()`` to remove everything. Raises ``RuntimeError`` if an instrumentation is
-    already installed (uninstrument it first: two would count every event twice).
+    Returns the :class:`Instrumentation`; ``.uninstrument()`` removes everything. Raises
+    ``RuntimeError`` if an instrumentation is already installed (uninstrument it first: two
+    would report every event twice).
     """
     del tracer_provider  # span events go to the current span, whichever provider made it
     global _active
@@ -136,8 +130,14 @@ def instrument(
         result = Instrumentation(
             SpanEventSink(level) if span_events else None,
             LogEventSink(logger_provider, level) if log_events else None,
-            MetricsSink(meter_provider) if metrics else None,
+            Metrics(meter_provider, max_labels=max_labels, prometheus_registry=prometheus_registry)
+            if metrics else None,
         )
         result._install()
         _active = result
     return result
+
+
+def active() -> Instrumentation | None:
+    """The installed :class:`Instrumentation`, or ``None``."""
+    return _active

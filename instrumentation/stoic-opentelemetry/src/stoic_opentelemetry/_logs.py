@@ -10,7 +10,7 @@ from opentelemetry._logs import LoggerProvider, SeverityNumber, get_logger_provi
 
 from stoic.events import Event, Level
 
-from ._table import LABEL
+from ._table import LABEL, SCHEMA_URL
 from ._version import __version__
 
 _SEVERITY: dict[int, tuple[SeverityNumber, str]] = {
@@ -36,7 +36,7 @@ class LogEventSink:
     def __init__(self, logger_provider: LoggerProvider | None = None, level: Level = Level.INFO) -> None:
         self.level = level
         provider = logger_provider if logger_provider is not None else get_logger_provider()
-        self._logger = provider.get_logger("stoic_opentelemetry", __version__)
+        self._logger = provider.get_logger("stoic_opentelemetry", __version__, schema_url=SCHEMA_URL)
 
     def emit(self, event: Event) -> None:
         attributes = dict(event.attributes)
