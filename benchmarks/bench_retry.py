@@ -63,17 +63,23 @@ class _Later:
     calls: int
     is_async: bool
     variables: int = 0
+    fresh: bool = False  # ``make`` is a factory called once per round (state bound to one loop)
 
 
 def _later_async(make: Callable[[], Awaitable[object]], *, calls: int = CALLS, variables: int = 0) -> Any:
     return _Later(make, calls, True, variables)
 
 
+def _later_fresh(factory: Callable[[], Any], *, calls: int) -> Any:
+    return _Later(factory, calls, True, fresh=True)
+
+
 def _later_sync(make: Callable[[], object], *, calls: int = CALLS * 2, variables: int = 0) -> Any:
     return _Later(make, calls, False, variables)
 
 
-_VARIABLES = [contextvars.ContextVar(f"bench.var{i}") for i in range(CONTEXT_VARIABLES)]
+_VARIABLES: list[contextvars.ContextVar[object]] = [
+    contextvars.ContextVar(f"bench.var{i}") for i in range(CONTEXT_VARIABLES)]
 
 
 def _set_variables(count: int) -> None:
@@ -93,7 +99,8 @@ def _timed(results: list[Result]) -> list[Result]:
             context = contextvars.copy_context()
             if row.variables:
                 context.run(_set_variables, row.variables)  # asyncio.run copies this context
-            best[i] = min(best[i], context.run(timer, row.make, calls=row.calls, repeats=1))
+            make = row.make() if row.fresh else row.make
+            best[i] = min(best[i], context.run(timer, make, calls=row.calls, repeats=1))
     return [Result(r.name, ns) for r, ns in zip(results, best, strict=True)]
 
 
@@ -284,21 +291,18 @@ def _stages() -> tuple[Retrying, stoic.CircuitBreaker, stoic.RateLimiter, stoic.
 
 def _peer_stack() -> Callable[[], Awaitable[int]] | None:
     """The same four stages from peers, each the fastest form of its kind: hyx's retry,
-    circuitbreaker's ``@circuit``, aiolimiter's ``acquire()``, an ``asyncio.Semaphore``."""
+    circuitbreaker's ``@circuit``, aiolimiter's ``acquire()``, an ``asyncio.Semaphore``.
+    Built afresh for every round: the limiter binds to the loop that first uses it."""
     if not all(_have(m) for m in ("hyx", "circuitbreaker", "aiolimiter")):
         return None
     import aiolimiter
     import circuitbreaker
     import hyx.retry
 
-    limiter: aiolimiter.AsyncLimiter | None = None
-    semaphore: asyncio.Semaphore | None = None
+    limiter = aiolimiter.AsyncLimiter(10**9, 1)
+    semaphore = asyncio.Semaphore(1_000)
 
     async def limited() -> int:
-        nonlocal limiter, semaphore
-        if limiter is None:  # made inside the running loop
-            limiter, semaphore = aiolimiter.AsyncLimiter(10**9, 1), asyncio.Semaphore(1_000)
-        assert semaphore is not None
         await limiter.acquire()
         async with semaphore:
             return await _op()
@@ -330,9 +334,9 @@ def bench_pipeline() -> list[Result]:
             bulkhead=pyresilience.BulkheadConfig(max_concurrent=1_000))(_op)
         results.append(Result("pyresilience @resilient(retry, breaker, limiter, bulkhead)",
                               _later_async(four_in_one, calls=CALLS // 4)))
-    peer = _peer_stack()
-    if peer is not None:
-        results.append(Result("peers: hyx + @circuit + aiolimiter + Semaphore", _later_async(peer, calls=CALLS // 2)))
+    if _peer_stack() is not None:
+        results.append(Result("peers: hyx + @circuit + aiolimiter + Semaphore",
+                              _later_fresh(_peer_stack, calls=CALLS // 2)))
     return results
 
 
