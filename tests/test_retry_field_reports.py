@@ -511,3 +511,39 @@ async def test_a_huge_attempt_timeout_saturates_instead_of_overflowing(clock: Vi
 def test_schedule_delays_of_an_iterator_still_works() -> None:
     assert Schedule.delays(iter([1, 2])).maximal_delays() == [1.0, 2.0]
     assert sys.getrecursionlimit() > 0
+
+
+def test_a_swallowed_cancel_is_judged_per_task_with_loops_running_in_several_threads() -> None:
+    # Loops in several threads running tasks at once: the entry count must still be the
+    # caller's own task's (the shortcut that reads the one running task applies only when there
+    # is exactly one; otherwise asyncio is asked).
+    import threading
+
+    results: list[int] = []
+    barrier = threading.Barrier(4)
+
+    async def scenario() -> None:
+        await _swallow_a_cancel()
+        for _ in range(20):
+            calls: list[int] = []
+
+            async def op(calls: list[int] = calls) -> str:
+                calls.append(1)
+                await asyncio.sleep(0)  # let the other loops' tasks run in between
+                if len(calls) < 3:
+                    raise ConnectionError
+                return "ok"
+
+            assert await retry(NOW, op, budget=RetryBudget.UNLIMITED, label="threads") == "ok"
+            results.append(len(calls))
+
+    def worker() -> None:
+        barrier.wait()
+        asyncio.run(scenario())
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert results == [3] * 80

@@ -275,7 +275,9 @@ _current_task = _task_reader()
 # On 3.11 even the direct read costs a getpid() system call (the running-loop lookup checks the
 # pid on every call; 3.12 dropped that). While exactly one loop in the process is running a task,
 # that task is the caller's (a coroutine runs inside its task's step, which is what puts the
-# entry there), so the entry count is read from the one entry with no system call.
+# entry there), so the entry count is read from the one entry with no system call. Should another
+# thread's loop add its entry after the length check, it comes after ours in the dict's
+# insertion order (ours was inserted when our step began), so the first value is still ours.
 _RUNNING_TASKS: dict[Any, Any] | None = (
     getattr(asyncio.tasks, "_current_tasks", None) if sys.version_info < (3, 12) else None)
 
@@ -299,9 +301,13 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
     # Check (1) compares with the task's cancel count here, at entry: a cancel swallowed earlier
     # in the task (a TaskGroup on 3.11, a library without uncancel()) must not stop this retry.
     running = _RUNNING_TASKS
+    task = None
     if running is not None and len(running) == 1:
-        for task in running.values():  # noqa: B007 (the one value, without an iterator call)
-            break
+        try:
+            for task in running.values():  # noqa: B007 (the first value, without an iterator call)
+                break
+        except RuntimeError:  # another thread's loop entered or left a task meanwhile
+            task = _current_task()
     else:
         try:
             task = _current_task()
