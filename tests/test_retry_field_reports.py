@@ -547,3 +547,23 @@ def test_a_swallowed_cancel_is_judged_per_task_with_loops_running_in_several_thr
     for thread in threads:
         thread.join(timeout=60)
     assert results == [3] * 80
+
+
+def test_a_reported_callback_is_not_kept_alive_by_the_report() -> None:
+    import gc
+    import weakref
+
+    from stoic._callbacks import callback_failed
+
+    def classify(error: BaseException) -> bool:
+        raise Broken("per-request classifier")
+
+    alive = weakref.ref(classify)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        callback_failed(classify, "classify", Broken("no traceback"), ConnectionError())
+        callback_failed(classify, "classify", Broken("again"), ConnectionError())
+    assert len(caught) == 1
+    del classify
+    gc.collect()
+    assert alive() is None
