@@ -8,7 +8,6 @@ import asyncio
 import logging
 import os
 import pickle
-import sys
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -510,7 +509,6 @@ async def test_a_huge_attempt_timeout_saturates_instead_of_overflowing(clock: Vi
 
 def test_schedule_delays_of_an_iterator_still_works() -> None:
     assert Schedule.delays(iter([1, 2])).maximal_delays() == [1.0, 2.0]
-    assert sys.getrecursionlimit() > 0
 
 
 def test_a_swallowed_cancel_is_judged_per_task_with_loops_running_in_several_threads() -> None:
@@ -567,3 +565,17 @@ def test_a_reported_callback_is_not_kept_alive_by_the_report() -> None:
     del classify
     gc.collect()
     assert alive() is None
+
+
+async def test_recur_runs_on_the_clock_it_is_given_and_validates_it() -> None:
+    virtual = VirtualClock()
+    seen: list[float] = []
+
+    async def poll() -> int:
+        seen.append(virtual.now())
+        return len(seen)
+
+    assert await virtual.run(stoic.recur(Schedule.fixed(2).attempts(3), poll, clock=virtual)) == 3
+    assert seen == [0.0, 2.0, 4.0]
+    with pytest.raises(TypeError, match="clock"):
+        stoic.recur(Schedule.fixed(2).attempts(3), poll, clock=NotAClock())  # type: ignore[arg-type]

@@ -725,19 +725,22 @@ def retrying(
     return retrier.decorate
 
 
-def recur(schedule: Schedule, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, R]:
+def recur(schedule: Schedule, fn: Callable[..., Awaitable[R]], /, *args: Any, clock: Clock | None = None,
+          **kwargs: Any) -> Coroutine[Any, Any, R]:
     """Run ``fn`` again after each *success*, waiting as ``schedule`` says (polling, refresh).
 
     Returns the last result when the schedule ends; an error from ``fn`` propagates at once
     (wrap ``fn`` in :func:`retry` to retry failures). The schedule may be unbounded: then
     ``recur`` runs until the task running it is cancelled or its ambient deadline fires, so
     run it where something can stop it (a ``TaskGroup`` task you cancel, a ``stoic.timeout``).
-    Jitter draws from the call site's stream; sleeps are on the ambient clock. An ``fn``
-    declaring ``attempt`` receives an :class:`Attempt` numbering the runs.
+    Jitter draws from the call site's stream; sleeps are on ``clock`` (validated: ``TypeError``
+    naming ``clock``), else the ambient clock. An ``fn`` declaring ``attempt`` receives an
+    :class:`Attempt` numbering the runs.
     """
     if not isinstance(schedule, Schedule):
         raise TypeError(f"recur needs a Schedule, got {type(schedule).__name__}")
-    return _recur(schedule, fn, args, kwargs, _random.call_site(1), current_clock())
+    return _recur(schedule, fn, args, kwargs, _random.call_site(1),
+                  current_clock() if clock is None else check_clock(clock))
 
 
 async def _recur(schedule: Schedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...], kwargs: dict[str, Any],
