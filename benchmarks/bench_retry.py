@@ -17,6 +17,12 @@ round kept (benchmarks/_harness.py). Targets (issue 10):
 Every ratio is of overheads (ns per call minus the bare call's). The run ends with one table:
 target, measured ratio, met or not.
 
+Runs are short (about 1 ms each: the calls per run are sized per row) and many (21 rounds), the
+best kept: on a shared machine a long timed run is always interrupted by other processes (wall
+time then measures the contention: at a load average of 8 on 2 CPUs, 20,000-call runs read 4-6x
+slower than 2,000-call ones), while a short one often runs clean, and rows of equal duration are
+equally exposed.
+
     python -m benchmarks retry        (peers: pip install -r requirements-bench.txt)
 """
 
@@ -36,9 +42,9 @@ from stoic import Pipeline, Retrying, Schedule, retry, retry_sync, retrying
 
 from ._harness import Result, report, time_async, time_sync
 
-CALLS = int(os.environ.get("STOIC_BENCH_CALLS", "20000"))
+CALLS = int(os.environ.get("STOIC_BENCH_CALLS", "20000"))  # at most, per run
 SCHEDULE = Schedule.exponential(0.1).jittered().attempts(3)
-ROUNDS = int(os.environ.get("STOIC_BENCH_REPEATS", "7"))
+ROUNDS = int(os.environ.get("STOIC_BENCH_REPEATS", "21"))
 CONTEXT_VARIABLES = 30
 
 
@@ -63,17 +69,23 @@ class _Later:
     calls: int
     is_async: bool
     variables: int = 0
+    fresh: bool = False  # ``make`` is a factory called once per round (state bound to one loop)
 
 
 def _later_async(make: Callable[[], Awaitable[object]], *, calls: int = CALLS, variables: int = 0) -> Any:
     return _Later(make, calls, True, variables)
 
 
+def _later_fresh(factory: Callable[[], Any], *, calls: int) -> Any:
+    return _Later(factory, calls, True, fresh=True)
+
+
 def _later_sync(make: Callable[[], object], *, calls: int = CALLS * 2, variables: int = 0) -> Any:
     return _Later(make, calls, False, variables)
 
 
-_VARIABLES = [contextvars.ContextVar(f"bench.var{i}") for i in range(CONTEXT_VARIABLES)]
+_VARIABLES: list[contextvars.ContextVar[object]] = [
+    contextvars.ContextVar(f"bench.var{i}") for i in range(CONTEXT_VARIABLES)]
 
 
 def _set_variables(count: int) -> None:
@@ -81,19 +93,31 @@ def _set_variables(count: int) -> None:
         variable.set(object())
 
 
+ROUND_NS = 1_000_000  # each timed run lasts about this long, whatever the row's cost
+
+
+def _run(row: _Later, calls: int) -> float:
+    timer = time_async if row.is_async else time_sync
+    context = contextvars.copy_context()
+    if row.variables:
+        context.run(_set_variables, row.variables)  # asyncio.run copies this context
+    make = row.make() if row.fresh else row.make
+    return context.run(timer, make, calls=calls, repeats=1)
+
+
 def _timed(results: list[Result]) -> list[Result]:
     """Time every row in turns: one repeat of each row per round, the best round kept. A burst of
-    load on a shared machine then hits every row alike instead of one row against its baseline."""
+    load on a shared machine then hits every row alike instead of one row against its baseline.
+    Each row's calls per run are first sized so that a run lasts about ``ROUND_NS`` (at most the
+    row's ``calls``): rows then have the same exposure to other processes, where a fixed call
+    count would let a cheap row finish inside one time slice and a costly one never."""
+    rows = [r.ns_per_call for r in results]
+    assert all(isinstance(row, _Later) for row in rows)
+    sized = [max(50, min(row.calls, int(ROUND_NS / max(1.0, _run(row, 50))))) for row in rows]  # type: ignore[arg-type]
     best = [float("inf")] * len(results)
     for _ in range(ROUNDS):
-        for i, result in enumerate(results):
-            row = result.ns_per_call
-            assert isinstance(row, _Later)
-            timer = time_async if row.is_async else time_sync
-            context = contextvars.copy_context()
-            if row.variables:
-                context.run(_set_variables, row.variables)  # asyncio.run copies this context
-            best[i] = min(best[i], context.run(timer, row.make, calls=row.calls, repeats=1))
+        for i, row in enumerate(rows):
+            best[i] = min(best[i], _run(row, sized[i]))  # type: ignore[arg-type]
     return [Result(r.name, ns) for r, ns in zip(results, best, strict=True)]
 
 
@@ -284,21 +308,18 @@ def _stages() -> tuple[Retrying, stoic.CircuitBreaker, stoic.RateLimiter, stoic.
 
 def _peer_stack() -> Callable[[], Awaitable[int]] | None:
     """The same four stages from peers, each the fastest form of its kind: hyx's retry,
-    circuitbreaker's ``@circuit``, aiolimiter's ``acquire()``, an ``asyncio.Semaphore``."""
+    circuitbreaker's ``@circuit``, aiolimiter's ``acquire()``, an ``asyncio.Semaphore``.
+    Built afresh for every round: the limiter binds to the loop that first uses it."""
     if not all(_have(m) for m in ("hyx", "circuitbreaker", "aiolimiter")):
         return None
     import aiolimiter
     import circuitbreaker
     import hyx.retry
 
-    limiter: aiolimiter.AsyncLimiter | None = None
-    semaphore: asyncio.Semaphore | None = None
+    limiter = aiolimiter.AsyncLimiter(10**9, 1)
+    semaphore = asyncio.Semaphore(1_000)
 
     async def limited() -> int:
-        nonlocal limiter, semaphore
-        if limiter is None:  # made inside the running loop
-            limiter, semaphore = aiolimiter.AsyncLimiter(10**9, 1), asyncio.Semaphore(1_000)
-        assert semaphore is not None
         await limiter.acquire()
         async with semaphore:
             return await _op()
@@ -330,9 +351,9 @@ def bench_pipeline() -> list[Result]:
             bulkhead=pyresilience.BulkheadConfig(max_concurrent=1_000))(_op)
         results.append(Result("pyresilience @resilient(retry, breaker, limiter, bulkhead)",
                               _later_async(four_in_one, calls=CALLS // 4)))
-    peer = _peer_stack()
-    if peer is not None:
-        results.append(Result("peers: hyx + @circuit + aiolimiter + Semaphore", _later_async(peer, calls=CALLS // 2)))
+    if _peer_stack() is not None:
+        results.append(Result("peers: hyx + @circuit + aiolimiter + Semaphore",
+                              _later_fresh(_peer_stack, calls=CALLS // 2)))
     return results
 
 

@@ -8,7 +8,6 @@ import asyncio
 import logging
 import os
 import pickle
-import sys
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -520,4 +519,73 @@ async def test_a_huge_attempt_timeout_is_refused_by_name() -> None:
 
 def test_schedule_delays_of_an_iterator_still_works() -> None:
     assert Schedule.delays(iter([1, 2])).maximal_delays() == [1.0, 2.0]
-    assert sys.getrecursionlimit() > 0
+
+
+def test_a_swallowed_cancel_is_judged_per_task_with_loops_running_in_several_threads() -> None:
+    # Loops in several threads running tasks at once: the entry count must still be the
+    # caller's own task's (the shortcut that reads the one running task applies only when there
+    # is exactly one; otherwise asyncio is asked).
+    import threading
+
+    results: list[int] = []
+    barrier = threading.Barrier(4)
+
+    async def scenario() -> None:
+        await _swallow_a_cancel()
+        for _ in range(20):
+            calls: list[int] = []
+
+            async def op(calls: list[int] = calls) -> str:
+                calls.append(1)
+                await asyncio.sleep(0)  # let the other loops' tasks run in between
+                if len(calls) < 3:
+                    raise ConnectionError
+                return "ok"
+
+            assert await retry(NOW, op, budget=RetryBudget.UNLIMITED, label="threads") == "ok"
+            results.append(len(calls))
+
+    def worker() -> None:
+        barrier.wait()
+        asyncio.run(scenario())
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert results == [3] * 80
+
+
+def test_a_reported_callback_is_not_kept_alive_by_the_report() -> None:
+    import gc
+    import weakref
+
+    from stoic._callbacks import callback_failed
+
+    def classify(error: BaseException) -> bool:
+        raise Broken("per-request classifier")
+
+    alive = weakref.ref(classify)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        callback_failed(classify, "classify", Broken("no traceback"), ConnectionError())
+        callback_failed(classify, "classify", Broken("again"), ConnectionError())
+    assert len(caught) == 1
+    del classify
+    gc.collect()
+    assert alive() is None
+
+
+async def test_recur_runs_on_the_clock_it_is_given_and_validates_it() -> None:
+    virtual = VirtualClock()
+    seen: list[float] = []
+
+    async def poll() -> int:
+        seen.append(virtual.now())
+        return len(seen)
+
+    assert await virtual.run(stoic.recur(Schedule.fixed(2).attempts(3), poll, clock=virtual)) == 3
+    assert seen == [0.0, 2.0, 4.0]
+    with pytest.raises(TypeError, match="clock"):
+        stoic.recur(Schedule.fixed(2).attempts(3), poll, clock=NotAClock())  # type: ignore[arg-type]

@@ -14,17 +14,38 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
+import weakref
+from typing import Any
 
 _log = logging.getLogger("stoic")
-_reported: dict[object, object] = {}  # key -> the callback (kept, so its id is never reused)
+# Callbacks already reported: weakly (a per-request lambda must not live for ever because it
+# failed once), by function and instance for a bound method (a new object per access), and by id
+# in a small bounded set for the rare callable that takes no weak reference.
+_reported: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
+_reported_ids: dict[int, None] = {}
+_MAX_IDS = 1024
 _lock = threading.Lock()
 
 
-def _key(callback: object) -> object:
-    # A bound method is a new object per access: key it by its function and instance.
+def _first_report(callback: object) -> bool:
     func = getattr(callback, "__func__", None)
-    owner = getattr(callback, "__self__", None)
-    return (id(func), id(owner)) if func is not None else id(callback)
+    owner = id(getattr(callback, "__self__", None)) if func is not None else 0
+    target = func if func is not None else callback
+    with _lock:
+        try:
+            owners = _reported.setdefault(target, set())
+        except TypeError:  # no weak reference to it
+            key = id(target) ^ owner
+            if key in _reported_ids:
+                return False
+            if len(_reported_ids) >= _MAX_IDS:
+                _reported_ids.pop(next(iter(_reported_ids)))
+            _reported_ids[key] = None
+            return True
+        if owner in owners:
+            return False
+        owners.add(owner)
+        return True
 
 
 def callback_failed(callback: object, role: str, failure: BaseException, error: BaseException) -> None:
@@ -33,11 +54,8 @@ def callback_failed(callback: object, role: str, failure: BaseException, error: 
     ``error`` already has one) and report it, the first time for this callback only."""
     if error.__context__ is None and failure is not error:
         error.__context__ = failure
-    key = _key(callback)
-    with _lock:
-        if key in _reported:
-            return
-        _reported[key] = callback
+    if not _first_report(callback):
+        return
     name = getattr(callback, "__qualname__", None) or type(callback).__qualname__
     message = (f"stoic: the {role} callback {name} raised {type(failure).__qualname__}: {failure} "
                f"(while judging {type(error).__qualname__}); the policy took its conservative decision "

@@ -288,7 +288,9 @@ _current_task = _task_reader()
 # On 3.11 even the direct read costs a getpid() system call (the running-loop lookup checks the
 # pid on every call; 3.12 dropped that). While exactly one loop in the process is running a task,
 # that task is the caller's (a coroutine runs inside its task's step, which is what puts the
-# entry there), so the entry count is read from the one entry with no system call.
+# entry there), so the entry count is read from the one entry with no system call. Should another
+# thread's loop add its entry after the length check, it comes after ours in the dict's
+# insertion order (ours was inserted when our step began), so the first value is still ours.
 _RUNNING_TASKS: dict[Any, Any] | None = (
     getattr(asyncio.tasks, "_current_tasks", None) if sys.version_info < (3, 12) else None)
 
@@ -312,9 +314,13 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
     # Check (1) compares with the task's cancel count here, at entry: a cancel swallowed earlier
     # in the task (a TaskGroup on 3.11, a library without uncancel()) must not stop this retry.
     running = _RUNNING_TASKS
+    task = None
     if running is not None and len(running) == 1:
-        for task in running.values():  # noqa: B007 (the one value, without an iterator call)
-            break
+        try:
+            for task in running.values():  # noqa: B007 (the first value, without an iterator call)
+                break
+        except RuntimeError:  # another thread's loop entered or left a task meanwhile
+            task = _current_task()
     else:
         try:
             task = _current_task()
@@ -732,19 +738,22 @@ def retrying(
     return retrier.decorate
 
 
-def recur(schedule: Schedule, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, R]:
+def recur(schedule: Schedule, fn: Callable[..., Awaitable[R]], /, *args: Any, clock: Clock | None = None,
+          **kwargs: Any) -> Coroutine[Any, Any, R]:
     """Run ``fn`` again after each *success*, waiting as ``schedule`` says (polling, refresh).
 
     Returns the last result when the schedule ends; an error from ``fn`` propagates at once
     (wrap ``fn`` in :func:`retry` to retry failures). The schedule may be unbounded: then
     ``recur`` runs until the task running it is cancelled or its ambient deadline fires, so
     run it where something can stop it (a ``TaskGroup`` task you cancel, a ``stoic.timeout``).
-    Jitter draws from the call site's stream; sleeps are on the ambient clock. An ``fn``
-    declaring ``attempt`` receives an :class:`Attempt` numbering the runs.
+    Jitter draws from the call site's stream; sleeps are on ``clock`` (validated: ``TypeError``
+    naming ``clock``), else the ambient clock. An ``fn`` declaring ``attempt`` receives an
+    :class:`Attempt` numbering the runs.
     """
     if not isinstance(schedule, Schedule):
         raise TypeError(f"recur needs a Schedule, got {type(schedule).__name__}")
-    return _recur(schedule, fn, args, kwargs, _random.call_site(1), current_clock())
+    return _recur(schedule, fn, args, kwargs, _random.call_site(1),
+                  current_clock() if clock is None else check_clock(clock))
 
 
 async def _recur(schedule: Schedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...], kwargs: dict[str, Any],
