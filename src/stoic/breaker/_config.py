@@ -13,8 +13,18 @@ from typing import ClassVar
 
 from .._durations import MAX_SECONDS, Seconds, check_fraction, check_int, to_ns, to_seconds
 
+_MAX_FACTOR = 10**300  # (an int factor must convert to a float)
+
 MAX_COUNT_WINDOW = 10_000_000
 """The largest :class:`CountWindow` (one byte per call once the window is first used: 10 MB)."""
+
+
+def _fraction(value: float, name: str, *, low_open: bool) -> float:
+    """``check_fraction`` that also names the parameter for an int too large for a float (which
+    would otherwise fail inside ``math.isfinite`` with an unnamed ``OverflowError``)."""
+    if isinstance(value, int) and not isinstance(value, bool) and not (0 < value <= 1 if low_open else 0 <= value <= 1):
+        raise ValueError(f"{name} must be in {'(0' if low_open else '[0'}, 1], got {value!r}")
+    return check_fraction(value, name, low_open=low_open)
 
 
 def duration_ns(value: Seconds, name: str) -> int:
@@ -125,7 +135,7 @@ class OpenDuration:
         Raises ``ValueError`` for a duration out of range or a jitter outside [0, 1].
         """
         ns = duration_ns(seconds, "open_duration seconds")
-        jit = check_fraction(jitter, "jitter", low_open=False)
+        jit = _fraction(jitter, "jitter", low_open=False)
         return cls(ns, ns, 1.0, jit, ns)
 
     @classmethod
@@ -146,13 +156,15 @@ class OpenDuration:
         """
         initial_ns = duration_ns(initial, "initial")
         maximum_ns = duration_ns(maximum, "maximum")
+        if isinstance(factor, int) and not isinstance(factor, bool) and not 1 <= factor <= _MAX_FACTOR:
+            raise ValueError(f"factor must be a finite number >= 1 and <= {_MAX_FACTOR}, got {factor!r}")
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor):
             raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
         if factor < 1:
             raise ValueError(f"factor must be >= 1, got {factor!r}")
         if maximum_ns < initial_ns:
             raise ValueError(f"maximum must be >= initial ({initial!r} s), got {maximum!r}")
-        jit = check_fraction(jitter, "jitter", low_open=False)
+        jit = _fraction(jitter, "jitter", low_open=False)
         reset_ns = maximum_ns if reset_after is None else duration_ns(reset_after, "reset_after")
         return cls(initial_ns, maximum_ns, float(factor), jit, reset_ns)
 
@@ -229,7 +241,7 @@ class BreakerSnapshot:
 
 def threshold_ppm(value: float, name: str) -> int:
     """Validate a rate threshold in (0, 1] and return it in integer parts per million (>= 1)."""
-    fraction = check_fraction(value, name, low_open=True)
+    fraction = _fraction(value, name, low_open=True)
     return max(1, round(fraction * 1_000_000))
 
 

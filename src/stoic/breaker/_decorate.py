@@ -62,9 +62,9 @@ _TEMPLATE = """\
 def stoic_make(stoic_breaker, stoic_fn, stoic_now, stoic_slow_ns, stoic_deadline, stoic_deadline_get,
                stoic_sinks, stoic_min_level, stoic_metrics, stoic_next, stoic_refused, stoic_coroutine_type):
     {async_}def stoic_wrapper({params}):
-        if stoic_deadline.ever_set and stoic_deadline_get() is not None:
+{bind_now}        if stoic_deadline.ever_set and stoic_deadline_get() is not None:
             {b}._refuse_if_late()
-        stoic_start = {now}()
+        stoic_start = stoic_now()
         stoic_epoch = {b}._closed_epoch  # the current epoch when closed, else None
         if stoic_epoch is None:
             stoic_epoch, stoic_probe = {b}._admit(stoic_start)
@@ -75,7 +75,7 @@ def stoic_make(stoic_breaker, stoic_fn, stoic_now, stoic_slow_ns, stoic_deadline
         except BaseException as stoic_exc:
             {b}._settle_error(stoic_exc, stoic_epoch, stoic_probe, stoic_start, {verdict})
             raise
-        stoic_end = {now}()
+        stoic_end = stoic_now()
         if (
             stoic_end < {b}._defer_until
             and stoic_end - stoic_start <= {slow_ns}
@@ -145,7 +145,10 @@ def _factory(is_async: bool, params: str, call: str, method: bool) -> Callable[.
         params=params,
         body=body,
         b=b,
-        now="stoic_self._now" if method else "stoic_now",
+        # A method reads its clock once into a local: a call through ``stoic_self._now()`` would
+        # be a LOAD_METHOD on a slot holding a builtin, which CPython 3.11 cannot specialise
+        # (~200 ns more per call, measured).
+        bind_now="        stoic_now = stoic_self._now\n" if method else "",
         slow_ns="stoic_self._slow_ns" if method else "stoic_slow_ns",
         # The sync path never asks about task cancellation; the async one passes the awaitable
         # so that an async generator handed to execute() is refused, never counted.
