@@ -52,3 +52,14 @@ def jumping_clock() -> Iterator[JumpingClock]:
     virtual = JumpingClock()
     with stoic.use_clock(virtual):
         yield virtual
+
+
+@pytest.fixture(autouse=True)
+def _metrics_as_found() -> Iterator[None]:
+    """Metrics aggregation is process-wide and, in a service, only ever turned on: a test that
+    attaches an exporter turns it back off afterwards, so the next test sees the default."""
+    from stoic import _metrics
+
+    before = _metrics.state.enabled
+    yield
+    _metrics.state.enabled = before
