@@ -41,10 +41,17 @@ class FakeLimiter:
 
 
 class FakeBulkhead:
-    def __init__(self, label: str, active: int = 1, queued: int = 4) -> None:
+    def __init__(self, label: str, active: int = 1, queued: int = 4, limit: int = 8) -> None:
         self.label = label
         self.active_count = active
         self.queued_count = queued
+        self.limit = limit
+
+
+class FakeThrottle:
+    def __init__(self, label: str, probability: float = 0.25) -> None:
+        self.label = label
+        self.probability = probability
 
 
 class FakeHedge:
@@ -83,7 +90,7 @@ def emit_all(label: str = "svc") -> None:
 def test_every_metric_in_the_table_is_produced_with_its_kind_unit_and_attribute_keys(otel):
     inst, reader = otel
     emit_all()
-    policies = (FakeBreaker("b"), FakeLimiter("rl"), FakeBulkhead("bh"), FakeHedge("h"))
+    policies = (FakeBreaker("b"), FakeLimiter("rl"), FakeBulkhead("bh"), FakeHedge("h"), FakeThrottle("t"))
     inst.observe(*policies)  # held weakly: the test keeps them alive, as an application does
     got = collect(reader)
     kinds = {"counter": Sum, "histogram": Histogram, "gauge": Gauge}
@@ -269,6 +276,7 @@ def test_observed_policies_feed_the_gauges_by_duck_typing(otel):
         ("stoic.ratelimiter.waiters", "rl"): 3,
         ("stoic.bulkhead.active", "bh"): 5,
         ("stoic.bulkhead.queued", "bh"): 1,
+        ("stoic.bulkhead.limit", "bh"): 8,
         ("stoic.hedge.delay", "h"): 0.125,
     }
     limiter.waiter_count = 9
@@ -383,7 +391,7 @@ def test_prometheus_exporter_names_match_the_table(otel):
     extra = MetricsSink(prom_provider)
     with stoic.use_sinks(extra):
         emit_all("svc")
-    policies = (FakeBreaker("svc"), FakeLimiter("svc"), FakeBulkhead("svc"), FakeHedge("svc"))
+    policies = (FakeBreaker("svc"), FakeLimiter("svc"), FakeBulkhead("svc"), FakeHedge("svc"), FakeThrottle("svc"))
     extra.observe(*policies)
     text = generate_latest(registry).decode()
     for spec in METRICS:
@@ -410,6 +418,8 @@ def test_the_table_is_consistent_with_the_brief():
         "stoic.bulkhead.active": ("gauge", "{call}", ()),
         "stoic.bulkhead.queued": ("gauge", "{call}", ()),
         "stoic.bulkhead.rejections": ("counter", "{call}", ("reason",)),
+        "stoic.bulkhead.limit": ("gauge", "{call}", ()),
+        "stoic.throttle.probability": ("gauge", "1", ()),
         "stoic.hedge.attempts": ("counter", "{attempt}", ()),
         "stoic.hedge.wins": ("counter", "{call}", ("attempt",)),
         "stoic.hedge.delay": ("gauge", "s", ()),

@@ -96,8 +96,13 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("stoic.bulkhead.queued", "gauge", "{call}", (), ("observe:.queued_count",),
        "Calls queued for a slot."),
     _m("stoic.bulkhead.rejections", "counter", "{call}", ("reason",), ("event:bulkhead.rejected",),
-       "Calls refused or that left the queue without a slot, by reason: bulkhead_full, cancelled or "
-       "deadline_exceeded."),
+       "Calls refused, shed, or that left the queue without a slot, by reason: bulkhead_full, cancelled, "
+       "deadline_exceeded, or (queue management) sojourn or priority: this is the shed-by-reason count."),
+    _m("stoic.bulkhead.limit", "gauge", "{call}", (), ("observe:.limit",),
+       "The bulkhead's admission limit now (max_concurrent for a fixed bulkhead; it moves for an adaptive one)."),
+    # --- adaptive throttle ---
+    _m("stoic.throttle.probability", "gauge", "1", (), ("observe:.probability",),
+       "The probability the adaptive throttle sheds the next call."),
     # --- hedge ---
     _m("stoic.hedge.attempts", "counter", "{attempt}", (), ("event:hedge.started",),
        "Hedged attempts started (the first attempt of a call is not counted)."),
