@@ -54,7 +54,8 @@ class AimdLimit:
 
     Starts at ``maximum``. A *breach* (a drop, or a latency above ``threshold_ns``; with
     ``quantile`` set, the windowed P-squared estimate of that latency quantile above the
-    threshold) multiplies the limit by ``backoff_ratio``, at most once per ``cooldown_ns``, and
+    threshold; while a fresh epoch warms up only drops breach, and only in-budget samples
+    grow the limit) multiplies the limit by ``backoff_ratio``, at most once per ``cooldown_ns``, and
     starts a fresh quantile epoch. An in-budget sample adds ``increase_step / limit`` (about one
     slot per ``limit`` in-budget completions), but only when the sample's in-flight count was at
     least half the limit: a limit that is not being used gives no evidence it could be higher.
@@ -91,12 +92,20 @@ class AimdLimit:
     def sample(self, now_ns: int, latency_ns: int, in_flight: int, dropped: bool = False) -> Change | None:
         """Take one completed call; return the change of :attr:`limit` it caused, if any."""
         estimate = self._estimate
+        slow = latency_ns > self.threshold_ns
         if estimate is None:
-            breach = dropped or latency_ns > self.threshold_ns
+            breach = dropped or slow
         else:
             estimate.add(float(latency_ns))
             value = estimate.value
-            breach = dropped or (value is not None and value > self.threshold_ns)
+            if value is None:
+                # Warming up a fresh epoch: no quantile to breach yet, and only a sample that is
+                # itself in budget may grow the limit.
+                breach = dropped
+                if slow and not dropped:
+                    return None
+            else:
+                breach = dropped or value > self.threshold_ns
         old = self.limit
         if breach:
             last = self._last_backoff_ns
