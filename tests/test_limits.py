@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -89,12 +91,12 @@ def test_with_a_quantile_a_shifted_distribution_breaches_and_starts_a_fresh_epoc
         change = limit.sample(i * 10 * MS, 300 * MS, 20)
         if change:
             changes.append((i, change))
-    first, change = changes[0]
+    _first, change = changes[0]
     assert change.cause == "backoff"
     # Each backoff starts a fresh epoch: the next needs a new warm-up's worth of samples, not
     # just the cooldown, so a stale-high estimate cannot back off every second down to the floor.
     assert all(c.cause == "backoff" for _, c in changes)  # a slow sample never grows the limit
-    gaps = [b[0] - a[0] for a, b in zip(changes, changes[1:], strict=False)]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(changes)]
     assert gaps and min(gaps) >= 50  # the warm-up for p=0.9 (5 / 0.1 = 50 samples)
     assert limit.limit > 2  # 400 slow samples: at most 8 backoffs, not one per sample
 
@@ -122,7 +124,7 @@ def run_windows(limit: Gradient2Limit, windows: int, latency_ns: int, *, in_flig
     t = start_ns
     changes = []
     for _ in range(windows):
-        for j in range(10):
+        for _j in range(10):
             t += 120 * MS
             change = limit.sample(t, latency_ns, in_flight if in_flight is not None else limit.limit, dropped)
             if change:
@@ -227,7 +229,7 @@ def test_fault_b_modest_sustained_overload_never_creeps_upward():
         short = round(1.5 * limit.long_ns / 0.8)
         limit.update(10, 10 * short, 100, False)
         values.append(limit.value)
-    assert all(b <= a for a, b in zip(values, values[1:], strict=False))
+    assert all(b <= a for a, b in itertools.pairwise(values))
     assert values[-1] < 10.0
     # The unfixed update would have risen towards 20.
     netflix = 10.0

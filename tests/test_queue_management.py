@@ -51,12 +51,10 @@ def test_bad_queue_options_name_the_parameter(kwargs: dict[str, object], paramet
 
 
 def test_an_unknown_criticality_is_a_type_error() -> None:
-    with pytest.raises(TypeError, match="Criticality"):
-        with stoic.bind_criticality(3):  # type: ignore[arg-type]
-            pass
-    with pytest.raises(TypeError):
-        with stoic.bind_criticality("critical"):  # type: ignore[arg-type]
-            pass
+    with pytest.raises(TypeError, match="Criticality"), stoic.bind_criticality(3):  # type: ignore[arg-type]
+        pass
+    with pytest.raises(TypeError), stoic.bind_criticality("critical"):  # type: ignore[arg-type]
+        pass
 
 
 def test_no_option_keeps_the_plain_fifo_hand_over() -> None:
@@ -184,9 +182,8 @@ async def test_a_full_prioritized_queue_admits_a_higher_tier_by_shedding_the_low
     norm = start(bulkhead, gate, "norm")
     await settle()
     # Same tier as the lowest waiting (best effort): full.
-    with pytest.raises(BulkheadFull):
-        with stoic.bind_criticality(Criticality.BEST_EFFORT):
-            await bulkhead.execute(gate.op, "low2")
+    with pytest.raises(BulkheadFull), stoic.bind_criticality(Criticality.BEST_EFFORT):
+        await bulkhead.execute(gate.op, "low2")
     await clock.advance(0.03)
     crit = start(bulkhead, gate, "crit", Criticality.CRITICAL)
     await settle()

@@ -184,7 +184,7 @@ async def test_the_cap_keeps_probing_through_a_total_outage(clock: VirtualClock)
     with seeded(5):
         await drive(throttle, dep, 200)
         dep.calls = 0
-        shed, failed = await drive(throttle, dep, 5000)
+        _shed, failed = await drive(throttle, dep, 5000)
     assert throttle.probability == pytest.approx(0.9)
     assert failed == dep.calls and 0.08 < dep.calls / 5000 < 0.12  # one call in ten probes
 
