@@ -25,6 +25,7 @@ less than the formula would while the dependency is actually failing.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
@@ -33,6 +34,7 @@ from typing import ParamSpec, TypeVar
 from . import _random
 from ._classify import ClassifierLike, RetryClassifier, as_classifier
 from ._clock import Clock, current_clock
+from ._deadline import cancelled_by_deadline
 from ._durations import Seconds, check_int, to_ns
 from ._errors import DeadlineExceeded, Defect, Rejected, Throttled
 from .events import Level, emit, min_level
@@ -72,8 +74,10 @@ class AdaptiveThrottle:
 
     ``await throttle.execute(fn, *args, **kwargs)`` or ``@throttle``. Raises
     :class:`stoic.Throttled` (a retryable :class:`stoic.Rejected`, ``fn`` not run) when the
-    call is shed; ``fn``'s own exceptions propagate unchanged. Cancellations, defects and inner
-    policies' rejections are not counted at all. Randomness comes from stoic's per-call-site
+    call is shed; ``fn``'s own exceptions propagate unchanged. A timeout (``TimeoutError``, a
+    ``DeadlineExceeded`` that cut the call, a cancellation by an enclosing ``stoic.timeout``)
+    counts as a failure; other cancellations, defects and inner policies' rejections are not
+    counted at all. Randomness comes from stoic's per-call-site
     streams (reproducible under ``stoic.testing.seeded``). Read-only: ``probability`` (the shed
     probability the next call would face), ``requests``, ``accepts``.
 
@@ -186,6 +190,10 @@ class AdaptiveThrottle:
             raise Throttled(label=self._label)
         try:
             result = await fn(*args, **kwargs)
+        except asyncio.CancelledError:
+            if cancelled_by_deadline():
+                self._count(False)  # an enclosing deadline cut the running call: a timeout
+            raise
         except Exception as exc:
             if isinstance(exc, DeadlineExceeded) and exc.timed_out:
                 self._count(False)  # the work ran and took too long: the dependency failed it
