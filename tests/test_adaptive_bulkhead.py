@@ -124,7 +124,7 @@ async def test_shrinking_never_evicts_in_flight_work_and_gates_admission(clock: 
 
 async def test_growth_hands_the_new_slots_to_waiters(clock: VirtualClock):
     bulkhead = aimd(clock, max_concurrent=4, min_concurrent=1, increase_step=4.0)
-    bulkhead._algorithm.value = 2.0
+    bulkhead._algorithm._set(2.0, "test")  # type: ignore[union-attr]
     bulkhead._max = 2
     release = asyncio.Event()
 

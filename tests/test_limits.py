@@ -45,7 +45,7 @@ def test_a_drop_is_a_breach_whatever_its_latency():
 
 def test_aimd_increases_by_step_over_limit_per_in_budget_completion():
     limit = aimd(maximum=100)
-    limit.value = 10.0
+    limit._set(10.0, "test")
     limit.sample(0, 10 * MS, in_flight=10)
     assert limit.value == 10.1
     for _ in range(9):
@@ -58,7 +58,7 @@ def test_aimd_increases_by_step_over_limit_per_in_budget_completion():
 
 def test_aimd_does_not_grow_while_fewer_than_half_the_slots_are_in_use():
     limit = aimd(maximum=100)
-    limit.value = 10.0
+    limit._set(10.0, "test")
     for _ in range(1000):
         assert limit.sample(0, 10 * MS, in_flight=4) is None
     assert limit.value == 10.0

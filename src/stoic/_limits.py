@@ -62,8 +62,8 @@ class AimdLimit:
     The limit stays in [``minimum``, ``maximum``]. Arguments are validated by the caller.
     """
 
-    __slots__ = ("_estimate", "_last_backoff_ns", "backoff_ratio", "cooldown_ns", "increase_step", "maximum",
-                 "minimum", "quantile", "threshold_ns", "value")
+    __slots__ = ("_estimate", "_int", "_last_backoff_ns", "backoff_ratio", "cooldown_ns", "increase_step",
+                 "maximum", "minimum", "quantile", "threshold_ns", "value")
 
     def __init__(self, *, threshold_ns: int, maximum: int, minimum: int = 1, backoff_ratio: float = 0.9,
                  increase_step: float = 1.0, cooldown_ns: int = 1_000_000_000,
@@ -76,6 +76,7 @@ class AimdLimit:
         self.cooldown_ns = cooldown_ns
         self.quantile = quantile
         self.value = float(maximum)
+        self._int = maximum  # int(value): the value never drops below the (integer) floor
         self._last_backoff_ns: int | None = None
         self._estimate = self._fresh_epoch()
 
@@ -86,11 +87,32 @@ class AimdLimit:
 
     @property
     def limit(self) -> int:
-        """The admission limit: the integer part of the value, never below the floor."""
-        return max(self.minimum, int(self.value))
+        """The admission limit: the integer part of the value (never below the floor)."""
+        return self._int
+
+    def _set(self, value: float, cause: str) -> Change | None:
+        self.value = value
+        old = self._int
+        new = self._int = int(value)
+        return Change(old, new, cause) if new != old else None
 
     def sample(self, now_ns: int, latency_ns: int, in_flight: int, dropped: bool = False) -> Change | None:
         """Take one completed call; return the change of :attr:`limit` it caused, if any."""
+        if self._estimate is None and not dropped and latency_ns <= self.threshold_ns:
+            # The common case, kept cheap: an in-budget sample without a quantile.
+            value = self.value
+            if in_flight * 2 < value or value >= self.maximum:
+                return None  # not using half the slots (no evidence for more), or at the ceiling
+            value += self.increase_step / value
+            if value > self.maximum:
+                value = float(self.maximum)
+            if value < self._int + 1:
+                self.value = value
+                return None
+            return self._set(value, "increase")
+        return self._sample(now_ns, latency_ns, in_flight, dropped)
+
+    def _sample(self, now_ns: int, latency_ns: int, in_flight: int, dropped: bool) -> Change | None:
         estimate = self._estimate
         slow = latency_ns > self.threshold_ns
         if estimate is None:
@@ -106,22 +128,16 @@ class AimdLimit:
                     return None
             else:
                 breach = dropped or value > self.threshold_ns
-        old = self.limit
         if breach:
             last = self._last_backoff_ns
             if last is not None and now_ns - last < self.cooldown_ns:
                 return None  # one backoff per cooldown: a slow burst counts once
             self._last_backoff_ns = now_ns
-            self.value = max(float(self.minimum), self.value * self.backoff_ratio)
             self._estimate = self._fresh_epoch()
-            cause = "backoff"
-        else:
-            if in_flight * 2 < self.value:
-                return None  # not using half the slots: no evidence for more
-            self.value = min(float(self.maximum), self.value + self.increase_step / self.value)
-            cause = "increase"
-        new = self.limit
-        return Change(old, new, cause) if new != old else None
+            return self._set(max(float(self.minimum), self.value * self.backoff_ratio), "backoff")
+        if in_flight * 2 < self.value:
+            return None  # not using half the slots: no evidence for more
+        return self._set(min(float(self.maximum), self.value + self.increase_step / self.value), "increase")
 
 
 class _Window:
@@ -187,14 +203,14 @@ class Gradient2Limit:
         window = self._window
         if window is None:
             window = self._window = _Window(now_ns)
-        window.count += 1
+        count = window.count = window.count + 1
         if dropped:
             window.dropped += 1
         else:
             window.total_ns += latency_ns
         if in_flight > window.in_flight:
             window.in_flight = in_flight
-        if window.count < self.window_min_samples or now_ns - window.start_ns < self.window_ns:
+        if count < self.window_min_samples or now_ns - window.start_ns < self.window_ns:
             return None
         self._window = None
         return self.update(window.count - window.dropped, window.total_ns, window.in_flight, window.dropped > 0)

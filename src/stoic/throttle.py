@@ -28,12 +28,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import time
 from collections.abc import Awaitable, Callable
 from typing import ParamSpec, TypeVar
 
 from . import _random
 from ._classify import ClassifierLike, RetryClassifier, as_classifier
-from ._clock import Clock, current_clock
+from ._clock import Clock, SystemClock, current_clock
 from ._deadline import cancelled_by_deadline
 from ._durations import Seconds, check_int, to_ns
 from ._errors import DeadlineExceeded, Defect, Rejected, Throttled
@@ -84,7 +85,7 @@ class AdaptiveThrottle:
     Raises ``ValueError`` naming the parameter and its range for bad configuration.
     """
 
-    __slots__ = ("_accepts", "_bucket_ns", "_classify", "_clock", "_epoch", "_label", "_requests", "_site",
+    __slots__ = ("_accepts", "_bucket_ns", "_classify", "_clock", "_epoch", "_label", "_now_ns", "_requests", "_site",
                  "_total_accepts", "_total_requests", "k", "max_probability", "min_throughput")
 
     def __init__(
@@ -105,6 +106,7 @@ class AdaptiveThrottle:
         self._clock: Clock = clock if clock is not None else current_clock()
         if not callable(getattr(self._clock, "now_ns", None)):
             raise TypeError(f"clock must be a stoic.Clock, got {type(clock).__name__}")
+        self._now_ns = time.monotonic_ns if type(self._clock) is SystemClock else self._clock.now_ns
         self._site = _random.call_site(1)
         self._requests = [0] * BUCKETS
         self._accepts = [0] * BUCKETS
@@ -119,7 +121,7 @@ class AdaptiveThrottle:
 
     def _roll(self) -> int:
         """Advance to the current bucket, clearing the buckets that fell out of the window."""
-        epoch = self._clock.now_ns() // self._bucket_ns
+        epoch = self._now_ns() // self._bucket_ns
         gap = epoch - self._epoch
         if gap > 0:
             requests, accepts = self._requests, self._accepts
@@ -180,7 +182,7 @@ class AdaptiveThrottle:
     async def execute(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``await fn(*args, **kwargs)`` unless shed; see the class docstring."""
         i = self._roll()
-        p = self._probability()
+        p = 0.0 if self._total_requests < self.min_throughput else self._probability()
         if p > 0.0 and _random.stream(self._site).random() < p:
             self._requests[i] += 1
             self._total_requests += 1
