@@ -4,9 +4,6 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-NATIVE := $(VENV)/.native-stamp
-# The C fast paths (docs/design.md): rebuilt in place whenever a C source changes.
-C_SOURCES := $(wildcard src/stoic/*.c src/stoic/*.h) setup.py
 INSTRUMENTATION := instrumentation/stoic-opentelemetry instrumentation/stoic-structlog
 
 .PHONY: demo test lint typecheck pytest bench dashboards clean
@@ -15,39 +12,32 @@ $(STAMP): requirements-dev.txt pyproject.toml $(addsuffix /pyproject.toml,$(INST
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
-	$(BIN)/python -m pip install --quiet --no-deps $(addprefix -e ,$(INSTRUMENTATION))
+	$(BIN)/python -m pip install --quiet --no-deps -e . $(addprefix -e ,$(INSTRUMENTATION))
 	touch $@
 
-$(NATIVE): $(STAMP) $(C_SOURCES)
-	$(BIN)/python -m pip install --quiet --no-deps -e .
-	touch $@
-
-demo: $(NATIVE)
+demo: $(STAMP)
 	$(BIN)/python -m examples.demo $(ARGS)
 
-lint: $(NATIVE)
+lint: $(STAMP)
 	$(BIN)/ruff check .
 
-typecheck: $(NATIVE)
+typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The suite runs twice: with the compiled fast paths, then on the pure-Python paths alone
-# (STOIC_PURE_PYTHON=1; the Prometheus integration test is not repeated).
-pytest: $(NATIVE)
+pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
-	STOIC_PURE_PYTHON=1 $(BIN)/python -m pytest -m "not integration" $(PYTEST_ARGS)
 
 test: lint typecheck pytest
 
-bench: $(NATIVE)
+bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	$(BIN)/python -m benchmarks $(ARGS)
 
 .PHONY: docs
-docs: $(NATIVE)
+docs: $(STAMP)
 	$(BIN)/python docs/generate.py
 
-dashboards: $(NATIVE)
+dashboards: $(STAMP)
 	$(BIN)/python -m dashboards.generate
 
 clean:

@@ -1,4 +1,5 @@
-"""Run every benchmark script (benchmarks/bench_*.py) in one process, one after another."""
+"""Run every benchmark script (benchmarks/bench_*.py) in one process, one after another, and end
+with one table of every target: what was measured, the limit, met or not."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pkgutil
 import sys
 
 import benchmarks
+from benchmarks._harness import VERDICTS, verdict_table
 
 
 def main(argv: list[str]) -> None:
@@ -18,6 +20,9 @@ def main(argv: list[str]) -> None:
             continue
         module = importlib.import_module(f"benchmarks.{info.name}")
         module.main()
+    if VERDICTS:
+        print("\n## Every target of this run\n")
+        print(verdict_table(VERDICTS))
 
 
 if __name__ == "__main__":

@@ -56,3 +56,38 @@ def report(title: str, results: list[Result], *, baseline: str | None = None, re
         if ref is not None and r is not ref and overhead > 0:
             ratio = f"{(ref.ns_per_call - base) / overhead:.2f}x"
         print(f"{r.name:<34}{r.ns_per_call:>10.0f}{overhead:>10.0f}{ratio:>12}")
+
+
+@dataclass
+class Verdict:
+    """One target of an issue: what was measured against what limit."""
+
+    target: str
+    measured: float
+    limit: float
+    unit: str = "x"
+
+    @property
+    def met(self) -> bool:
+        return self.measured <= self.limit
+
+
+VERDICTS: list[Verdict] = []
+"""Every verdict of this run, in order; ``python -m benchmarks`` ends with them as one table."""
+
+
+def verdict(target: str, measured: float, limit: float, unit: str = "x") -> Verdict:
+    """Record (and print) whether ``measured`` is within ``limit`` (lower is better)."""
+    made = Verdict(target, measured, limit, unit)
+    VERDICTS.append(made)
+    print(f"  target: {target}: {measured:.3g}{unit} (at most {limit:g}{unit}) {'met' if made.met else 'NOT MET'}")
+    return made
+
+
+def verdict_table(verdicts: list[Verdict]) -> str:
+    """The verdicts as one Markdown table: target, measured, limit, met or not."""
+    lines = ["| target | measured | limit | met |", "|---|---|---|---|"]
+    for v in verdicts:
+        met = "yes" if v.met else "**no**"
+        lines.append(f"| {v.target} | {v.measured:.3g}{v.unit} | {v.limit:g}{v.unit} | {met} |")
+    return "\n".join(lines)

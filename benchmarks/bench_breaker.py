@@ -42,11 +42,11 @@ def async_rows() -> list[tuple[str, Callable[[], Awaitable[object]]]]:
         ("bare await", awork),
         ("bare await via lambda", lambda: awork()),
     ]
-    breaker = stoic.CircuitBreaker("bench")
+    breaker = stoic.CircuitBreaker(label="bench")
     execute = breaker.execute
     rows.append(("stoic execute", lambda: execute(awork)))
     rows.append(("stoic @breaker", breaker(awork)))
-    counting = stoic.CircuitBreaker("bench-count", window=stoic.CountWindow(100))
+    counting = stoic.CircuitBreaker(label="bench-count", window=stoic.CountWindow(100))
     rows.append(("stoic execute (count window)", lambda: counting.execute(awork)))
     if _have("circuitbreaker"):
         import circuitbreaker
@@ -77,11 +77,11 @@ def sync_rows() -> list[tuple[str, Callable[[], object]]]:
         ("bare call", work),
         ("bare call via lambda", lambda: work()),
     ]
-    breaker = stoic.CircuitBreaker("bench")
+    breaker = stoic.CircuitBreaker(label="bench")
     call = breaker.call
     rows.append(("stoic call", lambda: call(work)))
     rows.append(("stoic @breaker", breaker(work)))
-    counting = stoic.CircuitBreaker("bench-count", window=stoic.CountWindow(100))
+    counting = stoic.CircuitBreaker(label="bench-count", window=stoic.CountWindow(100))
     rows.append(("stoic call (count window)", lambda: counting.call(work)))
     if _have("circuitbreaker"):
         import circuitbreaker
@@ -196,7 +196,7 @@ def _otel_table() -> None:
     print(f"{'':<44}{'ns/call':>10}{'added':>10}")
     base = None
     for name, options in configs:
-        breaker = stoic.CircuitBreaker(f"bench-otel-{len(name)}")
+        breaker = stoic.CircuitBreaker(label=f"bench-otel-{len(name)}")
         wrapped = breaker(work)
         instrumentation = None
         if options:

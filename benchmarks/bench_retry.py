@@ -92,13 +92,13 @@ def _ratios(results: list[Result], stoic_name: str, baseline: str, targets: dict
 
 
 def bench_async() -> list[Result]:
-    decorated = retrying(SCHEDULE)(_op)
-    policy = Retrying(SCHEDULE)
+    decorated = retrying(SCHEDULE, label="op")(_op)
+    policy = Retrying(SCHEDULE, label="op")
 
     results = [
         Result("bare await", _later_async(_op, calls=CALLS)),
         Result("stoic @retrying", _later_async(decorated, calls=CALLS)),
-        Result("stoic retry()", _later_async(lambda: retry(SCHEDULE, _op), calls=CALLS)),
+        Result("stoic retry()", _later_async(lambda: retry(SCHEDULE, _op, label="op"), calls=CALLS)),
         Result("stoic Retrying.execute", _later_async(lambda: policy.execute(_op), calls=CALLS)),
     ]
     if _have("backoff"):
@@ -154,12 +154,12 @@ def bench_async() -> list[Result]:
 
 
 def bench_sync() -> list[Result]:
-    decorated = retrying(SCHEDULE)(_op_sync)
-    policy = Retrying(SCHEDULE)
+    decorated = retrying(SCHEDULE, label="op")(_op_sync)
+    policy = Retrying(SCHEDULE, label="op")
     results = [
         Result("bare call", _later_sync(_op_sync, calls=CALLS * 4)),
         Result("stoic @retrying", _later_sync(decorated, calls=CALLS * 4)),
-        Result("stoic retry_sync()", _later_sync(lambda: retry_sync(SCHEDULE, _op_sync), calls=CALLS * 4)),
+        Result("stoic retry_sync()", _later_sync(lambda: retry_sync(SCHEDULE, _op_sync, label="op"), calls=CALLS * 4)),
         Result("stoic Retrying.call", _later_sync(lambda: policy.call(_op_sync), calls=CALLS * 4)),
     ]
     if _have("backoff"):
@@ -204,10 +204,10 @@ def bench_sync() -> list[Result]:
 
 def _stoic_stack() -> tuple[str, Any]:
     """The stoic stack with every stage this tree has, and a name saying which."""
-    stages: list[Any] = [Retrying(SCHEDULE)]
+    stages: list[Any] = [Retrying(SCHEDULE, label="op")]
     names = ["Retrying"]
     if hasattr(stoic, "CircuitBreaker"):
-        stages.append(stoic.CircuitBreaker("bench"))
+        stages.append(stoic.CircuitBreaker(label="bench"))
         names.append("CircuitBreaker")
     if hasattr(stoic, "RateLimiter"):
         stages.append(stoic.RateLimiter(10**9, per=1.0, label="bench"))

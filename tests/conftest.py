@@ -8,7 +8,6 @@ from collections.abc import Iterator
 import pytest
 
 import stoic
-from stoic import _native
 from stoic.testing import RecordingSink, VirtualClock, reset_budgets
 
 
@@ -49,15 +48,3 @@ def jumping_clock() -> Iterator[JumpingClock]:
     virtual = JumpingClock()
     with stoic.use_clock(virtual):
         yield virtual
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under STOIC_PURE_PYTHON=1, tests marked ``compiled`` (about the compiled fast paths
-    themselves) are deselected: there is nothing for them to test, and they are not skipped
-    work either (the first run of ``make test`` runs them)."""
-    if not _native.PURE_PYTHON:
-        return
-    dropped = [item for item in items if item.get_closest_marker("compiled") is not None]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if item.get_closest_marker("compiled") is None]

@@ -21,7 +21,7 @@ def permits_accounted(breaker: CircuitBreaker, succeeded: int) -> bool:
 
 async def test_random_cancellations_of_probes_never_leak_a_permit(clock: VirtualClock) -> None:
     rng = random.Random(1234)
-    breaker = CircuitBreaker("probes", window=CountWindow(1), minimum_calls=1, half_open_probes=4,
+    breaker = CircuitBreaker(label="probes", window=CountWindow(1), minimum_calls=1, half_open_probes=4,
                              open_duration=OpenDuration.fixed(1, jitter=0), half_open_timeout=3600)
     try:
         await breaker.execute(_fail)
@@ -64,7 +64,7 @@ async def test_random_cancellations_of_probes_never_leak_a_permit(clock: Virtual
 
 async def test_three_hundred_tasks_with_random_outcomes_keep_exact_counts(clock: VirtualClock) -> None:
     rng = random.Random(99)
-    breaker = CircuitBreaker("counts", window=TimeWindow(3600), minimum_calls=1, failure_rate_threshold=1.0,
+    breaker = CircuitBreaker(label="counts", window=TimeWindow(3600), minimum_calls=1, failure_rate_threshold=1.0,
                              slow_call_duration=5.0, slow_call_rate_threshold=1.0)
     outcomes = [(rng.random() < 0.4, rng.uniform(0, 10)) for _ in range(300)]
     outcomes[0] = (False, 0.0)  # at least one quick success: the breaker never reaches 100%
@@ -90,7 +90,7 @@ async def test_three_hundred_tasks_with_random_outcomes_keep_exact_counts(clock:
 
 
 async def test_cancelling_hundreds_of_closed_calls_records_nothing(clock: VirtualClock) -> None:
-    breaker = CircuitBreaker("cancel", window=CountWindow(500), minimum_calls=1)
+    breaker = CircuitBreaker(label="cancel", window=CountWindow(500), minimum_calls=1)
     event = asyncio.Event()
     tasks = [asyncio.create_task(breaker.execute(event.wait)) for _ in range(400)]
     await settle()
@@ -104,7 +104,7 @@ async def test_cancelling_hundreds_of_closed_calls_records_nothing(clock: Virtua
 
 
 def test_threads_hammering_a_breaker_lose_no_count() -> None:
-    breaker = CircuitBreaker("hammer", window=CountWindow(100_000), minimum_calls=1, failure_rate_threshold=1.0)
+    breaker = CircuitBreaker(label="hammer", window=CountWindow(100_000), minimum_calls=1, failure_rate_threshold=1.0)
     per_thread = 2_000
     failures_per_thread = per_thread // 4
 

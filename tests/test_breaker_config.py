@@ -41,7 +41,7 @@ from stoic.testing import VirtualClock
 )
 def test_bad_breaker_parameters_are_rejected_by_name(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        CircuitBreaker("bad", **kwargs)  # type: ignore[arg-type]
+        CircuitBreaker(label="bad", **kwargs)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -70,7 +70,7 @@ def test_bad_window_and_open_duration_values_are_rejected_by_name(build: object,
 
 
 def test_defaults_follow_the_seed() -> None:
-    breaker = CircuitBreaker("d")
+    breaker = CircuitBreaker(label="d")
     assert breaker._window_kind == TimeWindow(60.0)
     assert breaker._minimum == 10
     assert breaker._fppm == 500_000 and breaker._sppm == 1_000_000
@@ -86,7 +86,7 @@ def test_defaults_follow_the_seed() -> None:
 def test_durations_accept_timedelta() -> None:
     assert TimeWindow(timedelta(minutes=1)) == TimeWindow(60)
     assert OpenDuration.fixed(timedelta(seconds=5), jitter=0) == OpenDuration.fixed(5.0, jitter=0)
-    assert CircuitBreaker("t", slow_call_duration=timedelta(milliseconds=250))._slow_ns == 250_000_000
+    assert CircuitBreaker(label="t", slow_call_duration=timedelta(milliseconds=250))._slow_ns == 250_000_000
 
 
 def test_open_duration_growth_is_capped_and_never_overflows() -> None:
@@ -113,11 +113,11 @@ def test_value_objects_compare_and_print() -> None:
     assert repr(CountWindow(3)) == "CountWindow(3)"
     assert "factor=2" in repr(OpenDuration.standard)
     assert OpenDuration.standard.initial == 30.0 and OpenDuration.standard.maximum == 300.0
-    assert "state=closed" in repr(CircuitBreaker("r"))
+    assert "state=closed" in repr(CircuitBreaker(label="r"))
 
 
 async def test_decorator_keeps_the_signature_and_runs_coroutines_through_execute(clock: VirtualClock) -> None:
-    breaker = CircuitBreaker("deco", window=CountWindow(2), minimum_calls=1, failure_rate_threshold=0.5)
+    breaker = CircuitBreaker(label="deco", window=CountWindow(2), minimum_calls=1, failure_rate_threshold=0.5)
 
     @breaker
     async def fetch(path: str, *, retries: int = 0) -> str:
@@ -138,7 +138,7 @@ async def test_decorator_keeps_the_signature_and_runs_coroutines_through_execute
 
 
 def test_decorator_on_a_plain_function_runs_through_call() -> None:
-    breaker = CircuitBreaker("deco-sync", window=CountWindow(2), minimum_calls=1, failure_rate_threshold=0.5)
+    breaker = CircuitBreaker(label="deco-sync", window=CountWindow(2), minimum_calls=1, failure_rate_threshold=0.5)
 
     @breaker
     def add(a: int, b: int) -> int:
@@ -155,7 +155,7 @@ def test_decorator_on_a_plain_function_runs_through_call() -> None:
 
 
 def test_a_breaker_built_outside_any_loop_works_under_successive_loops() -> None:
-    breaker = CircuitBreaker("import-time")
+    breaker = CircuitBreaker(label="import-time")
 
     async def ok() -> int:
         return 1
@@ -166,17 +166,21 @@ def test_a_breaker_built_outside_any_loop_works_under_successive_loops() -> None
 
 
 def test_is_a_policy() -> None:
-    assert isinstance(CircuitBreaker("p"), stoic.Policy)
+    assert isinstance(CircuitBreaker(label="p"), stoic.Policy)
 
 
 def test_the_label_must_be_a_string() -> None:
     with pytest.raises(TypeError, match="label must be a str"):
-        CircuitBreaker(42)  # type: ignore[arg-type]
+        CircuitBreaker(label=42)  # type: ignore[arg-type]
+
+
+def test_the_label_is_a_keyword() -> None:
+    with pytest.raises(TypeError):
+        CircuitBreaker("payments")  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("how", [copy.copy, copy.deepcopy, pickle.dumps], ids=lambda f: f.__name__)
 def test_a_breaker_cannot_be_copied_or_pickled(how: Callable[[object], object]) -> None:
-    # The same answer in both modes (the compiled Core type would refuse anyway, the pure-Python
-    # class would make a shallow copy sharing the lock and the window's lists).
+    # A shallow copy would share the lock and the window's lists.
     with pytest.raises(TypeError, match="cannot be copied or pickled"):
-        how(CircuitBreaker("payments"))
+        how(CircuitBreaker(label="payments"))

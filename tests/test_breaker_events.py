@@ -14,7 +14,7 @@ from stoic.testing import RecordingSink, VirtualClock, settle
 
 
 async def test_every_breaker_event_is_emitted_and_matches_the_catalog(clock: VirtualClock, sink: RecordingSink) -> None:
-    breaker = CircuitBreaker("cat", window=CountWindow(4), minimum_calls=2, slow_call_duration=1.0,
+    breaker = CircuitBreaker(label="cat", window=CountWindow(4), minimum_calls=2, slow_call_duration=1.0,
                              half_open_timeout=5.0, open_duration=OpenDuration.fixed(10, jitter=0.1))
     await breaker.execute(ok)  # recorded
     with pytest.raises(Boom):
@@ -50,7 +50,7 @@ async def test_every_breaker_event_is_emitted_and_matches_the_catalog(clock: Vir
     await clock.run(breaker.execute(take(clock, 2.0)))  # recorded, slow
 
     sink.assert_contract()
-    emitted = set(sink.names())
+    emitted = set(sink.names)
     breaker_events = {name for name in CATALOG if name.startswith("breaker.")}
     assert emitted == breaker_events
     for event in sink.events:
@@ -65,7 +65,7 @@ async def test_every_breaker_event_is_emitted_and_matches_the_catalog(clock: Vir
 
 
 async def test_event_times_are_on_the_breaker_clock(clock: VirtualClock, sink: RecordingSink) -> None:
-    breaker = CircuitBreaker("t", window=CountWindow(1), minimum_calls=1)
+    breaker = CircuitBreaker(label="t", window=CountWindow(1), minimum_calls=1)
     await clock.advance(42)
     with pytest.raises(Boom):
         await breaker.execute(fail)
@@ -81,7 +81,7 @@ async def test_no_event_is_built_when_no_sink_listens(clock: VirtualClock, monke
     from stoic.breaker import _breaker
 
     monkeypatch.setattr(_breaker, "emit", spy)
-    breaker = CircuitBreaker("quiet", window=CountWindow(2), minimum_calls=1)
+    breaker = CircuitBreaker(label="quiet", window=CountWindow(2), minimum_calls=1)
     await breaker.execute(ok)
     with pytest.raises(Boom):
         await breaker.execute(fail)
@@ -100,9 +100,9 @@ async def test_no_event_is_built_when_no_sink_listens(clock: VirtualClock, monke
 
 async def test_a_warning_sink_gets_the_opening_but_no_debug_events(clock: VirtualClock) -> None:
     recording = RecordingSink(level=Level.WARNING)
-    breaker = CircuitBreaker("warn", window=CountWindow(1), minimum_calls=1)
+    breaker = CircuitBreaker(label="warn", window=CountWindow(1), minimum_calls=1)
     with stoic.use_sinks(recording):
         await breaker.execute(ok)
         with pytest.raises(Boom):
             await breaker.execute(fail)
-    assert recording.names() == ["breaker.opened"]
+    assert recording.names == ["breaker.opened"]

@@ -25,7 +25,7 @@ def _fail(breaker: CircuitBreaker) -> None:
 @pytest.mark.parametrize("window", [CountWindow(50), TimeWindow(60)])
 def test_quick_successes_are_deferred_then_folded_exactly(window: CountWindow | TimeWindow) -> None:
     clock = StepClock()
-    breaker = CircuitBreaker("fast", window=window, minimum_calls=5, failure_rate_threshold=0.5,
+    breaker = CircuitBreaker(label="fast", window=window, minimum_calls=5, failure_rate_threshold=0.5,
                              clock=clock)  # type: ignore[arg-type]
     for _ in range(4):
         breaker.call(lambda: None)
@@ -46,7 +46,7 @@ def test_quick_successes_are_deferred_then_folded_exactly(window: CountWindow | 
 
 def test_deferred_successes_are_folded_before_a_failure_is_judged() -> None:
     clock = StepClock()
-    breaker = CircuitBreaker("order", window=CountWindow(4), minimum_calls=4, failure_rate_threshold=0.75,
+    breaker = CircuitBreaker(label="order", window=CountWindow(4), minimum_calls=4, failure_rate_threshold=0.75,
                              clock=clock)  # type: ignore[arg-type]
     for _ in range(3):
         _fail(breaker)
@@ -68,7 +68,7 @@ def test_deferred_successes_are_folded_before_a_failure_is_judged() -> None:
 
 def test_deferred_successes_are_folded_at_least_every_millisecond() -> None:
     clock = StepClock()
-    breaker = CircuitBreaker("bound", window=CountWindow(10), minimum_calls=1, clock=clock)  # type: ignore[arg-type]
+    breaker = CircuitBreaker(label="bound", window=CountWindow(10), minimum_calls=1, clock=clock)  # type: ignore[arg-type]
     breaker.call(lambda: None)
     for _ in range(500):
         breaker.call(lambda: None)
@@ -81,7 +81,7 @@ def test_deferred_successes_are_folded_at_least_every_millisecond() -> None:
 
 def test_a_time_window_bucket_change_folds_and_judges() -> None:
     clock = StepClock()
-    breaker = CircuitBreaker("bucket", window=TimeWindow(10), minimum_calls=2, failure_rate_threshold=0.5,
+    breaker = CircuitBreaker(label="bucket", window=TimeWindow(10), minimum_calls=2, failure_rate_threshold=0.5,
                              clock=clock)  # type: ignore[arg-type]
     breaker.call(lambda: None)
     breaker.call(lambda: None)
@@ -96,7 +96,7 @@ def test_a_time_window_bucket_change_folds_and_judges() -> None:
 
 def test_a_debug_sink_sees_every_success_recorded() -> None:
     clock = StepClock()
-    breaker = CircuitBreaker("debug", window=CountWindow(10), minimum_calls=1, clock=clock)  # type: ignore[arg-type]
+    breaker = CircuitBreaker(label="debug", window=CountWindow(10), minimum_calls=1, clock=clock)  # type: ignore[arg-type]
     recording = RecordingSink()
     with stoic.use_sinks(recording):
         for _ in range(30):
@@ -112,7 +112,7 @@ def test_a_debug_sink_sees_every_success_recorded() -> None:
 
 def test_a_process_wide_debug_sink_disables_deferral() -> None:
     clock = StepClock()
-    breaker = CircuitBreaker("global", window=CountWindow(10), minimum_calls=1, clock=clock)  # type: ignore[arg-type]
+    breaker = CircuitBreaker(label="global", window=CountWindow(10), minimum_calls=1, clock=clock)  # type: ignore[arg-type]
     recording = RecordingSink()
     stoic.add_sink(recording)
     try:

@@ -31,7 +31,7 @@ def _trip_point(sinks: tuple[object, ...]) -> tuple[int, list[tuple[int, int, in
     """Drive a breaker with a fixed sequence; return the call index that opened it and the
     counts after every call."""
     clock = StepClock()
-    breaker = CircuitBreaker("sink", window=CountWindow(10), minimum_calls=5, failure_rate_threshold=0.5,
+    breaker = CircuitBreaker(label="sink", window=CountWindow(10), minimum_calls=5, failure_rate_threshold=0.5,
                              clock=clock)  # type: ignore[arg-type]
     pattern = [True, False, True, False, False, True, False, True, True, True, True]
     history: list[tuple[int, int, int]] = []
@@ -65,7 +65,7 @@ def test_a_sink_that_raises_changes_nothing_the_breaker_decides() -> None:
 
 
 async def test_a_sink_that_raises_never_reaches_the_caller(clock: VirtualClock) -> None:
-    breaker = CircuitBreaker("sink", window=CountWindow(2), minimum_calls=1,
+    breaker = CircuitBreaker(label="sink", window=CountWindow(2), minimum_calls=1,
                              open_duration=OpenDuration.fixed(1, jitter=0))
     with stoic.use_sinks(RaisingSink()):
         assert await breaker.execute(ok) == "ok"
@@ -83,7 +83,7 @@ async def test_a_sink_that_raises_never_reaches_the_caller(clock: VirtualClock) 
 # --- 2. No lock held across the call ---------------------------------------------------------
 def test_no_lock_is_held_across_a_synchronous_call() -> None:
     # The one real-time test: ten threads each make a 0.2 s call through a closed breaker.
-    breaker = CircuitBreaker("threads", window=TimeWindow(60))
+    breaker = CircuitBreaker(label="threads", window=TimeWindow(60))
     start = threading.Barrier(10)
     finished: list[float] = []
 
@@ -105,7 +105,7 @@ def test_no_lock_is_held_across_a_synchronous_call() -> None:
 
 # --- 3. Many failing callers at once ---------------------------------------------------------
 async def test_a_hundred_concurrent_failures_open_the_breaker_once(clock: VirtualClock, sink: RecordingSink) -> None:
-    breaker = CircuitBreaker("herd", window=CountWindow(20), minimum_calls=10, failure_rate_threshold=0.5)
+    breaker = CircuitBreaker(label="herd", window=CountWindow(20), minimum_calls=10, failure_rate_threshold=0.5)
     gate = Gate()
     tasks = [asyncio.create_task(breaker.execute(gate.op)) for _ in range(100)]
     await settle()
@@ -122,7 +122,7 @@ async def test_a_hundred_concurrent_failures_open_the_breaker_once(clock: Virtua
 
 def test_a_hundred_threads_failing_at_once_open_the_breaker_once() -> None:
     recording = RecordingSink()
-    breaker = CircuitBreaker("herd-threads", window=CountWindow(20), minimum_calls=10, failure_rate_threshold=0.5)
+    breaker = CircuitBreaker(label="herd-threads", window=CountWindow(20), minimum_calls=10, failure_rate_threshold=0.5)
     barrier = threading.Barrier(100)
     outcomes: list[BaseException] = []
 
@@ -154,7 +154,7 @@ INTERRUPTIONS = [KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.Cancelled
 
 @pytest.mark.parametrize("kind", INTERRUPTIONS)
 def test_interruptions_pass_through_a_plain_call_uncounted(kind: type[BaseException]) -> None:
-    breaker = CircuitBreaker("base", window=CountWindow(1), minimum_calls=1)
+    breaker = CircuitBreaker(label="base", window=CountWindow(1), minimum_calls=1)
     raised = kind()
 
     def interrupted() -> None:
@@ -172,7 +172,7 @@ def test_interruptions_pass_through_a_plain_call_uncounted(kind: type[BaseExcept
 async def test_interruptions_pass_through_execute_uncounted(
     clock: VirtualClock, sink: RecordingSink, kind: type[BaseException]
 ) -> None:
-    breaker = CircuitBreaker("base", window=CountWindow(1), minimum_calls=1,
+    breaker = CircuitBreaker(label="base", window=CountWindow(1), minimum_calls=1,
                              open_duration=OpenDuration.fixed(1, jitter=0))
     raised = kind()
 
@@ -197,7 +197,7 @@ async def test_interruptions_pass_through_execute_uncounted(
 
 # --- 5. Clock jumps --------------------------------------------------------------------------
 def test_moving_the_wall_clock_does_not_change_the_open_period(monkeypatch: pytest.MonkeyPatch) -> None:
-    breaker = CircuitBreaker("jump", window=CountWindow(1), minimum_calls=1,
+    breaker = CircuitBreaker(label="jump", window=CountWindow(1), minimum_calls=1,
                              open_duration=OpenDuration.fixed(600, jitter=0))  # the system clock
     with pytest.raises(Boom):
         breaker.call(_boom)

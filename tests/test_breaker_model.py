@@ -126,7 +126,7 @@ def test_count_window_matches_the_model(
     minimum = data.draw(st.integers(1, size))
     clock = StepClock()
     breaker = CircuitBreaker(
-        "model", window=CountWindow(size), minimum_calls=minimum, failure_rate_threshold=failure,
+        label="model", window=CountWindow(size), minimum_calls=minimum, failure_rate_threshold=failure,
         slow_call_rate_threshold=slow, slow_call_duration=SLOW_MS / 1000, clock=clock,  # type: ignore[arg-type]
         open_duration=OpenDuration.fixed(1, jitter=0),
     )
@@ -149,7 +149,7 @@ def test_time_window_matches_the_model(
     clock = StepClock()
     clock.t = start_ms * MS
     breaker = CircuitBreaker(
-        "model", window=TimeWindow(span_ms / 1000), minimum_calls=minimum, failure_rate_threshold=failure,
+        label="model", window=TimeWindow(span_ms / 1000), minimum_calls=minimum, failure_rate_threshold=failure,
         slow_call_rate_threshold=slow, slow_call_duration=SLOW_MS / 1000, clock=clock,  # type: ignore[arg-type]
         open_duration=OpenDuration.fixed(1, jitter=0),
     )
@@ -161,7 +161,7 @@ def test_the_ppm_comparison_is_exact_at_the_boundary() -> None:
     # 1/3 is 333_333 ppm: 1 failure in 3 calls is 333_333.33.. ppm >= 333_333 -> opens;
     # with a float division 1/3 >= 0.333333 would agree, but 0.1 * 3 == 0.30000000000000004 would not.
     clock = StepClock()
-    breaker = CircuitBreaker("ppm", window=CountWindow(10), minimum_calls=10, failure_rate_threshold=0.3,
+    breaker = CircuitBreaker(label="ppm", window=CountWindow(10), minimum_calls=10, failure_rate_threshold=0.3,
                              clock=clock)  # type: ignore[arg-type]
     for _ in range(7):
         breaker.call(lambda: None)
@@ -179,7 +179,7 @@ def _boom() -> None:
 
 def test_a_success_after_a_snapshot_aged_out_old_successes_is_judged_in_full() -> None:
     clock = StepClock()
-    breaker = CircuitBreaker("aged", window=TimeWindow(10), minimum_calls=4, failure_rate_threshold=0.6,
+    breaker = CircuitBreaker(label="aged", window=TimeWindow(10), minimum_calls=4, failure_rate_threshold=0.6,
                              clock=clock)  # type: ignore[arg-type]
     for _ in range(4):
         breaker.call(lambda: None)  # t = 0

@@ -21,7 +21,7 @@ def make(**overrides: object) -> CircuitBreaker:
         "open_duration": OpenDuration.fixed(10.0, jitter=0.0),
     }
     config.update(overrides)
-    return CircuitBreaker("api", **config)  # type: ignore[arg-type]
+    return CircuitBreaker(label="api", **config)  # type: ignore[arg-type]
 
 
 async def run_failures(breaker: CircuitBreaker, count: int) -> None:
@@ -237,7 +237,7 @@ async def test_jitter_only_shortens_and_is_reproducible_under_a_seed(clock: Virt
         with stoic.testing.seeded(seed):
             for _ in range(20):
                 breaker = CircuitBreaker(
-                    "j", window=CountWindow(1), minimum_calls=1,
+                    label="j", window=CountWindow(1), minimum_calls=1,
                     open_duration=OpenDuration.fixed(10.0, jitter=0.5),
                 )
                 with pytest.raises(Boom):
@@ -297,7 +297,7 @@ async def test_force_closed_keeps_the_trip_count_and_reset_forgets_it(clock: Vir
     assert breaker.snapshot().retry_after == 20.0  # second consecutive trip
     sink.clear()
     breaker.reset()
-    assert sink.names() == ["breaker.closed", "breaker.reset"]
+    assert sink.names == ["breaker.closed", "breaker.reset"]
     assert sink.of("breaker.closed")[0].attributes["reason"] == "reset"
     assert breaker.snapshot().trips == 0
     await run_failures(breaker, 4)
@@ -310,7 +310,7 @@ async def test_reset_when_closed_still_forgets_the_trips(clock: VirtualClock, si
     breaker.force_closed()
     sink.clear()
     breaker.reset()
-    assert sink.names() == ["breaker.reset"]  # already closed: no transition to report
+    assert sink.names == ["breaker.reset"]  # already closed: no transition to report
     assert breaker.snapshot().trips == 0
 
 
@@ -376,7 +376,7 @@ async def test_time_window_spans_nine_to_ten_buckets(clock: VirtualClock) -> Non
 
 def test_sync_call_runs_the_same_state_machine() -> None:
     clock = StepClock()
-    breaker = CircuitBreaker("sync", window=CountWindow(4), minimum_calls=2, clock=clock,
+    breaker = CircuitBreaker(label="sync", window=CountWindow(4), minimum_calls=2, clock=clock,
                              open_duration=OpenDuration.fixed(5, jitter=0))
     assert breaker.call(lambda: 41 + 1) == 42
     with pytest.raises(Boom):

@@ -17,7 +17,7 @@ CLOSED, OPEN, HALF_OPEN = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.H
 
 
 def make() -> CircuitBreaker:
-    return CircuitBreaker("s", window=CountWindow(2), minimum_calls=1, failure_rate_threshold=1.0,
+    return CircuitBreaker(label="s", window=CountWindow(2), minimum_calls=1, failure_rate_threshold=1.0,
                           open_duration=OpenDuration.fixed(1.0, jitter=0.0))
 
 
@@ -166,7 +166,7 @@ async def test_a_dropped_stream_is_not_kept_alive(clock: VirtualClock) -> None:
 
 
 async def test_publishing_from_another_thread_wakes_the_consumer() -> None:
-    breaker = CircuitBreaker("threads", window=CountWindow(1), minimum_calls=1)
+    breaker = CircuitBreaker(label="threads", window=CountWindow(1), minimum_calls=1)
     changes = breaker.state_changes()
     consumer = asyncio.create_task(anext(changes))
     await asyncio.sleep(0)
@@ -187,7 +187,7 @@ def _boom() -> None:
 
 
 def test_a_breaker_built_at_import_time_streams_under_two_event_loops() -> None:
-    breaker = CircuitBreaker("loops", window=CountWindow(1), minimum_calls=1)
+    breaker = CircuitBreaker(label="loops", window=CountWindow(1), minimum_calls=1)
     changes = breaker.state_changes()
 
     async def first() -> BreakerState:

@@ -14,7 +14,7 @@ SNIPPET = textwrap.dedent(
     """
     import stoic
 
-    breaker = stoic.CircuitBreaker("typed")
+    breaker = stoic.CircuitBreaker(label="typed")
 
     @breaker
     async def fetch(path: str, *, retries: int = 0) -> bytes:

@@ -31,7 +31,7 @@ def make(**overrides: object) -> CircuitBreaker:
         "open_duration": OpenDuration.fixed(10.0, jitter=0.0),
     }
     config.update(overrides)
-    return CircuitBreaker("v", **config)  # type: ignore[arg-type]
+    return CircuitBreaker(label="v", **config)  # type: ignore[arg-type]
 
 
 async def half_open(breaker: CircuitBreaker, clock: VirtualClock) -> None:
@@ -274,7 +274,7 @@ async def test_work_already_late_is_refused_without_using_a_probe(clock: Virtual
 def test_sync_work_already_late_is_refused() -> None:
     # A deadline set in an async context is visible to a plain call made inside it.
     clock = VirtualClock()
-    breaker = CircuitBreaker("late", clock=clock)
+    breaker = CircuitBreaker(label="late", clock=clock)
 
     async def main() -> None:
         async with stoic.timeout(0, clock=clock):
@@ -292,7 +292,7 @@ async def test_work_with_time_left_runs(clock: VirtualClock) -> None:
 
 def test_a_coroutine_closed_mid_call_passes_generator_exit_through() -> None:
     # No event loop at all: the coroutine is driven and closed by hand.
-    breaker = CircuitBreaker("closed-by-hand", window=CountWindow(1), minimum_calls=1)
+    breaker = CircuitBreaker(label="closed-by-hand", window=CountWindow(1), minimum_calls=1)
 
     class Suspend:
         def __await__(self):  # type: ignore[no-untyped-def]

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from _breaker_helpers import Boom, StepClock
 
-from stoic import CircuitBreaker, CountWindow, _native
+from stoic import CircuitBreaker, CountWindow
 
 SENTINEL = object()
 
 
 def _breaker() -> CircuitBreaker:
     # minimum_calls=1: from the second call on a quick success takes the fast path.
-    return CircuitBreaker("w", window=CountWindow(10), minimum_calls=1, clock=StepClock())  # type: ignore[arg-type]
+    return CircuitBreaker(label="w", window=CountWindow(10), minimum_calls=1, clock=StepClock())  # type: ignore[arg-type]
 
 
 def _python(wrapper: Any) -> Any:
@@ -210,5 +210,4 @@ def test_tracebacks_through_the_wrapper_show_its_source() -> None:
         f(1)
     text = "".join(traceback.format_exception(caught.value))
     assert "raise Boom(str(a))" in text
-    if _native.PURE_PYTHON:  # (the compiled wrapper has no frame of its own)
-        assert "stoic_result = stoic_fn(a)" in text
+    assert "stoic_result = stoic_fn(a)" in text

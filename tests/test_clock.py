@@ -229,7 +229,7 @@ async def once():
 
 virtual = VirtualClock()
 with stoic.use_clock(virtual):  # the process's first ambient clock
-    result = asyncio.run(virtual.run(stoic.retry(stoic.Schedule.delays([1.5]), once)))
+    result = asyncio.run(virtual.run(stoic.retry(stoic.Schedule.delays([1.5]), once, label="once")))
     print(_clock.ever_set, stoic.current_clock() is virtual, result, virtual.now())
 print(stoic.current_clock() is _clock.SYSTEM_CLOCK)
 """

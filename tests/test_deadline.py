@@ -277,7 +277,7 @@ _FIRST_DEADLINE_SCRIPT = """
 import asyncio, stoic
 from stoic import _deadline
 
-breaker = stoic.CircuitBreaker("first")
+breaker = stoic.CircuitBreaker(label="first")
 schedule = stoic.Schedule.delays([0.0])
 assert breaker.call(lambda: 1) == 1 and not _deadline.ever_set
 seen = []
@@ -289,7 +289,7 @@ async def main():
         except stoic.DeadlineExceeded:
             seen.append("breaker")
         try:
-            await stoic.retry(schedule, lambda: failing())
+            await stoic.retry(schedule, lambda: failing(), label="first")
         except ConnectionError:
             seen.append(calls[0])
         await asyncio.sleep(1)

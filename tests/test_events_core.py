@@ -169,9 +169,9 @@ def test_levels_filter_per_sink_and_set_the_minimum():
                 recorded()
                 emit("breaker.closed", "svc", Level.INFO, 0, {"reason": "reset"})
                 opened()
-    assert debug.names() == ["breaker.recorded", "breaker.closed", "breaker.opened"]
+    assert debug.names == ["breaker.recorded", "breaker.closed", "breaker.opened"]
     assert [e.name for e in default.events] == ["breaker.closed", "breaker.opened"]
-    assert warning.names() == ["breaker.opened"]
+    assert warning.names == ["breaker.opened"]
 
 
 def test_process_minimum_level_is_recomputed_on_removal():
@@ -296,7 +296,7 @@ def test_recording_sink_records_and_queries():
         opened("a")
         recorded("b")
         opened("c")
-    assert sink.names() == ["breaker.opened", "breaker.recorded", "breaker.opened"]
+    assert sink.names == ["breaker.opened", "breaker.recorded", "breaker.opened"]
     assert [e.label for e in sink.of("breaker.opened")] == ["a", "c"]
     assert sink.of("hedge.won") == []
     sink.assert_contract()
@@ -340,7 +340,7 @@ def test_a_lenient_recording_sink_keeps_no_violations():
     sink = RecordingSink(strict=False)
     with use_sinks(sink):
         emit("nope", "svc", Level.INFO, 0, {})
-    assert sink.violations == [] and sink.names() == ["nope"]
+    assert sink.violations == [] and sink.names == ["nope"]
     sink.assert_contract()
 
 

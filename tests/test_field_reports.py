@@ -100,7 +100,7 @@ async def _gather_timed(clock: VirtualClock, calls: list[Awaitable[Any]], cancel
 
 
 async def _breaker_scenario(clock: VirtualClock) -> list[Outcome]:
-    breaker = CircuitBreaker("b", window=CountWindow(6), minimum_calls=4, failure_rate_threshold=0.5,
+    breaker = CircuitBreaker(label="b", window=CountWindow(6), minimum_calls=4, failure_rate_threshold=0.5,
                              open_duration=OpenDuration.fixed(2, jitter=0))
     outcomes: list[Outcome] = []
     for failed in (False, True, False, True, True, False, False, False):
@@ -212,9 +212,9 @@ async def test_interruptions_are_never_retried_by_retry_or_retrying(
     """Report 4, retry: each interruption from an async operation propagates as the same object
     after one attempt, with no backoff, no budget spent and no event (retry and Retrying)."""
     budget = RetryBudget(ratio=0.5, reserve_per_second=0, reserve_capacity=3)
-    for runner in (lambda op: retry(Schedule.fixed(1).attempts(5), op, budget=budget),
-                   lambda op: Retrying(Schedule.fixed(1).attempts(5), budget=budget).execute(op),
-                   lambda op: Pipeline(Retrying(Schedule.fixed(1).attempts(5), budget=budget)).execute(op)):
+    for runner in (lambda op: retry(Schedule.fixed(1).attempts(5), op, budget=budget, label="op"),
+                   lambda op: Retrying(Schedule.fixed(1).attempts(5), budget=budget, label="op").execute(op),
+                   lambda op: Pipeline(Retrying(Schedule.fixed(1).attempts(5), budget=budget, label="op")).execute(op)):
         raised = kind()
         op = _raiser(raised)
         with pytest.raises(kind) as caught:
@@ -419,11 +419,13 @@ def test_asyncio_wait_for_cancels_a_retry_during_its_first_attempt(
         bounded = schedule if isinstance(schedule, stoic.BoundedSchedule) else schedule.attempts(3)
         call: Awaitable[str]
         if how == "retry":
-            call = retry(bounded, three_second_attempt, budget=RetryBudget.UNLIMITED)
+            call = retry(bounded, three_second_attempt, budget=RetryBudget.UNLIMITED, label="op")
         elif how == "Retrying":
-            call = Retrying(bounded, budget=RetryBudget.UNLIMITED, clock=clock).execute(three_second_attempt)
+            call = Retrying(bounded, budget=RetryBudget.UNLIMITED, clock=clock,
+                    label="op").execute(three_second_attempt)
         else:
-            call = Pipeline(Retrying(bounded, budget=RetryBudget.UNLIMITED, clock=clock)).execute(three_second_attempt)
+            call = Pipeline(Retrying(bounded, budget=RetryBudget.UNLIMITED, clock=clock,
+                    label="op")).execute(three_second_attempt)
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(call, 1)
         ended = loop.time()
@@ -511,16 +513,16 @@ def test_a_zero_base_gives_zero_for_every_schedule_kind(kind: str) -> None:
 
 # --- 10. Zero never means unlimited, for every zero-able parameter ---------------------------
 ZERO_REJECTED: list[tuple[str, Callable[[], object], str]] = [
-    ("breaker minimum_calls", lambda: CircuitBreaker("b", minimum_calls=0), "minimum_calls"),
+    ("breaker minimum_calls", lambda: CircuitBreaker(label="b", minimum_calls=0), "minimum_calls"),
     ("CountWindow calls", lambda: CountWindow(0), "calls"),
     ("TimeWindow seconds", lambda: TimeWindow(0), "seconds"),
-    ("breaker failure_rate_threshold", lambda: CircuitBreaker("b", failure_rate_threshold=0),
+    ("breaker failure_rate_threshold", lambda: CircuitBreaker(label="b", failure_rate_threshold=0),
      "failure_rate_threshold"),
-    ("breaker slow_call_rate_threshold", lambda: CircuitBreaker("b", slow_call_rate_threshold=0),
+    ("breaker slow_call_rate_threshold", lambda: CircuitBreaker(label="b", slow_call_rate_threshold=0),
      "slow_call_rate_threshold"),
-    ("breaker slow_call_duration", lambda: CircuitBreaker("b", slow_call_duration=0), "slow_call_duration"),
-    ("breaker half_open_probes", lambda: CircuitBreaker("b", half_open_probes=0), "half_open_probes"),
-    ("breaker half_open_timeout", lambda: CircuitBreaker("b", half_open_timeout=0), "half_open_timeout"),
+    ("breaker slow_call_duration", lambda: CircuitBreaker(label="b", slow_call_duration=0), "slow_call_duration"),
+    ("breaker half_open_probes", lambda: CircuitBreaker(label="b", half_open_probes=0), "half_open_probes"),
+    ("breaker half_open_timeout", lambda: CircuitBreaker(label="b", half_open_timeout=0), "half_open_timeout"),
     ("OpenDuration.fixed seconds", lambda: OpenDuration.fixed(0), "open_duration seconds"),
     ("OpenDuration initial", lambda: OpenDuration.exponential(initial=0), "initial"),
     ("OpenDuration maximum", lambda: OpenDuration.exponential(maximum=0), "maximum"),
@@ -540,10 +542,11 @@ ZERO_REJECTED: list[tuple[str, Callable[[], object], str]] = [
     ("hedge quantile", lambda: Hedge(0.1, quantile=0), "quantile"),
     ("budget ratio", lambda: RetryBudget(ratio=0), "ratio"),
     ("attempts(0)", lambda: Schedule.fixed(1).attempts(0), "count"),
-    ("Retrying of attempts(0)", lambda: Retrying(Schedule.fixed(1).attempts(0)), "count"),
+    ("Retrying of attempts(0)", lambda: Retrying(Schedule.fixed(1).attempts(0), label="op"), "count"),
     ("exponential factor", lambda: Schedule.exponential(1, factor=0), "factor"),
     ("worst_case attempt_timeout", lambda: Schedule.fixed(1).attempts(2).worst_case(0), "attempt_timeout"),
-    ("retry attempt_timeout", lambda: retry(Schedule.fixed(1).attempts(2), _raiser(Boom()), attempt_timeout=0),
+    ("retry attempt_timeout", lambda: retry(Schedule.fixed(1).attempts(2), _raiser(Boom()), attempt_timeout=0,
+            label="op"),
      "attempt_timeout"),
 ]
 
@@ -614,7 +617,7 @@ async def test_zero_schedule_and_budget_parameters_mean_exactly_what_they_say(
                             (Schedule.delays([]), 1), (Schedule.delays([0, 0]), 3)):
         op = fail_times(10, ConnectionError)
         with pytest.raises(ConnectionError):
-            await clock.run(retry(schedule, op, budget=RetryBudget.UNLIMITED))  # type: ignore[arg-type]
+            await clock.run(retry(schedule, op, budget=RetryBudget.UNLIMITED, label="op"))  # type: ignore[arg-type]
         assert op.calls == calls, schedule
     assert clock.now() == 0.0  # zero caps and delays slept nothing
     assert Schedule.fixed(1).maximal_delays(0) == []
@@ -625,7 +628,7 @@ async def test_zero_schedule_and_budget_parameters_mean_exactly_what_they_say(
     assert not starved.try_spend()
     op = fail_times(10, ConnectionError)
     with pytest.raises(ConnectionError):
-        await clock.run(retry(Schedule.fixed(0).attempts(5), op, budget=starved))
+        await clock.run(retry(Schedule.fixed(0).attempts(5), op, budget=starved, label="op"))
     assert op.calls == 1
 
 
@@ -636,12 +639,14 @@ def test_every_policy_built_outside_a_loop_works_under_successive_asyncio_runs()
     three successive asyncio.run calls, with waiters and timers in play each time."""
     clock = VirtualClock()
     with stoic.use_clock(clock):
-        breaker = CircuitBreaker("loops", window=CountWindow(2), minimum_calls=2,
+        breaker = CircuitBreaker(label="loops", window=CountWindow(2), minimum_calls=2,
                                  open_duration=OpenDuration.fixed(1, jitter=0))
         limiter = RateLimiter(2, per=1.0, label="loops")
         bulkhead = Bulkhead(1, queue_limit=10, label="loops")
-        retrying = Retrying(Schedule.fixed(0.5).attempts(3), budget=RetryBudget.UNLIMITED, label="loops")
-        pipeline = Pipeline(Retrying(Schedule.fixed(0.25).attempts(2), budget=RetryBudget.UNLIMITED), bulkhead,
+        retrying = Retrying(Schedule.fixed(0.5).attempts(3), budget=RetryBudget.UNLIMITED,
+                label="loops")
+        pipeline = Pipeline(Retrying(Schedule.fixed(0.25).attempts(2), budget=RetryBudget.UNLIMITED,
+                label="op"), bulkhead,
                             limiter)
         hedger = Hedge(0.1, budget=RetryBudget.UNLIMITED, label="loops")
 

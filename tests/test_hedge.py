@@ -54,7 +54,7 @@ async def test_slow_first_attempt_hedge_wins_and_loser_is_cancelled_with_superse
     first, second = script.attempts
     assert (first.number, first.hedged, second.number, second.hedged) == (1, False, 2, True)
     assert first.call_id == second.call_id == first.idempotency_key
-    assert sink.names() == ["hedge.started", "hedge.won"]
+    assert sink.names == ["hedge.started", "hedge.won"]
     started, won = sink.events
     assert started.attributes == {"attempt": 2, "elapsed": pytest.approx(0.1)}
     assert won.attributes == {"attempt": 2, "started": 2, "latency": pytest.approx(0.15)}
@@ -100,7 +100,7 @@ async def test_every_attempt_failed_raises_the_first_failure_in_completion_order
     assert caught.value is early  # attempt 2 failed first (at 0.2), unchanged, not wrapped
     assert clock.now() == pytest.approx(0.3)
     assert script.running == set()
-    assert sink.names() == ["hedge.started", "hedge.attempt_failed", "hedge.attempt_failed", "hedge.all_failed"]
+    assert sink.names == ["hedge.started", "hedge.attempt_failed", "hedge.attempt_failed", "hedge.all_failed"]
     failed = sink.of("hedge.attempt_failed")
     assert [e.attributes for e in failed] == [
         {"attempt": 2, "running": 1, "error.type": "Boom"},
@@ -119,7 +119,7 @@ async def test_no_hedge_after_a_fast_failure(clock: VirtualClock, sink: Recordin
     assert script.started() == [1]
     assert clock.pending_timers == 0
     # A single failing attempt is the operation's own failure: no all_failed for it.
-    assert sink.names() == ["hedge.attempt_failed"]
+    assert sink.names == ["hedge.attempt_failed"]
 
 
 async def test_a_failure_while_others_run_keeps_hedging_on_the_timer(clock: VirtualClock) -> None:
@@ -148,7 +148,7 @@ async def test_no_token_no_hedge_and_the_running_attempt_continues(clock: Virtua
         clock, script, hedge(IDEMPOTENT, script, delay=0.1, budget=empty))
     assert (result, at, running) == ("slow", pytest.approx(0.5), set())
     assert script.started() == [1]
-    assert sink.names() == ["hedge.budget_exhausted"]
+    assert sink.names == ["hedge.budget_exhausted"]
     assert sink.events[0].level == stoic.Level.WARNING
 
 
@@ -165,8 +165,8 @@ async def test_a_budget_of_one_token_serves_one_hedge_across_two_calls(
 
     assert await clock.run(both()) == ["a2", "b1"]
     assert first.started() == [1, 2] and second.started() == [1]
-    assert sink.names().count("hedge.started") == 1
-    assert sink.names().count("hedge.budget_exhausted") == 1
+    assert sink.names.count("hedge.started") == 1
+    assert sink.names.count("hedge.budget_exhausted") == 1
     assert one.tokens == pytest.approx(0.02)  # two deposits of 0.01 remain, the token was spent
 
 
@@ -225,7 +225,7 @@ async def test_cancelling_the_caller_cancels_and_awaits_every_attempt(clock: Vir
     assert script.running == set()
     assert 1 in script.cancel_messages and script.cancel_messages[1] != "superseded"
     assert clock.pending_timers == 0
-    assert "hedge.won" not in sink.names()
+    assert "hedge.won" not in sink.names
 
 
 async def test_a_second_cancellation_while_draining_still_waits_for_every_attempt(clock: VirtualClock) -> None:
@@ -331,7 +331,7 @@ async def test_a_deadline_that_leaves_less_than_the_delay_skips_the_hedge(
     assert script.started() == [1]  # at 0.1 only 0.05 was left, less than the 0.1 delay
     assert script.running == set()
     assert clock.now() == pytest.approx(0.15)
-    assert sink.names() == ["hedge.deadline_skip"]
+    assert sink.names == ["hedge.deadline_skip"]
 
 
 async def test_a_deadline_with_room_lets_the_hedge_start(clock: VirtualClock, sink: RecordingSink) -> None:
@@ -342,7 +342,7 @@ async def test_a_deadline_with_room_lets_the_hedge_start(clock: VirtualClock, si
             return await hedge(IDEMPOTENT, script, delay=0.1)
 
     assert await clock.run(call()) == 2
-    assert sink.names() == ["hedge.started", "hedge.won"]
+    assert sink.names == ["hedge.started", "hedge.won"]
 
 
 async def test_a_deadline_firing_with_hedges_running_cancels_and_awaits_them_all(clock: VirtualClock) -> None:

@@ -110,7 +110,7 @@ async def run_real(plans: list[Plan], delay_ms: int, max_attempts: int, tokens: 
     with stoic.use_sinks(sink):
         won, attempt, at_ns, running = await clock.run(observed())
     outcome = Outcome(won, attempt, len(script.started()), at_ns // MS,
-                      "hedge.budget_exhausted" in sink.names())
+                      "hedge.budget_exhausted" in sink.names)
     assert at_ns % MS == 0
     return outcome, running, script
 
@@ -137,7 +137,7 @@ def test_hedge_matches_the_reference_simulation(plans: list[Plan], delay_ms: int
         assert script.cancel_messages == {}
     # The events tell the same story.
     sink.assert_contract()
-    names = sink.names()
+    names = sink.names
     assert names.count("hedge.started") == expected.started - 1
     assert names.count("hedge.won") == (1 if expected.won and expected.started > 1 else 0)
     assert names.count("hedge.all_failed") == (1 if not expected.won and expected.started > 1 else 0)

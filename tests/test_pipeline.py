@@ -122,7 +122,7 @@ async def test_an_inner_rejection_comes_out_flat_and_is_the_outer_stages_operati
 async def test_retrying_honours_an_inner_rejections_retry_after(clock: VirtualClock, sink: RecordingSink) -> None:
     breaker = Refusing(1, CircuitOpen(label="api", retry_after=4.5))
     op = fail_times(0, then="ok")
-    pipeline = Pipeline(Retrying(Schedule.fixed(0.2).attempts(3)), breaker)
+    pipeline = Pipeline(Retrying(Schedule.fixed(0.2).attempts(3), label="op"), breaker)
     assert await clock.run(pipeline.execute(op)) == "ok"
     assert clock.now() == 4.5
     event = sink.of("retry.attempt_failed")[0]
@@ -132,7 +132,7 @@ async def test_retrying_honours_an_inner_rejections_retry_after(clock: VirtualCl
 
 async def test_retrying_retries_a_half_open_rejection_on_the_schedule(clock: VirtualClock) -> None:
     breaker = Refusing(2, CircuitOpen(label="api"))
-    pipeline = Pipeline(Retrying(Schedule.fixed(0.2).attempts(3)), breaker)
+    pipeline = Pipeline(Retrying(Schedule.fixed(0.2).attempts(3), label="op"), breaker)
     assert await clock.run(pipeline.execute(fail_times(0, then=1))) == 1
     assert clock.now() == pytest.approx(0.4)
 
@@ -147,7 +147,7 @@ async def test_retrying_passes_the_attempt_through_the_pipeline(clock: VirtualCl
             raise ConnectionError
         return path
 
-    pipeline = Pipeline(Retrying(Schedule.fixed(1).attempts(3)), Stage("breaker", log))
+    pipeline = Pipeline(Retrying(Schedule.fixed(1).attempts(3), label="op"), Stage("breaker", log))
     assert await clock.run(pipeline.execute(op, "/users")) == "/users"
     assert seen == [1, 2]
     assert log == [">breaker", "<breaker", ">breaker", "<breaker"]
@@ -165,7 +165,7 @@ async def test_an_operation_declaring_attempt_gets_a_first_attempt_from_a_pipeli
         seen.append(attempt)
         return path
 
-    breaker = CircuitBreaker("api")
+    breaker = CircuitBreaker(label="api")
     for pipeline in (Pipeline(breaker), Pipeline(Stage("a", log), Stage("b", log))):
         assert await clock.run(pipeline.execute(op, "/users")) == "/users"
     assert [(a.number, a.hedged) for a in seen] == [(1, False), (1, False)]
@@ -182,18 +182,19 @@ async def test_retrying_each_attempt_goes_through_the_inner_stages(clock: Virtua
     assert {e.label for e in sink.events} == {"api"}
 
 
-async def test_retrying_default_label_is_the_users_operation(clock: VirtualClock, sink: RecordingSink) -> None:
+async def test_retrying_labels_its_events_with_its_own_label(clock: VirtualClock, sink: RecordingSink) -> None:
     async def get_user() -> None:
         raise ConnectionError
 
     with pytest.raises(ConnectionError):
-        await clock.run(Pipeline(Retrying(Schedule.fixed(0).attempts(2)), Stage("s", [])).execute(get_user))
-    assert sink.events[0].label.endswith("get_user")
+        await clock.run(Pipeline(Retrying(Schedule.fixed(0).attempts(2),
+                label="users"), Stage("s", [])).execute(get_user))
+    assert sink.events[0].label == "users"
 
 
 async def test_retrying_budget_is_per_construction_site(clock: VirtualClock) -> None:
-    first = Retrying(Schedule.fixed(0).attempts(50))
-    second = Retrying(Schedule.fixed(0).attempts(50))
+    first = Retrying(Schedule.fixed(0).attempts(50), label="op")
+    second = Retrying(Schedule.fixed(0).attempts(50), label="op")
     assert first.budget is not second.budget
     assert first.budget is first.budget
     op = fail_with(ConnectionError())
@@ -205,8 +206,8 @@ async def test_retrying_budget_is_per_construction_site(clock: VirtualClock) -> 
         await clock.run(second.execute(op2))
     assert op2.calls == 11
     shared = RetryBudget.named("dep", reserve_capacity=2, reserve_per_second=0)
-    a = Retrying(Schedule.fixed(0).attempts(9), budget=shared)
-    b = Retrying(Schedule.fixed(0).attempts(9), budget=shared)
+    a = Retrying(Schedule.fixed(0).attempts(9), budget=shared, label="op")
+    b = Retrying(Schedule.fixed(0).attempts(9), budget=shared, label="op")
     op3, op4 = fail_with(ConnectionError()), fail_with(ConnectionError())
     for policy, op_ in ((a, op3), (b, op4)):
         with pytest.raises(ConnectionError):
@@ -215,7 +216,7 @@ async def test_retrying_budget_is_per_construction_site(clock: VirtualClock) -> 
 
 
 async def test_retrying_as_a_decorator_and_for_plain_functions(jumping_clock: VirtualClock) -> None:
-    policy = Retrying(Schedule.fixed(1).attempts(3))
+    policy = Retrying(Schedule.fixed(1).attempts(3), label="op")
     calls = 0
 
     @policy
@@ -241,7 +242,7 @@ async def test_retrying_as_a_decorator_and_for_plain_functions(jumping_clock: Vi
 async def test_retrying_keeps_the_clock_it_was_built_with() -> None:
     built_on = VirtualClock()
     with stoic.use_clock(built_on):
-        policy = Retrying(Schedule.fixed(5).attempts(2))
+        policy = Retrying(Schedule.fixed(5).attempts(2), label="op")
     op = fail_times(1, then="ok")
     assert await built_on.run(policy.execute(op)) == "ok"
     assert built_on.now() == 5
@@ -263,7 +264,8 @@ async def test_pipeline_as_a_decorator(clock: VirtualClock) -> None:
 
 async def test_nested_retrying_stages_collapse_to_the_outer_one(clock: VirtualClock, sink: RecordingSink) -> None:
     op = fail_with(ConnectionError())
-    pipeline = Pipeline(Retrying(Schedule.fixed(0).attempts(3)), Retrying(Schedule.fixed(0).attempts(3)))
+    pipeline = Pipeline(Retrying(Schedule.fixed(0).attempts(3), label="op"), Retrying(Schedule.fixed(0).attempts(3),
+            label="op"))
     with pytest.raises(ConnectionError):
         await clock.run(pipeline.execute(op))
     assert op.calls == 3

@@ -53,8 +53,8 @@ class Server:
 
 def build() -> Any:
     return Pipeline(
-        Retrying(Schedule.exponential(0.2).jittered().attempts(3)),
-        stoic.CircuitBreaker(LABEL),
+        Retrying(Schedule.exponential(0.2).jittered().attempts(3), label="op"),
+        stoic.CircuitBreaker(label=LABEL),
         stoic.RateLimiter(50, per=1.0, burst=100, label=LABEL),
         stoic.Bulkhead(8, queue_limit=16, label=LABEL),
     )
@@ -68,7 +68,7 @@ def client(pipeline: Any, server: Server) -> Any:
     async def fetch(path: str) -> str:
         if path == "/with-fallback":
             async with stoic.timeout(10):
-                return await with_fallback(pipeline, send, path, fallback=lambda error: "cached")
+                return await with_fallback(pipeline, send, path, fallback=lambda error: "cached", label="fallback")
         async with stoic.timeout(10):  # the whole call, retries included
             result: str = await pipeline.execute(send, path)
             return result

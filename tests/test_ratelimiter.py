@@ -227,7 +227,7 @@ async def test_a_request_above_burst_is_rejected_at_once(clock: VirtualClock, si
         await limiter.acquire(5)
     assert caught.value.retry_after is None
     assert not limiter.try_acquire(5)
-    assert sink.names() == ["ratelimiter.oversized", "ratelimiter.oversized"]
+    assert sink.names == ["ratelimiter.oversized", "ratelimiter.oversized"]
     assert limiter.available_permits == 4 and limiter.waiter_count == 0
     await limiter.acquire(4)  # the burst itself is fine
 

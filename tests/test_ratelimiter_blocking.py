@@ -103,7 +103,7 @@ def test_acquire_decides_before_waiting(sink: RecordingSink) -> None:
     assert reasons == ["would_exceed_deadline", "queue_full"]
     with pytest.raises(RateLimited):
         limiter.acquire(2)
-    assert sink.names()[-1] == "ratelimiter.oversized"
+    assert sink.names[-1] == "ratelimiter.oversized"
     with pytest.raises(ValueError, match="timeout"):
         limiter.acquire(timeout=-1)
     with pytest.raises(ValueError, match="permits"):

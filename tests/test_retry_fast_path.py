@@ -105,33 +105,33 @@ def _async_operations() -> list[tuple[Callable[..., Any], str]]:
 
 class TestOneCallSiteManyOperations:
     def test_retry_sync_hands_an_attempt_to_exactly_those_declaring_one(self) -> None:
-        results = [retry_sync(THREE, fn) for fn, _ in _operations() * 2]  # one call site for all
+        results = [retry_sync(THREE, fn, label="op") for fn, _ in _operations() * 2]  # one call site for all
         assert results == [expected for _, expected in _operations() * 2]
 
     def test_a_callers_own_attempt_wins_at_a_site_that_remembers_the_operation(self) -> None:
-        got = [retry_sync(THREE, _wants, **({"attempt": Attempt(7)} if i % 2 else {})) for i in range(4)]
+        got = [retry_sync(THREE, _wants, **({"attempt": Attempt(7)} if i % 2 else {}), label="op") for i in range(4)]
         assert got == ["wants 1", "wants 7", "wants 1", "wants 7"]
 
     async def test_retry_hands_an_attempt_to_exactly_those_declaring_one(self) -> None:
-        results = [await retry(THREE, fn) for fn, _ in _async_operations() * 2]  # one call site for all
+        results = [await retry(THREE, fn, label="op") for fn, _ in _async_operations() * 2]  # one call site for all
         assert results == [expected for _, expected in _async_operations() * 2]
 
     def test_retrying_call_remembers_no_operation_for_another(self) -> None:
-        policy = Retrying(THREE)
+        policy = Retrying(THREE, label="op")
         assert [policy.call(fn) for fn, _ in _operations() * 2] == [e for _, e in _operations() * 2]
 
     async def test_retrying_execute_remembers_no_operation_for_another(self) -> None:
-        policy = Retrying(THREE)
+        policy = Retrying(THREE, label="op")
         results = [await policy.execute(fn) for fn, _ in _async_operations() * 2]
         assert results == [expected for _, expected in _async_operations() * 2]
 
 
 def _site_a(op: Callable[[], object]) -> object:
-    return retry_sync(DRAIN, op)
+    return retry_sync(DRAIN, op, label="op")
 
 
 def _site_b(op: Callable[[], object]) -> object:
-    return retry_sync(DRAIN, op)
+    return retry_sync(DRAIN, op, label="op")
 
 
 class TestCallSites:
@@ -169,7 +169,7 @@ class TestCallSites:
 
 class TestRetryingBudget:
     def test_first_attempts_deposit_in_the_budget_resolved_at_construction(self, clock: VirtualClock) -> None:
-        policy = Retrying(THREE)
+        policy = Retrying(THREE, label="op")
         bucket = policy.budget
         assert bucket is not RetryBudget.PER_CALL_SITE and bucket.tokens == 10
         for _ in range(5):
@@ -177,7 +177,7 @@ class TestRetryingBudget:
         assert policy.budget is bucket and bucket.tokens == 11.0
 
     async def test_reset_budgets_gives_a_live_policy_a_fresh_budget(self, clock: VirtualClock) -> None:
-        policy = Retrying(DRAIN)
+        policy = Retrying(DRAIN, label="op")
         op = fail_with(ConnectionError())
         with pytest.raises(ConnectionError):
             await clock.run(policy.execute(op))
@@ -192,7 +192,7 @@ class TestRetryingBudget:
 
     def test_reset_budgets_gives_a_decorated_function_a_fresh_budget(self, clock: VirtualClock) -> None:
         op = fail_with(ConnectionError())
-        decorated = retrying(DRAIN)(op.sync)
+        decorated = retrying(DRAIN, label="op")(op.sync)
         with pytest.raises(ConnectionError):
             decorated()
         with pytest.raises(ConnectionError):
@@ -205,7 +205,7 @@ class TestRetryingBudget:
 
     def test_a_given_budget_is_kept_through_reset_budgets(self) -> None:
         budget = RetryBudget(reserve_capacity=3)
-        policy = Retrying(THREE, budget=budget)
+        policy = Retrying(THREE, budget=budget, label="op")
         reset_budgets()
         assert policy.budget is budget
 
@@ -222,13 +222,13 @@ class TestInAttemptMark:
             seen.append(in_retry_attempt())
             raise KeyboardInterrupt
 
-        assert retry_sync(THREE, op) == 1
+        assert retry_sync(THREE, op, label="op") == 1
         assert not in_retry_attempt()
         with pytest.raises(KeyboardInterrupt):
-            retry_sync(THREE, interrupted)
+            retry_sync(THREE, interrupted, label="op")
         assert not in_retry_attempt()
         with pytest.raises(KeyboardInterrupt):
-            Retrying(THREE).call(interrupted)
+            Retrying(THREE, label="op").call(interrupted)
         assert not in_retry_attempt()
         assert seen == [True, True, True]
 
@@ -237,14 +237,14 @@ class TestInAttemptMark:
         inner = fail_with(ConnectionError())
 
         def outer() -> str:
-            assert retry_sync(THREE, _plain) == "plain"
+            assert retry_sync(THREE, _plain, label="op") == "plain"
             after_inner.append(in_retry_attempt())
             with pytest.raises(ConnectionError):
-                Retrying(THREE).call(inner.sync)
+                Retrying(THREE, label="op").call(inner.sync)
             after_inner.append(in_retry_attempt())
             return "done"
 
-        assert retry_sync(THREE, outer) == "done"
+        assert retry_sync(THREE, outer, label="op") == "done"
         assert after_inner == [True, True]
         assert inner.calls == 1  # nested: a single attempt
         assert not in_retry_attempt()
@@ -257,16 +257,16 @@ class TestInAttemptMark:
             return "plain"
 
         async def outer() -> str:
-            assert await retry(THREE, plain) == "plain"
+            assert await retry(THREE, plain, label="op") == "plain"
             after_inner.append(in_retry_attempt())
             with pytest.raises(ConnectionError):
-                await Retrying(THREE).execute(inner)
+                await Retrying(THREE, label="op").execute(inner)
             after_inner.append(in_retry_attempt())
             return "done"
 
         # (clock.run: were the inner retry not single-attempt, its sleeps would end, not hang.)
-        assert await clock.run(retry(THREE, outer)) == "done"
-        assert await clock.run(retrying(THREE)(outer)()) == "done"
+        assert await clock.run(retry(THREE, outer, label="op")) == "done"
+        assert await clock.run(retrying(THREE, label="op")(outer)()) == "done"
         assert after_inner == [True, True] * 2
         assert inner.calls == 2
         assert not in_retry_attempt()
@@ -283,7 +283,7 @@ class TestInAttemptMark:
             started.append(asyncio.get_running_loop().create_task(later()))
             return 1
 
-        assert retry_sync(THREE, op) == 1
+        assert retry_sync(THREE, op, label="op") == 1
         assert not in_retry_attempt()
         release.set()
         assert await started[0] is True  # its context was copied inside the attempt

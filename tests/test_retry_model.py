@@ -100,9 +100,9 @@ async def run(delays: list[int], steps: list[tuple[tuple[str, int], int]], deadl
         async def call() -> str:
             schedule = Schedule.delays([d / 1000 for d in delays])
             if deadline is None:
-                return await retry(schedule, op, budget=budget)
+                return await retry(schedule, op, budget=budget, label="op")
             async with stoic.timeout(deadline / 1000):
-                return await retry(schedule, op, budget=budget)
+                return await retry(schedule, op, budget=budget, label="op")
 
         try:
             ended = await clock.run(call())
@@ -113,7 +113,7 @@ async def run(delays: list[int], steps: list[tuple[tuple[str, int], int]], deadl
         except Permanent:
             ended = "Permanent"
         sink.assert_contract()
-        return ended, sink.names(), starts, clock.now_ns() // 1_000_000
+        return ended, sink.names, starts, clock.now_ns() // 1_000_000
 
 
 @settings(max_examples=300, deadline=None)

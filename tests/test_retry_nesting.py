@@ -27,7 +27,7 @@ async def layers(n: int, nesting: RetryNesting, budget: RetryBudget) -> int:
 
     def wrap(inner: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
         async def layer() -> None:
-            await retry(THREE, inner, nesting=nesting, budget=budget)
+            await retry(THREE, inner, nesting=nesting, budget=budget, label="op")
 
         return layer
 
@@ -70,19 +70,19 @@ async def test_a_nested_retry_still_succeeds_on_its_single_attempt(clock: Virtua
     inner = fail_times(0, then="ok")
 
     async def outer() -> str:
-        return await retry(THREE, inner)
+        return await retry(THREE, inner, label="op")
 
-    assert await clock.run(retry(THREE, outer)) == "ok"
+    assert await clock.run(retry(THREE, outer, label="op")) == "ok"
 
 
 async def test_nesting_is_seen_by_tasks_an_attempt_creates(clock: VirtualClock) -> None:
     inner = fail_with(ConnectionError())
 
     async def outer() -> None:
-        await asyncio.create_task(retry(THREE, inner))
+        await asyncio.create_task(retry(THREE, inner, label="op"))
 
     with pytest.raises(ConnectionError):
-        await clock.run(retry(THREE, outer))
+        await clock.run(retry(THREE, outer, label="op"))
     assert inner.calls == 3  # one per outer attempt
 
 
@@ -93,7 +93,7 @@ async def test_the_mark_is_only_set_during_attempts(clock: VirtualClock) -> None
         seen.append(in_retry_attempt())
 
     assert not in_retry_attempt()
-    await retry(THREE, op)
+    await retry(THREE, op, label="op")
     assert seen == [True]
     assert not in_retry_attempt()
 
@@ -102,16 +102,16 @@ async def test_allow_on_an_inner_layer_retries_inside_an_outer_attempt(clock: Vi
     inner = fail_with(ConnectionError())
 
     async def outer() -> None:
-        await retry(THREE, inner, nesting=RetryNesting.ALLOW)
+        await retry(THREE, inner, nesting=RetryNesting.ALLOW, label="op")
 
     with pytest.raises(ConnectionError):
-        await clock.run(retry(Schedule.fixed(0).attempts(2), outer))
+        await clock.run(retry(Schedule.fixed(0).attempts(2), outer, label="op"))
     assert inner.calls == 6
 
 
 def test_nesting_must_be_a_retry_nesting() -> None:
     with pytest.raises(TypeError):
-        retry(THREE, fail_times(0), nesting="allow")  # type: ignore[arg-type]
+        retry(THREE, fail_times(0), nesting="allow", label="op")  # type: ignore[arg-type]
 
 
 class TestRecur:

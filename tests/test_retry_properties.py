@@ -93,7 +93,7 @@ def test_retries_never_exceed_ratio_times_first_attempts_plus_the_reserve(
 
                 async def call(op: object = op) -> None:
                     try:
-                        await retry(Schedule.fixed(0.01).attempts(5), op, budget=budget)  # type: ignore[arg-type]
+                        await retry(Schedule.fixed(0.01).attempts(5), op, budget=budget, label="op")  # type: ignore[arg-type]
                     except ConnectionError:
                         pass
 

@@ -15,7 +15,7 @@ ZERO = Schedule.fixed(0).attempts(4)
 calls_at_import = 0
 
 
-@retrying(ZERO)
+@retrying(ZERO, label="op")
 async def flaky_at_import() -> int:
     """Decorated at import time, before any event loop exists."""
     global calls_at_import
@@ -28,7 +28,7 @@ async def flaky_at_import() -> int:
 def test_a_retry_decorated_at_import_works_under_successive_event_loops() -> None:
     assert asyncio.run(flaky_at_import()) == 2
     assert asyncio.run(flaky_at_import()) == 4
-    assert asyncio.run(retry(ZERO, flaky_at_import)) == 6
+    assert asyncio.run(retry(ZERO, flaky_at_import, label="op")) == 6
 
 
 def test_many_threads_share_a_budget_without_exceeding_it() -> None:
@@ -47,7 +47,7 @@ def test_many_threads_share_a_budget_without_exceeding_it() -> None:
         nonlocal failures
         for _ in range(20):
             with pytest.raises(ConnectionError):
-                retry_sync(ZERO, always_fails, budget=budget)
+                retry_sync(ZERO, always_fails, budget=budget, label="op")
             with lock:
                 failures += 1
 
@@ -66,7 +66,7 @@ def test_many_threads_share_a_budget_without_exceeding_it() -> None:
 def test_the_decorator_is_thread_safe_on_plain_functions() -> None:
     local = threading.local()
 
-    @retrying(ZERO, budget=RetryBudget.UNLIMITED)
+    @retrying(ZERO, budget=RetryBudget.UNLIMITED, label="op")
     def flaky() -> str:
         local.n = getattr(local, "n", 0) + 1
         if local.n < 3:

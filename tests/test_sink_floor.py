@@ -25,7 +25,7 @@ def fresh_floor(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def _breaker() -> CircuitBreaker:
-    return CircuitBreaker("floor", window=CountWindow(10), minimum_calls=1, clock=StepClock())  # type: ignore[arg-type]
+    return CircuitBreaker(label="floor", window=CountWindow(10), minimum_calls=1, clock=StepClock())  # type: ignore[arg-type]
 
 
 @pytest.mark.usefixtures("fresh_floor")

@@ -89,7 +89,7 @@ class Tuning:
     def breaker(self, label: str) -> CircuitBreaker:
         s = self.scale
         return CircuitBreaker(
-            label,
+            label=label,
             window=TimeWindow(5.0 * s),
             minimum_calls=5,
             failure_rate_threshold=0.5,

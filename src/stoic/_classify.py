@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Callable
+from datetime import timedelta
 from typing import ClassVar, Protocol, TypeAlias, runtime_checkable
 
 from ._durations import Seconds, to_ns
-from ._errors import BudgetExhausted, DeadlineExceeded, Rejected
+from ._errors import BudgetExhausted, DeadlineExceeded, Rejected, leaves
+
+_MAX_NS = 2**63 - 1  # every wait saturates here (as schedules do); retry caps it at five minutes anyway
 
 
 class RetryDecision:
@@ -38,8 +42,24 @@ class RetryDecision:
 
     @staticmethod
     def retry_after(seconds: Seconds) -> RetryDecision:
-        """Retry after ``seconds`` (>= 0, float or timedelta) in place of the schedule's delay."""
-        return RetryDecision("retry_after", to_ns(seconds, "seconds", allow_zero=True))
+        """Retry after ``seconds`` (float or timedelta) in place of the schedule's delay.
+
+        A wait of zero or less (a server's ``Retry-After`` already in the past, clock skew)
+        means "retry now on the schedule": it returns :data:`RETRY`. Longer waits saturate at
+        about 292 years (retry caps them at five minutes, ``retry.after_capped``). Raises
+        ``ValueError`` naming ``seconds`` for NaN, ``TypeError`` for a non-number."""
+        if isinstance(seconds, timedelta):
+            if seconds <= timedelta(0):
+                return RetryDecision.RETRY
+        elif isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError(f"seconds must be a number of seconds or a timedelta, got {type(seconds).__name__}")
+        elif math.isnan(seconds):
+            raise ValueError(f"seconds must be a number of seconds (not NaN), got {seconds!r}")
+        elif seconds <= 0:
+            return RetryDecision.RETRY
+        elif seconds * 1e9 >= _MAX_NS:
+            return RetryDecision("retry_after", _MAX_NS)
+        return RetryDecision("retry_after", min(_MAX_NS, to_ns(seconds, "seconds")))
 
     @property
     def retries(self) -> bool:
@@ -149,12 +169,50 @@ def _never(error: BaseException) -> RetryDecision:
     return RetryDecision.STOP
 
 
+def _combine(decisions: list[RetryDecision]) -> RetryDecision:
+    """The verdict on an exception group from its leaves' (docs/design.md, "Exception groups"):
+    retried only if every leaf is, after the longest wait any leaf asks for."""
+    after: int | None = None
+    for decision in decisions:
+        if not decision.retries:
+            return RetryDecision.STOP
+        if decision._after_ns is not None and (after is None or decision._after_ns > after):
+            after = decision._after_ns
+    return RetryDecision.RETRY if after is None else RetryDecision("retry_after", after)
+
+
+def _by_leaves(judge: Callable[[BaseException], RetryDecision]) -> Callable[[BaseException], RetryDecision]:
+    """``judge`` applied to an exception group's leaves (a group's own ``retry_decision``,
+    when it has one, decides first); to any other error, as is."""
+
+    def judged(error: BaseException) -> RetryDecision:
+        if not isinstance(error, BaseExceptionGroup):
+            return judge(error)
+        decision = _own_decision(error)
+        if decision is not None:
+            return decision
+        found = leaves(error)
+        return _combine([judge(leaf) for leaf in found]) if found else judge(error)
+
+    judged.__qualname__ = getattr(judge, "__qualname__", "judged")
+    return judged
+
+
 class RetryClassifier:
     """Decides, per failed attempt, whether to retry (seed 001, "Default classification").
 
     ``RetryClassifier(fn)`` wraps ``fn(error) -> RetryDecision | bool`` (``True`` retries).
     Whatever the classifier says, a :class:`stoic.Defect` is never retried, and cancellation
     never reaches it (``asyncio.CancelledError`` is not an ``Exception``).
+
+    Exception groups (docs/design.md, "Exception groups"): the built-in classifiers and the
+    exception-type ones judge a group by its leaves (:func:`stoic._errors.leaves`): it is
+    retried only if every leaf would be, waiting the longest ``retry_after`` any leaf asks
+    for; a group with its own ``retry_decision`` decides for itself; a group with any
+    :class:`stoic.Defect` leaf is never retried. A classifier you write receives the group
+    itself. If your classifier (or an error's ``retry_decision``) raises, retry stops and
+    re-raises the operation's own error, with the classifier's chained as its ``__context__``
+    and reported once (``warnings`` and the ``"stoic"`` logger).
 
     - :data:`standard` (the default): an error with a ``retry_decision`` (:class:`Retryable`)
       decides; stops on ``UnicodeError`` and ``json.JSONDecodeError`` (the same bytes fail the
@@ -192,8 +250,8 @@ class RetryClassifier:
             else f"RetryClassifier({self.name})"
 
 
-RetryClassifier.standard = RetryClassifier(_standard, name="standard")
-RetryClassifier.transient_only = RetryClassifier(_transient_only, name="transient_only")
+RetryClassifier.standard = RetryClassifier(_by_leaves(_standard), name="standard")
+RetryClassifier.transient_only = RetryClassifier(_by_leaves(_transient_only), name="transient_only")
 RetryClassifier.never = RetryClassifier(_never, name="never")
 
 ClassifierLike: TypeAlias = (
@@ -221,4 +279,4 @@ def as_classifier(classify: ClassifierLike) -> RetryClassifier:
             return decision
         return RetryDecision.RETRY if isinstance(error, types) else RetryDecision.STOP
 
-    return RetryClassifier(_on, name=f"on({', '.join(t.__name__ for t in types)})")
+    return RetryClassifier(_by_leaves(_on), name=f"on({', '.join(t.__name__ for t in types)})")

@@ -140,3 +140,39 @@ def is_defect(error: BaseException) -> bool:
             return True
         current = current.__cause__
     return False
+
+
+def leaves(error: BaseException) -> list[BaseException]:
+    """The exceptions an error stands for: ``[error]`` itself, or for an exception group (nested
+    to any depth) every non-group exception inside it, depth first.
+
+    The exception-group rule (docs/design.md, "Exception groups") is stated over these leaves:
+    a group is a rejection when every leaf is one, a defect when any leaf is one, and otherwise
+    each classifier judges it by its leaves.
+    """
+    if not isinstance(error, BaseExceptionGroup):
+        return [error]
+    found: list[BaseException] = []
+    pending: list[BaseException] = [error]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(reversed(current.exceptions))
+        else:
+            found.append(current)
+    return found
+
+
+def is_rejection(error: BaseException) -> bool:
+    """True for a :class:`Rejected`, or an exception group every leaf of which is one (an inner
+    policy refused, in every branch of a fan-out); False for anything else."""
+    if isinstance(error, Rejected):
+        return True
+    if not isinstance(error, BaseExceptionGroup):
+        return False
+    found = leaves(error)
+    return bool(found) and all(isinstance(leaf, Rejected) for leaf in found)

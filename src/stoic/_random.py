@@ -4,10 +4,16 @@ In production every call site draws from its own ``random.Random`` seeded from t
 concurrent callers draw independently. Inside ``stoic.testing.seeded(n)`` each call site's
 stream is derived from ``n`` and the site, so a seed reproduces a run's delays exactly
 (design/python.md, "Randomness"; seed 001, "Jitter and seeds").
+
+After ``os.fork()`` the child reseeds every unseeded stream from the OS (field report 21): a
+pre-fork server's workers would otherwise draw the parent's next delays in lockstep, the very
+thing jitter exists to prevent. Seeded streams are left alone, so ``seeded(n)`` still
+reproduces a run inside any one process.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import threading
@@ -50,3 +56,15 @@ def stream(site: str) -> random.Random:
 
 def _seeded_streams(seed: int) -> _Streams:
     return _Streams(seed)
+
+
+def _reseed_after_fork() -> None:
+    # In the child only. The lock may have been held by another thread of the parent at the
+    # fork: replace it rather than wait on it.
+    _PROCESS.lock = threading.Lock()
+    for stream in list(_PROCESS.streams.values()):
+        stream.seed()  # from os.urandom
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reseed_after_fork)

@@ -13,14 +13,15 @@ import inspect
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar
-from types import CodeType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from types import AsyncGeneratorType, CodeType, CoroutineType, GeneratorType
+from typing import Any, ParamSpec, TypeVar
 
-from . import _clock, _deadline, _native, _random
+from . import _clock, _deadline, _random
 from ._attempt import Attempt
 from ._budget import _NO_OP, RetryBudget, _registry, _Site, site_of_frame
-from ._classify import ClassifierLike, RetryClassifier, RetryNesting, as_classifier
-from ._clock import SYSTEM_CLOCK, Clock, _ambient_clock, current_clock
+from ._callbacks import callback_failed
+from ._classify import ClassifierLike, RetryClassifier, RetryDecision, RetryNesting, as_classifier
+from ._clock import SYSTEM_CLOCK, Clock, SystemClock, _ambient_clock, current_clock
 from ._deadline import Timeout, remaining_ns
 from ._deadline import _current as _deadline_scope
 from ._durations import Seconds, to_ns
@@ -41,9 +42,7 @@ _SINGLE = RetryNesting.SINGLE_ATTEMPT
 _site_at = _registry.frames.get  # the dict is cleared in place by reset_budgets(), never replaced
 _PER_SITE = RetryBudget.PER_CALL_SITE
 _getframe = sys._getframe
-
-# The compiled first attempts (stoic/_cretry.c), or None for the pure-Python paths only.
-_c = _native.load("stoic._cretry")
+_MAX_NS = 2**63 - 1  # durations saturate here (about 292 years), as schedules do
 
 
 def in_retry_attempt() -> bool:
@@ -126,6 +125,51 @@ def _label_of(fn: Callable[..., object]) -> str:
     return str(name)
 
 
+def check_label(label: object) -> str:
+    """``label`` as given: a non-empty ``str`` (``TypeError`` / ``ValueError`` naming ``label``)."""
+    if not isinstance(label, str):
+        raise TypeError(f"label must be a str naming the call in events, got {type(label).__name__}")
+    if not label:
+        raise ValueError("label must be a non-empty str naming the call in events")
+    return label
+
+
+_CLOCK_METHODS = ("now_ns", "call_at", "sleep_until", "sleep_until_blocking")
+_CLOCK_TYPES: set[type] = {SystemClock}  # types already checked: a hot call passing a clock pays a set lookup
+
+
+def check_clock(clock: object) -> Clock:
+    """``clock`` if it has every :class:`stoic.Clock` method, else ``TypeError`` naming ``clock``."""
+    kind = type(clock)
+    if kind not in _CLOCK_TYPES:
+        missing = [name for name in _CLOCK_METHODS if not callable(getattr(clock, name, None))]
+        if missing:
+            raise TypeError(f"clock must be a stoic.Clock (with {', '.join(_CLOCK_METHODS)}), "
+                            f"got {kind.__name__} lacking {', '.join(missing)}")
+        _CLOCK_TYPES.add(kind)
+    return clock  # type: ignore[return-value]
+
+
+def _same_clock(a: Clock, b: Clock) -> bool:
+    return a is b or (type(a) is SystemClock and type(b) is SystemClock)
+
+
+def _check_deadline_clocks(scope: _deadline._Scope | None, clock: Clock, label: str) -> None:
+    """Refuse to run under an ambient deadline set on another clock than the retry's.
+
+    A retry sleeps on its clock and judges "can the next attempt finish before the deadline"
+    against the deadline's: with two clocks (a virtual one and the system's) the comparison
+    means nothing, and a ``timeout(5)`` around a virtual-clock retry would let an attempt start
+    at 7 s. So it is a configuration error, raised before the first attempt."""
+    while scope is not None:
+        if not _same_clock(scope.clock, clock):
+            raise ValueError(
+                f"retry {label!r} runs on {clock!r} but the ambient deadline"
+                f"{f' ({scope.label})' if scope.label else ''} was set on {scope.clock!r}: a deadline "
+                "and the retries under it must use one clock (pass clock= to both, or use_clock around both)")
+        scope = scope.parent
+
+
 # --- the engine after a failure --------------------------------------------------------------
 
 class _Run:
@@ -162,7 +206,11 @@ class _Run:
             if min_level() <= Level.ERROR:
                 self._event("retry.defect", Level.ERROR, {"attempt": number, "error.type": error_type(error)})
             return False
-        decision = self.classify(error)
+        try:
+            decision = self.classify(error)
+        except Exception as failure:  # a user's classifier or retry_decision: stop, keep the error
+            callback_failed(self.classify._fn, "classify", failure, error)
+            decision = RetryDecision.STOP
         if not decision.retries:
             if min_level() <= Level.INFO:
                 self._event("retry.permanent", Level.INFO, {"attempt": number, "error.type": error_type(error)})
@@ -205,25 +253,41 @@ class _Run:
             self._event("retry.succeeded", Level.INFO, {"attempts": attempts})
 
 
-def _task_cancelled() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
+_current_task = asyncio.current_task
+
+
+def _cancelling() -> int:
+    """The current task's pending cancel requests (0 outside a task or a loop)."""
+    try:
+        task = _current_task()
+    except RuntimeError:
+        return 0
+    return 0 if task is None else task.cancelling()
 
 
 async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
                      kwargs: dict[str, Any], site: str, bucket: RetryBudget, classify: RetryClassifier,
-                     nesting: RetryNesting, label: str | None, attempt_ns: int | None, clock: Clock,
+                     nesting: RetryNesting, label: str, attempt_ns: int | None, clock: Clock,
                      wants: bool) -> R:
     """The first attempt, inline and lean; the rest (and unusual calls) in :func:`_loop_async`.
 
     ``wants``: ``fn`` is to be handed an Attempt (the caller decided, from its cache)."""
+    # Check (1) compares with the task's cancel count here, at entry: a cancel swallowed earlier
+    # in the task (a TaskGroup on 3.11, a library without uncancel()) must not stop this retry.
+    try:
+        task = _current_task()
+    except RuntimeError:  # driven by hand (send), outside any loop: no task to cancel
+        task = None
+    cancels = 0 if task is None else task.cancelling()
     next(bucket._deposits)  # the first attempt's deposit (RetryBudget.deposit, inlined)
+    scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
+    if scope is not None:
+        _check_deadline_clocks(scope, clock, label)
     if wants or attempt_ns is not None:
         return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
-                                 clock, _in_attempt.get(), None, -1)
+                                 clock, _in_attempt.get(), None, -1, cancels)
     # Only the deadline check (5) and up_to use the start: without them, success reads no time.
-    under_deadline = _deadline.ever_set and _deadline_scope.get() is not None  # (ever_set: see _deadline)
-    started = clock.now_ns() if schedule._timed or under_deadline else -1
+    started = clock.now_ns() if schedule._timed or scope is not None else -1
     # Set even when already inside an attempt (then it changes nothing and reset restores it):
     # one set beats a get and a branch, and the token's old value says whether we are nested.
     token = _in_attempt.set(True)
@@ -234,13 +298,13 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
     finally:
         _in_attempt.reset(token)
     return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
-                             clock, token.old_value is True, error, started)
+                             clock, token.old_value is True, error, started, cancels)
 
 
 async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
                       kwargs: dict[str, Any], site: str, bucket: RetryBudget, classify: RetryClassifier,
-                      nesting: RetryNesting, label: str | None, attempt_ns: int | None, clock: Clock,
-                      nested: bool, error: Exception | None, started: int) -> R:
+                      nesting: RetryNesting, label: str, attempt_ns: int | None, clock: Clock,
+                      nested: bool, error: Exception | None, started: int, cancels: int) -> R:
     """Every attempt after a failed first one (``error``), or all of them (``error`` None)."""
     attempt: Attempt | None = None
     if "attempt" not in kwargs and wants_attempt(fn):
@@ -270,13 +334,12 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
             finally:
                 if token is not None:
                     _in_attempt.reset(token)
-        if _task_cancelled():
-            raise error  # (1) the task running the retry was cancelled: never retried, never swallowed
+        if _cancelling() > cancels:
+            raise error  # (1) the task running the retry is being cancelled: never retried, never swallowed
         if started < 0:
             started = clock.now_ns()  # no deadline and no up_to: the start matters to nothing
         if run is None:
-            run = _Run(schedule, site, bucket, classify, nesting is _SINGLE, nested, label or _label_of(fn),
-                       clock, started)
+            run = _Run(schedule, site, bucket, classify, nesting is _SINGLE, nested, label, clock, started)
         if not run.after_failure(error, number, started):
             raise error  # the last attempt's own exception, unchanged
         error = None
@@ -289,35 +352,45 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
         started = clock.now_ns()
 
 
-_ASYNC_RESULTS = _native.ASYNC_RESULTS  # what a plain operation must not return
+# What a plain operation must not return: a coroutine (it wanted ``await retry``) or a generator
+# (retrying its creation retries nothing: the work, and its failures, come while it is consumed).
+_REFUSED_RESULTS = frozenset({CoroutineType, GeneratorType, AsyncGeneratorType})
 
 
-def _not_a_coroutine(fn: Callable[..., object], result: object) -> None:
-    if isinstance(result, _ASYNC_RESULTS):
+def _refuse_result(fn: Callable[..., object], result: object) -> None:
+    if isinstance(result, CoroutineType):
         result.close()
         raise TypeError(f"{_label_of(fn)} returned a coroutine: await retry(...) for async operations")
+    if isinstance(result, (GeneratorType, AsyncGeneratorType)):
+        closing = result.close() if isinstance(result, GeneratorType) else result.aclose()
+        if isinstance(closing, CoroutineType):
+            closing.close()
+        raise TypeError(f"{_label_of(fn)} returned a generator: retry the code that consumes it, "
+                        "not the call creating it")
 
 
 def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any],
               site: str, bucket: RetryBudget, classify: RetryClassifier, nesting: RetryNesting,
-              label: str | None, clock: Clock, wants: bool) -> R:
+              label: str, clock: Clock, wants: bool) -> R:
     """The first attempt of a plain function, inline; the rest in :func:`_loop_sync`.
 
-    (The pure-Python path of every sync form; ``stoic._cretry`` compiles this body.)"""
+    (Every sync form runs this.)"""
     next(bucket._deposits)
+    scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
+    if scope is not None:
+        _check_deadline_clocks(scope, clock, label)
     if wants:
         return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
                           _in_attempt.get(), None, -1)
-    under_deadline = _deadline.ever_set and _deadline_scope.get() is not None  # (ever_set: see _deadline)
-    started = clock.now_ns() if schedule._timed or under_deadline else -1
+    started = clock.now_ns() if schedule._timed or scope is not None else -1
     token = _in_attempt.set(True)
     try:
         result = fn(*args, **kwargs)
     except Exception as caught:
         error = caught
     else:
-        if type(result) in _ASYNC_RESULTS:
-            _not_a_coroutine(fn, result)
+        if type(result) in _REFUSED_RESULTS:
+            _refuse_result(fn, result)
         return result
     finally:
         _in_attempt.reset(token)
@@ -327,7 +400,7 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
 
 def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any],
                site: str, bucket: RetryBudget, classify: RetryClassifier, nesting: RetryNesting,
-               label: str | None, clock: Clock, nested: bool, error: Exception | None, started: int) -> R:
+               label: str, clock: Clock, nested: bool, error: Exception | None, started: int) -> R:
     attempt: Attempt | None = None
     if "attempt" not in kwargs and wants_attempt(fn):
         attempt = Attempt(1)
@@ -344,7 +417,8 @@ def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any,
             except Exception as caught:
                 error = caught
             else:
-                _not_a_coroutine(fn, result)
+                if type(result) in _REFUSED_RESULTS:
+                    _refuse_result(fn, result)
                 if run is not None:
                     run.succeeded(number)
                 return result
@@ -354,8 +428,7 @@ def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any,
         if started < 0:
             started = clock.now_ns()
         if run is None:
-            run = _Run(schedule, site, bucket, classify, nesting is _SINGLE, nested, label or _label_of(fn),
-                       clock, started)
+            run = _Run(schedule, site, bucket, classify, nesting is _SINGLE, nested, label, clock, started)
         if not run.after_failure(error, number, started):
             raise error
         error = None
@@ -379,6 +452,14 @@ def _budget(budget: RetryBudget) -> RetryBudget:
     return budget
 
 
+def _site(frame: Any) -> _Site:
+    """The call site of ``retry``/``retry_sync`` being made in ``frame`` (see _budget)."""
+    site = _site_at(frame.f_lasti)  # site_of_frame's lookup, inlined for the head of the chain
+    if site is None or site.code is not frame.f_code:
+        site = site_of_frame(frame)
+    return site
+
+
 # --- the public functions --------------------------------------------------------------------
 
 def retry(
@@ -386,56 +467,66 @@ def retry(
     fn: Callable[..., Awaitable[R]],
     /,
     *args: Any,
+    label: str,
     budget: RetryBudget = RetryBudget.PER_CALL_SITE,
     classify: ClassifierLike = RetryClassifier.standard,
     nesting: RetryNesting = RetryNesting.SINGLE_ATTEMPT,
-    label: str | None = None,
     attempt_timeout: Seconds | None = None,
+    clock: Clock | None = None,
     **kwargs: Any,
 ) -> Coroutine[Any, Any, R]:
     """Run ``await fn(*args, **kwargs)``, retrying failures as ``schedule`` allows (seed 001).
 
     ``schedule`` must be a :class:`BoundedSchedule` (``TypeError`` otherwise, saying to call
-    ``.attempts(n)`` or use ``Schedule.delays``). ``fn`` receives ``attempt=Attempt(...)`` only
-    if it declares a parameter named ``attempt``. ``budget`` defaults to one per call site of
-    ``retry`` (file:line); ``classify`` is a :class:`RetryClassifier`, a callable
-    ``(error) -> RetryDecision | bool`` or exception type(s) to retry; ``label`` names the
-    events (default: ``fn``'s qualified name). With ``attempt_timeout`` (seconds, > 0) each
-    attempt runs under ``stoic.timeout(attempt_timeout)``; a timed-out attempt raises
-    :class:`stoic.DeadlineExceeded`, which is transient.
+    ``.attempts(n)`` or use ``Schedule.delays``). ``label`` (keyword, required: a non-empty
+    ``str``, else ``TypeError``/``ValueError``) names the events. ``fn`` receives
+    ``attempt=Attempt(...)`` only if it declares a parameter named ``attempt``. ``budget``
+    defaults to one per call site of ``retry`` (file:line); ``classify`` is a
+    :class:`RetryClassifier`, a callable ``(error) -> RetryDecision | bool`` or exception
+    type(s) to retry. With ``attempt_timeout`` (seconds, > 0; saturating at about 292 years)
+    each attempt runs under ``stoic.timeout(attempt_timeout)``; a timed-out attempt raises
+    :class:`stoic.DeadlineExceeded`, which is transient. Backoff sleeps and ``up_to`` run on
+    ``clock`` (a :class:`stoic.Clock`, ``TypeError`` naming ``clock`` otherwise), else the
+    ambient clock at the call.
 
-    After a failed attempt, in order: (1) this task was cancelled: re-raise; (2) inside another
-    retry's attempt with ``RetryNesting.SINGLE_ATTEMPT``: re-raise (``retry.nested``); (3) a
-    :class:`stoic.Defect` (``retry.defect``) or the classifier says stop (``retry.permanent``):
-    re-raise; (4) the schedule is exhausted: re-raise (``retry.exhausted``); (5) the next attempt
-    could not finish before the ambient deadline if it took as long as the last: re-raise
-    (``retry.deadline_skip``); (6) no budget token: re-raise (``retry.budget_exhausted``);
-    otherwise ``retry.attempt_failed`` with the exact delay, sleep on the ambient clock, retry.
+    After a failed attempt, in order: (1) this task is being cancelled (its ``cancelling()``
+    count is above its value when the retry started): re-raise; (2) inside another retry's
+    attempt with ``RetryNesting.SINGLE_ATTEMPT``: re-raise (``retry.nested``); (3) a
+    :class:`stoic.Defect` (``retry.defect``) or the classifier says stop (``retry.permanent``;
+    also when the classifier itself raises): re-raise; (4) the schedule is exhausted: re-raise
+    (``retry.exhausted``); (5) the next attempt could not finish before the ambient deadline if
+    it took as long as the last: re-raise (``retry.deadline_skip``); (6) no budget token:
+    re-raise (``retry.budget_exhausted``); otherwise ``retry.attempt_failed`` with the exact
+    delay, sleep on the clock, retry.
 
     Returns ``fn``'s result. Raises the last attempt's own exception, unchanged.
     ``asyncio.CancelledError`` (and every ``BaseException``) is never retried or swallowed,
-    including during the backoff sleep. Keyword arguments named like retry's own parameters
-    cannot be forwarded to ``fn``: bind them with ``functools.partial``.
+    including during the backoff sleep. Raises ``ValueError`` (before the first attempt) under
+    an ambient deadline set on another clock than the retry's. Keyword arguments named like
+    retry's own parameters cannot be forwarded to ``fn``: bind them with ``functools.partial``.
 
     A plain function returning the coroutine (so the call site is known even under
     ``asyncio.create_task(retry(...))``): configuration errors raise at the call, before ``await``.
     """
     if type(schedule) is not BoundedSchedule:
         _check_schedule(schedule)
-    frame = _getframe(1)
-    site = _site_at(frame.f_lasti)  # site_of_frame's lookup, inlined for the head of the chain
-    if site is None or site.code is not frame.f_code:
-        site = site_of_frame(frame)
+    if type(label) is not str or not label:
+        check_label(label)
+    site = _site(_getframe(1))
     op = site.op
     return _run_async(
         schedule, fn, args, kwargs, site.name,
         site.bucket if budget is _PER_SITE else _budget(budget),
         classify if type(classify) is RetryClassifier else as_classifier(classify),
         nesting if nesting is _SINGLE else _nesting(nesting), label,
-        None if attempt_timeout is None else to_ns(attempt_timeout, "attempt_timeout"),
-        _ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK,  # current_clock(), inlined
+        None if attempt_timeout is None else _attempt_ns(attempt_timeout),
+        (_ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK) if clock is None else check_clock(clock),
         (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)) and "attempt" not in kwargs,
     )
+
+
+def _attempt_ns(attempt_timeout: Seconds) -> int:
+    return min(_MAX_NS, to_ns(attempt_timeout, "attempt_timeout"))
 
 
 def retry_sync(
@@ -443,28 +534,32 @@ def retry_sync(
     fn: Callable[..., R],
     /,
     *args: Any,
+    label: str,
     budget: RetryBudget = RetryBudget.PER_CALL_SITE,
     classify: ClassifierLike = RetryClassifier.standard,
     nesting: RetryNesting = RetryNesting.SINGLE_ATTEMPT,
-    label: str | None = None,
+    clock: Clock | None = None,
     **kwargs: Any,
 ) -> R:
-    """:func:`retry` for a plain (blocking) function: same checks, events and budget; sleeps
-    block the calling thread on the ambient clock. There is no ``attempt_timeout`` (a plain
-    function cannot be interrupted) and no cancellation check. The ambient deadline, if any,
-    still decides (5)."""
+    """:func:`retry` for a plain (blocking) function: same checks, events, ``label``,
+    ``clock`` and budget; sleeps block the calling thread on the clock. There is no
+    ``attempt_timeout`` (a plain function cannot be interrupted) and no cancellation check.
+    The ambient deadline, if any, still decides (5). ``fn`` returning a coroutine or a
+    generator raises ``TypeError`` (never retried): await :func:`retry` for async
+    operations, and retry the code that consumes a generator."""
     if type(schedule) is not BoundedSchedule:
         _check_schedule(schedule)
-    # (A coroutine function is caught when it returns its coroutine: cheaper than inspecting it.)
-    frame = _getframe(1)
-    site = _site_at(frame.f_lasti)  # site_of_frame's lookup, inlined for the head of the chain
-    if site is None or site.code is not frame.f_code:
-        site = site_of_frame(frame)
+    if type(label) is not str or not label:
+        check_label(label)
+    site = _site(_getframe(1))
     bucket = site.bucket if budget is _PER_SITE else _budget(budget)
     classifier = classify if type(classify) is RetryClassifier else as_classifier(classify)
     if nesting is not _SINGLE:
         _nesting(nesting)
-    clock = _ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK  # current_clock(), inlined
+    if clock is None:
+        clock = _ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK  # current_clock(), inlined
+    else:
+        check_clock(clock)
     op = site.op
     wants = (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)) and "attempt" not in kwargs
     return _run_sync(schedule, fn, args, kwargs, site.name, bucket, classifier, nesting, label, clock, wants)
@@ -482,15 +577,15 @@ class _Retrier:
                  "schedule", "site")
 
     def __init__(self, schedule: BoundedSchedule, budget: RetryBudget, classify: ClassifierLike,
-                 nesting: RetryNesting, label: str | None, attempt_timeout: Seconds | None,
+                 nesting: RetryNesting, label: str, attempt_timeout: Seconds | None,
                  clock: Clock | None, site: str) -> None:
         self.schedule = _check_schedule(schedule)
+        self.label = check_label(label)
         self.budget = _budget(budget)
         self.classify = as_classifier(classify)
         self.nesting = _nesting(nesting)
-        self.label = label
-        self.attempt_ns = None if attempt_timeout is None else to_ns(attempt_timeout, "attempt_timeout")
-        self.clock = clock
+        self.attempt_ns = None if attempt_timeout is None else _attempt_ns(attempt_timeout)
+        self.clock = None if clock is None else check_clock(clock)
         self.site = site
         self.op = _NO_OP
         self.bucket = budget
@@ -509,6 +604,12 @@ class _Retrier:
                 return
 
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            raise TypeError(
+                f"cannot retry the generator function {_label_of(fn)}: calling it only creates the "
+                "generator (its work and failures come while it is consumed); retry the code that consumes it")
+        if not callable(fn):
+            raise TypeError(f"retrying decorates a function, got {type(fn).__name__}")
         if inspect.iscoroutinefunction(fn):
             return self._decorate_async(fn)  # type: ignore[no-any-return]
         if self.attempt_ns is not None:
@@ -520,7 +621,6 @@ class _Retrier:
             self.schedule, self.classify, self.nesting, self.label, self.attempt_ns)
         site, fixed_clock, retrier = self.site, self.clock, self
         wants = wants_attempt(fn)
-        general = attempt_ns is not None or wants
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -529,27 +629,12 @@ class _Retrier:
             return await _run_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label,
                                     attempt_ns, clock, wants and "attempt" not in kwargs)
 
-        if _c is not None and not general:
-            # The same wrapper, compiled: its call returns the coroutine async_wrapper's would (a
-            # _cretry.Run). For inspect it is function-like: async_wrapper's __code__ (so
-            # iscoroutinefunction holds, and wants_attempt reads the same parameters), defaults.
-            compiled: Any = functools.update_wrapper(
-                _c._decorated(fn, self, schedule, classify, nesting, label, site, fixed_clock, False, True), fn)
-            python: Any = async_wrapper
-            compiled.__code__ = python.__code__
-            compiled.__defaults__ = python.__defaults__
-            compiled.__kwdefaults__ = python.__kwdefaults__
-            return compiled
         return async_wrapper
 
     def _decorate_sync(self, fn: Callable[P, R]) -> Callable[P, R]:
         schedule, classify, nesting, label = self.schedule, self.classify, self.nesting, self.label
         site, fixed_clock, retrier = self.site, self.clock, self
         general = wants_attempt(fn)
-        if _c is not None:  # the same wrapper, compiled
-            compiled: Callable[P, R] = functools.update_wrapper(
-                _c._decorated(fn, self, schedule, classify, nesting, label, site, fixed_clock, general), fn)
-            return compiled
 
         @functools.wraps(fn)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -564,43 +649,26 @@ class _Retrier:
 def retrying(
     schedule: BoundedSchedule,
     *,
+    label: str,
     budget: RetryBudget = RetryBudget.PER_CALL_SITE,
     classify: ClassifierLike = RetryClassifier.standard,
     nesting: RetryNesting = RetryNesting.SINGLE_ATTEMPT,
-    label: str | None = None,
     attempt_timeout: Seconds | None = None,
+    clock: Clock | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorator: every call of the decorated function is retried as :func:`retry` would.
 
     Works on coroutine functions (``attempt_timeout`` allowed) and plain functions (as
-    :func:`retry_sync`). The per-call-site budget is that of the decoration (one per decorated
-    function); events use the ambient clock and sinks at call time; ``label`` defaults to the
-    function's qualified name. A function declaring ``attempt`` receives the :class:`Attempt`
-    (its callers do not pass it).
+    :func:`retry_sync`); refuses generator and async generator functions with ``TypeError``
+    (retry the code that consumes the generator). ``label`` is required (a non-empty
+    ``str``). The per-call-site budget is that of the decoration (one per decorated
+    function); sleeps run on ``clock``, else the ambient clock at each call; sinks are the
+    ambient ones at call time. A function declaring ``attempt`` receives the
+    :class:`Attempt` (its callers do not pass it). Configuration errors raise here, at
+    decoration.
     """
-    retrier = _Retrier(schedule, budget, classify, nesting, label, attempt_timeout, None, _random.call_site(1))
+    retrier = _Retrier(schedule, budget, classify, nesting, label, attempt_timeout, clock, _random.call_site(1))
     return retrier.decorate
-
-
-if _c is not None and not TYPE_CHECKING:
-    _c._configure(
-        in_attempt=_in_attempt, deadline_scope=_deadline_scope, ambient_clock=_ambient_clock,
-        deadline_globals=vars(_deadline), clock_globals=vars(_clock), system_clock=SYSTEM_CLOCK,
-        loop_sync=_loop_sync, run_sync=_run_sync, loop_async=_loop_async, run_async=_run_async,
-        not_a_coroutine=_not_a_coroutine, async_results=_ASYNC_RESULTS, learn_op=_learn_op,
-        check_schedule=_check_schedule, site_of_frame=site_of_frame, bounded_schedule=BoundedSchedule,
-        frames=_registry.frames, per_call_site=_PER_SITE, standard=RetryClassifier.standard,
-        single_attempt=_SINGLE,
-        retrier_bucket=_Retrier.bucket, retrier_op=_Retrier.op, retrier_schedule=_Retrier.schedule,
-        retrier_site=_Retrier.site, retrier_classify=_Retrier.classify, retrier_nesting=_Retrier.nesting,
-        retrier_label=_Retrier.label, budget_deposits=RetryBudget._deposits,
-        schedule_timed=BoundedSchedule._timed, site_code=_Site.code, site_bucket=_Site.bucket, site_op=_Site.op,
-        site_name=_Site.name,
-    )
-    # Same signature, docstring and rules; the Python function stays as its __wrapped__.
-    retry_sync = functools.update_wrapper(_c._compiled("retry_sync", retry_sync), retry_sync)
-    retry = functools.update_wrapper(_c._compiled("retry", retry), retry)
-    Coroutine.register(_c.Run)  # so asyncio (create_task, gather, run) takes it as a coroutine
 
 
 def recur(schedule: Schedule, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, R]:

@@ -14,8 +14,10 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from ._callbacks import callback_failed
 from ._errors import is_defect
 from ._policy import Policy
+from ._retry import check_label
 
 __all__ = ["with_fallback"]
 
@@ -27,6 +29,7 @@ async def with_fallback(
     fn: Callable[..., Awaitable[R]],
     /,
     *args: Any,
+    label: str,
     fallback: Callable[[Exception], R | Awaitable[R]],
     should_handle: Callable[[Exception], bool] | None = None,
     **kwargs: Any,
@@ -39,13 +42,30 @@ async def with_fallback(
     should be loud, not papered over). ``asyncio.CancelledError``, ``KeyboardInterrupt``,
     ``SystemExit`` and every other ``BaseException`` are never handled. An exception raised by
     ``fallback`` itself propagates, chained to the original. ``policy`` may be any
-    :class:`stoic.Policy`, a ``Pipeline`` included.
+    :class:`stoic.Policy`, a ``Pipeline`` included. ``label`` (keyword, required, a non-empty
+    ``str``: ``TypeError``/``ValueError`` at the call otherwise) names this fallback in reports.
+
+    A ``should_handle`` that raises is a configuration error: the operation's own error
+    propagates (not the fallback), with the predicate's error chained as its ``__context__``
+    and reported once (``warnings`` and the ``"stoic"`` logger).
     """
+    check_label(label)
+    if not callable(fallback):
+        raise TypeError(f"fallback must be callable, got {type(fallback).__name__}")
+    if should_handle is not None and not callable(should_handle):
+        raise TypeError(f"should_handle must be callable or None, got {type(should_handle).__name__}")
     try:
         result: R = await policy.execute(fn, *args, **kwargs)
         return result
     except Exception as error:
-        handle = (not is_defect(error)) if should_handle is None else should_handle(error)
+        if should_handle is None:
+            handle = not is_defect(error)
+        else:
+            try:
+                handle = bool(should_handle(error))
+            except Exception as failure:  # the conservative decision: no fallback, the error stands
+                callback_failed(should_handle, f"should_handle of fallback {label!r}", failure, error)
+                handle = False
         if not handle:
             raise
         substitute = fallback(error)

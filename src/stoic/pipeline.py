@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from . import _native, _random
+from . import _random
 from ._attempt import Attempt
 from ._budget import RetryBudget
 from ._classify import ClassifierLike, RetryClassifier, RetryNesting
@@ -44,15 +44,18 @@ R = TypeVar("R")
 class Retrying:
     """``retry`` as a reusable :class:`stoic.Policy`, for use alone or as a pipeline stage.
 
-    ``Retrying(schedule, *, budget=RetryBudget.PER_CALL_SITE, classify=RetryClassifier.standard,
-    nesting=RetryNesting.SINGLE_ATTEMPT, label=None, clock=None)``. The per-call-site budget is
-    that of this construction (file:line of ``Retrying(...)``), shared by every call through it.
-    Sleeps run on ``clock``, else the ambient clock at construction. ``label`` names the events
-    (default: the operation's qualified name).
+    ``Retrying(schedule, *, label, budget=RetryBudget.PER_CALL_SITE,
+    classify=RetryClassifier.standard, nesting=RetryNesting.SINGLE_ATTEMPT, clock=None)``. The
+    per-call-site budget is that of this construction (file:line of ``Retrying(...)``), shared
+    by every call through it. Sleeps run on ``clock`` (validated: ``TypeError`` naming
+    ``clock``), else the ambient clock at construction. ``label`` (keyword, required, a
+    non-empty ``str``) names the events.
 
     ``await execute(fn, *args, **kwargs)`` for coroutine functions, ``call(fn, ...)`` for plain
     ones, or use it as a decorator on either. Semantics, checks and events are :func:`stoic.retry`'s.
-    Raises ``TypeError`` at construction for an unbounded schedule.
+    Raises ``TypeError`` at construction for an unbounded schedule, and when decorating a
+    generator function; ``call`` raises ``TypeError`` when the function returns a coroutine
+    or a generator (never retried).
     """
 
     __slots__ = ("_clock", "_retrier")
@@ -61,21 +64,22 @@ class Retrying:
         self,
         schedule: BoundedSchedule,
         *,
+        label: str,
         budget: RetryBudget = RetryBudget.PER_CALL_SITE,
         classify: ClassifierLike = RetryClassifier.standard,
         nesting: RetryNesting = RetryNesting.SINGLE_ATTEMPT,
-        label: str | None = None,
         clock: Clock | None = None,
     ) -> None:
-        self._clock = clock if clock is not None else current_clock()
-        self._retrier = _Retrier(schedule, budget, classify, nesting, label, None, self._clock, _random.call_site(1))
+        self._retrier = _Retrier(schedule, budget, classify, nesting, label, None,
+                                 clock if clock is not None else current_clock(), _random.call_site(1))
+        self._clock: Clock = self._retrier.clock  # type: ignore[assignment]
 
     @property
     def schedule(self) -> BoundedSchedule:
         return self._retrier.schedule
 
     @property
-    def label(self) -> str | None:
+    def label(self) -> str:
         return self._retrier.label
 
     @property
@@ -108,16 +112,8 @@ class Retrying:
 
     def __repr__(self) -> str:
         r = self._retrier
-        return f"Retrying({r.schedule!r}, budget={r.budget!r}, classify={r.classify!r}, nesting={r.nesting})"
-
-
-_cretry = _native.load("stoic._cretry")
-if _cretry is not None and not TYPE_CHECKING:
-    # The same method, compiled (stoic/_cretry.c); the Python one stays as its __wrapped__.
-    _cretry._configure(retrying_clock=Retrying._clock, retrying_retrier=Retrying._retrier)
-    Retrying.call = functools.update_wrapper(_cretry._compiled("Retrying.call", Retrying.call), Retrying.call)
-    Retrying.execute = functools.update_wrapper(_cretry._compiled("Retrying.execute", Retrying.execute),
-                                                Retrying.execute)
+        return (f"Retrying({r.schedule!r}, label={r.label!r}, budget={r.budget!r}, classify={r.classify!r}, "
+                f"nesting={r.nesting})")
 
 
 class _Rest:

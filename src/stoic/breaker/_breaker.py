@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import types
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
+from typing import Any, Final, ParamSpec, TypeVar, overload
 
-from .. import _deadline, _native, _random
+from .. import _deadline, _random
 from .._clock import Clock, SystemClock, current_clock
 from .._deadline import _current as _deadline_scope
 from .._deadline import remaining_ns
@@ -30,17 +31,6 @@ from . import _decorate
 from ._config import BreakerSnapshot, BreakerState, CountWindow, OpenDuration, TimeWindow, threshold_ppm
 from ._stream import StateStream
 from ._window import FAILED, FOREVER, NEVER, SLOW, CountRing, TimeBuckets
-
-# The compiled success paths (docs/design.md, "Compiled fast paths"), or None for pure Python.
-_c = _native.load("stoic._cbreaker")
-
-# With the compiled module, CircuitBreaker derives from its Core type, which holds the fields the
-# success path reads as C members under the same names (dropped from __slots__ below).
-if TYPE_CHECKING:
-    _Base = object
-else:
-    _Base = object if _c is None else _c.Core
-_C_FIELDS: Final = frozenset({"_closed_epoch", "_defer_until", "_now", "_slow_ns"}) if _c is not None else frozenset()
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -61,6 +51,7 @@ _FOLD_EVERY_NS: Final = 1_000_000
 _DEBUG_INT: Final = int(Level.DEBUG)
 
 _deadline_get = _deadline_scope.get
+_CoroutineType: Final = types.CoroutineType
 _current_task = asyncio.current_task
 
 # Events gathered under the lock and emitted after it is released: (name, level, attributes).
@@ -80,7 +71,7 @@ def _caller_cancelling() -> bool:
 def _refuse_coroutine(fn: object, result: object) -> None:
     """An async function given to the sync path would "succeed" without running: close its
     coroutine and raise a TypeError whose cause is a Defect, so the call is never counted."""
-    assert isinstance(result, Coroutine)  # (or the compiled execute()'s awaitable)
+    assert isinstance(result, Coroutine)
     result.close()
     raise TypeError(f"{fn!r} returned a coroutine: use await breaker.execute(...) for async functions") from Defect(
         "a coroutine function was passed to CircuitBreaker.call")
@@ -93,7 +84,7 @@ def _counts_by_default(error: BaseException) -> bool:
     return not isinstance(error, Rejected) or (isinstance(error, DeadlineExceeded) and error.timed_out)
 
 
-class CircuitBreaker(_Base):
+class CircuitBreaker:
     """Stops calling a dependency that is failing, and probes it gradually once it may have recovered.
 
     Seed 000, "CircuitBreaker". ``label`` names the breaker on every event and rejection.
@@ -123,21 +114,21 @@ class CircuitBreaker(_Base):
     for plain functions (thread-safe), or ``@breaker`` on either.
     """
 
-    __slots__ = tuple(name for name in (
+    __slots__ = (
         "__weakref__", "_clock", "_closed_epoch", "_closed_since", "_defer_until", "_epoch", "_fppm", "_inflight",
         "_lock", "_minimum",
         "_next_probe", "_now", "_open_counts", "_open_duration", "_open_until", "_probe_calls",
         "_probe_failures", "_probe_ok", "_probe_slow", "_probe_timeout_ns", "_probes", "_probes_free",
         "_record_when", "_site", "_slow_ns", "_sppm", "_state", "_streams", "_trips", "_window",
         "_window_kind", "label",
-    ) if name not in _C_FIELDS)
+    )
 
     counts_by_default = staticmethod(_counts_by_default)
 
     def __init__(
         self,
-        label: str,
         *,
+        label: str,
         window: TimeWindow | CountWindow = TimeWindow(60.0),  # noqa: B008 (immutable value)
         minimum_calls: int = 10,
         failure_rate_threshold: float = 0.5,
@@ -161,7 +152,7 @@ class CircuitBreaker(_Base):
         self._minimum = minimum
         self._fppm = threshold_ppm(failure_rate_threshold, "failure_rate_threshold")
         self._sppm = threshold_ppm(slow_call_rate_threshold, "slow_call_rate_threshold")
-        # Capped at FOREVER (146 years: never reached) so that it fits the compiled path's int64.
+        # Capped at FOREVER (146 years: never reached).
         self._slow_ns = min(to_ns(slow_call_duration, "slow_call_duration"), FOREVER)
         if not isinstance(open_duration, OpenDuration):
             raise ValueError(f"open_duration must be an OpenDuration, got {open_duration!r}")
@@ -266,7 +257,7 @@ class CircuitBreaker(_Base):
         start = now()
         try:
             result = fn(*args, **kwargs) if kwargs else fn(*args)  # type: ignore[call-arg]
-            if type(result) in _native.ASYNC_RESULTS:
+            if type(result) is _CoroutineType:
                 _refuse_coroutine(fn, result)
         except BaseException as exc:
             self._settle_error(exc, epoch, probe, start, False)
@@ -668,14 +659,5 @@ class CircuitBreaker(_Base):
                         "share the one instance, or construct another")
 
     def __repr__(self) -> str:
-        return f"CircuitBreaker({self.label!r}, state={self._state.value}, window={self._window_kind!r})"
+        return f"CircuitBreaker(label={self.label!r}, state={self._state.value}, window={self._window_kind!r})"
 
-
-if _c is not None and not TYPE_CHECKING:
-    # The compiled call() and execute() repeat the success path above and call back into the
-    # methods above for everything else (admission outside the closed state, settling, errors).
-    _c.configure(time.monotonic_ns, _deadline, _deadline_scope, _sinks_registry,
-                 type(_sinks_registry).__dict__["floor"], _DEBUG_INT, min_level, _refuse_coroutine,
-                 _native.ASYNC_RESULTS)
-    CircuitBreaker.call = _c.Core.call
-    CircuitBreaker.execute = _c.Core.execute

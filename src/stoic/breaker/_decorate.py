@@ -26,17 +26,13 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import _deadline, _native
+from .. import _deadline
 from .._deadline import _current as _deadline_scope
 from ..events import Level, min_level
 from ..events._sinks import _process as _sinks_registry
 
 if TYPE_CHECKING:
-    from .._cbreaker import Wrapper
     from ._breaker import CircuitBreaker
-
-# The compiled wrapper for plain functions (docs/design.md, "Compiled fast paths"), or None.
-_c = _native.load("stoic._cbreaker")
 
 # Every name the template binds starts with this prefix; a function with a parameter that
 # does too (or is named like the one builtin it reads) gets the (*args, **kwargs) wrapper, so
@@ -47,7 +43,7 @@ _BUILTINS_READ = frozenset({"BaseException"})
 _TEMPLATE = """\
 def stoic_make(stoic_breaker, stoic_fn, stoic_now, stoic_slow_ns, stoic_admit, stoic_refuse_if_late,
                stoic_settle, stoic_settle_error, stoic_deadline, stoic_deadline_get, stoic_sinks,
-               stoic_min_level, stoic_async_results, stoic_refuse_coroutine):
+               stoic_min_level, stoic_coroutine_type, stoic_refuse_coroutine):
     {async_}def stoic_wrapper({params}):
         if stoic_deadline.ever_set and stoic_deadline_get() is not None:
             stoic_refuse_if_late()
@@ -110,7 +106,7 @@ def _factory(is_async: bool, params: str, call: str) -> Callable[..., Callable[.
         await_="await " if is_async else "",
         in_task="True" if is_async else "False",
         # As call(): a plain function that returned a coroutine is refused (never counted).
-        refuse="" if is_async else ("\n            if type(stoic_result) in stoic_async_results:"
+        refuse="" if is_async else ("\n            if type(stoic_result) is stoic_coroutine_type:"
                                     "\n                stoic_refuse_coroutine(stoic_fn, stoic_result)"),
         params=params,
         call=call,
@@ -136,49 +132,11 @@ def decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., A
     wrapper = _factory(is_async, params, call)(
         breaker, fn, breaker._now, breaker._slow_ns, breaker._admit, breaker._refuse_if_late,
         breaker._settle, breaker._settle_error, _deadline, _deadline_scope.get, _sinks_registry, min_level,
-        _native.ASYNC_RESULTS, _refuse_coroutine,
+        types.CoroutineType, _refuse_coroutine,
     )
     if mirrored is not None:
         # The wrapper's parameters take fn's defaults (the same objects, read now).
         wrapper.__defaults__ = fn.__defaults__
         wrapper.__kwdefaults__ = dict(fn.__kwdefaults__) if fn.__kwdefaults__ else None
     functools.update_wrapper(wrapper, fn)
-    if _c is None:
-        return wrapper
-    return _compiled(breaker, fn, wrapper, mirrored is not None, is_async)
-
-
-def _compiled(breaker: CircuitBreaker, fn: Callable[..., Any], python: Callable[..., Any],
-              mirrored: bool, is_async: bool) -> Callable[..., Any]:
-    """The compiled wrapper: the success path of ``python`` (the generated wrapper) without its
-    frame. For a mirrored ``fn`` it checks that the arguments bind (cheaply, conservatively) and
-    hands any call it cannot prove to ``python``, which then raises the binding ``TypeError``
-    before admission exactly as it would alone."""
-    from .._retry import wants_attempt
-
-    assert _c is not None
-    wrapper: Wrapper
-    if mirrored:
-        code = fn.__code__
-        count = code.co_argcount + code.co_kwonlyargcount
-        names = code.co_varnames[:count]
-        required_positional = code.co_argcount - len(fn.__defaults__ or ())
-        kwdefaults = fn.__kwdefaults__ or {}
-        required = tuple(i < required_positional if i < code.co_argcount else names[i] not in kwdefaults
-                         for i in range(count))
-        wrapper = _c.Wrapper(breaker, fn, python, names, code.co_argcount, required, is_async=is_async)
-    else:
-        wrapper = _c.Wrapper(breaker, fn, python, is_async=is_async)
-    functools.update_wrapper(wrapper, fn)
-    if is_async:
-        # inspect.iscoroutinefunction (3.11) accepts a "function-like" object: __code__ (here the
-        # generated wrapper's, so the flags and parameters are those of the async def it
-        # replaces, and stoic.retry reads the same parameters), __defaults__, __kwdefaults__.
-        wrapper.__code__ = python.__code__
-        wrapper.__defaults__ = python.__defaults__
-        wrapper.__kwdefaults__ = python.__kwdefaults__
-    else:
-        # stoic.retry asks whether the operation takes ``attempt=``: answer as the Python wrapper
-        # would (read once here; this wrapper has no __code__ to inspect).
-        wrapper.wants_attempt = wants_attempt(python)
     return wrapper

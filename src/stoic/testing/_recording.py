@@ -14,6 +14,9 @@ class CatalogViolation(AssertionError):
 class RecordingSink:
     """A sink that records events in order, for tests.
 
+    Reads follow one rule: a read without an argument is a property (:attr:`events`,
+    :attr:`names`, :attr:`violations`), a read with one is a method (:meth:`of`).
+
     ``level`` is the lowest level recorded (default ``Level.DEBUG``: everything). With
     ``strict=True`` (the default) an event that breaks the catalog contract is recorded in
     :attr:`violations` and :meth:`assert_contract` fails; the sink itself never raises, since a
@@ -33,8 +36,9 @@ class RecordingSink:
             if self.strict:
                 self.violations.extend(check_event(event.name, event.attributes))
 
+    @property
     def names(self) -> list[str]:
-        """The names of the recorded events, in order."""
+        """The names of the recorded events, in order (a new list on every read)."""
         return [e.name for e in self.events]
 
     def of(self, name: str) -> list[Event]:

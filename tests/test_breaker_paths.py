@@ -1,7 +1,6 @@
-"""What is specific to the breaker's compiled success paths (``_cbreaker.c``), asserted in both
-modes where the pure-Python paths must behave the same: reference counts and memory over every
-path, the wrapper's binding and metadata, tracebacks, the awaitable ``execute`` returns (asyncio
-accepts it; laziness; send/throw/close as on a coroutine), probes, custom clocks and threads."""
+"""The breaker's success paths (call, execute, @breaker) behave as functions and coroutines do:
+binding, metadata, tracebacks, leaks, the coroutine protocol, threads, clocks.
+"""
 
 from __future__ import annotations
 
@@ -21,12 +20,8 @@ from typing import Any
 import pytest
 from _breaker_helpers import Boom, StepClock
 
-from stoic import CircuitBreaker, CircuitOpen, CountWindow, OpenDuration, TimeWindow, _native, _retry
-from stoic.breaker import _breaker
+from stoic import CircuitBreaker, CircuitOpen, CountWindow, OpenDuration, TimeWindow, _retry
 from stoic.testing import RecordingSink, VirtualClock
-
-COMPILED = not _native.PURE_PYTHON
-compiled_only = pytest.mark.compiled  # (not collected under STOIC_PURE_PYTHON: see conftest.py)
 
 
 def drive(awaitable: Any) -> Any:
@@ -43,19 +38,6 @@ class Suspend:
 
     def __await__(self) -> Generator[None, Any, Any]:
         return (yield)
-
-
-def test_the_compiled_paths_are_installed_unless_pure_python_is_asked_for() -> None:
-    breaker = CircuitBreaker("native")
-    if COMPILED:
-        assert _breaker._c is not None and isinstance(breaker, _breaker._c.Core)
-        awaitable = breaker.execute(_async_one)
-        assert type(awaitable).__name__ == "Execution"
-        awaitable.close()
-        assert inspect.signature(CircuitBreaker.call).parameters.keys() == {"self", "fn", "args", "kwargs"}
-        assert CircuitBreaker.call.__doc__ is not None and "thread-safe" in CircuitBreaker.call.__doc__
-    else:
-        assert _breaker._c is None and inspect.iscoroutinefunction(CircuitBreaker.execute)
 
 
 async def _async_one() -> int:
@@ -81,7 +63,7 @@ def _paths() -> dict[str, Callable[[Any, Any], Any]]:
 
     # A huge window and threshold 1.0: failures never trip it, so every path stays reachable.
     def make() -> CircuitBreaker:
-        return CircuitBreaker("leak", window=TimeWindow(3600.0), minimum_calls=1, failure_rate_threshold=1.0)
+        return CircuitBreaker(label="leak", window=TimeWindow(3600.0), minimum_calls=1, failure_rate_threshold=1.0)
 
     ok, bad, shut = make(), make(), make()
     shut.force_open()
@@ -136,7 +118,7 @@ def test_no_reference_or_memory_leaks_on_any_path(path: str) -> None:
 # ------------------------------------------------------------------ the @breaker wrapper
 
 def test_the_wrapper_binds_like_a_function_and_keeps_the_metadata() -> None:
-    breaker = CircuitBreaker("wrap", window=CountWindow(10), minimum_calls=1)
+    breaker = CircuitBreaker(label="wrap", window=CountWindow(10), minimum_calls=1)
 
     class Client:
         base = 10
@@ -169,7 +151,7 @@ def test_the_wrapper_binds_like_a_function_and_keeps_the_metadata() -> None:
 
 
 def test_the_wrapper_copies_the_function_dict_and_answers_retry_about_attempt() -> None:
-    breaker = CircuitBreaker("wrap-dict")
+    breaker = CircuitBreaker(label="wrap-dict")
 
     def op(attempt: object = None) -> object:
         return attempt
@@ -189,7 +171,7 @@ def test_the_wrapper_copies_the_function_dict_and_answers_retry_about_attempt() 
 
 
 async def test_the_async_wrapper_stays_a_coroutine_function_with_its_signature() -> None:
-    breaker = CircuitBreaker("awrap")
+    breaker = CircuitBreaker(label="awrap")
 
     async def op(a: int, *, b: int = 2) -> int:
         """Add."""
@@ -207,7 +189,7 @@ async def test_the_async_wrapper_stays_a_coroutine_function_with_its_signature()
 
 
 def test_arguments_the_function_cannot_take_are_refused_before_admission() -> None:
-    breaker = CircuitBreaker("bind")
+    breaker = CircuitBreaker(label="bind")
     breaker.force_open()  # admission would reject: the TypeError must come first
 
     @breaker
@@ -223,7 +205,7 @@ def test_arguments_the_function_cannot_take_are_refused_before_admission() -> No
 
 
 def test_a_wrapper_keeps_the_defaults_it_was_decorated_with() -> None:
-    breaker = CircuitBreaker("defaults")
+    breaker = CircuitBreaker(label="defaults")
 
     @breaker
     def f(a: int = 1) -> int:
@@ -252,7 +234,7 @@ def _assert_raised_by_the_operation(error: BaseException) -> None:
 
 
 async def test_tracebacks_keep_the_operations_frame_on_every_path() -> None:
-    breaker = CircuitBreaker("tb")
+    breaker = CircuitBreaker(label="tb")
     for attempt in (
         lambda: breaker.call(_raiser, "x"),
         lambda: breaker(_raiser)("x"),
@@ -268,7 +250,7 @@ async def test_tracebacks_keep_the_operations_frame_on_every_path() -> None:
 
 
 def test_the_operations_exception_object_propagates_unchanged() -> None:
-    breaker = CircuitBreaker("same")
+    breaker = CircuitBreaker(label="same")
     error = Boom("mine")
 
     def op() -> None:
@@ -282,7 +264,7 @@ def test_the_operations_exception_object_propagates_unchanged() -> None:
 # ------------------------------------------------------------------ the execute() awaitable
 
 def test_execute_returns_a_coroutine_asyncio_accepts() -> None:
-    breaker = CircuitBreaker("aio")
+    breaker = CircuitBreaker(label="aio")
 
     async def double(x: int) -> int:
         await asyncio.sleep(0)
@@ -303,7 +285,7 @@ def test_execute_returns_a_coroutine_asyncio_accepts() -> None:
 
 
 def test_nothing_happens_before_the_first_send() -> None:
-    breaker = CircuitBreaker("lazy", window=CountWindow(2), minimum_calls=1)
+    breaker = CircuitBreaker(label="lazy", window=CountWindow(2), minimum_calls=1)
     ran: list[int] = []
 
     async def op() -> int:
@@ -325,7 +307,7 @@ def test_nothing_happens_before_the_first_send() -> None:
 
 
 def test_an_awaitable_dropped_before_its_first_send_admitted_nothing_and_warns() -> None:
-    breaker = CircuitBreaker("dropped", window=CountWindow(2), minimum_calls=1)
+    breaker = CircuitBreaker(label="dropped", window=CountWindow(2), minimum_calls=1)
     with pytest.warns(RuntimeWarning, match="coroutine '.*execute' was never awaited"):
         breaker.execute(_async_one)
         gc.collect()
@@ -339,7 +321,7 @@ def test_an_awaitable_dropped_before_its_first_send_admitted_nothing_and_warns()
 
 
 def test_send_before_the_start_and_reuse_raise_as_for_a_coroutine() -> None:
-    breaker = CircuitBreaker("reuse")
+    breaker = CircuitBreaker(label="reuse")
     awaitable = breaker.execute(_async_one)
     with pytest.raises(TypeError, match="can't send non-None value to a just-started coroutine"):
         awaitable.send(1)
@@ -367,7 +349,7 @@ def _suspended(breaker: CircuitBreaker, log: list[str]) -> Coroutine[Any, Any, A
 
 
 def test_close_mid_flight_closes_the_operation_and_ignores_the_call(sink: RecordingSink) -> None:
-    breaker = CircuitBreaker("close", window=CountWindow(2), minimum_calls=1)
+    breaker = CircuitBreaker(label="close", window=CountWindow(2), minimum_calls=1)
     log: list[str] = []
     awaitable = _suspended(breaker, log)
     assert awaitable.close() is None
@@ -379,7 +361,7 @@ def test_close_mid_flight_closes_the_operation_and_ignores_the_call(sink: Record
 
 
 def test_throw_generator_exit_mid_flight_settles_like_close(sink: RecordingSink) -> None:
-    breaker = CircuitBreaker("genexit", window=CountWindow(2), minimum_calls=1)
+    breaker = CircuitBreaker(label="genexit", window=CountWindow(2), minimum_calls=1)
     log: list[str] = []
     awaitable = _suspended(breaker, log)
     with pytest.raises(GeneratorExit):
@@ -389,7 +371,7 @@ def test_throw_generator_exit_mid_flight_settles_like_close(sink: RecordingSink)
 
 
 def test_throw_mid_flight_reaches_the_operation_which_may_recover() -> None:
-    breaker = CircuitBreaker("throw", window=CountWindow(4), minimum_calls=1)
+    breaker = CircuitBreaker(label="throw", window=CountWindow(4), minimum_calls=1)
     log: list[str] = []
     with pytest.raises(StopIteration) as done:
         _suspended(breaker, log).throw(Boom("x"))
@@ -409,7 +391,7 @@ def test_throw_mid_flight_reaches_the_operation_which_may_recover() -> None:
 
 
 def test_an_awaitable_dropped_mid_flight_is_closed_like_a_coroutine(sink: RecordingSink) -> None:
-    breaker = CircuitBreaker("drop-mid", window=CountWindow(2), minimum_calls=1)
+    breaker = CircuitBreaker(label="drop-mid", window=CountWindow(2), minimum_calls=1)
     log: list[str] = []
     awaitable = _suspended(breaker, log)
     del awaitable
@@ -419,7 +401,7 @@ def test_an_awaitable_dropped_mid_flight_is_closed_like_a_coroutine(sink: Record
 
 
 def test_a_cancelled_task_is_not_counted() -> None:
-    breaker = CircuitBreaker("cancel", window=CountWindow(2), minimum_calls=1)
+    breaker = CircuitBreaker(label="cancel", window=CountWindow(2), minimum_calls=1)
 
     async def main() -> None:
         started = asyncio.Event()
@@ -439,7 +421,7 @@ def test_a_cancelled_task_is_not_counted() -> None:
 
 
 def test_awaiting_what_is_not_awaitable_is_a_counted_type_error() -> None:
-    breaker = CircuitBreaker("not-awaitable", window=CountWindow(4), minimum_calls=1)
+    breaker = CircuitBreaker(label="not-awaitable", window=CountWindow(4), minimum_calls=1)
     with pytest.raises(TypeError, match="can't be used in 'await' expression"):
         drive(breaker.execute(lambda: 1))  # type: ignore[arg-type, return-value]
     assert breaker.snapshot().failures == 1
@@ -448,7 +430,7 @@ def test_awaiting_what_is_not_awaitable_is_a_counted_type_error() -> None:
 # ------------------------------------------------------------------ probes and clocks
 
 async def test_a_half_open_probe_through_execute_closes_the_breaker(clock: VirtualClock, sink: RecordingSink) -> None:
-    breaker = CircuitBreaker("probe", window=CountWindow(2), minimum_calls=2,
+    breaker = CircuitBreaker(label="probe", window=CountWindow(2), minimum_calls=2,
                              open_duration=OpenDuration.fixed(1.0, jitter=0.0))
 
     async def fail() -> None:
@@ -462,12 +444,12 @@ async def test_a_half_open_probe_through_execute_closes_the_breaker(clock: Virtu
     await clock.advance(1.0)
     assert await breaker.execute(_async_one) == 1
     assert breaker.state.value == "closed"
-    assert sink.names()[-3:] == ["breaker.half_open", "breaker.recorded", "breaker.closed"]
+    assert sink.names[-3:] == ["breaker.half_open", "breaker.recorded", "breaker.closed"]
 
 
 def test_a_custom_clock_is_read_for_every_call_and_judges_slow_calls() -> None:
     clock = StepClock()
-    breaker = CircuitBreaker("custom", window=CountWindow(10), minimum_calls=1, slow_call_duration=1.0,
+    breaker = CircuitBreaker(label="custom", window=CountWindow(10), minimum_calls=1, slow_call_duration=1.0,
                              slow_call_rate_threshold=1.0, clock=clock)  # type: ignore[arg-type]
 
     def take(ns: int) -> str:
@@ -488,7 +470,7 @@ def test_clock_readings_outside_int64_take_the_general_path() -> None:
             super().__init__()
             self.t = 2**70
 
-    breaker = CircuitBreaker("far", window=CountWindow(10), minimum_calls=1, clock=FarClock())  # type: ignore[arg-type]
+    breaker = CircuitBreaker(label="far", window=CountWindow(10), minimum_calls=1, clock=FarClock())  # type: ignore[arg-type]
     for _ in range(5):
         assert breaker.call(lambda: 7) == 7
         assert drive(breaker.execute(_async_one)) == 1
@@ -496,7 +478,7 @@ def test_clock_readings_outside_int64_take_the_general_path() -> None:
 
 
 def test_a_huge_slow_call_duration_is_capped_alike_in_both_modes() -> None:
-    breaker = CircuitBreaker("huge", slow_call_duration=1e30)
+    breaker = CircuitBreaker(label="huge", slow_call_duration=1e30)
     assert breaker._slow_ns == 1 << 62
     assert breaker.call(lambda: 1) == 1
 
@@ -505,7 +487,7 @@ def test_a_huge_slow_call_duration_is_capped_alike_in_both_modes() -> None:
 
 def test_threads_hammering_call_are_all_counted_exactly() -> None:
     # Every thread starts with successes and one call in 7 fails: the rate stays far below 1.0.
-    breaker = CircuitBreaker("threads", window=TimeWindow(3600.0), minimum_calls=10, failure_rate_threshold=1.0)
+    breaker = CircuitBreaker(label="threads", window=TimeWindow(3600.0), minimum_calls=10, failure_rate_threshold=1.0)
     threads, per_thread = 16, 4_000
     barrier = threading.Barrier(threads)
 
@@ -538,7 +520,7 @@ def test_threads_hammering_call_are_all_counted_exactly() -> None:
 # ------------------------------------------------------------------ what the success path hands back
 
 def test_an_async_function_on_the_sync_paths_is_refused_and_never_counted() -> None:
-    breaker = CircuitBreaker("refuse", window=CountWindow(4), minimum_calls=1)
+    breaker = CircuitBreaker(label="refuse", window=CountWindow(4), minimum_calls=1)
     for attempt in (lambda: breaker.call(_async_one), lambda: breaker(lambda: _async_one())()):
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # the coroutine was closed: no "never awaited"
@@ -552,7 +534,7 @@ def test_an_async_function_on_the_sync_paths_is_refused_and_never_counted() -> N
 async def test_a_passed_deadline_refuses_the_sync_and_async_paths_before_admission(sink: RecordingSink) -> None:
     import stoic
 
-    breaker = CircuitBreaker("late")
+    breaker = CircuitBreaker(label="late")
     ran: list[int] = []
     wrapped = breaker(lambda: ran.append(1))
     async with stoic.timeout(0):
@@ -569,12 +551,12 @@ def test_a_record_when_that_raises_leaves_the_operations_exception_in_charge(sin
     def broken(error: Exception) -> bool:
         raise RuntimeError("bug in record_when")
 
-    breaker = CircuitBreaker("broken", record_when=broken)
+    breaker = CircuitBreaker(label="broken", record_when=broken)
     with pytest.raises(Boom):
         breaker.call(_raiser, "x")
     with pytest.raises(Boom):
         drive(breaker.execute(_araiser_now, "x"))
-    assert sink.names() == ["breaker.defect", "breaker.defect"]
+    assert sink.names == ["breaker.defect", "breaker.defect"]
 
 
 async def _araiser_now(message: str) -> None:
@@ -582,7 +564,7 @@ async def _araiser_now(message: str) -> None:
 
 
 def test_the_awaitable_of_execute_or_an_async_wrapper_is_refused_by_the_sync_paths() -> None:
-    breaker, other = CircuitBreaker("outer"), CircuitBreaker("inner")
+    breaker, other = CircuitBreaker(label="outer"), CircuitBreaker(label="inner")
     awrapped = other(_async_one)
     for attempt in (lambda: breaker.call(other.execute, _async_one), lambda: breaker.call(awrapped),
                     lambda: breaker(lambda: awrapped())()):
@@ -595,7 +577,7 @@ def test_the_awaitable_of_execute_or_an_async_wrapper_is_refused_by_the_sync_pat
 
 
 def test_a_stop_iteration_leaving_the_awaitable_becomes_a_runtime_error_as_for_a_coroutine() -> None:
-    breaker = CircuitBreaker("stop", window=CountWindow(4), minimum_calls=1)
+    breaker = CircuitBreaker(label="stop", window=CountWindow(4), minimum_calls=1)
 
     async def plain() -> Any:
         return await Suspend()
@@ -610,14 +592,14 @@ def test_a_stop_iteration_leaving_the_awaitable_becomes_a_runtime_error_as_for_a
         awaitable.throw(StopIteration)
     assert isinstance(caught.value.__cause__, StopIteration)
     assert breaker.snapshot().failures == 1  # (a StopIteration is an Exception: counted)
-    resumed = CircuitBreaker("stop-2").execute(plain)  # (the failure above opened the first one)
+    resumed = CircuitBreaker(label="stop-2").execute(plain)  # (the failure above opened the first one)
     resumed.send(None)
     with pytest.raises(StopIteration) as done:
         resumed.send((1, 2))  # a tuple result is returned whole, not unpacked
     assert done.value.value == (1, 2)
 
 
-_MODULE_BREAKER = CircuitBreaker("module-level")
+_MODULE_BREAKER = CircuitBreaker(label="module-level")
 
 
 @_MODULE_BREAKER

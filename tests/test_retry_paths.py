@@ -1,15 +1,10 @@
-"""The compiled retry paths (stoic/_cretry.c) keep the Python paths' rules and behave like the
-Python functions they stand for: binding, wraps attributes, signatures, tracebacks, nesting,
-budgets and resets. No reference or memory is leaked on any path, success or failure.
-
-Behavioural tests run in both modes (the suite runs again with ``STOIC_PURE_PYTHON=1``); the
-few about the compiled objects themselves skip only when pure Python was asked for.
+"""Every retry form (retry, retry_sync, @retrying, Retrying) behaves as the functions and
+coroutines it stands for: signatures, binding, tracebacks, budgets, leaks, the coroutine protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections.abc
 import functools
 import gc
 import inspect
@@ -28,8 +23,6 @@ from stoic import RetryBudget, Retrying, Schedule, retry, retry_sync, retrying, 
 from stoic._retry import in_retry_attempt, wants_attempt
 from stoic.testing import RecordingSink, VirtualClock, fail_times, fail_with, reset_budgets
 
-compiled_only = pytest.mark.compiled  # (not collected under STOIC_PURE_PYTHON: see conftest.py)
-
 DRAIN = Schedule.fixed(0).attempts(100)
 THREE = Schedule.fixed(0).attempts(3)
 
@@ -39,13 +32,13 @@ Form = Callable[..., Any]
 
 def _via_retry_sync(schedule: Any) -> Form:
     def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return retry_sync(schedule, fn, *args, **kwargs)
+        return retry_sync(schedule, fn, *args, **kwargs, label="op")
 
     return run
 
 
 def _via_call(schedule: Any, **options: Any) -> Form:
-    return Retrying(schedule, **options).call
+    return Retrying(schedule, **options, label="op").call
 
 
 def _via_decorator(schedule: Any, **options: Any) -> Form:
@@ -54,7 +47,7 @@ def _via_decorator(schedule: Any, **options: Any) -> Form:
     def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         wrapper = cache.get(fn)
         if wrapper is None:
-            wrapper = cache[fn] = retrying(schedule, **options)(fn)
+            wrapper = cache[fn] = retrying(schedule, **options, label="op")(fn)
         return wrapper(*args, **kwargs)
 
     return run
@@ -76,24 +69,15 @@ class Stop(BaseException):
     """A BaseException of our own: never counted, retried or swallowed."""
 
 
-# --- the compiled objects look like the Python functions ---------------------------------------
-
-@compiled_only
-def test_the_sync_forms_are_compiled() -> None:
-    policy = Retrying(THREE)
-    assert type(retry_sync).__module__ == "stoic._cretry"
-    assert type(Retrying.__dict__["call"]).__module__ == "stoic._cretry"
-    assert type(retrying(THREE)(len)).__module__ == "stoic._cretry"
-    assert policy.call.__func__ is Retrying.__dict__["call"]  # type: ignore[attr-defined]
-
+# --- the forms look like the functions they are ------------------------------------------------
 
 def test_public_functions_keep_their_signatures_and_docstrings() -> None:
     params = list(inspect.signature(retry_sync).parameters)
-    assert params == ["schedule", "fn", "args", "budget", "classify", "nesting", "label", "kwargs"]
+    assert params == ["schedule", "fn", "args", "label", "budget", "classify", "nesting", "clock", "kwargs"]
     assert retry_sync.__doc__ is not None and "plain (blocking) function" in retry_sync.__doc__
     assert retry_sync.__name__ == "retry_sync" and retry_sync.__module__ == "stoic._retry"
     assert list(inspect.signature(Retrying.call).parameters) == ["self", "fn", "args", "kwargs"]
-    assert list(inspect.signature(Retrying(THREE).call).parameters) == ["fn", "args", "kwargs"]
+    assert list(inspect.signature(Retrying(THREE, label="op").call).parameters) == ["fn", "args", "kwargs"]
     assert Retrying.call.__doc__ is not None and "Run plain" in Retrying.call.__doc__
     assert Retrying.call.__qualname__ == "Retrying.call"
 
@@ -104,7 +88,7 @@ def test_a_decorated_function_keeps_its_name_doc_attributes_and_signature() -> N
         return f"{url} {timeout}"
 
     fetch.marker = "kept"  # type: ignore[attr-defined]
-    wrapper = retrying(THREE)(fetch)
+    wrapper = retrying(THREE, label="op")(fetch)
     assert wrapper.__name__ == "fetch"
     assert wrapper.__qualname__ == fetch.__qualname__
     assert wrapper.__doc__ == "Fetch a URL."
@@ -120,17 +104,17 @@ def test_a_decorated_function_keeps_its_name_doc_attributes_and_signature() -> N
 
 def test_a_decorated_method_binds_like_a_function() -> None:
     class Client:
-        @retrying(THREE)
+        @retrying(THREE, label="op")
         def get(self, x: int) -> tuple[Client, int]:
             return self, x
 
         @classmethod
-        @retrying(THREE)
+        @retrying(THREE, label="op")
         def build(cls, x: int) -> tuple[type, int]:
             return cls, x
 
         @staticmethod
-        @retrying(THREE)
+        @retrying(THREE, label="op")
         def pure(x: int) -> int:
             return x * 2
 
@@ -145,10 +129,10 @@ def test_a_decorated_method_binds_like_a_function() -> None:
     assert client.pure(5) == 10
 
 
-def test_compiled_retry_sync_and_call_bind_as_the_python_functions_do() -> None:
-    policy = Retrying(THREE)
+def test_retry_sync_and_call_bind_as_the_python_functions_do() -> None:
+    policy = Retrying(THREE, label="op")
     assert Retrying.call(policy, lambda x: x + 1, 1) == 2
-    assert functools.partial(retry_sync, THREE)(lambda x: x * 3, 2) == 6
+    assert functools.partial(retry_sync, THREE, label="op")(lambda x: x * 3, 2) == 6
     assert functools.partial(policy.call, lambda x, y=0: x - y)(5, y=2) == 3
 
 
@@ -162,10 +146,10 @@ def test_a_decorated_function_is_not_handed_an_attempt_and_stacks_cheaply() -> N
             raise ConnectionError
         return "ok"
 
-    inner = retrying(THREE)(op)
+    inner = retrying(THREE, label="op")(op)
     assert wants_attempt(inner) is False
-    assert getattr(inner, "wants_attempt", False) is False  # (the compiled wrapper says so itself)
-    outer = retrying(THREE)(inner)
+    assert getattr(inner, "wants_attempt", False) is False
+    outer = retrying(THREE, label="op")(inner)
     assert outer() == "ok"
     assert calls == 2  # the inner layer collapsed to one attempt; the outer one retried
 
@@ -195,7 +179,7 @@ def test_a_failure_is_retried_by_the_python_loop_with_the_same_arguments(form: C
 
     assert form(THREE)(op, 1, b=2) == 3
     assert seen == [(1, 2, True)] * 3
-    assert sink.names().count("retry.attempt_failed") == 2
+    assert sink.names.count("retry.attempt_failed") == 2
     assert sink.of("retry.succeeded")[0].attributes == {"attempts": 3}
     assert not in_retry_attempt()
 
@@ -262,13 +246,13 @@ def test_an_operation_wanting_an_attempt_takes_the_python_path(form: Callable[[A
     assert numbers == [1, 2]
 
 
-def test_a_retry_inside_a_compiled_attempt_makes_a_single_attempt(form: Callable[[Any], Form]) -> None:
+def test_a_retry_inside_an_attempt_makes_a_single_attempt(form: Callable[[Any], Form]) -> None:
     inner = fail_with(ConnectionError())
     marks: list[bool] = []
 
     def outer() -> None:
         marks.append(in_retry_attempt())
-        retry_sync(THREE, inner.sync)
+        retry_sync(THREE, inner.sync, label="op")
 
     with pytest.raises(ConnectionError):
         form(THREE)(outer)
@@ -319,7 +303,7 @@ def test_the_budget_bounds_retries_under_a_full_outage(form: Callable[[Any], For
     assert 10 <= retries <= 0.2 * calls + 10  # reserve (10, no refill on a still clock) + earned 0.2 each
 
 
-def test_reset_budgets_between_calls_through_the_compiled_paths(form: Callable[[Any], Form],
+def test_reset_budgets_between_calls_through_every_form(form: Callable[[Any], Form],
                                                                 clock: VirtualClock) -> None:
     run = form(DRAIN)
     for _ in range(3):
@@ -345,29 +329,29 @@ def test_retry_sync_sorts_its_own_keywords_out_and_forwards_the_rest(sink: Recor
 
 def test_argument_errors_are_the_python_functions() -> None:
     with pytest.raises(TypeError, match="bounded schedule"):
-        retry_sync(Schedule.fixed(0), len)
+        retry_sync(Schedule.fixed(0), len, label="op")
     with pytest.raises(TypeError, match="BoundedSchedule"):
-        retry_sync(3, len)  # type: ignore[arg-type]
+        retry_sync(3, len, label="op")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        retry_sync(THREE)  # type: ignore[call-arg]
+        retry_sync(THREE, label="op")  # type: ignore[call-arg]
     with pytest.raises(TypeError):
-        retry_sync()  # type: ignore[call-arg]
+        retry_sync(label="op")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="nesting"):
-        retry_sync(THREE, len, "x", nesting="no")  # type: ignore[arg-type]
+        retry_sync(THREE, len, "x", nesting="no", label="op")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        Retrying(THREE).call()  # type: ignore[call-arg]
+        Retrying(THREE, label="op").call()  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         Retrying.call()  # type: ignore[call-arg]
     with pytest.raises(AttributeError):
         Retrying.call(object(), len, "x")  # type: ignore[arg-type]
 
 
-def test_a_subclass_of_retrying_keeps_the_compiled_call() -> None:
+def test_a_subclass_of_retrying_keeps_its_call() -> None:
     class Mine(Retrying):
         __slots__ = ()
 
     op = fail_times(2, ConnectionError, then="ok")
-    assert Mine(THREE).call(op.sync) == "ok" and op.calls == 3
+    assert Mine(THREE, label="op").call(op.sync) == "ok" and op.calls == 3
 
 
 # --- no leaks ------------------------------------------------------------------------------------
@@ -424,7 +408,7 @@ def test_no_reference_or_memory_leaks(form: Callable[[Any], Form], scenario: str
 
     if run_form is None:
         def once() -> Any:
-            return retry_sync(schedule, fn, arg, k=kwarg)
+            return retry_sync(schedule, fn, arg, k=kwarg, label="op")
     else:
         def once() -> Any:
             return run_form(fn, arg, k=kwarg)
@@ -454,13 +438,13 @@ AsyncForm = Callable[..., Any]
 
 def _via_retry(schedule: Any) -> AsyncForm:
     def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return retry(schedule, fn, *args, **kwargs)
+        return retry(schedule, fn, *args, **kwargs, label="op")
 
     return run
 
 
 def _via_execute(schedule: Any) -> AsyncForm:
-    return Retrying(schedule).execute
+    return Retrying(schedule, label="op").execute
 
 
 def _via_async_decorator(schedule: Any) -> AsyncForm:
@@ -473,7 +457,7 @@ def _via_async_decorator(schedule: Any) -> AsyncForm:
             if not inspect.iscoroutinefunction(fn):  # (a FaultyOperation: an object with an async __call__)
                 async def target(*a: Any, **k: Any) -> Any:
                     return await fn(*a, **k)
-            wrapper = cache[fn] = retrying(schedule)(target)
+            wrapper = cache[fn] = retrying(schedule, label="op")(target)
         return wrapper(*args, **kwargs)
 
     return run
@@ -487,23 +471,6 @@ ASYNC_FORMS: dict[str, Callable[[Any], AsyncForm]] = {
 @pytest.fixture(params=list(ASYNC_FORMS))
 def aform(request: pytest.FixtureRequest) -> Callable[[Any], AsyncForm]:
     return ASYNC_FORMS[request.param]
-
-
-@compiled_only
-def test_the_async_forms_are_compiled_coroutines() -> None:
-    from stoic import _cretry  # type: ignore[attr-defined]
-
-    async def op() -> int:
-        return 1
-
-    for made in (retry(THREE, op), Retrying(THREE).execute(op)):
-        assert type(made) is _cretry.Run
-        assert isinstance(made, collections.abc.Coroutine)
-        assert asyncio.iscoroutine(made)
-        made.close()
-    assert type(Retrying.__dict__["execute"]).__module__ == "stoic._cretry"
-    assert list(inspect.signature(Retrying.execute).parameters) == ["self", "fn", "args", "kwargs"]
-    assert "attempt_timeout" in inspect.signature(retry).parameters
 
 
 def test_nothing_runs_before_the_first_send_and_a_closed_one_never_runs(aform: Callable[[Any], AsyncForm]) -> None:
@@ -597,14 +564,14 @@ async def test_async_tracebacks_keep_the_operations_frames(aform: Callable[[Any]
     assert names[-2:] == ["__call__", "_outcome"]
 
 
-async def test_a_retry_inside_a_compiled_async_attempt_makes_a_single_attempt(
+async def test_a_retry_inside_an_async_attempt_makes_a_single_attempt(
         aform: Callable[[Any], AsyncForm]) -> None:
     inner = fail_with(ConnectionError())
     marks: list[bool] = []
 
     async def outer() -> None:
         marks.append(in_retry_attempt())
-        await retry(THREE, inner)
+        await retry(THREE, inner, label="op")
 
     with pytest.raises(ConnectionError):
         await aform(THREE)(outer)
@@ -637,9 +604,9 @@ def test_a_plain_retry_refuses_an_async_retry_as_it_refuses_a_coroutine() -> Non
     async def op() -> int:
         return 1
 
-    for call in (lambda: retry_sync(THREE, lambda: retry(THREE, op)),
-                 lambda: retry_sync(THREE, lambda: retry(THREE, op), label="own keyword"),
-                 lambda: Retrying(THREE).call(lambda: Retrying(THREE).execute(op))):
+    for call in (lambda: retry_sync(THREE, lambda: retry(THREE, op, label="op"), label="op"),
+                 lambda: retry_sync(THREE, lambda: retry(THREE, op, label="op"), label="own keyword"),
+                 lambda: Retrying(THREE, label="op").call(lambda: Retrying(THREE, label="op").execute(op))):
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # (closed: no "never awaited" warning either)
             with pytest.raises(TypeError, match="returned a coroutine"):
@@ -706,13 +673,15 @@ def _drive(make: Callable[[Callable[..., Any]], Any], script: list[str]) -> list
 def test_send_throw_and_close_behave_as_the_python_coroutine(script: list[str]) -> None:
     schedule = Schedule.fixed(0).attempts(3)
     python_retry = getattr(retry, "__wrapped__", retry)
-    policy = Retrying(schedule)
+    policy = Retrying(schedule, label="op")
     python_execute = getattr(Retrying.execute, "__wrapped__", Retrying.execute)
-    reference = _drive(lambda op: python_retry(schedule, op), script)
-    assert _drive(lambda op: retry(schedule, op), script) == reference  # (its own keywords would go to Python)
-    assert _drive(lambda op: Retrying(schedule, budget=RetryBudget.UNLIMITED).execute(op), script) == reference
+    reference = _drive(lambda op: python_retry(schedule, op, label="op"), script)
+    assert _drive(lambda op: retry(schedule, op,
+            label="op"), script) == reference  # (its own keywords would go to Python)
+    unlimited = Retrying(schedule, budget=RetryBudget.UNLIMITED, label="op")
+    assert _drive(lambda op: unlimited.execute(op), script) == reference
     assert _drive(lambda op: python_execute(policy, op), script) == _drive(lambda op: policy.execute(op), script)
-    assert _drive(lambda op: retrying(schedule)(op)(), script) == reference
+    assert _drive(lambda op: retrying(schedule, label="op")(op)(), script) == reference
 
 
 @pytest.mark.parametrize("scenario", ["ok", "flaky", "permanent", "base", "cancelled"])
@@ -767,7 +736,7 @@ def test_no_async_reference_or_memory_leaks(aform: Callable[[Any], AsyncForm], s
         loop.close()
 
 
-@retrying(THREE)
+@retrying(THREE, label="op")
 def _module_level(x: int) -> int:
     return x + 1
 
@@ -794,28 +763,10 @@ async def test_a_tasks_repr_names_the_retry_coroutine_in_both_modes(aform: Calla
 
 # --- @retrying on a coroutine function ---------------------------------------------------------
 
-@retrying(THREE)
+@retrying(THREE, label="op")
 async def _module_level_async(x: int, *, y: int = 1) -> int:
     """Adds."""
     return x + y
-
-
-@compiled_only
-def test_a_decorated_coroutine_function_is_compiled_unless_it_takes_the_general_path() -> None:
-    from stoic import _cretry  # type: ignore[attr-defined]
-
-    async def op() -> int:
-        return 1
-
-    async def wants(attempt: Any) -> int:
-        return 1
-
-    made = retrying(THREE)(op)()
-    assert type(retrying(THREE)(op)) is _cretry.Function and type(made) is _cretry.Run
-    made.close()
-    for general in (retrying(THREE)(wants), retrying(THREE, attempt_timeout=1.0)(op)):
-        assert inspect.isfunction(general)
-        assert inspect.iscoroutinefunction(general)
 
 
 def test_a_decorated_coroutine_function_is_a_coroutine_function_with_its_signature_and_attributes() -> None:
@@ -824,7 +775,7 @@ def test_a_decorated_coroutine_function_is_a_coroutine_function_with_its_signatu
         return url
 
     fetch.custom = "kept"  # type: ignore[attr-defined]
-    decorated = retrying(THREE)(fetch)
+    decorated = retrying(THREE, label="op")(fetch)
     assert inspect.iscoroutinefunction(decorated)
     assert asyncio.iscoroutinefunction(decorated)
     assert inspect.signature(decorated) == inspect.signature(fetch)
@@ -836,7 +787,7 @@ def test_a_decorated_coroutine_function_is_a_coroutine_function_with_its_signatu
     assert not wants_attempt(decorated)
     assert asyncio.run(decorated("u")) == "u"
     # Stacked: the outer decorator sees a coroutine function too (one single attempt inside).
-    twice = retrying(THREE)(decorated)
+    twice = retrying(THREE, label="op")(decorated)
     assert inspect.iscoroutinefunction(twice)
     assert asyncio.run(twice("v")) == "v"
 
@@ -846,7 +797,7 @@ def test_a_decorated_coroutine_method_binds_like_a_function() -> None:
         def __init__(self) -> None:
             self.calls = 0
 
-        @retrying(Schedule.fixed(0).attempts(3))
+        @retrying(Schedule.fixed(0).attempts(3), label="op")
         async def get(self, key: str) -> tuple[Any, str]:
             self.calls += 1
             if self.calls < 2:
@@ -854,7 +805,7 @@ def test_a_decorated_coroutine_method_binds_like_a_function() -> None:
             return self, key
 
         @staticmethod
-        @retrying(THREE)
+        @retrying(THREE, label="op")
         async def static(x: int) -> int:
             return x
 
@@ -885,7 +836,7 @@ def test_the_bucket_and_clock_are_read_at_the_first_send_as_the_python_wrapper_r
     async def target() -> str:
         return await op()
 
-    made = retrying(Schedule.fixed(5).attempts(2))(target)()  # made with the system clock ambient
+    made = retrying(Schedule.fixed(5).attempts(2), label="op")(target)()  # made with the system clock ambient
     virtual = VirtualClock()
 
     async def main() -> str:
@@ -899,11 +850,11 @@ def test_the_bucket_and_clock_are_read_at_the_first_send_as_the_python_wrapper_r
 async def test_a_decorated_coroutine_function_nested_in_an_attempt_makes_a_single_attempt() -> None:
     inner = fail_with(ConnectionError())
 
-    @retrying(THREE)
+    @retrying(THREE, label="op")
     async def inner_retried() -> None:
         await inner()
 
-    @retrying(THREE)
+    @retrying(THREE, label="op")
     async def outer() -> None:
         assert in_retry_attempt()
         await inner_retried()

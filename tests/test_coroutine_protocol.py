@@ -1,6 +1,6 @@
-"""Review of the compiled breaker and retry paths (``_cbreaker.c``, ``_cretry.c``): each test is a
-scenario where the compiled path once behaved differently from the pure-Python one it replaces.
-Every test runs in both modes (the pure-Python run is the reference)."""
+"""Scenarios at the edge of the coroutine protocol (handled exceptions, throw, close, a second
+awaiter, clocks that read floats), each once found wrong in some form of the breaker or retry.
+"""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def _finish(awaitable: Any) -> Any:
 def test_a_failed_call_leaves_no_handled_exception_in_the_calling_generator() -> None:
     # A generator catching the operation's error, first run inside an outer `except`, later
     # resumed outside it, must see no handled exception then (the outer one is not its own).
-    breaker = CircuitBreaker("review-exc-info")
+    breaker = CircuitBreaker(label="review-exc-info")
 
     def gen() -> Generator[object, None, None]:
         try:
@@ -86,7 +86,7 @@ def test_a_failed_call_leaves_no_handled_exception_in_the_calling_generator() ->
 
 
 def test_a_failed_execute_leaves_no_handled_exception_in_the_awaiting_coroutine() -> None:
-    breaker = CircuitBreaker("review-exc-info-async")
+    breaker = CircuitBreaker(label="review-exc-info-async")
 
     async def caller() -> object:
         try:
@@ -112,7 +112,7 @@ def test_a_failed_call_still_sees_the_callers_handled_exception_in_its_callbacks
         seen.append(sys.exc_info()[1])
         return True
 
-    breaker = CircuitBreaker("review-exc-info-cb", record_when=record_when)
+    breaker = CircuitBreaker(label="review-exc-info-cb", record_when=record_when)
     with pytest.raises(Boom) as raised:
         breaker.call(_boom)
     assert seen == [raised.value]
@@ -126,7 +126,7 @@ def test_a_failed_call_still_sees_the_callers_handled_exception_in_its_callbacks
 def test_a_refused_throw_leaves_execute_suspended_at_an_iterator_without_throw(args: tuple[Any, ...]) -> None:
     # `await` on an iterator with no throw() checks throw()'s arguments itself: a TypeError
     # leaves the coroutine suspended where it was (nothing settled, nothing lost).
-    breaker = CircuitBreaker("review-throw-args")
+    breaker = CircuitBreaker(label="review-throw-args")
     ex = breaker.execute(_NoThrow)
     assert ex.send(None) == "tick"
     with pytest.raises(TypeError):
@@ -139,7 +139,7 @@ def test_a_refused_throw_keeps_a_half_open_probe_in_flight_until_it_finishes() -
     from _breaker_helpers import StepClock
 
     clock = StepClock()
-    breaker = CircuitBreaker("review-throw-probe", clock=clock, open_duration=_fixed(1.0))  # type: ignore[arg-type]
+    breaker = CircuitBreaker(label="review-throw-probe", clock=clock, open_duration=_fixed(1.0))  # type: ignore[arg-type]
     breaker.force_open()
     breaker.force_closed()
     for _ in range(10):
@@ -157,7 +157,7 @@ def test_a_refused_throw_keeps_a_half_open_probe_in_flight_until_it_finishes() -
 
 @pytest.mark.parametrize("args", [(ValueError, None, 42), (42,)], ids=["bad-traceback", "not-an-exception"])
 def test_a_refused_throw_leaves_retry_suspended_at_an_iterator_without_throw(args: tuple[Any, ...]) -> None:
-    run = retry(Schedule.fixed(0.0).attempts(2), _NoThrow)
+    run = retry(Schedule.fixed(0.0).attempts(2), _NoThrow, label="op")
     assert run.send(None) == "tick"
     with pytest.raises(TypeError):
         run.throw(*args)
@@ -168,7 +168,7 @@ def test_a_refused_throw_leaves_retry_suspended_at_an_iterator_without_throw(arg
 
 
 def test_stop_iteration_thrown_into_a_fresh_execute_becomes_runtime_error() -> None:
-    breaker = CircuitBreaker("review-stop")
+    breaker = CircuitBreaker(label="review-stop")
     ex = breaker.execute(_aboom)
     with pytest.raises(RuntimeError, match="raised StopIteration"):
         ex.throw(StopIteration)
@@ -177,7 +177,7 @@ def test_stop_iteration_thrown_into_a_fresh_execute_becomes_runtime_error() -> N
 
 
 def test_stop_iteration_thrown_into_a_fresh_retry_becomes_runtime_error() -> None:
-    run = retry(Schedule.fixed(0.0).attempts(2), _aboom)
+    run = retry(Schedule.fixed(0.0).attempts(2), _aboom, label="op")
     with pytest.raises(RuntimeError, match="raised StopIteration"):
         run.throw(StopIteration)
     with pytest.raises(RuntimeError, match="cannot reuse"):
@@ -196,7 +196,7 @@ def _fixed(seconds: float) -> object:
 def test_a_keyword_default_changed_in_place_after_decoration_is_not_followed() -> None:
     # The wrapper keeps the keyword-only defaults fn had at decoration (a copy of the dict);
     # the compiled wrapper, which lets fn fill them, must not see a change made in fn's dict.
-    breaker = CircuitBreaker("review-kwdefaults")
+    breaker = CircuitBreaker(label="review-kwdefaults")
 
     def fn(x: int, *, k: int = 1) -> int:
         return k
@@ -230,7 +230,7 @@ def _tripped(breaker_type: type[CircuitBreaker]) -> tuple[CircuitBreaker, Any]:
     from _breaker_helpers import StepClock
 
     clock = StepClock()
-    breaker = breaker_type("review-tripped", clock=clock, open_duration=_fixed(1.0))  # type: ignore[arg-type]
+    breaker = breaker_type(label="review-tripped", clock=clock, open_duration=_fixed(1.0))  # type: ignore[arg-type]
     for _ in range(10):
         with pytest.raises(Boom):
             breaker.call(_boom)
@@ -270,7 +270,7 @@ class _FloatClock:
 def test_a_clock_reading_floats_runs_calls_as_the_python_path_does() -> None:
     from stoic import CountWindow
 
-    breaker = CircuitBreaker("review-float", clock=_FloatClock(), window=CountWindow(5),  # type: ignore[arg-type]
+    breaker = CircuitBreaker(label="review-float", clock=_FloatClock(), window=CountWindow(5),  # type: ignore[arg-type]
                              minimum_calls=2)
     assert [breaker.call(int, n) for n in range(3)] == [0, 1, 2]
 
@@ -308,9 +308,9 @@ def _second_awaiter_is_refused(make: Any) -> None:
 
 
 def test_a_second_awaiter_of_a_suspended_execute_is_refused() -> None:
-    breaker = CircuitBreaker("review-second-awaiter")
+    breaker = CircuitBreaker(label="review-second-awaiter")
     _second_awaiter_is_refused(lambda future: breaker.execute(lambda: future))
 
 
 def test_a_second_awaiter_of_a_suspended_retry_is_refused() -> None:
-    _second_awaiter_is_refused(lambda future: retry(Schedule.fixed(0.0).attempts(2), lambda: future))
+    _second_awaiter_is_refused(lambda future: retry(Schedule.fixed(0.0).attempts(2), lambda: future, label="op"))
