@@ -71,6 +71,13 @@ def test_gradient_bad_input_names_the_parameter(kwargs: dict[str, object], param
         GradientBulkhead(**options)  # type: ignore[arg-type]
 
 
+def test_clock_must_be_a_clock() -> None:
+    with pytest.raises(TypeError, match="clock"):
+        AdaptiveBulkhead(latency_threshold=0.1, max_concurrent=4, label="x", clock=object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="clock"):
+        stoic.AdaptiveThrottle(label="x", clock=3)  # type: ignore[arg-type]
+
+
 def test_label_is_required_and_must_be_a_str() -> None:
     with pytest.raises(TypeError):
         AdaptiveBulkhead(latency_threshold=0.1, max_concurrent=4)  # type: ignore[call-arg]

@@ -28,6 +28,7 @@ from ._durations import Seconds, check_int, to_ns
 from ._errors import DeadlineExceeded, Rejected
 from ._limits import AimdLimit, Change, Gradient2Limit
 from ._quantile import _check_quantile
+from ._retry import check_clock, check_label
 from ._waitqueue import ManagedQueue
 from .bulkhead import Bulkhead
 from .events import Level, emit, min_level
@@ -68,9 +69,10 @@ class _AdaptiveBulkhead(Bulkhead):
 
     _algorithm: AimdLimit | Gradient2Limit
 
-    def _setup(self, max_concurrent: int, min_concurrent: int) -> None:
-        if not self._label:
-            raise ValueError("label must be a non-empty str")
+    def _setup(self, max_concurrent: int, min_concurrent: int, clock: Clock | None) -> None:
+        check_label(self._label)
+        if clock is not None:
+            check_clock(clock)
         # Two clock reads per call: the system clock's own function saves a Python frame each.
         self._now_ns = time.monotonic_ns if type(self._clock) is SystemClock else self._clock.now_ns
         self._ceiling = max_concurrent
@@ -195,7 +197,7 @@ class AdaptiveBulkhead(_AdaptiveBulkhead):
         super().__init__(max_concurrent, queue_limit=queue_limit, label=label, clock=clock,
                          queue_target=queue_target, queue_interval=queue_interval,
                          queue_adaptive_lifo=queue_adaptive_lifo, prioritized=prioritized)
-        self._setup(max_concurrent, min_concurrent)
+        self._setup(max_concurrent, min_concurrent, clock)
         self._algorithm = AimdLimit(
             threshold_ns=to_ns(latency_threshold, "latency_threshold"), maximum=max_concurrent,
             minimum=self._floor,
@@ -240,7 +242,7 @@ class GradientBulkhead(_AdaptiveBulkhead):
         super().__init__(max_concurrent, queue_limit=queue_limit, label=label, clock=clock,
                          queue_target=queue_target, queue_interval=queue_interval,
                          queue_adaptive_lifo=queue_adaptive_lifo, prioritized=prioritized)
-        self._setup(max_concurrent, min_concurrent)
+        self._setup(max_concurrent, min_concurrent, clock)
         self._algorithm = Gradient2Limit(
             maximum=max_concurrent, minimum=self._floor,
             rtt_tolerance=_check_number(rtt_tolerance, "rtt_tolerance", 1.0, None, low_open=False, high_open=False),

@@ -38,6 +38,7 @@ from ._clock import Clock, SystemClock, current_clock
 from ._deadline import cancelled_by_deadline
 from ._durations import Seconds, check_int, to_ns
 from ._errors import DeadlineExceeded, Defect, Rejected, Throttled
+from ._retry import check_clock, check_label
 from .events import Level, emit, min_level
 
 P = ParamSpec("P")
@@ -92,20 +93,14 @@ class AdaptiveThrottle:
         self, *, k: float = 2.0, min_throughput: int = 10, window: Seconds = 120.0, max_probability: float = 0.9,
         classify: ClassifierLike = RetryClassifier.transient_only, label: str, clock: Clock | None = None,
     ) -> None:
-        if not isinstance(label, str):
-            raise TypeError(f"label must be a str, got {type(label).__name__}")
-        if not label:
-            raise ValueError("label must be a non-empty str")
-        self._label = label
+        self._label = check_label(label)
         self.k = _check_float(k, "k", low=1.0, high=None, low_open=False)
         self.min_throughput = check_int(min_throughput, "min_throughput", minimum=0)
         window_ns = to_ns(window, "window")
         self._bucket_ns = max(1, window_ns // BUCKETS)
         self.max_probability = _check_float(max_probability, "max_probability", low=0.0, high=1.0, low_open=True)
         self._classify = as_classifier(classify)  # transient_only: only overload evidence counts
-        self._clock: Clock = clock if clock is not None else current_clock()
-        if not callable(getattr(self._clock, "now_ns", None)):
-            raise TypeError(f"clock must be a stoic.Clock, got {type(clock).__name__}")
+        self._clock: Clock = current_clock() if clock is None else check_clock(clock)
         self._now_ns = time.monotonic_ns if type(self._clock) is SystemClock else self._clock.now_ns
         self._site = _random.call_site(1)
         self._requests = [0] * BUCKETS
