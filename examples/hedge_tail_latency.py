@@ -61,7 +61,7 @@ class Backend:
         self.clock = clock
         self.calls = 0
 
-    async def handle(self, attempt: Attempt, request: int) -> int:
+    async def handle(self, request: int, attempt: Attempt) -> int:
         self.calls += 1
         await self.clock.sleep_until(self.clock.now_ns() + round(latency(request, attempt.number) * 1e9))
         return request
@@ -73,7 +73,7 @@ async def _measure(name: str, policy: Hedge | None, clock: VirtualClock, first_r
     for request in range(first_request, first_request + REQUESTS):
         started = clock.now()
         if policy is None:
-            await clock.run(backend.handle(Attempt(1), request))
+            await clock.run(backend.handle(request, Attempt(1)))
         else:
             await clock.run(policy.execute(IDEMPOTENT, backend.handle, request))
         latencies.append(clock.now() - started)

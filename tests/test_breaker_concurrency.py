@@ -16,7 +16,9 @@ from stoic.testing import VirtualClock, settle
 
 def permits_accounted(breaker: CircuitBreaker, succeeded: int) -> bool:
     """Free permits + probes in flight + successful probes == the episode's permits."""
-    return breaker._probes_free + len(breaker._inflight) + succeeded == breaker._probes
+    episode = breaker._episode
+    assert episode is not None
+    return episode.free + len(episode.inflight) + succeeded == breaker._probes
 
 
 async def test_random_cancellations_of_probes_never_leak_a_permit(clock: VirtualClock) -> None:
@@ -82,7 +84,7 @@ async def test_three_hundred_tasks_with_random_outcomes_keep_exact_counts(clock:
             pass
 
     await clock.run(asyncio.gather(*(one(f, s) for f, s in outcomes)))
-    snap = breaker.snapshot()
+    snap = breaker.snapshot
     assert snap.state is BreakerState.CLOSED
     assert snap.calls == 300
     assert snap.failures == sum(1 for f, _ in outcomes if f)
@@ -99,8 +101,8 @@ async def test_cancelling_hundreds_of_closed_calls_records_nothing(clock: Virtua
     await settle()
     event.set()
     await asyncio.gather(*tasks, return_exceptions=True)
-    assert breaker.snapshot().calls == 200
-    assert breaker.snapshot().failures == 0
+    assert breaker.snapshot.calls == 200
+    assert breaker.snapshot.failures == 0
 
 
 def test_threads_hammering_a_breaker_lose_no_count() -> None:
@@ -128,7 +130,7 @@ def test_threads_hammering_a_breaker_lose_no_count() -> None:
             thread.join()
     finally:
         sys.setswitchinterval(interval)
-    snap = breaker.snapshot()
+    snap = breaker.snapshot
     assert snap.state is BreakerState.CLOSED
     assert snap.calls == 8 * per_thread
     assert snap.failures == 8 * failures_per_thread

@@ -34,9 +34,9 @@ from stoic.testing import VirtualClock
         ({"half_open_probes": 0}, r"half_open_probes must be >= 1"),
         ({"half_open_timeout": 0}, r"half_open_timeout must be > 0"),
         ({"half_open_timeout": timedelta(seconds=-1)}, r"half_open_timeout must be > 0"),
-        ({"window": 60}, r"window must be TimeWindow\(seconds\) or CountWindow\(calls\)"),
-        ({"open_duration": 30}, r"open_duration must be an OpenDuration"),
-        ({"record_when": "yes"}, r"record_when must be a callable"),
+        ({"slow_call_duration": 10**400}, r"slow_call_duration must be in \(0, 3155760000\] seconds"),
+        ({"half_open_timeout": 1e300}, r"half_open_timeout must be a finite"),
+        ({"half_open_timeout": timedelta(days=999_999)}, r"half_open_timeout must be in \(0, 3155760000\]"),
     ],
 )
 def test_bad_breaker_parameters_are_rejected_by_name(kwargs: dict[str, object], message: str) -> None:
@@ -45,12 +45,44 @@ def test_bad_breaker_parameters_are_rejected_by_name(kwargs: dict[str, object], 
 
 
 @pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"window": 60}, r"window must be TimeWindow\(seconds\) or CountWindow\(calls\)"),
+        ({"open_duration": 30}, r"open_duration must be an OpenDuration"),
+        ({"record_when": "yes"}, r"record_when must be a callable"),
+        ({"record_when": lambda: True}, r"record_when must accept one positional argument"),
+        ({"record_when": lambda error, extra: True}, r"record_when must accept one positional argument"),
+        ({"slow_call_duration": "10"}, r"slow_call_duration must be seconds"),
+        ({"clock": object()}, r"clock must be a stoic.Clock"),
+        ({"clock": 5}, r"clock must be a stoic.Clock"),
+    ],
+)
+def test_parameters_of_the_wrong_type_are_a_type_error_naming_them(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        CircuitBreaker(label="bad", **kwargs)  # type: ignore[arg-type]
+
+
+def test_the_label_must_be_a_non_empty_str() -> None:
+    with pytest.raises(TypeError, match="label must be a str"):
+        CircuitBreaker(label=b"api")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="label must be a str"):
+        CircuitBreaker(label=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="label must be a non-empty str"):
+        CircuitBreaker(label="")
+
+
+@pytest.mark.parametrize(
     ("build", "message"),
     [
         (lambda: TimeWindow(0), r"TimeWindow seconds must be > 0"),
         (lambda: TimeWindow(-5), r"TimeWindow seconds must be > 0"),
         (lambda: TimeWindow(float("inf")), r"TimeWindow seconds must be a finite"),
-        (lambda: CountWindow(0), r"CountWindow calls must be >= 1"),
+        (lambda: CountWindow(0), r"CountWindow calls must be in \[1, 10000000\]"),
+        (lambda: CountWindow(10**30), r"CountWindow calls must be in \[1, 10000000\]"),
+        (lambda: OpenDuration.fixed(10**400), r"open_duration seconds must be in \(0, 3155760000\] seconds"),
+        (lambda: OpenDuration.exponential(maximum=10**13), "maximum must be at most"),
+        (lambda: OpenDuration.exponential(reset_after=1e300), r"reset_after must be a finite"),
+        (lambda: TimeWindow(10**400), r"TimeWindow seconds must be in \(0, 3155760000\]"),
         (lambda: CountWindow(2.5), r"CountWindow calls must be an integer"),  # type: ignore[arg-type]
         (lambda: OpenDuration.fixed(0), r"open_duration seconds must be > 0"),
         (lambda: OpenDuration.fixed(5, jitter=1.5), r"jitter must be in \[0, 1\]"),
@@ -162,7 +194,7 @@ def test_a_breaker_built_outside_any_loop_works_under_successive_loops() -> None
 
     assert asyncio.run(breaker.execute(ok)) == 1
     assert asyncio.run(breaker.execute(ok)) == 1
-    assert breaker.snapshot().calls == 2
+    assert breaker.snapshot.calls == 2
 
 
 def test_is_a_policy() -> None:

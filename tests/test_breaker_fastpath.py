@@ -29,14 +29,14 @@ def test_quick_successes_are_deferred_then_folded_exactly(window: CountWindow | 
                              clock=clock)  # type: ignore[arg-type]
     for _ in range(4):
         breaker.call(lambda: None)
-    assert len(breaker._epoch) == 0  # below minimum_calls every success is judged at once
+    assert breaker._pending_quick() == 0  # below minimum_calls every success is judged at once
     breaker.call(lambda: None)
     for _ in range(20):
         breaker.call(lambda: None)
-    assert len(breaker._epoch) == 20  # deferred: counted without the lock
-    snap = breaker.snapshot()
+    assert breaker._pending_quick() == 20  # deferred: counted without the lock
+    snap = breaker.snapshot
     assert (snap.calls, snap.failures) == (25, 0)
-    assert len(breaker._epoch) == 0  # the snapshot folded them in
+    assert breaker._pending_quick() == 0  # the snapshot folded them in
     for _ in range(24):
         _fail(breaker)
     assert breaker.state is BreakerState.CLOSED  # 24 of 49
@@ -58,7 +58,7 @@ def test_deferred_successes_are_folded_before_a_failure_is_judged() -> None:
         breaker.call(lambda: None)  # calls == 4 from the 4th on: later successes are deferred
     for _ in range(2):
         breaker.call(lambda: None)
-    assert len(breaker._epoch) == 2
+    assert breaker._pending_quick() == 2
     _fail(breaker)
     _fail(breaker)  # ring: S S F F (the deferred successes went in first)
     assert breaker.state is BreakerState.CLOSED
@@ -66,17 +66,33 @@ def test_deferred_successes_are_folded_before_a_failure_is_judged() -> None:
     assert breaker.state is BreakerState.OPEN
 
 
-def test_deferred_successes_are_folded_at_least_every_millisecond() -> None:
+@pytest.mark.parametrize("window", [CountWindow(10), TimeWindow(60)])
+def test_quick_successes_skip_the_lock_at_one_call_per_10_ms_and_stay_exact(
+    window: CountWindow | TimeWindow, monkeypatch: pytest.MonkeyPatch,
+) -> None:
     clock = StepClock()
-    breaker = CircuitBreaker(label="bound", window=CountWindow(10), minimum_calls=1, clock=clock)  # type: ignore[arg-type]
-    breaker.call(lambda: None)
-    for _ in range(500):
+    breaker = CircuitBreaker(label="slow-rate", window=window, minimum_calls=5, clock=clock)  # type: ignore[arg-type]
+    locked = 0
+    settle = CircuitBreaker._settle
+
+    def counting(self: CircuitBreaker, *args: object) -> None:
+        nonlocal locked
+        locked += 1
+        settle(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(CircuitBreaker, "_settle", counting)
+    for _ in range(2950):  # 29.5 s at one call per 10 ms
+        clock.t += 10 * MS
         breaker.call(lambda: None)
-    assert len(breaker._epoch) == 500
-    clock.t += MS
-    breaker.call(lambda: None)  # past the fold interval: takes the lock and folds
-    assert len(breaker._epoch) == 0
-    assert breaker.snapshot().calls == 10
+    # Below minimum_calls every success is judged under the lock; then a time window takes it
+    # once per bucket (6 s: 5 buckets in 30 s), a count window never again.
+    assert locked <= (5 + 6 if isinstance(window, TimeWindow) else 5)
+    assert breaker._pending_quick() > 0  # counted without the lock: one integer, nothing stored per call
+    expected = 10 if isinstance(window, CountWindow) else 2950
+    assert breaker.snapshot.calls == expected
+    assert breaker._pending_quick() == 0
+    _fail(breaker)
+    assert breaker.snapshot.failures == 1
 
 
 def test_a_time_window_bucket_change_folds_and_judges() -> None:
@@ -88,7 +104,7 @@ def test_a_time_window_bucket_change_folds_and_judges() -> None:
     _fail(breaker)  # 1 of 3
     clock.t = 10 * 1_000_000_000 + 1  # bucket [0 s, 1 s) has aged out with all three calls
     _fail(breaker)
-    assert breaker.snapshot().calls == 1
+    assert breaker.snapshot.calls == 1
     assert breaker.state is BreakerState.CLOSED  # one call: below minimum_calls
     breaker.call(lambda: None)  # 1 of 2 failed: 50%
     assert breaker.state is BreakerState.OPEN
@@ -106,7 +122,7 @@ def test_a_debug_sink_sees_every_success_recorded() -> None:
     with stoic.use_sinks(info):
         for _ in range(30):
             breaker.call(lambda: None)
-    assert len(breaker._epoch) == 30  # an info sink does not need the slow path
+    assert breaker._pending_quick() == 30  # an info sink does not need the slow path
     assert info.events == []
 
 
@@ -121,4 +137,4 @@ def test_a_process_wide_debug_sink_disables_deferral() -> None:
     finally:
         stoic.remove_sink(recording)
     assert len(recording.of("breaker.recorded")) == 5
-    assert len(breaker._epoch) == 0
+    assert breaker._pending_quick() == 0

@@ -42,7 +42,7 @@ def _trip_point(sinks: tuple[object, ...]) -> tuple[int, list[tuple[int, int, in
                 breaker.call(_boom if failed else _fine)
             except Boom:
                 pass
-            snap = breaker.snapshot()
+            snap = breaker.snapshot
             history.append((snap.calls, snap.failures, snap.slow_calls))
             if breaker.state is BreakerState.OPEN:
                 return index, history
@@ -100,7 +100,7 @@ def test_no_lock_is_held_across_a_synchronous_call() -> None:
         thread.join()
     elapsed = max(finished) - began
     assert elapsed < 0.4, f"ten 0.2 s calls took {elapsed:.2f} s: they ran one after another"
-    assert breaker.snapshot().calls == 10
+    assert breaker.snapshot.calls == 10
 
 
 # --- 3. Many failing callers at once ---------------------------------------------------------
@@ -164,7 +164,7 @@ def test_interruptions_pass_through_a_plain_call_uncounted(kind: type[BaseExcept
         with pytest.raises(kind) as caught:
             breaker.call(interrupted)
         assert caught.value is raised  # untouched
-    assert breaker.snapshot().calls == 0
+    assert breaker.snapshot.calls == 0
     assert breaker.state is BreakerState.CLOSED
 
 
@@ -182,7 +182,7 @@ async def test_interruptions_pass_through_execute_uncounted(
     with pytest.raises(kind) as caught:
         await breaker.execute(interrupted)
     assert caught.value is raised
-    assert breaker.snapshot().calls == 0
+    assert breaker.snapshot.calls == 0
     assert sink.of("breaker.recorded") == []
     # A probe interrupted this way returns its permit.
     with pytest.raises(Boom):

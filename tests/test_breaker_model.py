@@ -106,7 +106,7 @@ def run(breaker: CircuitBreaker, model: Model, clock: StepClock, script: list[tu
                 breaker.force_closed()
                 model.records.clear()
             if observe:
-                snap = breaker.snapshot()
+                snap = breaker.snapshot
                 assert (snap.calls, snap.failures, snap.slow_calls) == model.counts(clock.t)
 
     asyncio.run(drive())
@@ -191,6 +191,6 @@ def test_a_success_after_a_snapshot_aged_out_old_successes_is_judged_in_full() -
             pass
     assert breaker.state is BreakerState.CLOSED  # 4 of 8: 50% < 60%
     clock.t = 10 * 10**9
-    assert breaker.snapshot().calls == 4  # the successes aged out; nothing judged yet
+    assert breaker.snapshot.calls == 4  # the successes aged out; nothing judged yet
     breaker.call(lambda: None)  # 4 failures of 5 calls: 80%
     assert breaker.state is BreakerState.OPEN

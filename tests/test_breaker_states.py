@@ -87,7 +87,7 @@ async def test_a_slow_failure_counts_in_both_rates(clock: VirtualClock) -> None:
     breaker = make(slow_call_duration=1.0, minimum_calls=10)
     with pytest.raises(Boom):
         await clock.run(breaker.execute(take(clock, 2.0, error=Boom())))
-    snap = breaker.snapshot()
+    snap = breaker.snapshot
     assert (snap.calls, snap.failures, snap.slow_calls) == (1, 1, 1)
     assert snap.failure_rate == 1.0 and snap.slow_call_rate == 1.0
 
@@ -112,7 +112,7 @@ async def test_open_rejects_with_the_exact_time_left(clock: VirtualClock, sink: 
     assert caught.value.reason is stoic.RejectionReason.CIRCUIT_OPEN
     rejected = sink.of("breaker.rejected")[-1]
     assert dict(rejected.attributes) == {"state": "open", "retry_after": caught.value.retry_after}
-    snap = breaker.snapshot()
+    snap = breaker.snapshot
     assert snap.state is BreakerState.OPEN and snap.retry_after == pytest.approx(6.75)
     assert (snap.calls, snap.failures) == (4, 4)  # the evidence that tripped it
 
@@ -148,7 +148,7 @@ async def test_exactly_n_concurrent_probes_and_the_rest_rejected(clock: VirtualC
     assert results.count("done") == 3
     assert breaker.state is BreakerState.CLOSED
     assert sink.of("breaker.closed")[-1].attributes["reason"] == "probes_succeeded"
-    assert breaker.snapshot().calls == 0  # closed with an empty window
+    assert breaker.snapshot.calls == 0  # closed with an empty window
 
 
 async def test_a_probe_success_does_not_hand_its_permit_on(clock: VirtualClock) -> None:
@@ -171,8 +171,8 @@ async def test_probe_failure_reopens_for_longer(clock: VirtualClock, sink: Recor
     await run_failures(breaker, 4)
     expected = [10.0, 20.0, 35.0, 35.0]  # x2 per consecutive trip, capped at the maximum
     for trip, open_for in enumerate(expected, start=1):
-        assert breaker.snapshot().retry_after == pytest.approx(open_for)
-        assert breaker.snapshot().trips == trip
+        assert breaker.snapshot.retry_after == pytest.approx(open_for)
+        assert breaker.snapshot.trips == trip
         await clock.advance(open_for)
         if trip < len(expected):
             with pytest.raises(Boom):
@@ -202,7 +202,7 @@ async def test_trip_count_resets_only_after_staying_closed_for_reset_after(clock
 
     async def trip_and_recover() -> float:
         await run_failures(breaker, 4)
-        open_for = breaker.snapshot().retry_after
+        open_for = breaker.snapshot.retry_after
         assert open_for is not None
         await clock.advance(open_for)
         await breaker.execute(ok)  # the probe succeeds: closed
@@ -214,7 +214,7 @@ async def test_trip_count_resets_only_after_staying_closed_for_reset_after(clock
     await clock.advance(49.9)
     assert await trip_and_recover() == 40.0  # closed 49.9 s < 50 s: still growing
     await clock.advance(50)
-    assert breaker.snapshot().trips == 0  # sustained health: a fresh start
+    assert breaker.snapshot.trips == 0  # sustained health: a fresh start
     assert await trip_and_recover() == 10.0
 
 
@@ -226,9 +226,9 @@ async def test_reset_after_defaults_to_the_maximum(clock: VirtualClock) -> None:
     await clock.advance(1)
     await breaker.execute(ok)
     await clock.advance(19.999)
-    assert breaker.snapshot().trips == 1
+    assert breaker.snapshot.trips == 1
     await clock.advance(0.001)
-    assert breaker.snapshot().trips == 0
+    assert breaker.snapshot.trips == 0
 
 
 async def test_jitter_only_shortens_and_is_reproducible_under_a_seed(clock: VirtualClock) -> None:
@@ -242,7 +242,7 @@ async def test_jitter_only_shortens_and_is_reproducible_under_a_seed(clock: Virt
                 )
                 with pytest.raises(Boom):
                     breaker.call(_raise_boom)
-                retry_after = breaker.snapshot().retry_after
+                retry_after = breaker.snapshot.retry_after
                 assert retry_after is not None
                 periods.append(retry_after)
         return periods
@@ -266,7 +266,7 @@ async def test_force_open_has_no_end_and_is_never_probed(clock: VirtualClock, si
     with pytest.raises(CircuitOpen) as caught:
         await breaker.execute(ok)
     assert caught.value.retry_after is None
-    assert breaker.snapshot().retry_after is None
+    assert breaker.snapshot.retry_after is None
     (opened,) = sink.of("breaker.opened")
     assert opened.attributes["trigger"] == "forced" and "open_for" not in opened.attributes
     assert dict(sink.of("breaker.rejected")[-1].attributes) == {"state": "open"}
@@ -282,11 +282,11 @@ async def test_force_closed_closes_now_with_an_empty_window_and_is_not_a_latch(
     breaker.force_open()
     breaker.force_closed()
     assert breaker.state is BreakerState.CLOSED
-    assert breaker.snapshot().calls == 0
+    assert breaker.snapshot.calls == 0
     assert sink.of("breaker.closed")[-1].attributes["reason"] == "forced"
     await run_failures(breaker, 4)  # judging resumes
     assert breaker.state is BreakerState.OPEN
-    assert breaker.snapshot().trips == 1  # forcing open did not count as a trip
+    assert breaker.snapshot.trips == 1  # forcing open did not count as a trip
 
 
 async def test_force_closed_keeps_the_trip_count_and_reset_forgets_it(clock: VirtualClock, sink: RecordingSink) -> None:
@@ -294,14 +294,14 @@ async def test_force_closed_keeps_the_trip_count_and_reset_forgets_it(clock: Vir
     await run_failures(breaker, 4)
     breaker.force_closed()
     await run_failures(breaker, 4)
-    assert breaker.snapshot().retry_after == 20.0  # second consecutive trip
+    assert breaker.snapshot.retry_after == 20.0  # second consecutive trip
     sink.clear()
     breaker.reset()
     assert sink.names == ["breaker.closed", "breaker.reset"]
     assert sink.of("breaker.closed")[0].attributes["reason"] == "reset"
-    assert breaker.snapshot().trips == 0
+    assert breaker.snapshot.trips == 0
     await run_failures(breaker, 4)
-    assert breaker.snapshot().retry_after == 10.0
+    assert breaker.snapshot.retry_after == 10.0
 
 
 async def test_reset_when_closed_still_forgets_the_trips(clock: VirtualClock, sink: RecordingSink) -> None:
@@ -311,7 +311,7 @@ async def test_reset_when_closed_still_forgets_the_trips(clock: VirtualClock, si
     sink.clear()
     breaker.reset()
     assert sink.names == ["breaker.reset"]  # already closed: no transition to report
-    assert breaker.snapshot().trips == 0
+    assert breaker.snapshot.trips == 0
 
 
 async def test_probe_timeout_reopens_and_the_late_probe_is_stale(clock: VirtualClock, sink: RecordingSink) -> None:
@@ -358,10 +358,10 @@ async def test_time_window_forgets_old_failures(clock: VirtualClock) -> None:
     breaker = make(window=TimeWindow(10.0), minimum_calls=4)
     await run_failures(breaker, 3)
     await clock.advance(10.0)  # their bucket has aged out
-    assert breaker.snapshot().calls == 0
+    assert breaker.snapshot.calls == 0
     await run_failures(breaker, 1)
     assert breaker.state is BreakerState.CLOSED
-    assert breaker.snapshot().calls == 1
+    assert breaker.snapshot.calls == 1
 
 
 async def test_time_window_spans_nine_to_ten_buckets(clock: VirtualClock) -> None:
@@ -369,9 +369,9 @@ async def test_time_window_spans_nine_to_ten_buckets(clock: VirtualClock) -> Non
     await clock.advance(0.5)
     await run_failures(breaker, 2)  # bucket [0, 1)
     await clock.advance(9.0)  # t = 9.5: bucket [9, 10); [0, 1) is still inside
-    assert breaker.snapshot().calls == 2
+    assert breaker.snapshot.calls == 2
     await clock.advance(0.5)  # t = 10.0: bucket [10, 11); [0, 1) has aged out
-    assert breaker.snapshot().calls == 0
+    assert breaker.snapshot.calls == 0
 
 
 def test_sync_call_runs_the_same_state_machine() -> None:
@@ -395,6 +395,6 @@ async def test_the_clock_is_fixed_at_construction(clock: VirtualClock) -> None:
     other = VirtualClock(start=1_000.0)
     with stoic.use_clock(other):
         await run_failures(breaker, 4)
-        assert breaker.snapshot().retry_after == 10.0  # measured on the construction clock
+        assert breaker.snapshot.retry_after == 10.0  # measured on the construction clock
     await clock.advance(10)
     assert breaker.state is BreakerState.HALF_OPEN

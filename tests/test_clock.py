@@ -11,6 +11,7 @@ import pytest
 
 import stoic
 from stoic import SYSTEM_CLOCK, Clock, current_clock, use_clock
+from stoic._clock import SystemClock, resolve_clock, same_clock, wait_seconds
 from stoic.testing import VirtualClock, settle
 
 S = 1_000_000_000
@@ -245,3 +246,69 @@ def test_the_first_ambient_clock_of_a_process_is_the_one_policies_use():
     out = subprocess.run([sys.executable, "-c", _FIRST_CLOCK_SCRIPT], capture_output=True, text=True,
                          check=True, timeout=60).stdout
     assert out.split() == ["True", "True", "ok", "1.5", "True"]
+
+
+async def test_virtual_sleep_takes_seconds_beside_sleep_until():
+    clock = VirtualClock(start=10.0)
+    woke: list[float] = []
+
+    async def sleeper(seconds: float | timedelta) -> None:
+        await clock.sleep(seconds)
+        woke.append(clock.now())
+
+    tasks = [asyncio.create_task(sleeper(1.5)), asyncio.create_task(sleeper(timedelta(seconds=0.5)))]
+    await clock.advance(2)
+    await asyncio.gather(*tasks)
+    assert woke == [10.5, 11.5]
+    await clock.sleep(0)  # yields once, time does not move
+    assert clock.now() == 12.0
+    with pytest.raises(ValueError, match="seconds must be >= 0"):
+        await clock.sleep(-1)
+
+
+class _NoSleep:
+    def now_ns(self) -> int:
+        return 0
+
+
+@pytest.mark.parametrize("bad", [object(), 3, "clock", _NoSleep(), time.monotonic_ns])
+def test_a_clock_without_the_clock_methods_is_a_type_error_naming_clock(bad: object) -> None:
+    with pytest.raises(TypeError, match=r"clock must be a stoic.Clock"):
+        resolve_clock(bad)
+
+
+def test_resolve_clock_keeps_a_clock_and_defaults_to_the_ambient_one() -> None:
+    virtual = VirtualClock()
+    assert resolve_clock(virtual) is virtual
+    assert resolve_clock(None) is stoic.current_clock()
+    with stoic.use_clock(virtual):
+        assert resolve_clock(None) is virtual
+    assert same_clock(SystemClock(), SystemClock())
+    assert not same_clock(virtual, VirtualClock())
+
+
+def test_a_threading_wait_is_capped_where_threading_accepts_it() -> None:
+    assert wait_seconds(1_500_000_000) == 1.5
+    assert wait_seconds(10**21) <= threading.TIMEOUT_MAX
+    cond = threading.Condition()
+    with cond:
+        # The capped value is a legal wait (a second thread ends it at once).
+        threading.Timer(0.01, lambda: (cond.acquire(), cond.notify(), cond.release())).start()
+        cond.wait(wait_seconds(10**21))
+
+
+def test_the_system_clocks_blocking_sleep_never_overflows(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    now = [0]
+
+    def fake_sleep(seconds: float) -> None:
+        if seconds > threading.TIMEOUT_MAX:
+            raise OverflowError("too large")
+        slept.append(seconds)
+        now[0] += round(seconds * 1e9)
+
+    monkeypatch.setattr(time, "sleep", fake_sleep)
+    monkeypatch.setattr(time, "monotonic_ns", lambda: now[0])
+    SystemClock().sleep_until_blocking(10**19 * 3)  # 30 billion seconds
+    assert len(slept) >= 4 and max(slept) <= threading.TIMEOUT_MAX
+    assert now[0] >= 10**19 * 3

@@ -132,7 +132,7 @@ def test_a_refused_throw_leaves_execute_suspended_at_an_iterator_without_throw(a
     with pytest.raises(TypeError):
         ex.throw(*args)
     assert _finish(ex) == 5
-    assert breaker.snapshot().calls == 1
+    assert breaker.snapshot.calls == 1
 
 
 def test_a_refused_throw_keeps_a_half_open_probe_in_flight_until_it_finishes() -> None:
@@ -211,7 +211,7 @@ def test_a_keyword_default_changed_in_place_after_decoration_is_not_followed() -
     fn.__kwdefaults__["k"] = 1
     assert wrapped(0) == 1
     assert wrapped(0, k=3) == 3
-    snapshot = breaker.snapshot()
+    snapshot = breaker.snapshot
     assert (snapshot.calls, snapshot.failures) == (5, 0)
 
 
@@ -221,8 +221,8 @@ def test_a_keyword_default_changed_in_place_after_decoration_is_not_followed() -
 class _ListAdmit(CircuitBreaker):
     """A subclass whose _admit answers with a list (unpacked like the tuple it stands for)."""
 
-    def _admit(self) -> Any:
-        return list(super()._admit())
+    def _admit(self, now: int) -> Any:
+        return list(super()._admit(now))
 
 
 def _tripped(breaker_type: type[CircuitBreaker]) -> tuple[CircuitBreaker, Any]:
@@ -280,7 +280,7 @@ def test_a_clock_reading_floats_runs_calls_as_the_python_path_does() -> None:
     assert _finish(breaker.execute(four)) == 4
     with pytest.raises(Boom):
         breaker.call(_boom)
-    snapshot = breaker.snapshot()
+    snapshot = breaker.snapshot
     assert (snapshot.calls, snapshot.failures) == (5, 1)
 
 

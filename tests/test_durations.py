@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stoic._durations import check_fraction, check_int, to_ns, to_seconds
+from stoic._durations import MAX_SECONDS, check_fraction, check_int, check_label, to_ns, to_seconds
 
 
 def test_numbers_and_timedeltas_convert_exactly():
@@ -45,10 +45,41 @@ def test_zero_is_rejected_unless_allowed(value):
     assert to_ns(value, "window", allow_zero=True) == 0
 
 
-@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 1e300, -1e300])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
 def test_non_finite_durations_are_rejected(value):
     with pytest.raises(ValueError, match="delay must be a finite number of seconds"):
         to_ns(value, "delay")
+
+
+@pytest.mark.parametrize("value", [MAX_SECONDS + 1, 1e13, 1e300, 10**300, 10**400, timedelta(days=999_999_999)])
+def test_durations_above_the_one_range_are_refused_naming_the_parameter(value):
+    with pytest.raises(ValueError, match=r"delay must be at most 1e\+12 seconds") as caught:
+        to_ns(value, "delay")
+    assert len(str(caught.value)) < 120  # a huge int is not printed in full
+
+
+def test_the_largest_duration_is_accepted_exactly():
+    assert to_ns(MAX_SECONDS, "d") == MAX_SECONDS * 1_000_000_000
+    assert to_ns(float(MAX_SECONDS), "d") == MAX_SECONDS * 1_000_000_000
+
+
+@pytest.mark.parametrize("value", [-1e300, -(10**300)])
+def test_huge_negatives_are_negative_not_overflow(value):
+    with pytest.raises(ValueError, match="must be >= 0 seconds"):
+        to_ns(value, "d", allow_zero=True)
+
+
+def test_labels_are_non_empty_strings():
+    assert check_label("x") == "x"
+    assert check_label(None, optional=True) is None
+    with pytest.raises(TypeError, match="label must be a str"):
+        check_label(None)
+    with pytest.raises(TypeError, match="label must be a str"):
+        check_label(b"x")
+    with pytest.raises(ValueError, match="label must be a non-empty str"):
+        check_label("")
+    with pytest.raises(ValueError, match="label must be a non-empty str"):
+        check_label("", optional=True)
 
 
 @pytest.mark.parametrize("value", [True, False, "1", None, 1j])

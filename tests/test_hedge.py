@@ -32,7 +32,7 @@ async def run_and_observe(clock: VirtualClock, script: Script, call: Any) -> tup
 
 async def test_a_fast_first_attempt_never_hedges(clock: VirtualClock, sink: RecordingSink) -> None:
     script = Script(clock, {1: Step(0.02, "one")})
-    result, at, running = await run_and_observe(clock, script, hedge(IDEMPOTENT, script, delay=0.1))
+    result, at, running = await run_and_observe(clock, script, hedge(IDEMPOTENT, script, delay=0.1, label="h"))
     assert (result, at, running) == ("one", pytest.approx(0.02), set())
     assert script.started() == [1]
     assert script.attempts[0].number == 1 and not script.attempts[0].hedged
@@ -44,7 +44,7 @@ async def test_slow_first_attempt_hedge_wins_and_loser_is_cancelled_with_superse
     clock: VirtualClock, sink: RecordingSink
 ) -> None:
     script = Script(clock, {1: Step(1.0, "slow"), 2: Step(0.05, "fast")})
-    result, at, running = await run_and_observe(clock, script, hedge(IDEMPOTENT, script, delay=0.1))
+    result, at, running = await run_and_observe(clock, script, hedge(IDEMPOTENT, script, delay=0.1, label="h"))
     assert result == "fast"
     assert at == pytest.approx(0.15)
     assert running == set()  # nothing of the call still running when it returns
@@ -58,12 +58,12 @@ async def test_slow_first_attempt_hedge_wins_and_loser_is_cancelled_with_superse
     started, won = sink.events
     assert started.attributes == {"attempt": 2, "elapsed": pytest.approx(0.1)}
     assert won.attributes == {"attempt": 2, "started": 2, "latency": pytest.approx(0.15)}
-    assert started.label == won.label == "hedge"
+    assert started.label == won.label == "h"
 
 
 async def test_a_loser_that_ignores_cancellation_delays_the_return(clock: VirtualClock) -> None:
     script = Script(clock, {1: Step(1.0, "slow", linger=0.5), 2: Step(0.05, "fast")})
-    result, at, running = await run_and_observe(clock, script, hedge(IDEMPOTENT, script, delay=0.1))
+    result, at, running = await run_and_observe(clock, script, hedge(IDEMPOTENT, script, delay=0.1, label="h"))
     assert result == "fast"  # the loser's late value is not taken
     assert at == pytest.approx(0.65)  # 0.15 (win) + 0.5 the loser kept running
     assert running == set()
@@ -72,7 +72,7 @@ async def test_a_loser_that_ignores_cancellation_delays_the_return(clock: Virtua
 
 async def test_the_primary_can_still_win_after_a_hedge_started(clock: VirtualClock, sink: RecordingSink) -> None:
     script = Script(clock, {1: Step(0.12, "primary"), 2: Step(1.0, "hedge")})
-    result, at, running = await run_and_observe(clock, script, hedge(IDEMPOTENT, script, delay=0.1))
+    result, at, running = await run_and_observe(clock, script, hedge(IDEMPOTENT, script, delay=0.1, label="h"))
     assert (result, at, running) == ("primary", pytest.approx(0.12), set())
     assert script.cancel_messages == {2: "superseded"}
     assert sink.of("hedge.won")[0].attributes == {"attempt": 1, "started": 2, "latency": pytest.approx(0.12)}
@@ -81,7 +81,7 @@ async def test_the_primary_can_still_win_after_a_hedge_started(clock: VirtualClo
 async def test_up_to_max_attempts_start_each_delay_after_the_latest(clock: VirtualClock, sink: RecordingSink) -> None:
     script = Script(clock, {1: Step(5.0, 1), 2: Step(5.0, 2), 3: Step(5.0, 3), 4: Step(0.01, 4)})
     result, at, running = await run_and_observe(
-        clock, script, hedge(IDEMPOTENT, script, delay=0.1, max_attempts=3))
+        clock, script, hedge(IDEMPOTENT, script, delay=0.1, max_attempts=3, label="h"))
     assert script.started() == [1, 2, 3]  # never a fourth
     starts = [t for k, _, t in script.log if k == "start"]
     assert starts == [pytest.approx(0.0), pytest.approx(0.1), pytest.approx(0.2)]
@@ -96,7 +96,7 @@ async def test_every_attempt_failed_raises_the_first_failure_in_completion_order
     late, early = Boom("attempt 1"), Boom("attempt 2")
     script = Script(clock, {1: Step(0.3, error=late), 2: Step(0.1, error=early)})
     with pytest.raises(Boom) as caught:
-        await clock.run(hedge(IDEMPOTENT, script, delay=0.1))
+        await clock.run(hedge(IDEMPOTENT, script, delay=0.1, label="h"))
     assert caught.value is early  # attempt 2 failed first (at 0.2), unchanged, not wrapped
     assert clock.now() == pytest.approx(0.3)
     assert script.running == set()
@@ -113,7 +113,7 @@ async def test_no_hedge_after_a_fast_failure(clock: VirtualClock, sink: Recordin
     error = Boom("fast")
     script = Script(clock, {1: Step(0.01, error=error), 2: Step(0.01, "never")})
     with pytest.raises(Boom) as caught:
-        await clock.run(hedge(IDEMPOTENT, script, delay=0.1, max_attempts=3))
+        await clock.run(hedge(IDEMPOTENT, script, delay=0.1, max_attempts=3, label="h"))
     assert caught.value is error
     assert clock.now() == pytest.approx(0.01)  # raised at once, not after the delay
     assert script.started() == [1]
@@ -125,7 +125,7 @@ async def test_no_hedge_after_a_fast_failure(clock: VirtualClock, sink: Recordin
 async def test_a_failure_while_others_run_keeps_hedging_on_the_timer(clock: VirtualClock) -> None:
     script = Script(clock, {1: Step(1.0, "one"), 2: Step(0.02, error=Boom()), 3: Step(0.05, "three")})
     result, at, running = await run_and_observe(
-        clock, script, hedge(IDEMPOTENT, script, delay=0.1, max_attempts=3))
+        clock, script, hedge(IDEMPOTENT, script, delay=0.1, max_attempts=3, label="h"))
     # Attempt 2 fails at 0.12; attempt 3 still waits for 0.1 after the latest start (0.2).
     assert [(k, n, t) for k, n, t in script.log if k == "start"] == [
         ("start", 1, 0.0), ("start", 2, pytest.approx(0.1)), ("start", 3, pytest.approx(0.2))]
@@ -134,7 +134,7 @@ async def test_a_failure_while_others_run_keeps_hedging_on_the_timer(clock: Virt
 
 async def test_a_failed_hedge_then_a_primary_success_returns_the_success(clock: VirtualClock) -> None:
     script = Script(clock, {1: Step(0.3, "primary"), 2: Step(0.05, error=Boom())})
-    result, at, _ = await run_and_observe(clock, script, hedge(IDEMPOTENT, script, delay=0.1))
+    result, at, _ = await run_and_observe(clock, script, hedge(IDEMPOTENT, script, delay=0.1, label="h"))
     assert (result, at) == ("primary", pytest.approx(0.3))
 
 
@@ -145,7 +145,7 @@ async def test_no_token_no_hedge_and_the_running_attempt_continues(clock: Virtua
     empty = RetryBudget(ratio=0.01, reserve_per_second=0, reserve_capacity=0)
     script = Script(clock, {1: Step(0.5, "slow"), 2: Step(0.01, "never")})
     result, at, running = await run_and_observe(
-        clock, script, hedge(IDEMPOTENT, script, delay=0.1, budget=empty))
+        clock, script, hedge(IDEMPOTENT, script, delay=0.1, budget=empty, label="h"))
     assert (result, at, running) == ("slow", pytest.approx(0.5), set())
     assert script.started() == [1]
     assert sink.names == ["hedge.budget_exhausted"]
@@ -156,7 +156,7 @@ async def test_a_budget_of_one_token_serves_one_hedge_across_two_calls(
     clock: VirtualClock, sink: RecordingSink
 ) -> None:
     one = RetryBudget(ratio=0.01, reserve_per_second=0, reserve_capacity=1)
-    policy = Hedge(0.1, budget=one)
+    policy = Hedge(0.1, budget=one, label="h")
     first = Script(clock, {1: Step(1.0, "a1"), 2: Step(0.05, "a2")})
     second = Script(clock, {1: Step(1.0, "b1"), 2: Step(0.05, "b2")})
 
@@ -172,7 +172,7 @@ async def test_a_budget_of_one_token_serves_one_hedge_across_two_calls(
 
 async def test_each_hedge_spends_a_token_and_each_call_deposits(clock: VirtualClock) -> None:
     budget = RetryBudget(ratio=0.5, reserve_per_second=0, reserve_capacity=0)
-    policy = Hedge(0.1, budget=budget, max_attempts=3)
+    policy = Hedge(0.1, budget=budget, max_attempts=3, label="h")
     for _ in range(2):  # two fast calls: 2 x 0.5 earned
         await clock.run(policy.execute(IDEMPOTENT, Script(clock, {1: Step(0.01, "x")})))
     assert budget.tokens == pytest.approx(1.0)
@@ -184,14 +184,14 @@ async def test_each_hedge_spends_a_token_and_each_call_deposits(clock: VirtualCl
 
 
 def test_the_default_budget_is_per_call_site() -> None:
-    a = Hedge(0.1)
-    b = Hedge(0.1)
-    same = [Hedge(0.1) for _ in range(2)]
+    a = Hedge(0.1, label="h")
+    b = Hedge(0.1, label="h")
+    same = [Hedge(0.1, label="h") for _ in range(2)]
     assert a.budget is not b.budget
     assert same[0].budget is same[1].budget
     assert a.budget is not RetryBudget.PER_CALL_SITE
     shared = RetryBudget.named("backend")
-    assert Hedge(0.1, budget=shared).budget is shared
+    assert Hedge(0.1, budget=shared, label="h").budget is shared
 
 
 async def test_hedge_function_budget_is_per_call_site_of_hedge(clock: VirtualClock) -> None:
@@ -200,10 +200,10 @@ async def test_hedge_function_budget_is_per_call_site_of_hedge(clock: VirtualClo
     line_a = 0
     for _ in range(20):
         script = Script(clock, {1: Step(0.2, "a"), 2: Step(0.01, "b")})
-        await clock.run(hedge(IDEMPOTENT, script, delay=0.001))
+        await clock.run(hedge(IDEMPOTENT, script, delay=0.001, label="h"))
         line_a += len(script.started()) - 1
     script = Script(clock, {1: Step(0.2, "a"), 2: Step(0.01, "b")})
-    await clock.run(hedge(IDEMPOTENT, script, delay=0.001))  # another line: its own full budget
+    await clock.run(hedge(IDEMPOTENT, script, delay=0.001, label="h"))  # another line: its own full budget
     assert line_a < 20
     assert script.started() == [1, 2]
 
@@ -213,7 +213,7 @@ async def test_hedge_function_budget_is_per_call_site_of_hedge(clock: VirtualClo
 
 async def test_cancelling_the_caller_cancels_and_awaits_every_attempt(clock: VirtualClock, sink: RecordingSink) -> None:
     script = Script(clock, {1: Step(1.0, 1), 2: Step(1.0, 2, linger=0.3)})
-    outer = asyncio.ensure_future(hedge(IDEMPOTENT, script, delay=0.1))
+    outer = asyncio.ensure_future(hedge(IDEMPOTENT, script, delay=0.1, label="h"))
     await clock.advance(0.15)
     assert script.running == {1, 2}
     outer.cancel()
@@ -247,7 +247,7 @@ async def test_a_second_cancellation_while_draining_still_waits_for_every_attemp
         finally:
             running.discard(attempt.number)
 
-    outer = asyncio.ensure_future(hedge(IDEMPOTENT, op, delay=0.1))
+    outer = asyncio.ensure_future(hedge(IDEMPOTENT, op, delay=0.1, label="h"))
     await clock.advance(0.2)  # attempt 1 won at 0.15; the superseded hedge is still running
     assert not outer.done() and running == {2}
     outer.cancel()
@@ -275,7 +275,7 @@ async def test_a_caller_cancellation_racing_a_hedge_win_is_not_swallowed(clock: 
         finally:
             running.discard(attempt.number)
 
-    outer = asyncio.ensure_future(hedge(IDEMPOTENT, op, delay=0.1))
+    outer = asyncio.ensure_future(hedge(IDEMPOTENT, op, delay=0.1, label="h"))
     await clock.advance(0.2)
     assert outer.cancelled()
     assert running == set()
@@ -306,7 +306,7 @@ async def test_a_caller_cancellation_the_first_attempt_turns_into_an_error_is_no
         finally:
             running.discard(attempt.number)
 
-    outer = asyncio.ensure_future(hedge(IDEMPOTENT, op, delay=0.1))
+    outer = asyncio.ensure_future(hedge(IDEMPOTENT, op, delay=0.1, label="h"))
     await clock.advance(0.15)
     assert running == {1, 2}
     outer.cancel()
@@ -324,7 +324,7 @@ async def test_a_deadline_that_leaves_less_than_the_delay_skips_the_hedge(
 
     async def call() -> object:
         async with stoic.timeout(0.15):
-            return await hedge(IDEMPOTENT, script, delay=0.1)
+            return await hedge(IDEMPOTENT, script, delay=0.1, label="h")
 
     with pytest.raises(stoic.DeadlineExceeded):
         await clock.run(call())
@@ -339,7 +339,7 @@ async def test_a_deadline_with_room_lets_the_hedge_start(clock: VirtualClock, si
 
     async def call() -> object:
         async with stoic.timeout(0.2):
-            return await hedge(IDEMPOTENT, script, delay=0.1)
+            return await hedge(IDEMPOTENT, script, delay=0.1, label="h")
 
     assert await clock.run(call()) == 2
     assert sink.names == ["hedge.started", "hedge.won"]
@@ -350,7 +350,7 @@ async def test_a_deadline_firing_with_hedges_running_cancels_and_awaits_them_all
 
     async def call() -> object:
         async with stoic.timeout(0.35):
-            return await hedge(IDEMPOTENT, script, delay=0.1, max_attempts=3, budget=RetryBudget.UNLIMITED)
+            return await hedge(IDEMPOTENT, script, delay=0.1, max_attempts=3, budget=RetryBudget.UNLIMITED, label="h")
 
     with pytest.raises(stoic.DeadlineExceeded):
         await clock.run(call())
@@ -367,7 +367,7 @@ async def test_a_deadline_firing_after_the_first_attempt_failed_still_raises_dea
 
     async def call() -> object:
         async with stoic.timeout(0.3):
-            return await hedge(IDEMPOTENT, script, delay=0.1)
+            return await hedge(IDEMPOTENT, script, delay=0.1, label="h")
 
     with pytest.raises(stoic.DeadlineExceeded):
         await clock.run(call())
@@ -378,7 +378,7 @@ async def test_a_superseded_first_attempt_leaves_an_enclosing_timeout_intact(clo
     async def call() -> object:
         async with stoic.timeout(1.0):
             script = Script(clock, {1: Step(5.0, 1), 2: Step(0.01, 2)})
-            result = await hedge(IDEMPOTENT, script, delay=0.1)  # cancels and uncancels this task
+            result = await hedge(IDEMPOTENT, script, delay=0.1, label="h")  # cancels and uncancels this task
             await clock.sleep_until(clock.now_ns() + 500_000_000)  # no stray cancellation, no early deadline
         return result
 
@@ -388,7 +388,7 @@ async def test_a_superseded_first_attempt_leaves_an_enclosing_timeout_intact(clo
     async def late() -> object:
         async with stoic.timeout(1.0):
             script = Script(clock, {1: Step(5.0, 1), 2: Step(0.01, 2)})
-            await hedge(IDEMPOTENT, script, delay=0.1)
+            await hedge(IDEMPOTENT, script, delay=0.1, label="h")
             await clock.sleep_until(clock.now_ns() + 5_000_000_000)
         return "unreachable"
 
@@ -402,7 +402,7 @@ async def test_a_superseded_first_attempt_leaves_asyncio_timeout_and_task_groups
     async def one(i: int) -> object:
         script = Script(clock, {1: Step(5.0, (i, 1)), 2: Step(0.01, (i, 2))})
         async with asyncio.timeout(None):  # a stdlib timeout block around a superseded first attempt
-            return await hedge(IDEMPOTENT, script, delay=0.1, budget=RetryBudget.UNLIMITED)
+            return await hedge(IDEMPOTENT, script, delay=0.1, budget=RetryBudget.UNLIMITED, label="h")
 
     async def group() -> list[object]:
         async with asyncio.TaskGroup() as tg:
@@ -417,7 +417,7 @@ async def test_a_deadline_already_passed_rejects_without_running(clock: VirtualC
 
     async def call() -> object:
         async with stoic.deadline(-1.0):
-            return await hedge(IDEMPOTENT, script, delay=0.1)
+            return await hedge(IDEMPOTENT, script, delay=0.1, label="h")
 
     with pytest.raises(stoic.DeadlineExceeded):
         await clock.run(call())
@@ -434,7 +434,7 @@ async def test_attempts_see_the_ambient_deadline(clock: VirtualClock) -> None:
 
     async def call() -> int:
         async with stoic.timeout(1.0):
-            return await hedge(IDEMPOTENT, op, delay=0.1)
+            return await hedge(IDEMPOTENT, op, delay=0.1, label="h")
 
     assert await clock.run(call()) == 2
     assert seen == [pytest.approx(1.0), pytest.approx(0.9)]
@@ -446,9 +446,9 @@ async def test_attempts_see_the_ambient_deadline(clock: VirtualClock) -> None:
 async def test_idempotency_must_be_stated(clock: VirtualClock) -> None:
     script = Script(clock, {1: Step(0.01, 1)})
     with pytest.raises(TypeError, match="IDEMPOTENT"):
-        await hedge("idempotent", script, delay=0.1)  # type: ignore[arg-type]
+        await hedge("idempotent", script, delay=0.1, label="h")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        await Hedge(0.1).execute(None, script)  # type: ignore[arg-type]
+        await Hedge(0.1, label="h").execute(None, script)  # type: ignore[arg-type]
     assert stoic.IDEMPOTENT is stoic.Idempotency.IDEMPOTENT
     assert list(stoic.Idempotency) == [stoic.IDEMPOTENT]
 
@@ -474,25 +474,80 @@ async def test_idempotency_must_be_stated(clock: VirtualClock) -> None:
 def test_invalid_configuration_is_a_value_error_naming_the_parameter(kwargs: dict[str, Any], match: str) -> None:
     delay = kwargs.pop("delay")
     with pytest.raises(ValueError, match=match):
-        Hedge(delay, **kwargs)
+        Hedge(delay, label="h", **kwargs)
 
 
 async def test_hedge_function_validates_before_running(clock: VirtualClock) -> None:
     script = Script(clock, {1: Step(0.01, 1)})
     with pytest.raises(ValueError, match="max_attempts"):
-        await hedge(IDEMPOTENT, script, delay=0.1, max_attempts=1)
+        await hedge(IDEMPOTENT, script, delay=0.1, max_attempts=1, label="h")
     with pytest.raises(ValueError, match="delay"):
-        await hedge(IDEMPOTENT, script, delay=-1)
+        await hedge(IDEMPOTENT, script, delay=-1, label="h")
     with pytest.raises(TypeError, match="budget"):
-        await hedge(IDEMPOTENT, script, delay=0.1, budget="lots")  # type: ignore[arg-type]
+        await hedge(IDEMPOTENT, script, delay=0.1, budget="lots", label="h")  # type: ignore[arg-type]
     assert script.started() == []
 
 
-async def test_execute_passes_extra_arguments_after_the_attempt(clock: VirtualClock) -> None:
-    async def op(attempt: stoic.Attempt, a: int, *, b: int) -> tuple[int, int, int]:
+async def test_execute_passes_the_arguments_given_and_the_attempt_by_keyword(clock: VirtualClock) -> None:
+    async def op(a: int, *, b: int, attempt: stoic.Attempt) -> tuple[int, int, int]:
         return attempt.number, a, b
 
-    assert await clock.run(Hedge(0.1).execute(IDEMPOTENT, op, 5, b=7)) == (1, 5, 7)
+    assert await clock.run(Hedge(0.1, label="h").execute(IDEMPOTENT, op, 5, b=7)) == (1, 5, 7)
+
+    async def positional_attempt(attempt: stoic.Attempt, a: int) -> tuple[int, int]:
+        return attempt.number, a
+
+    # ``attempt`` is always passed by keyword, never as the first positional argument.
+    assert await clock.run(Hedge(0.1, label="h").execute(IDEMPOTENT, positional_attempt, a=9)) == (1, 9)
+
+
+async def test_an_operation_without_an_attempt_parameter_gets_exactly_its_arguments(clock: VirtualClock) -> None:
+    calls: list[tuple[object, ...]] = []
+
+    async def op(*args: object, **kwargs: object) -> int:
+        calls.append((args, kwargs))
+        if len(calls) == 1:
+            await clock.sleep(1.0)
+        return len(calls)
+
+    policy = Hedge(0.1, label="h", budget=stoic.RetryBudget.UNLIMITED)
+    assert await clock.run(policy.execute(IDEMPOTENT, op, 1, k=2)) == 2  # the hedge won
+    assert calls == [((1,), {"k": 2}), ((1,), {"k": 2})]  # no Attempt, by position or keyword
+    assert await clock.run(hedge(IDEMPOTENT, lambda: asyncio.sleep(0, "plain"), delay=1.0, label="h")) == "plain"
+
+
+async def test_an_attempt_passed_by_the_caller_is_not_replaced(clock: VirtualClock) -> None:
+    mine = stoic.Attempt(7, "mine")
+
+    async def op(attempt: stoic.Attempt) -> int:
+        return attempt.number
+
+    assert await clock.run(Hedge(0.1, label="h").execute(IDEMPOTENT, op, attempt=mine)) == 7
+
+
+@pytest.mark.parametrize("make", [
+    lambda **kw: Hedge(0.1, **kw),
+    lambda **kw: hedge(IDEMPOTENT, lambda: asyncio.sleep(0), delay=0.1, **kw),
+])
+def test_label_is_required_keyword_only_non_empty_str(make: Any) -> None:
+    with pytest.raises(TypeError, match="label"):
+        make()
+    with pytest.raises(TypeError, match="label must be a str"):
+        make(label=b"h")
+    with pytest.raises(TypeError, match="label must be a str"):
+        make(label=None)
+    with pytest.raises(ValueError, match="label must be a non-empty str"):
+        make(label="")
+    with pytest.raises(TypeError):
+        Hedge(0.1, 2, "h")  # type: ignore[misc]  # keyword-only
+
+
+@pytest.mark.parametrize("bad", [object(), "clock", 5])
+def test_a_wrong_clock_is_a_type_error_at_construction(bad: object) -> None:
+    with pytest.raises(TypeError, match=r"clock must be a stoic\.Clock"):
+        Hedge(0.1, label="h", clock=bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"clock must be a stoic\.Clock"):
+        hedge(IDEMPOTENT, lambda: asyncio.sleep(0), delay=0.1, label="h", clock=bad)  # type: ignore[arg-type]
 
 
 async def test_call_ids_are_shared_within_a_call_and_unique_across_calls(clock: VirtualClock) -> None:
@@ -502,7 +557,7 @@ async def test_call_ids_are_shared_within_a_call_and_unique_across_calls(clock: 
         ids.append((attempt.number, attempt.call_id))
         await clock.sleep_until(clock.now_ns() + (200_000_000 if attempt.number == 1 else 1_000_000))
 
-    policy = Hedge(0.1, budget=RetryBudget.UNLIMITED)
+    policy = Hedge(0.1, budget=RetryBudget.UNLIMITED, label="h")
     for _ in range(3):
         await clock.run(policy.execute(IDEMPOTENT, op))
     assert [n for n, _ in ids] == [1, 2] * 3
@@ -521,14 +576,14 @@ async def test_label_is_on_every_event(clock: VirtualClock, sink: RecordingSink)
 async def test_explicit_clock_is_used_for_timers(sink: RecordingSink) -> None:
     virtual = VirtualClock()  # not ambient: the hedge must still run its timer on it
     script = Script(virtual, {1: Step(1.0, 1), 2: Step(0.01, 2)})
-    assert await virtual.run(hedge(IDEMPOTENT, script, delay=0.1, clock=virtual)) == 2
+    assert await virtual.run(hedge(IDEMPOTENT, script, delay=0.1, clock=virtual, label="h")) == 2
     assert sink.of("hedge.started")[0].attributes["elapsed"] == pytest.approx(0.1)
 
 
 async def test_policy_keeps_the_clock_it_was_built_with() -> None:
     virtual = VirtualClock()
     with stoic.use_clock(virtual):
-        policy = Hedge(0.1)
+        policy = Hedge(0.1, label="h")
     script = Script(virtual, {1: Step(1.0, 1), 2: Step(0.01, 2)})
     assert await virtual.run(policy.execute(IDEMPOTENT, script)) == 2
 
@@ -536,7 +591,7 @@ async def test_policy_keeps_the_clock_it_was_built_with() -> None:
 async def test_zero_delay_races_every_attempt_at_once(clock: VirtualClock) -> None:
     script = Script(clock, {1: Step(0.3, 1), 2: Step(0.2, 2), 3: Step(0.1, 3)})
     result, at, running = await run_and_observe(
-        clock, script, hedge(IDEMPOTENT, script, delay=0, max_attempts=3, budget=RetryBudget.UNLIMITED))
+        clock, script, hedge(IDEMPOTENT, script, delay=0, max_attempts=3, budget=RetryBudget.UNLIMITED, label="h"))
     assert (result, at, running) == (3, pytest.approx(0.1), set())
     assert [t for k, _, t in script.log if k == "start"] == [0.0, 0.0, 0.0]
 
@@ -547,8 +602,8 @@ async def test_works_on_the_system_clock() -> None:
             await asyncio.sleep(10)
         return attempt.number
 
-    assert await hedge(IDEMPOTENT, op, delay=0.001) == 2
-    assert await hedge(IDEMPOTENT, lambda a: asyncio.sleep(0, a.number), delay=1.0) == 1
+    assert await hedge(IDEMPOTENT, op, delay=0.001, label="h") == 2
+    assert await hedge(IDEMPOTENT, lambda attempt: asyncio.sleep(0, attempt.number), delay=1.0, label="h") == 1
 
 
 async def test_losers_errors_are_retrieved_and_nothing_is_left_behind(clock: VirtualClock) -> None:
@@ -564,7 +619,7 @@ async def test_losers_errors_are_retrieved_and_nothing_is_left_behind(clock: Vir
         return attempt.number
 
     before = len(asyncio.all_tasks())
-    assert await clock.run(hedge(IDEMPOTENT, op, delay=0.1)) == 2
+    assert await clock.run(hedge(IDEMPOTENT, op, delay=0.1, label="h")) == 2
     gc.collect()
     await asyncio.sleep(0)
     assert reported == []
@@ -576,14 +631,14 @@ async def test_a_function_that_is_not_async_fails_the_call_cleanly(clock: Virtua
         return 1
 
     with pytest.raises(TypeError):
-        await clock.run(hedge(IDEMPOTENT, not_async, delay=0.1))  # type: ignore[arg-type]
+        await clock.run(hedge(IDEMPOTENT, not_async, delay=0.1, label="h"))  # type: ignore[arg-type]
     assert clock.pending_timers == 0
 
 
 async def test_the_current_task_is_not_left_with_a_cancel_request(clock: VirtualClock) -> None:
     async def call() -> tuple[object, int]:
         script = Script(clock, {1: Step(1.0, 1), 2: Step(0.01, 2)})
-        result = await hedge(IDEMPOTENT, script, delay=0.1)  # the first attempt is superseded
+        result = await hedge(IDEMPOTENT, script, delay=0.1, label="h")  # the first attempt is superseded
         task = asyncio.current_task()
         assert task is not None
         await clock.sleep_until(clock.now_ns() + 10_000_000)  # no stray cancellation arrives
@@ -601,11 +656,11 @@ async def test_a_sink_that_raises_never_breaks_the_call(clock: VirtualClock) -> 
 
     script = Script(clock, {1: Step(1.0, 1), 2: Step(0.01, 2)})
     with stoic.use_sinks(Broken()):
-        assert await clock.run(hedge(IDEMPOTENT, script, delay=0.1)) == 2
+        assert await clock.run(hedge(IDEMPOTENT, script, delay=0.1, label="h")) == 2
 
 
 async def test_three_hundred_concurrent_hedged_calls_leave_nothing_running(clock: VirtualClock) -> None:
-    policy = Hedge(0.05, max_attempts=3, budget=RetryBudget.UNLIMITED)
+    policy = Hedge(0.05, max_attempts=3, budget=RetryBudget.UNLIMITED, label="h")
     scripts = [
         Script(clock, {n: Step(((i * 7 + n * 13) % 17) / 100 + 0.001, (i, n),
                                error=Boom() if (i + n) % 5 == 0 else None) for n in (1, 2, 3)})

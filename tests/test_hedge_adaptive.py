@@ -14,7 +14,7 @@ async def call(clock: VirtualClock, policy: Hedge, *steps: Step) -> object:
 
 
 async def test_the_fixed_delay_is_used_until_the_estimate_warms_up(clock: VirtualClock) -> None:
-    policy = Hedge(0.2, quantile=0.5, budget=RetryBudget.UNLIMITED)  # warm-up: 20 samples at p50
+    policy = Hedge(0.2, quantile=0.5, budget=RetryBudget.UNLIMITED, label="h")  # warm-up: 20 samples at p50
     assert policy.current_delay == 0.2
     for _ in range(19):
         await call(clock, policy, Step(0.010, "ok"))
@@ -24,14 +24,14 @@ async def test_the_fixed_delay_is_used_until_the_estimate_warms_up(clock: Virtua
 
 
 async def test_the_delay_follows_the_quantile_of_primary_latencies(clock: VirtualClock) -> None:
-    policy = Hedge(1.0, quantile=0.9, budget=RetryBudget.UNLIMITED)  # warm-up: 50 samples
+    policy = Hedge(1.0, quantile=0.9, budget=RetryBudget.UNLIMITED, label="h")  # warm-up: 50 samples
     for i in range(200):
         await call(clock, policy, Step((10 + i % 10) / 1000, "ok"))  # 10..19 ms, evenly
     assert policy.current_delay == pytest.approx(0.019, abs=0.0015)
 
 
 async def test_the_adaptive_delay_is_the_one_hedges_wait(clock: VirtualClock, sink: RecordingSink) -> None:
-    policy = Hedge(1.0, quantile=0.5, budget=RetryBudget.UNLIMITED)
+    policy = Hedge(1.0, quantile=0.5, budget=RetryBudget.UNLIMITED, label="h")
     for _ in range(20):
         await call(clock, policy, Step(0.030, "ok"))
     sink.clear()
@@ -40,8 +40,8 @@ async def test_the_adaptive_delay_is_the_one_hedges_wait(clock: VirtualClock, si
 
 
 async def test_the_estimate_is_clamped_to_delay_min_and_delay_max(clock: VirtualClock) -> None:
-    low = Hedge(1.0, quantile=0.5, delay_min=0.05, delay_max=0.5, budget=RetryBudget.UNLIMITED)
-    high = Hedge(0.01, quantile=0.5, delay_min=0.05, delay_max=0.5, budget=RetryBudget.UNLIMITED)
+    low = Hedge(1.0, quantile=0.5, delay_min=0.05, delay_max=0.5, budget=RetryBudget.UNLIMITED, label="h")
+    high = Hedge(0.01, quantile=0.5, delay_min=0.05, delay_max=0.5, budget=RetryBudget.UNLIMITED, label="h")
     for _ in range(20):
         await call(clock, low, Step(0.002, "fast"))
         await call(clock, high, Step(2.0, "slow"))
@@ -50,7 +50,7 @@ async def test_the_estimate_is_clamped_to_delay_min_and_delay_max(clock: Virtual
 
 
 async def test_only_successful_primaries_feed_the_estimate(clock: VirtualClock) -> None:
-    policy = Hedge(0.1, quantile=0.5, budget=RetryBudget.UNLIMITED)
+    policy = Hedge(0.1, quantile=0.5, budget=RetryBudget.UNLIMITED, label="h")
     for _ in range(30):  # the hedge wins: the primary's latency is unknown, nothing is learnt
         await call(clock, policy, Step(1.0, "slow"), Step(0.01, "hedge"))
     for _ in range(30):  # fast failures say nothing about latency either
@@ -63,7 +63,7 @@ async def test_only_successful_primaries_feed_the_estimate(clock: VirtualClock) 
 
 
 async def test_the_delay_forgets_old_traffic(clock: VirtualClock) -> None:
-    policy = Hedge(1.0, quantile=0.5, window=100, budget=RetryBudget.UNLIMITED)
+    policy = Hedge(1.0, quantile=0.5, window=100, budget=RetryBudget.UNLIMITED, label="h")
     for _ in range(300):
         await call(clock, policy, Step(0.010, "ok"))
     assert policy.current_delay == pytest.approx(0.010)

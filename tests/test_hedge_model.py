@@ -101,7 +101,7 @@ async def run_real(plans: list[Plan], delay_ms: int, max_attempts: int, tokens: 
     async def observed() -> tuple[bool, int, int, set[int]]:
         try:
             value = await hedge(IDEMPOTENT, script, delay=delay_ms / 1000, max_attempts=max_attempts,
-                                budget=budget, clock=clock)
+                                budget=budget, clock=clock, label="h")
             won, attempt = True, int(value)  # type: ignore[call-overload]
         except Failed as exc:
             won, attempt = False, exc.number
@@ -170,7 +170,7 @@ def test_cancelling_the_caller_at_any_moment_stops_everything(plans: list[Plan],
         script = Script(clock, steps)
         budget = RetryBudget(ratio=0.001, reserve_per_second=0, reserve_capacity=3, clock=clock)
         outer = asyncio.ensure_future(hedge(IDEMPOTENT, script, delay=delay_ms / 1000, max_attempts=max_attempts,
-                                            budget=budget, clock=clock))
+                                            budget=budget, clock=clock, label="h"))
         await clock.advance(cancel_ns / 1e9)
         outer.cancel()
         await clock.run_until_idle()

@@ -170,7 +170,7 @@ async def test_an_operation_declaring_attempt_gets_a_first_attempt_from_a_pipeli
         assert await clock.run(pipeline.execute(op, "/users")) == "/users"
     assert [(a.number, a.hedged) for a in seen] == [(1, False), (1, False)]
     assert seen[0].call_id != seen[1].call_id
-    assert breaker.snapshot().failures == 0
+    assert breaker.snapshot.failures == 0
 
 
 async def test_retrying_each_attempt_goes_through_the_inner_stages(clock: VirtualClock, sink: RecordingSink) -> None:

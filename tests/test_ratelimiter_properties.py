@@ -5,24 +5,33 @@ caps at ``burst``, and serves its FIFO queue at the exact instant each head's co
 limiter, on integer virtual nanoseconds, must serve each request at the first whole nanosecond at
 or after that instant. After every step: the same grants at the same instants, the same queue,
 and permits granted by ``t`` never above ``burst + rate * t / per``.
+
+The blocking limiter is driven through the same model with threads on a virtual clock that
+knows who sleeps until when: time moves to each instant the model serves someone, and the one
+sleeping thread (the head: nobody else sleeps) must be sleeping until exactly that instant.
+Interrupting a waiting thread stands in for cancelling a waiting task.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import timedelta
 from fractions import Fraction
 from math import ceil
 
+import pytest
+from _threads import eventually
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import stoic
+import stoic.ratelimiter as ratelimiter_module
 from stoic import RateLimited
-from stoic.ratelimiter import RateLimiter
+from stoic.ratelimiter import BlockingRateLimiter, RateLimiter
 from stoic.testing import VirtualClock, settle
 
 
@@ -138,17 +147,15 @@ async def run_scenario(rate: int, per_ms: int, burst: int, queue_limit: int | No
     return model
 
 
-ops_strategy = st.lists(
-    st.one_of(
-        st.tuples(st.just("advance"), st.integers(0, 3_000_000_000)),
-        st.tuples(st.just("advance"), st.integers(0, 5_000)),
-        st.tuples(st.just("try"), st.integers(1, 6)),
-        st.tuples(st.just("acquire"), st.integers(1, 6)),
-        st.tuples(st.just("acquire"), st.integers(1, 2)),
-        st.tuples(st.just("cancel"), st.integers(0, 50)),
-    ),
-    max_size=60,
+op_strategy = st.one_of(
+    st.tuples(st.just("advance"), st.integers(0, 3_000_000_000)),
+    st.tuples(st.just("advance"), st.integers(0, 5_000)),
+    st.tuples(st.just("try"), st.integers(1, 6)),
+    st.tuples(st.just("acquire"), st.integers(1, 6)),
+    st.tuples(st.just("acquire"), st.integers(1, 2)),
+    st.tuples(st.just("cancel"), st.integers(0, 50)),
 )
+ops_strategy = st.lists(op_strategy, max_size=60)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -240,3 +247,173 @@ def test_the_ambient_clock_is_kept_from_construction() -> None:
         return limiter.try_acquire()
 
     assert asyncio.run(later())
+
+
+# --- the blocking limiter against the same model --------------------------------------------------
+
+class Interrupted(BaseException):
+    """Stands in for an interruption of a waiting thread (the blocking twin of a cancel)."""
+
+
+class InterruptibleCondition(threading.Condition):
+    interrupted = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        woken = super().wait(timeout)
+        if self.interrupted:
+            raise Interrupted
+        return woken
+
+
+class _ThreadingWithInterrupts:
+    """The ``threading`` module as the limiter sees it, with interruptible conditions."""
+
+    Condition = InterruptibleCondition
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(threading, name)
+
+
+class ThreadClock(VirtualClock):
+    """Virtual time for threads: knows who sleeps until when, and can interrupt a sleeper."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleeping: dict[int, int] = {}
+        self.interrupted: set[int] = set()
+
+    def sleep_until_blocking(self, when_ns: int) -> None:
+        me = threading.get_ident()
+        with self._cond:
+            self.sleeping[me] = when_ns
+            try:
+                while self._now_ns < when_ns:
+                    if me in self.interrupted:
+                        raise Interrupted
+                    self._cond.wait()
+            finally:
+                del self.sleeping[me]
+
+    def interrupt(self, ident: int) -> None:
+        with self._cond:
+            self.interrupted.add(ident)
+            self._cond.notify_all()
+
+
+def run_blocking_scenario(rate: int, per_ms: int, burst: int, queue_limit: int | None, ops: list[Op]) -> Model:
+    clock = ThreadClock()
+    limiter = BlockingRateLimiter(rate, timedelta(milliseconds=per_ms), burst=burst, queue_limit=queue_limit,
+                                  label="model", clock=clock)
+    model = Model(rate, per_ms * 1_000_000, burst, queue_limit)
+    grants: dict[int, int] = {}
+    rejected: dict[int, str] = {}
+    threads: dict[int, threading.Thread] = {}
+
+    def worker(ident: int, permits: int) -> None:
+        try:
+            limiter.acquire(permits)
+        except RateLimited as exc:
+            rejected[ident] = "oversized" if exc.retry_after is None else "queue_full"
+            return
+        except Interrupted:
+            return
+        grants[ident] = clock.now_ns()
+
+    def next_due() -> int:
+        _, permits = model.queue[0]
+        need = ceil((permits - model.tokens) * model.per_ns / model.rate) if model.tokens < permits else 0
+        return model.t + need
+
+    def settle(step: int) -> None:
+        def quiet() -> bool:
+            return (grants == model.grants and limiter.waiter_count == len(model.queue)
+                    and len(clock.sleeping) == (1 if model.queue else 0))
+        try:
+            eventually(quiet)
+        except AssertionError:
+            raise AssertionError(f"step {step}: grants {grants} != {model.grants}, "
+                                 f"queued {limiter.waiter_count} != {len(model.queue)}") from None
+        if model.queue:
+            # Only the head sleeps, until exactly the instant the model serves it.
+            assert list(clock.sleeping.values()) == [next_due()], f"step {step}"
+
+    for step, (kind, value) in enumerate(ops):
+        now = clock.now_ns()
+        if kind == "advance":
+            target = now + value
+            while model.queue and next_due() <= target:
+                due = next_due()
+                model.run_to(due)
+                clock._set_now(due)
+                settle(step)
+            model.run_to(target)
+            clock._set_now(target)
+        elif kind == "try":
+            assert limiter.try_acquire(value) == model.try_acquire(now, value), f"step {step}"
+        elif kind == "acquire":
+            outcome = model.acquire(now, step, value)
+            threads[step] = thread = threading.Thread(target=worker, args=(step, value), daemon=True)
+            thread.start()
+            if outcome in ("oversized", "queue_full"):
+                eventually(lambda s=step: s in rejected)
+                assert rejected[step] == outcome, f"step {step}"
+        elif model.queue:  # interrupt the value-th waiter still queued
+            index = value % len(model.queue)
+            ident = model.queue[index][0]
+            with limiter._lock:
+                waiter = limiter._waiters[index]
+                if waiter.head:
+                    target_thread = threads[ident].ident
+                    assert target_thread is not None
+                else:
+                    cond = waiter.cond
+                    assert isinstance(cond, InterruptibleCondition)
+                    cond.interrupted = True
+                    cond.notify()
+            if waiter.head:
+                clock.interrupt(target_thread)
+            model.cancel(ident)
+            model.run_to(clock.now_ns())
+        settle(step)
+        assert model.granted_permits * model.per_ns <= burst * model.per_ns + rate * clock.now_ns()
+    while model.queue:
+        ident = model.queue[0][0]
+        thread_ident = threads[ident].ident
+        assert thread_ident is not None
+        clock.interrupt(thread_ident)
+        model.cancel(ident)
+        eventually(lambda: limiter.waiter_count == len(model.queue))
+    for thread in threads.values():
+        thread.join(5)
+    assert limiter.waiter_count == 0
+    return model
+
+
+@pytest.mark.parametrize("form", ["asyncio", "blocking"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(form_rate=3, per_ms=7, burst=1, queue_limit=None,
+         ops=[("try", 1), ("acquire", 1), ("acquire", 1), ("acquire", 1), ("advance", 10**9)])
+@example(form_rate=2, per_ms=1000, burst=3, queue_limit=2,
+         ops=[("acquire", 3), ("acquire", 2), ("acquire", 3), ("acquire", 1), ("cancel", 0), ("advance", 700_000_000),
+              ("cancel", 0), ("try", 1), ("advance", 10**10)])
+@example(form_rate=1, per_ms=1000, burst=2, queue_limit=None,  # the head interrupted, then a later one
+         ops=[("acquire", 2), ("acquire", 2), ("acquire", 1), ("acquire", 1), ("cancel", 0), ("advance", 1_500_000_000),
+              ("cancel", 1), ("advance", 3_000_000_000)])
+@given(
+    form_rate=st.integers(1, 50),
+    per_ms=st.sampled_from([1, 7, 333, 1000, 3000]),
+    burst=st.integers(1, 5),
+    queue_limit=st.one_of(st.none(), st.integers(0, 4)),
+    ops=st.lists(op_strategy, max_size=30),
+)
+def test_both_limiters_match_the_reference_model_with_interrupted_waiters(
+    form: str, form_rate: int, per_ms: int, burst: int, queue_limit: int | None, ops: list[Op]
+) -> None:
+    if form == "asyncio":
+        asyncio.run(run_scenario(form_rate, per_ms, burst, queue_limit, ops))
+        return
+    ratelimiter_module.threading = _ThreadingWithInterrupts()  # type: ignore[assignment]
+    try:
+        run_blocking_scenario(form_rate, per_ms, burst, queue_limit, ops)
+    finally:
+        ratelimiter_module.threading = threading

@@ -60,7 +60,7 @@ def model(delays: list[int], steps: list[tuple[tuple[str, int], int]], deadline:
             events.append("retry.exhausted")
             return kind, events, starts, t
         delay = delays[i - 1]
-        if kind == "after":
+        if kind == "after" and after > 0:  # a zero wait means "on the schedule" (field report 19)
             if after > 300_000:
                 events.append("retry.after_capped")
             delay = min(after, 300_000)

@@ -111,3 +111,30 @@ def test_a_waiter_queued_under_a_deadline_is_never_cut_by_it(
         assert limiter.waiter_count == 0
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+async def test_retry_after_is_the_deficit_on_a_bucket_that_is_not_empty(blocking: bool) -> None:
+    # 1 permit left of 4 at 2 per second: 3 permits are 2 short, 1 s away (not 1.5 s, the cost of 3).
+    clock = VirtualClock()
+    cls = BlockingRateLimiter if blocking else RateLimiter
+    limiter = cls(2, per=1.0, burst=4, queue_limit=0, label="deficit", clock=clock)
+    assert limiter.try_acquire(3)
+    await clock.advance(0.25)  # and half a permit earned since: 1.5 left, 0.75 s to go
+    with pytest.raises(RateLimited) as caught:
+        if isinstance(limiter, RateLimiter):
+            await limiter.acquire(3)
+        else:
+            limiter.acquire(3)
+    assert caught.value.retry_after == 0.75
+    assert limiter.available_permits == 1  # refused: nothing consumed
+    # A deadline shorter than the deficit refuses with the same retry_after.
+    limiter2 = cls(2, per=1.0, burst=4, queue_limit=None, label="deficit", clock=clock)
+    assert limiter2.try_acquire(3)
+    with pytest.raises(RateLimited) as caught:
+        if isinstance(limiter2, RateLimiter):
+            async with stoic.timeout(0.5, clock=clock):
+                await limiter2.acquire(3)
+        else:
+            limiter2.acquire(3, timeout=0.5)
+    assert caught.value.retry_after == 1.0

@@ -8,7 +8,7 @@ from ._budget import RetryBudget
 from ._classify import Retryable, RetryClassifier, RetryDecision, RetryNesting
 from ._clock import SYSTEM_CLOCK, Clock, SystemClock, current_clock, use_clock
 from ._criticality import Criticality, bind_criticality, current_criticality
-from ._deadline import Timeout, cancelled_by_deadline, deadline, time_remaining, timeout
+from ._deadline import ClockMismatch, Timeout, cancelled_by_deadline, deadline, time_remaining, timeout
 from ._durations import Seconds
 from ._errors import (
     BudgetExhausted,
@@ -56,6 +56,7 @@ __all__ = [
     "CircuitBreaker",
     "CircuitOpen",
     "Clock",
+    "ClockMismatch",
     "CountWindow",
     "Criticality",
     "DeadlineExceeded",

@@ -18,9 +18,10 @@ from types import FrameType
 from typing import Any, ClassVar
 
 from ._clock import Clock, current_clock
-from ._durations import check_fraction, check_int
+from ._durations import _finite, check_fraction, check_int
 
 _UNIT = 10**15  # units per token
+_MAX_TOKENS = 10**15  # capacities beyond this are a mistake (and would not fit a float token count)
 _UNITS_PER_NS_PER_TOKEN_PER_S = 10**6  # 1 token/s for 1 ns = 10**15 / 10**9 units
 
 
@@ -32,9 +33,11 @@ class RetryBudget:
     ``retry``, ``Retrying`` and ``hedge``) gives each call site its own; :data:`UNLIMITED` never
     refuses. ``earned_capacity`` caps banked earned tokens (default ``max(10, reserve_capacity)``).
 
-    Raises ``ValueError`` for ``ratio`` outside (0, 1], a negative or non-finite
-    ``reserve_per_second``, or a ``reserve_capacity``/``earned_capacity`` that is not a whole
-    number >= 0.
+    Raises ``ValueError`` naming the parameter for ``ratio`` outside (0, 1], a negative or
+    non-finite ``reserve_per_second`` (tokens per second), or a
+    ``reserve_capacity``/``earned_capacity`` that is not a whole number in [0, 10**15]; ``TypeError`` for
+    a ``reserve_per_second`` that is not a number (``True`` included) or a ``clock`` that is
+    not a :class:`stoic.Clock`.
     The reserve starts full and refills on the budget's clock (``clock=``, else the ambient one).
     """
 
@@ -59,12 +62,16 @@ class RetryBudget:
         name: str | None = None,
     ) -> None:
         self.ratio = check_fraction(ratio, "ratio", low_open=True)
-        if not math.isfinite(reserve_per_second) or reserve_per_second < 0:
-            raise ValueError(f"reserve_per_second must be a finite number >= 0, got {reserve_per_second!r}")
+        if isinstance(reserve_per_second, bool) or not isinstance(reserve_per_second, (int, float)):
+            raise TypeError(f"reserve_per_second must be tokens per second as a number, "
+                            f"got {type(reserve_per_second).__name__}")
+        if not _finite(reserve_per_second) or reserve_per_second < 0:
+            raise ValueError(f"reserve_per_second must be a finite number >= 0 (tokens per second), "
+                             f"got {reserve_per_second!r}")
         # Whole tokens only: a fractional capacity would turn the exact integer arithmetic into floats.
-        check_int(reserve_capacity, "reserve_capacity", minimum=0)
+        check_int(reserve_capacity, "reserve_capacity", minimum=0, maximum=_MAX_TOKENS)
         cap = max(10, reserve_capacity) if earned_capacity is None else check_int(
-            earned_capacity, "earned_capacity", minimum=0)
+            earned_capacity, "earned_capacity", minimum=0, maximum=_MAX_TOKENS)
         self.reserve_per_second = float(reserve_per_second)
         self.reserve_capacity = reserve_capacity
         self.name = name
@@ -81,6 +88,10 @@ class RetryBudget:
         self._deposits = itertools.count()
         self._folded = 0
         self._reserve = self._reserve_cap
+        if clock is not None:
+            from ._retry import check_clock  # (lazily: _retry imports this module)
+
+            check_clock(clock)
         self._clock = clock if clock is not None else current_clock()
         self._last_ns = self._clock.now_ns()
         self._lock = threading.Lock()

@@ -53,6 +53,8 @@ class RetryDecision:
                 return RetryDecision.RETRY
         elif isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
             raise TypeError(f"seconds must be a number of seconds or a timedelta, got {type(seconds).__name__}")
+        elif isinstance(seconds, int):  # exact, however large (a float conversion could overflow)
+            return RetryDecision.RETRY if seconds <= 0 else RetryDecision("retry_after", min(_MAX_NS, seconds * 10**9))
         elif math.isnan(seconds):
             raise ValueError(f"seconds must be a number of seconds (not NaN), got {seconds!r}")
         elif seconds <= 0:
@@ -135,12 +137,12 @@ def _rejection(error: Rejected) -> RetryDecision:
         return RetryDecision.STOP  # an inner budget ran dry: another attempt spends what is not there
     if isinstance(error, DeadlineExceeded):
         return RetryDecision.RETRY  # an attempt timeout: transient (the ambient deadline is checked apart)
-    if error.retry_after is not None and error.retry_after >= 0:
+    if error.retry_after is not None and error.retry_after > 0:
         # Clamped before the conversion: an infinite (or ~1e300 s) retry_after would raise
         # OverflowError in place of the attempt's error. Anything this long is capped at five
         # minutes by retry anyway (retry.after_capped).
         return RetryDecision("retry_after", round(min(error.retry_after, _LONGEST_AFTER_S) * 1e9))
-    return RetryDecision.RETRY
+    return RetryDecision.RETRY  # unknown, or zero: "now", on the schedule (as retry_after(0) means)
 
 
 def _standard(error: BaseException) -> RetryDecision:

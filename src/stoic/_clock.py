@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
@@ -65,15 +66,52 @@ class SystemClock:
         await asyncio.sleep(max(0, when_ns - time.monotonic_ns()) / 1e9)
 
     def sleep_until_blocking(self, when_ns: int) -> None:
-        delay = when_ns - time.monotonic_ns()
-        if delay > 0:
-            time.sleep(delay / 1e9)
+        # time.sleep raises OverflowError past the platform's limit: sleep in capped steps.
+        while (delay := when_ns - time.monotonic_ns()) > 0:
+            time.sleep(min(delay / 1e9, _MAX_SLEEP))
 
     def __repr__(self) -> str:
         return "SystemClock()"
 
 
+_MAX_SLEEP = threading.TIMEOUT_MAX / 2  # the longest single wait time.sleep/threading accept (halved: margin)
+
+
+def wait_seconds(ns: int) -> float:
+    """``ns`` as the float seconds of one ``threading`` wait, capped at what ``threading`` accepts
+    (a longer wait is made of several: callers re-check their condition after every wake-up)."""
+    seconds = ns / 1e9
+    return seconds if seconds < _MAX_SLEEP else _MAX_SLEEP
+
+
 SYSTEM_CLOCK = SystemClock()
+
+_CLOCK_METHODS = ("now_ns", "call_at", "sleep_until", "sleep_until_blocking")
+
+
+def resolve_clock(clock: object) -> Clock:
+    """The clock a policy keeps for life: ``clock`` itself, validated, or for ``None`` the ambient
+    clock now (:func:`current_clock`).
+
+    Raises ``TypeError`` naming ``clock`` when it lacks one of the :class:`Clock` methods, so a
+    wrong object fails at construction rather than on first use.
+    """
+    if clock is None:
+        return current_clock()
+    if type(clock) is SystemClock:
+        return clock
+    missing = [name for name in _CLOCK_METHODS if not callable(getattr(clock, name, None))]
+    if missing:
+        raise TypeError(
+            f"clock must be a stoic.Clock (with {', '.join(_CLOCK_METHODS)}); "
+            f"{type(clock).__name__} lacks {', '.join(missing)}"
+        )
+    return clock  # type: ignore[return-value]
+
+
+def same_clock(a: Clock, b: Clock) -> bool:
+    """Whether instants on ``a`` and on ``b`` can be compared: the same clock, or two system clocks."""
+    return a is b or (type(a) is SystemClock and type(b) is SystemClock)
 
 _ambient_clock: ContextVar[Clock] = ContextVar("stoic.clock", default=SYSTEM_CLOCK)
 

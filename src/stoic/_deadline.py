@@ -4,6 +4,13 @@ A deadline is an instant on a clock, kept in a context variable so that every po
 inside the block can see how much time is left (to refuse work that is already late) and can
 tell a cancellation caused by the deadline from any other (design/python.md, "Cancellation and
 deadlines"; seed 000, "Cancellation and deadlines, for every policy").
+
+A deadline records the clock it was set on, and time left is always measured on that clock. A
+policy measures its own waits on its own clock, so it asks :func:`remaining_ns` with that clock:
+a deadline on another clock cannot be compared with the policy's waits (a ``timeout(5)`` on the
+system clock around a retry on a virtual clock would never see the retry's virtual sleeps), and
+is refused with :class:`ClockMismatch` rather than silently mixed (docs/design.md, "Deadlines
+and clocks").
 """
 
 from __future__ import annotations
@@ -13,9 +20,9 @@ import math
 from contextvars import ContextVar, Token
 from types import TracebackType
 
-from ._clock import Clock, TimerHandle, current_clock
-from ._durations import Seconds, to_ns
-from ._errors import DeadlineExceeded
+from ._clock import Clock, TimerHandle, resolve_clock, same_clock
+from ._durations import Seconds, check_label, to_ns
+from ._errors import DeadlineExceeded, Defect, leaves
 
 DEADLINE_CANCEL_MESSAGE = "stoic: deadline exceeded"
 
@@ -44,18 +51,58 @@ _current: ContextVar[_Scope | None] = ContextVar("stoic.deadline", default=None)
 ever_set = False
 
 
-def remaining_ns() -> int | None:
-    """Nanoseconds left before the tightest ambient deadline (may be negative), or ``None``."""
+class ClockMismatch(Defect):
+    """A policy on one clock ran inside a ``stoic.timeout``/``stoic.deadline`` set on another.
+
+    Their instants cannot be compared (virtual time moves without real time, and the reverse),
+    so the policy refuses to run rather than judge the deadline wrongly. A :class:`stoic.Defect`:
+    a mistake in the program, never counted by a breaker nor retried. Fix it by giving both the
+    same clock (``clock=``, or :func:`stoic.use_clock` around both).
+    """
+
+
+def remaining_ns(clock: Clock | None = None) -> int | None:
+    """Nanoseconds left before the tightest ambient deadline (may be negative), or ``None``.
+
+    Each deadline is measured on the clock it was set on. ``clock``: the clock of the policy
+    asking, which will compare the answer with its own waits; raises :class:`ClockMismatch`
+    when an ambient deadline runs on a different clock. Without ``clock`` nothing is compared
+    (for reporting, as :func:`stoic.time_remaining` does).
+    """
     scope = _current.get()
     if scope is None:
         return None
     best: int | None = None
     while scope is not None:
+        if clock is not None and scope.clock is not clock and not same_clock(scope.clock, clock):
+            raise ClockMismatch(
+                f"a stoic.timeout/deadline{f' ({scope.label})' if scope.label else ''} set on {scope.clock!r} "
+                f"encloses a policy measuring time on {clock!r}: their instants cannot be compared; "
+                "give both the same clock (clock=, or stoic.use_clock around both)"
+            )
         left = scope.when_ns - scope.clock.now_ns()
         if best is None or left < best:
             best = left
         scope = scope.parent
     return best
+
+
+def deadline_ns(clock: Clock) -> int | None:
+    """The tightest ambient deadline as an instant on ``clock`` (the asking policy's), or
+    ``None`` without one. Raises :class:`ClockMismatch` as :func:`remaining_ns` does."""
+    left = remaining_ns(clock)
+    return None if left is None else clock.now_ns() + left
+
+
+def _is_cancellation(error: BaseException | None) -> bool:
+    """A ``CancelledError``, or an exception group holding nothing else (a ``TaskGroup`` cut by
+    the deadline while its children were being cancelled)."""
+    if isinstance(error, asyncio.CancelledError):
+        return True
+    if not isinstance(error, BaseExceptionGroup):
+        return False
+    found = leaves(error)
+    return bool(found) and all(isinstance(leaf, asyncio.CancelledError) for leaf in found)
 
 
 def time_remaining() -> float | None:
@@ -132,11 +179,9 @@ class Timeout:
         if not self._scope.fired:
             return None
         # Our cancel request is spent either way; take it back so it is not delivered later.
-        if (
-            self._task.uncancel() <= self._cancelling
-            and exc_type is not None
-            and issubclass(exc_type, asyncio.CancelledError)
-        ):
+        # Ended by our cancellation (bare, or as the only content of exception groups): the
+        # deadline's. A group with any other error in it is the block's own outcome and passes.
+        if self._task.uncancel() <= self._cancelling and _is_cancellation(exc):
             raise DeadlineExceeded(
                     f"deadline exceeded{f' ({self._label})' if self._label else ''}", label=self._label,
                     timed_out=True,
@@ -149,10 +194,19 @@ def timeout(seconds: Seconds, *, label: str | None = None, clock: Clock | None =
 
     Sets the ambient deadline for everything inside it. At expiry the block is cancelled and
     :class:`stoic.DeadlineExceeded` (a ``TimeoutError``) is raised from the ``async with``.
-    Runs on ``clock``, else the ambient clock. Raises ``ValueError`` for a negative duration.
+    Runs on ``clock``, else the ambient clock (the deadline keeps that clock: policies inside
+    compare it on their own clock, see :func:`remaining_ns`). ``label`` (optional, a non-empty
+    str) names the deadline in its error and events.
+
+    Raises ``ValueError`` for a negative duration or one above ``MAX_SECONDS`` (10**12 s: the
+    one range of every duration, docs/design.md "Durations"), ``TypeError`` for a non-number,
+    a non-str ``label`` or a ``clock`` that is not a :class:`stoic.Clock`; all at the call,
+    before the block is entered.
     """
-    clk = clock if clock is not None else current_clock()
-    return Timeout(clk.now_ns() + to_ns(seconds, "seconds", allow_zero=True), clk, label)
+    ns = to_ns(seconds, "seconds", allow_zero=True)
+    label = check_label(label, optional=True)
+    clk = resolve_clock(clock)
+    return Timeout(clk.now_ns() + ns, clk, label)
 
 
 def deadline(instant: float, *, label: str | None = None, clock: Clock | None = None) -> Timeout:
@@ -160,10 +214,11 @@ def deadline(instant: float, *, label: str | None = None, clock: Clock | None = 
     (as ``clock.now_ns() / 1e9``). An instant already passed expires at once.
 
     Raises ``ValueError`` naming ``instant`` when it is not a finite number (``TypeError``
-    when it is not a number at all)."""
+    when it is not a number at all), and the errors of :func:`timeout` for ``label``/``clock``."""
     if isinstance(instant, bool) or not isinstance(instant, (int, float)):
         raise TypeError(f"instant must be seconds on the clock's timeline, got {type(instant).__name__}")
     if not math.isfinite(instant * 1e9):
         raise ValueError(f"instant must be a finite number of seconds, got {instant!r}")
-    clk = clock if clock is not None else current_clock()
+    label = check_label(label, optional=True)
+    clk = resolve_clock(clock)
     return Timeout(round(instant * 1e9), clk, label)

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import inspect
 import sys
+import types
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar
 from types import AsyncGeneratorType, CodeType, CoroutineType, GeneratorType
@@ -110,7 +111,7 @@ def _wants_slow(fn: Callable[..., object]) -> bool:
     return parameter is not None and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
 
 
-def _learn_op(holder: _Site | _Retrier, fn: Callable[..., object]) -> bool:
+def _learn_op(holder: Any, fn: Callable[..., object]) -> bool:
     """:func:`wants_attempt` for ``fn``, remembered in ``holder.op`` when ``fn`` has a code
     object (then the answer depends on that code alone); others are asked every time."""
     wants = wants_attempt(fn)
@@ -253,7 +254,30 @@ class _Run:
             self._event("retry.succeeded", Level.INFO, {"attempts": attempts})
 
 
-_current_task = asyncio.current_task
+def _task_reader() -> Callable[[], asyncio.Task[Any] | None]:
+    """``asyncio.current_task`` as cheaply as this Python allows: on 3.11 it is a Python
+    function (a loop lookup and a dict read, ~100 ns); the same two reads, made directly, cost
+    about half. Elsewhere (3.12+: in C) it is used as is."""
+    tasks = getattr(asyncio.tasks, "_current_tasks", None)
+    if isinstance(asyncio.current_task, types.FunctionType) and isinstance(tasks, dict):
+        running_loop, task_of = asyncio.events._get_running_loop, tasks.get
+
+        def current_task() -> asyncio.Task[Any] | None:
+            loop = running_loop()
+            return None if loop is None else task_of(loop)
+
+        return current_task
+    return asyncio.current_task
+
+
+_current_task = _task_reader()
+
+# On 3.11 even the direct read costs a getpid() system call (the running-loop lookup checks the
+# pid on every call; 3.12 dropped that). While exactly one loop in the process is running a task,
+# that task is the caller's (a coroutine runs inside its task's step, which is what puts the
+# entry there), so the entry count is read from the one entry with no system call.
+_RUNNING_TASKS: dict[Any, Any] | None = (
+    getattr(asyncio.tasks, "_current_tasks", None) if sys.version_info < (3, 12) else None)
 
 
 def _cancelling() -> int:
@@ -274,10 +298,15 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
     ``wants``: ``fn`` is to be handed an Attempt (the caller decided, from its cache)."""
     # Check (1) compares with the task's cancel count here, at entry: a cancel swallowed earlier
     # in the task (a TaskGroup on 3.11, a library without uncancel()) must not stop this retry.
-    try:
-        task = _current_task()
-    except RuntimeError:  # driven by hand (send), outside any loop: no task to cancel
-        task = None
+    running = _RUNNING_TASKS
+    if running is not None and len(running) == 1:
+        for task in running.values():  # noqa: B007 (the one value, without an iterator call)
+            break
+    else:
+        try:
+            task = _current_task()
+        except RuntimeError:  # (3.12+) driven by hand (send), outside any loop: no task to cancel
+            task = None
     cancels = 0 if task is None else task.cancelling()
     next(bucket._deposits)  # the first attempt's deposit (RetryBudget.deposit, inlined)
     scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
@@ -362,9 +391,10 @@ def _refuse_result(fn: Callable[..., object], result: object) -> None:
         result.close()
         raise TypeError(f"{_label_of(fn)} returned a coroutine: await retry(...) for async operations")
     if isinstance(result, (GeneratorType, AsyncGeneratorType)):
-        closing = result.close() if isinstance(result, GeneratorType) else result.aclose()
-        if isinstance(closing, CoroutineType):
-            closing.close()
+        if isinstance(result, GeneratorType):
+            result.close()
+        else:
+            result.aclose().close()  # (never awaited: an unstarted async generator has nothing to run)
         raise TypeError(f"{_label_of(fn)} returned a generator: retry the code that consumes it, "
                         "not the call creating it")
 
@@ -453,11 +483,17 @@ def _budget(budget: RetryBudget) -> RetryBudget:
 
 
 def _site(frame: Any) -> _Site:
-    """The call site of ``retry``/``retry_sync`` being made in ``frame`` (see _budget)."""
-    site = _site_at(frame.f_lasti)  # site_of_frame's lookup, inlined for the head of the chain
-    if site is None or site.code is not frame.f_code:
-        site = site_of_frame(frame)
-    return site
+    """The call site of ``retry``/``retry_sync`` being made in ``frame`` (see _budget).
+
+    Offsets are shared by sites in different functions: the chain at an offset is walked here,
+    inline, so the second site at an offset costs one more identity test, not a slow lookup."""
+    site = _site_at(frame.f_lasti)
+    code = frame.f_code
+    while site is not None:
+        if site.code is code:
+            return site
+        site = site.next
+    return site_of_frame(frame)
 
 
 # --- the public functions --------------------------------------------------------------------
@@ -512,7 +548,13 @@ def retry(
         _check_schedule(schedule)
     if type(label) is not str or not label:
         check_label(label)
-    site = _site(_getframe(1))
+    frame = _getframe(1)
+    site = _site_at(frame.f_lasti)  # _site(frame), inlined: the chain of sites at this offset
+    code = frame.f_code
+    while site is not None and site.code is not code:
+        site = site.next
+    if site is None:
+        site = site_of_frame(frame)
     op = site.op
     return _run_async(
         schedule, fn, args, kwargs, site.name,
@@ -551,7 +593,13 @@ def retry_sync(
         _check_schedule(schedule)
     if type(label) is not str or not label:
         check_label(label)
-    site = _site(_getframe(1))
+    frame = _getframe(1)
+    site = _site_at(frame.f_lasti)  # _site(frame), inlined: the chain of sites at this offset
+    code = frame.f_code
+    while site is not None and site.code is not code:
+        site = site.next
+    if site is None:
+        site = site_of_frame(frame)
     bucket = site.bucket if budget is _PER_SITE else _budget(budget)
     classifier = classify if type(classify) is RetryClassifier else as_classifier(classify)
     if nesting is not _SINGLE:
@@ -624,9 +672,9 @@ class _Retrier:
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            bucket = retrier.bucket
-            clock = fixed_clock if fixed_clock is not None else current_clock()
-            return await _run_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label,
+            clock = fixed_clock if fixed_clock is not None else (  # current_clock(), inlined
+                _ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK)
+            return await _run_async(schedule, fn, args, kwargs, site, retrier.bucket, classify, nesting, label,
                                     attempt_ns, clock, wants and "attempt" not in kwargs)
 
         return async_wrapper
@@ -638,9 +686,9 @@ class _Retrier:
 
         @functools.wraps(fn)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            bucket = retrier.bucket
-            clock = fixed_clock if fixed_clock is not None else current_clock()
-            return _run_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
+            clock = fixed_clock if fixed_clock is not None else (  # current_clock(), inlined
+                _ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK)
+            return _run_sync(schedule, fn, args, kwargs, site, retrier.bucket, classify, nesting, label, clock,
                              general and "attempt" not in kwargs)
 
         return sync_wrapper

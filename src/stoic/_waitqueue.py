@@ -29,6 +29,7 @@ import asyncio
 from collections import deque
 from typing import TYPE_CHECKING
 
+from ._admission import admitted_after_wait
 from ._criticality import Criticality, current_criticality
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, to_ns, to_seconds
@@ -122,7 +123,7 @@ class ManagedQueue:
     async def enter(self, bulkhead: Bulkhead) -> None:
         """The slow path of admission: take a free slot, or park (possibly displacing a lower
         tier), or refuse. Raises what :meth:`Bulkhead.execute` documents, plus ``Shed``."""
-        left = remaining_ns()
+        left = remaining_ns(bulkhead._clock)
         if left is not None and left <= 0:
             raise bulkhead._late()
         waiters = bulkhead._waiters
@@ -164,6 +165,8 @@ class ManagedQueue:
             self._shed_event(bulkhead, "deadline_exceeded", clock.now_ns() - parked.since_ns, parked.tier)
             raise DeadlineExceeded(f"deadline exceeded before a bulkhead slot ({bulkhead._label})",
                                    label=bulkhead._label)
+        # Admitted after waiting: an outer breaker times the call from here, not from arrival.
+        admitted_after_wait(clock, clock.now_ns())
 
     def _displace(self, bulkhead: Bulkhead, tier: int, now: int) -> bool:
         """Shed the newest waiter of the lowest tier when it is below ``tier``; True if done."""

@@ -26,10 +26,12 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
-from ._clock import Clock, current_clock
+from . import _deadline
+from ._admission import admitted_after_wait
+from ._clock import Clock, resolve_clock, wait_seconds
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
-from ._durations import Seconds, check_int, to_ns
+from ._durations import Seconds, check_int, check_label, to_ns
 from ._errors import BulkheadFull, DeadlineExceeded
 from ._waitqueue import ManagedQueue, check_queue_options
 from ._wakeup import wake
@@ -66,10 +68,10 @@ class _Compartment:
         # None (unbounded, as for the rate limiter) is kept as a limit no queue can reach, so the
         # full/wait decision stays one integer comparison.
         self._queue_limit = _UNBOUNDED if queue_limit is None else check_int(queue_limit, "queue_limit", minimum=0)
-        if not isinstance(label, str):
-            raise TypeError(f"label must be a str, got {type(label).__name__}")
-        self._label = label
-        self._clock: Clock = clock if clock is not None else current_clock()
+        self._label = check_label(label)
+        # Validated here: a wrong clock would otherwise surface as an AttributeError from the
+        # first event, in place of the BulkheadFull the caller should see.
+        self._clock: Clock = resolve_clock(clock)
         self._active = 0
         self._waiters: deque[_Waiter] = deque()
 
@@ -175,7 +177,7 @@ class Bulkhead(_Compartment):
     async def _enter_slow(self) -> None:
         if self._managed is not None:
             return await self._managed.enter(self)
-        left = remaining_ns()
+        left = remaining_ns(self._clock)
         if left is not None and left <= 0:
             raise self._late()
         waiters = self._waiters
@@ -199,10 +201,12 @@ class Bulkhead(_Compartment):
             if isinstance(exc, asyncio.CancelledError):
                 self._left("deadline_exceeded" if cancelled_by_deadline() else "cancelled")
             raise
-        if left is not None and (now_left := remaining_ns()) is not None and now_left <= 0:
+        if left is not None and (now_left := remaining_ns(self._clock)) is not None and now_left <= 0:
             # Handed a slot in the instant its deadline passed: fail at wake, pass the slot on.
             self._release()
             raise self._late()
+        # Admitted after waiting: an outer breaker times the call from here, not from arrival.
+        admitted_after_wait(self._clock, self._clock.now_ns())
 
     def _release(self) -> None:
         if self._managed is not None:
@@ -225,7 +229,7 @@ class Bulkhead(_Compartment):
         however it ends. Raises ``BulkheadFull`` or ``DeadlineExceeded`` (``fn`` never ran) when
         refused.
         """
-        if self._active < self._max and not self._waiters and _deadline_scope.get() is None:
+        if self._active < self._max and not self._waiters and (not _deadline.ever_set or _deadline_scope.get() is None):
             self._active += 1
         else:
             await self._enter_slow()
@@ -252,7 +256,7 @@ class Bulkhead(_Compartment):
         return bulkheaded
 
     async def __aenter__(self) -> Bulkhead:
-        if self._active < self._max and not self._waiters and _deadline_scope.get() is None:
+        if self._active < self._max and not self._waiters and (not _deadline.ever_set or _deadline_scope.get() is None):
             self._active += 1
         else:
             await self._enter_slow()
@@ -293,7 +297,7 @@ class BlockingBulkhead(_Compartment):
         :meth:`release`.
         """
         limit = None if timeout is None else to_ns(timeout, "timeout", allow_zero=True)
-        left = remaining_ns()
+        left = remaining_ns(self._clock)
         if left is not None:
             if left <= 0:
                 raise self._late()
@@ -305,8 +309,11 @@ class BlockingBulkhead(_Compartment):
                 self._active += 1
                 return
             waiting = len(waiters)
-            if waiting < self._queue_limit and self._wait_locked(limit):
-                return
+            admitted = waiting < self._queue_limit and self._wait_locked(limit)
+        if admitted:
+            # Admitted after waiting: an outer breaker times the call from here, not from arrival.
+            admitted_after_wait(self._clock, self._clock.now_ns())
+            return
         # Events are emitted outside the lock: a sink never runs inside the critical section.
         if waiting >= self._queue_limit:
             raise self._full(waiting)
@@ -328,7 +335,7 @@ class BlockingBulkhead(_Compartment):
                     waiter.queued = False
                     self._waiters.remove(waiter)
                     return False
-                waiter.cond.wait(left / 1e9)
+                waiter.cond.wait(wait_seconds(left))  # (capped: threading refuses longer waits)
         except BaseException:
             if waiter.granted:
                 self._release_locked()

@@ -29,22 +29,23 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar, cast
 
+from . import _deadline
 from ._attempt import Attempt
 from ._budget import RetryBudget
-from ._clock import SYSTEM_CLOCK, Clock, TimerHandle, current_clock
+from ._clock import Clock, SystemClock, TimerHandle, resolve_clock
+from ._deadline import _current as _deadline_scope
 from ._deadline import remaining_ns
-from ._durations import Seconds, check_int, to_ns
-from ._errors import DeadlineExceeded
+from ._durations import Seconds, check_int, check_label, to_ns
+from ._errors import DeadlineExceeded, leaves
 from ._quantile import WindowedQuantile, _check_quantile, default_warmup
 from ._random import call_site
+from ._retry import wants_attempt
 from .events import Level, emit, error_type, min_level
 
 R = TypeVar("R")
 
 SUPERSEDED = "superseded"
 """The message of the ``CancelledError`` a losing attempt receives (``exc.args[0]``)."""
-
-_DEFAULT_LABEL = "hedge"
 
 
 class Idempotency(enum.Enum):
@@ -82,6 +83,40 @@ def _new_call_id() -> str:
     return f"{_id_prefix}{next(_ids):016x}"
 
 
+class _FirstAttempt(Attempt):
+    """The first attempt's :class:`~stoic.Attempt`: its call id is drawn from the call (cheaply)
+    only when something reads it, so an operation that takes the Attempt but never sends the id
+    pays for no id. Built without ``Attempt.__init__`` (it is on every call's path)."""
+
+    __slots__ = ("_call",)
+
+    _call: _Call
+
+    @property
+    def call_id(self) -> str:
+        call_id = self._call_id
+        if call_id is None:
+            call_id = self._call.shared_call_id()
+            object.__setattr__(self, "_call_id", call_id)
+        return call_id
+
+
+_new_object = object.__new__
+_set_number = Attempt.__dict__["number"].__set__
+_set_call_id = Attempt.__dict__["_call_id"].__set__
+_set_hedged = Attempt.__dict__["hedged"].__set__
+_set_call = _FirstAttempt.__dict__["_call"].__set__
+
+
+def _first_attempt(call: _Call) -> _FirstAttempt:
+    attempt = _new_object(_FirstAttempt)
+    _set_number(attempt, 1)
+    _set_call_id(attempt, None)
+    _set_hedged(attempt, False)
+    _set_call(attempt, call)
+    return attempt
+
+
 def _check_idempotency(idempotency: object) -> None:
     if idempotency is not IDEMPOTENT:
         raise TypeError(
@@ -93,7 +128,7 @@ def _check_idempotency(idempotency: object) -> None:
 class Hedge:
     """A reusable hedging policy; keeps its adaptive delay across calls.
 
-    ``Hedge(delay, *, max_attempts=2, budget=RetryBudget.PER_CALL_SITE, label=None,
+    ``Hedge(delay, *, label, max_attempts=2, budget=RetryBudget.PER_CALL_SITE,
     quantile=None, delay_min=None, delay_max=None, window=1000, clock=None)``
 
     - ``delay``: seconds (float or timedelta, >= 0) to wait after the latest start before
@@ -102,7 +137,7 @@ class Hedge:
     - ``max_attempts``: attempts in all, the first included (>= 2).
     - ``budget``: the :class:`~stoic.RetryBudget` hedges spend from; ``PER_CALL_SITE`` (the
       default) means one budget for the line that constructed this ``Hedge``.
-    - ``label``: carried by every event (default ``"hedge"``).
+    - ``label``: required, keyword-only, a non-empty str carried by every event.
     - ``quantile``: in (0, 1); when set, the delay is the streaming P-squared estimate of that
       quantile of the latencies of calls whose first attempt won (seed 003, "Hedge"), clamped to
       [``delay_min``, ``delay_max``]. The estimate restarts every ``window`` observations and
@@ -110,9 +145,11 @@ class Hedge:
       current traffic. ``delay_min``/``delay_max`` (seconds, >= 0) require ``quantile``.
     - ``clock``: the clock for timers and latencies; default the ambient clock at construction.
 
-    Raises ``ValueError`` for a negative or non-finite delay, ``max_attempts`` < 2, ``quantile``
-    outside (0, 1), ``delay_min`` > ``delay_max``, ``delay_min``/``delay_max`` without
-    ``quantile``, or ``window`` < 5; ``TypeError`` for a budget that is not a RetryBudget.
+    Raises ``ValueError`` for a negative, non-finite or too long delay (the range of every
+    duration: at most ``MAX_SECONDS``), ``max_attempts`` < 2, ``quantile`` outside (0, 1),
+    ``delay_min`` > ``delay_max``, ``delay_min``/``delay_max`` without ``quantile``, ``window``
+    < 5, or an empty ``label``; ``TypeError`` for a budget that is not a RetryBudget, a label
+    that is not a str, or a ``clock`` that is not a :class:`~stoic.Clock`.
 
     Deadline rule: when a hedge is due and the ambient deadline (:func:`stoic.timeout`) leaves
     less time than the current delay, the hedge is skipped (``hedge.deadline_skip``) and no
@@ -120,8 +157,12 @@ class Hedge:
     is meant to sit near the slow end of normal latency, would most likely be cut off by the
     deadline, costing a budget token and backend load for nothing.
 
-    Not a :class:`~stoic.Policy`: its operation takes the :class:`~stoic.Attempt` and the call
-    must state idempotency, so it wraps a pipeline (or a plain call) from the outside.
+    The operation is told which attempt it runs as retry tells it: an operation that declares a
+    parameter named ``attempt`` receives ``attempt=Attempt(...)`` (by keyword); any other is
+    called with exactly the arguments given.
+
+    Not a :class:`~stoic.Policy`: the call must state idempotency, so it wraps a pipeline (or
+    a plain call) from the outside.
     """
 
     __slots__ = (
@@ -133,9 +174,9 @@ class Hedge:
         self,
         delay: Seconds,
         *,
+        label: str,
         max_attempts: int = 2,
         budget: RetryBudget = RetryBudget.PER_CALL_SITE,
-        label: str | None = None,
         quantile: float | None = None,
         delay_min: Seconds | None = None,
         delay_max: Seconds | None = None,
@@ -150,7 +191,7 @@ class Hedge:
         delay: Seconds,
         max_attempts: int,
         budget: RetryBudget,
-        label: str | None,
+        label: str,
         quantile: float | None,
         delay_min: Seconds | None,
         delay_max: Seconds | None,
@@ -158,13 +199,13 @@ class Hedge:
         clock: Clock | None,
         site: str,
     ) -> None:
+        self.label = check_label(label)
         self._fixed_ns = to_ns(delay, "delay", allow_zero=True)
         self.max_attempts = check_int(max_attempts, "max_attempts", minimum=2)
         if not isinstance(budget, RetryBudget):
             raise TypeError(f"budget must be a stoic.RetryBudget, got {type(budget).__name__}")
         self._budget = budget.resolve(site) if site else budget
-        self.label = _DEFAULT_LABEL if label is None else label
-        self._clock = clock if clock is not None else current_clock()
+        self._clock = resolve_clock(clock)
         self._min_ns = None if delay_min is None else to_ns(delay_min, "delay_min", allow_zero=True)
         self._max_ns = None if delay_max is None else to_ns(delay_max, "delay_max", allow_zero=True)
         if isinstance(window, bool) or not isinstance(window, int) or window < 5:
@@ -210,14 +251,15 @@ class Hedge:
                 ns = self._max_ns
             self._delay_ns = ns
 
-    async def execute(
+    def execute(
         self, idempotency: Idempotency, fn: Callable[..., Coroutine[Any, Any, R]], /, *args: Any, **kwargs: Any
-    ) -> R:
-        """Run ``fn(attempt, *args, **kwargs)`` hedged; return the first successful result.
+    ) -> Coroutine[Any, Any, R]:
+        """Run ``fn(*args, **kwargs)`` hedged; ``await`` it for the first successful result.
 
-        ``idempotency`` must be :data:`IDEMPOTENT` (``TypeError`` otherwise). ``fn`` is an async
-        callable receiving an :class:`~stoic.Attempt` (``number`` from 1, a ``call_id`` shared by
-        the call's attempts, ``hedged`` true from attempt 2 on).
+        ``idempotency`` must be :data:`IDEMPOTENT` (``TypeError`` at the call otherwise). ``fn``
+        is an async callable; when it declares a parameter named ``attempt`` each attempt
+        receives ``attempt=`` an :class:`~stoic.Attempt` (``number`` from 1, a ``call_id``
+        shared by the call's attempts, ``hedged`` true from attempt 2 on).
 
         The first attempt runs in the calling task, as a plain ``await`` would (so a call that
         finishes before the delay costs little more than one); hedges run as tasks in a copy of
@@ -227,13 +269,18 @@ class Hedge:
         cancelled (message ``"superseded"``) and has finished. Raises the first failure in
         completion order when every started attempt failed, or at once when an attempt fails
         and no other is running. Raises :class:`~stoic.DeadlineExceeded` without running ``fn``
-        when the ambient deadline has already passed. When the caller is cancelled (or its
-        deadline fires), every attempt is cancelled and awaited, then ``CancelledError``
+        when the ambient deadline has already passed, and :class:`~stoic.ClockMismatch` when
+        that deadline runs on another clock than this hedge. When the caller is cancelled (or
+        its deadline fires), every attempt is cancelled and awaited, then ``CancelledError``
         propagates (or the first attempt's own exception, if it turned the cancellation into
-        one, as a plain ``await`` would raise it).
+        one, as a plain ``await`` would raise it). "The caller is cancelled" means the task has
+        more cancel requests than when the call started (a request swallowed earlier in the
+        task, ``task.cancelling()`` left above 0, does not count).
+
+        A plain method returning the coroutine (one coroutine frame per call, not two).
         """
         _check_idempotency(idempotency)
-        return await _race(self, fn, args, kwargs)
+        return _race(self, fn, args, kwargs)
 
     def __repr__(self) -> str:
         adaptive = f", quantile={self.quantile}" if self.quantile is not None else ""
@@ -243,25 +290,27 @@ class Hedge:
 
 def hedge(
     idempotency: Idempotency,
-    fn: Callable[[Attempt], Coroutine[Any, Any, R]],
+    fn: Callable[..., Coroutine[Any, Any, R]],
     *,
     delay: Seconds,
+    label: str,
     max_attempts: int = 2,
     budget: RetryBudget = RetryBudget.PER_CALL_SITE,
-    label: str | None = None,
     clock: Clock | None = None,
 ) -> Coroutine[Any, Any, R]:
-    """Run ``fn(attempt)`` hedged once: ``result = await hedge(IDEMPOTENT, fn, delay=0.05)``.
+    """Run ``fn()`` hedged once: ``result = await hedge(IDEMPOTENT, fn, delay=0.05, label="api")``.
 
-    See :class:`Hedge` for the parameters and the rules. ``idempotency`` must be
+    ``fn`` takes no argument, or ``attempt`` (by keyword: an :class:`~stoic.Attempt`) when it
+    declares it. See :class:`Hedge` for the parameters and the rules; ``label`` is required, as
+    on every policy. ``idempotency`` must be
     :data:`IDEMPOTENT`. ``delay`` is seconds (float or timedelta, >= 0); ``max_attempts`` >= 2
     counts the first attempt. ``budget`` defaults to one budget per line that calls ``hedge()``.
     ``clock`` defaults to the ambient clock at the call. The delay is fixed; keep a
     :class:`Hedge` across calls for an adaptive one.
 
     Arguments are checked when ``hedge()`` is called (``TypeError`` for a missing
-    :data:`IDEMPOTENT` or a wrong budget type, ``ValueError`` for a bad ``delay`` or
-    ``max_attempts``), before anything runs; it is a plain function returning the coroutine so
+    :data:`IDEMPOTENT`, a wrong budget, label or clock type, ``ValueError`` for a bad ``delay``,
+    ``max_attempts`` or an empty label), before anything runs; it is a plain function returning the coroutine so
     that the call site keying the default budget is the caller's line even when the coroutine
     is wrapped in a task or ``gather``. Awaiting it returns or raises as :meth:`Hedge.execute`.
     """
@@ -290,25 +339,35 @@ class _Call:
     """One hedged call: what the callbacks need to decide, and what they decided."""
 
     __slots__ = (
-        "args", "call_id", "ctx", "decided", "end", "error", "fn", "handle", "hedges", "kwargs", "loop",
-        "policy", "primary_running", "start", "superseded", "task", "waiter", "winner", "finished",
+        "args", "call_id", "ctx", "decided", "end", "error", "fn", "handle", "hedges", "kwargs",
+        "policy", "primary_running", "start", "superseded", "task", "waiter", "wants", "winner", "finished",
     )
 
-    def __init__(self, policy: Hedge, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any],
-                 fn: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...], kwargs: dict[str, Any],
-                 call_id: str, start: int) -> None:
+    handle: TimerHandle | None  # the pending hedge timer (set by _race before the first await)
+    ctx: contextvars.Context
+
+    def __init__(self, policy: Hedge, task: asyncio.Task[Any], fn: Callable[..., Coroutine[Any, Any, Any]],
+                 args: tuple[Any, ...], kwargs: dict[str, Any], wants: bool, start: int) -> None:
+        # Only what the fast path needs; the rest is set when a hedge starts (_begin), or below.
         self.policy = policy
-        self.loop = loop
         self.task = task
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
-        self.call_id = call_id
+        self.wants = wants  # fn declares ``attempt``: each attempt gets ``attempt=`` by keyword
+        self.call_id = ""  # drawn when first needed (shared_call_id)
         self.start = start
-        self.ctx = contextvars.copy_context()
         # ``hedges`` stays None until a hedge starts: the fast path reads nothing else.
         self.hedges: list[asyncio.Task[Any]] | None = None
-        self.handle: TimerHandle | None = None
+        # ``ctx`` (set by _race for a clock other than the system's) is the context the hedge
+        # timer decides in: asyncio's timers already run callbacks in a copy of the context they
+        # were scheduled in, another clock's may not.
+
+    def shared_call_id(self) -> str:
+        """The id every attempt of this call shares, drawn on first use."""
+        if not self.call_id:
+            self.call_id = _new_call_id()
+        return self.call_id
 
     def _begin(self) -> None:
         # The rest of the state, created when the first hedge starts.
@@ -328,7 +387,11 @@ class _Call:
         self.handle = None
         # Run in (a copy of) the call's context: sinks, the deadline and the clock are the
         # caller's, whatever context the clock fires timers from.
-        self.ctx.copy().run(self._hedge)
+        ctx: contextvars.Context | None = getattr(self, "ctx", None)
+        if ctx is None:
+            self._hedge()
+        else:
+            ctx.copy().run(self._hedge)
 
     def _hedge(self) -> None:
         if self.hedges is not None and self.decided:
@@ -336,7 +399,7 @@ class _Call:
         policy = self.policy
         clock = policy._clock
         delay_ns = policy._delay_ns
-        left = remaining_ns()
+        left = remaining_ns(clock)  # (the same clock as at the call's start, checked there)
         if left is not None and left < delay_ns:
             if min_level() <= Level.INFO:
                 emit("hedge.deadline_skip", policy.label, Level.INFO, clock.now_ns(), {})
@@ -346,13 +409,16 @@ class _Call:
                 emit("hedge.budget_exhausted", policy.label, Level.WARNING, clock.now_ns(), {})
             return
         number = 2 if self.hedges is None else len(self.hedges) + 2
-        coro = self.fn(Attempt(number, self.call_id, True), *self.args, **self.kwargs)
+        if self.wants:
+            coro = self.fn(*self.args, **self.kwargs, attempt=Attempt(number, self.shared_call_id(), True))
+        else:
+            coro = self.fn(*self.args, **self.kwargs)
         if self.hedges is None:
             self._begin()
         hedges = self.hedges
         assert hedges is not None
         now = clock.now_ns()
-        task = self.loop.create_task(coro)
+        task = self.task.get_loop().create_task(coro)
         hedges.append(task)
         task.add_done_callback(self.on_done)
         if min_level() <= Level.INFO:
@@ -435,7 +501,7 @@ class _Call:
         hedges = self.hedges
         assert hedges is not None
         while not self.decided or self.finished < len(hedges) + 1:
-            waiter = self.waiter = self.loop.create_future()
+            waiter = self.waiter = self.task.get_loop().create_future()
             try:
                 await waiter
             except asyncio.CancelledError:
@@ -461,28 +527,46 @@ def _error_of(task: asyncio.Task[Any]) -> BaseException | None:
     return task.exception()
 
 
+def _stops_everything(error: BaseException) -> bool:
+    """``KeyboardInterrupt``, ``SystemExit`` and the like, bare or anywhere inside exception
+    groups: the whole call stops for them. A ``CancelledError`` (or a group of nothing else) and
+    ordinary exceptions are an attempt's outcome."""
+    if isinstance(error, (Exception, asyncio.CancelledError)):
+        return False
+    return any(not isinstance(leaf, (Exception, asyncio.CancelledError)) for leaf in leaves(error))
+
+
 async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> R:
-    left = remaining_ns()
-    if left is not None and left <= 0:
-        raise DeadlineExceeded("deadline exceeded before the hedged call started", label=policy.label)
+    clock = policy._clock
+    if _deadline.ever_set and _deadline_scope.get() is not None:
+        left = remaining_ns(clock)
+        if left is not None and left <= 0:
+            raise DeadlineExceeded("deadline exceeded before the hedged call started", label=policy.label)
     loop = asyncio.get_running_loop()
     task = asyncio.current_task(loop)
     if task is None:
         raise RuntimeError("hedge must run inside an asyncio task")
-    clock = policy._clock
     policy._budget.deposit()
+    system = type(clock) is SystemClock
     start = clock.now_ns()
-    call_id = _new_call_id()
-    call = _Call(policy, loop, task, fn, args, kwargs, call_id, start)
+    wants = "attempt" not in kwargs and wants_attempt(fn)
+    call = _Call(policy, task, fn, args, kwargs, wants, start)
+    if not system:
+        call.ctx = contextvars.copy_context()
+    # Compared with the count at the end: a cancel request swallowed before this call (a
+    # TaskGroup on 3.11, a library without uncancel()) is not this caller being cancelled.
     cancels = task.cancelling()
     # A timer handle, not a timer task.
-    if clock is SYSTEM_CLOCK:
+    if system:
         call.handle = loop.call_later(policy._delay_ns / 1e9, call.on_timer)
     else:
         call.handle = clock.call_at(start + policy._delay_ns, call.on_timer)
     try:
-        result = await fn(Attempt(1, call_id, False), *args, **kwargs)
+        if wants:
+            result = await fn(*args, **kwargs, attempt=_first_attempt(call))
+        else:
+            result = await fn(*args, **kwargs)
     except BaseException as exc:
         if call.hedges is None:
             # No hedge ever started: the first attempt's outcome is the call's.
@@ -518,8 +602,8 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
         # it: a client that turns the CancelledError into an error of its own must not leave
         # the call waiting for a hedge and returning its value to a caller that asked to stop.
         cancelled = True
-    if exc is not None and not isinstance(exc, (Exception, asyncio.CancelledError)):
-        call.abandon()  # KeyboardInterrupt, SystemExit: stop everything and let it through
+    if exc is not None and _stops_everything(exc):
+        call.abandon()  # KeyboardInterrupt, SystemExit (bare or in a group): stop everything
         await call.settle()
         raise exc
     if cancelled:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _random
 from ._attempt import Attempt
-from ._budget import RetryBudget
+from ._budget import _NO_OP, RetryBudget
 from ._classify import ClassifierLike, RetryClassifier, RetryNesting
 from ._clock import Clock, current_clock
 from ._policy import Policy
@@ -31,7 +31,6 @@ from ._retry import (
     _Retrier,
     _run_async,
     _run_sync,
-    wants_attempt,
 )
 from .schedule import BoundedSchedule
 
@@ -170,7 +169,7 @@ class Pipeline:
     Raises ``TypeError`` for a stage without an ``execute`` method.
     """
 
-    __slots__ = ("_stages",)
+    __slots__ = ("_first", "_inner", "_stages", "op")
     _stages: tuple[Policy, ...]
 
     def __init__(self, *stages: Policy | Sequence[Policy]) -> None:
@@ -185,6 +184,12 @@ class Pipeline:
             else:
                 raise TypeError(f"a pipeline stage must be a Policy (with an execute method), got {stage!r}")
         self._stages = tuple(flat)
+        # The chain, bound once: the outer stage's execute gets the next stages' execute methods
+        # as leading positional arguments, each passing the rest on (a Policy's execute runs
+        # ``fn(*args, **kwargs)``), so a call allocates nothing per stage.
+        self._first = flat[0].execute if flat else None
+        self._inner = tuple(stage.execute for stage in flat[1:])
+        self.op: tuple[object, bool] = _NO_OP  # (code, wants) of the last operation (see _learn_op)
 
     @property
     def stages(self) -> tuple[Policy, ...]:
@@ -197,8 +202,15 @@ class Pipeline:
         (A plain method returning the outermost stage's awaitable: no coroutine of its own.)"""
         # Every stage's execute and every operation we are given returns a coroutine in practice;
         # any other awaitable still works at run time.
-        run: Coroutine[Any, Any, R] = _enter(self._stages, 0, fn, args, kwargs,
-                                             "attempt" not in kwargs and wants_attempt(fn))
+        op = self.op
+        wants = op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(self, fn)
+        first = self._first
+        if first is not None and not kwargs and not wants:
+            chained: Coroutine[Any, Any, R] = first(*self._inner, fn, *args)
+            return chained
+        # Keywords (which a stage's own keyword parameters could catch on the way down) and an
+        # operation wanting its Attempt go through _Rest, one small object per stage.
+        run: Coroutine[Any, Any, R] = _enter(self._stages, 0, fn, args, kwargs, "attempt" not in kwargs and wants)
         return run
 
     def __call__(self, fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:

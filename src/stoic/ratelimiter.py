@@ -30,10 +30,11 @@ from types import MappingProxyType, TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 from . import _deadline
-from ._clock import Clock, SystemClock, current_clock
+from ._admission import admitted_after_wait
+from ._clock import Clock, SystemClock, resolve_clock, wait_seconds
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
-from ._durations import Seconds, check_int, to_ns, to_seconds
+from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import DeadlineExceeded, RateLimited
 from ._wakeup import wake
 from .events import AttributeValue, Level, emit, min_level
@@ -80,10 +81,8 @@ class _TokenBucket:
         self._per_ns = to_ns(per, "per")
         self._burst = self._rate if burst is None else check_int(burst, "burst", minimum=1)
         self._queue_limit = None if queue_limit is None else check_int(queue_limit, "queue_limit", minimum=0)
-        if not isinstance(label, str):
-            raise TypeError(f"label must be a str, got {type(label).__name__}")
-        self._label = label
-        self._clock: Clock = clock if clock is not None else current_clock()
+        self._label = check_label(label)
+        self._clock: Clock = resolve_clock(clock)
         # The system clock is read directly: one call less on every acquire.
         self._now: Callable[[], int] = time.monotonic_ns if type(self._clock) is SystemClock else self._clock.now_ns
         self._capacity = self._burst * self._per_ns
@@ -123,13 +122,8 @@ class _TokenBucket:
     def available_permits(self) -> int:
         """Whole permits in the bucket now (credit a queued head is saving up included)."""
         with self._lock:
-            credit = self._credit
-            elapsed = self._now() - self._stamp
-            if elapsed > 0:
-                credit += elapsed * self._rate
-                if credit > self._capacity:
-                    credit = self._capacity
-            return credit // self._per_ns
+            self._take(self._now(), 0)  # refilling early changes nothing: the rule is additive
+            return self._credit // self._per_ns
 
     @property
     def waiter_count(self) -> int:
@@ -143,12 +137,27 @@ class _TokenBucket:
         )
 
     # --- arithmetic (the blocking limiter's callers hold its lock) ---
-    def _refill(self, now: int) -> None:
-        elapsed = now - self._stamp
-        if elapsed > 0:
-            credit = self._credit + elapsed * self._rate
-            self._credit = credit if credit < self._capacity else self._capacity
+    def _take(self, now: int, cost: int) -> bool:
+        """The refill rule, and the one grant made at ``now``: earn ``rate`` units per elapsed
+        nanosecond, capped at the bucket's size, then take ``cost`` units if the bucket holds
+        them. True when taken (``cost`` 0 only refills). Every path that grants at once (the
+        asyncio and blocking ``acquire``, ``try_acquire``, ``execute``, ``call``) calls this.
+        """
+        # (Each attribute read or written once: this runs on every granted call.)
+        stamp = self._stamp
+        if now > stamp:
+            credit = self._credit + (now - stamp) * self._rate
+            capacity = self._capacity
+            if credit > capacity:
+                credit = capacity
             self._stamp = now
+        else:
+            credit = self._credit
+        if credit >= cost:
+            self._credit = credit - cost
+            return True
+        self._credit = credit
+        return False
 
     def _wait_ns(self, permits: int) -> int:
         """Nanoseconds until a request joining the queue now would be served: the cost of
@@ -277,21 +286,10 @@ class RateLimiter(_TokenBucket):
             if permits > self._burst:
                 self._oversized(permits)
                 return False
-        cost = permits * self._per_ns
         # Nobody may be overtaken, but a head on a closed loop is nobody.
         if self._waiters and not (self._drop_abandoned_head() and not self._waiters):
             return False
-        now = self._now()
-        elapsed = now - self._stamp
-        if elapsed > 0:
-            credit = self._credit + elapsed * self._rate
-            self._credit = credit if credit < self._capacity else self._capacity
-            self._stamp = now
-        if self._credit >= cost:
-            self._credit -= cost
-            return True
-        return False
-
+        return self._take(self._now(), permits * self._per_ns)
 
     async def acquire(self, permits: int = 1) -> None:
         """Take ``permits`` (an int >= 1), waiting in FIFO order if needed.
@@ -313,21 +311,16 @@ class RateLimiter(_TokenBucket):
             self._check_permits(permits)
             if permits > self._burst:
                 raise self._oversized(permits)
-        if not self._waiters and (not _deadline.ever_set or _deadline_scope.get() is None):
-            now = self._now()
-            elapsed = now - self._stamp
-            if elapsed > 0:
-                credit = self._credit + elapsed * self._rate
-                self._credit = credit if credit < self._capacity else self._capacity
-                self._stamp = now
-            cost = permits * self._per_ns
-            if self._credit >= cost:
-                self._credit -= cost
-                return
+        if (
+            not self._waiters
+            and (not _deadline.ever_set or _deadline_scope.get() is None)
+            and self._take(self._now(), permits * self._per_ns)
+        ):
+            return
         await self._acquire_slow(permits)
 
     async def _acquire_slow(self, permits: int) -> None:
-        left = remaining_ns()
+        left = remaining_ns(self._clock)
         if left is not None and left <= 0:
             self._reject("deadline_exceeded", permits, None)
             raise DeadlineExceeded(f"deadline exceeded before acquiring ({self._label})", label=self._label)
@@ -335,13 +328,10 @@ class RateLimiter(_TokenBucket):
         loop = asyncio.get_running_loop()
         reason = ""
         now = self._now()
-        self._refill(now)
         waiters = self._waiters
-        if not waiters and self._credit >= cost:
-            self._credit -= cost
+        if waiters and self._drop_abandoned_head() and not waiters and self._take(now, cost):
             return
-        if waiters and self._drop_abandoned_head() and not waiters and self._credit >= cost:
-            self._credit -= cost
+        if self._take(now, 0 if waiters else cost) and not waiters:
             return
         wait = self._wait_ns(permits)
         if left is not None and wait >= left:
@@ -378,6 +368,7 @@ class RateLimiter(_TokenBucket):
             if isinstance(exc, asyncio.CancelledError):
                 self._reject("deadline_exceeded" if cancelled_by_deadline() else "cancelled", permits, None)
             raise
+        admitted_after_wait(self._clock, now)  # the breaker outside times the call from here
         self._waited(permits, start)
 
     def execute(
@@ -395,16 +386,12 @@ class RateLimiter(_TokenBucket):
         returned coroutine queues and waits when it is awaited. Either way a permit once taken is
         spent, even if the returned coroutine is never awaited (a limiter limits attempts).
         """
-        if not self._waiters and (not _deadline.ever_set or _deadline_scope.get() is None):
-            now = self._now()
-            elapsed = now - self._stamp
-            if elapsed > 0:
-                credit = self._credit + elapsed * self._rate
-                self._credit = credit if credit < self._capacity else self._capacity
-                self._stamp = now
-            if self._credit >= self._per_ns:
-                self._credit -= self._per_ns
-                return fn(*args, **kwargs)
+        if (
+            not self._waiters
+            and (not _deadline.ever_set or _deadline_scope.get() is None)
+            and self._take(self._now(), self._per_ns)
+        ):
+            return fn(*args, **kwargs)
         return self._execute_queued(fn, args, kwargs)
 
     async def _execute_queued(
@@ -460,25 +447,8 @@ class BlockingRateLimiter(_TokenBucket):
             if permits > self._burst:
                 self._oversized(permits)
                 return False
-        cost = permits * self._per_ns
-        lock = self._lock
-        lock.acquire()
-        try:
-            if self._waiters:
-                return False
-            now = self._clock.now_ns()
-            elapsed = now - self._stamp
-            if elapsed > 0:
-                credit = self._credit + elapsed * self._rate
-                self._credit = credit if credit < self._capacity else self._capacity
-                self._stamp = now
-            if self._credit >= cost:
-                self._credit -= cost
-                return True
-            return False
-        finally:
-            lock.release()
-
+        with self._lock:
+            return not self._waiters and self._take(self._now(), permits * self._per_ns)
 
     def acquire(self, permits: int = 1, timeout: Seconds | None = None) -> None:
         """Take ``permits`` (an int >= 1), blocking in FIFO order for at most ``timeout`` seconds.
@@ -495,19 +465,17 @@ class BlockingRateLimiter(_TokenBucket):
             if permits > self._burst:
                 raise self._oversized(permits)
         limit = None if timeout is None else to_ns(timeout, "timeout", allow_zero=True)
-        ambient = remaining_ns()
+        ambient = remaining_ns(self._clock)
         if ambient is not None and ambient <= 0:
             self._reject("deadline_exceeded", permits, None)
             raise DeadlineExceeded(f"deadline exceeded before acquiring ({self._label})", label=self._label)
         cost = permits * self._per_ns
         reason = ""
-        served = False
+        served = -1
         with self._lock:
             now = self._now()
-            self._refill(now)
             waiters = self._waiters
-            if not waiters and self._credit >= cost:
-                self._credit -= cost
+            if self._take(now, 0 if waiters else cost) and not waiters:
                 return
             wait = self._wait_ns(permits)
             if (limit is not None and wait > limit) or (ambient is not None and wait >= ambient):
@@ -519,14 +487,17 @@ class BlockingRateLimiter(_TokenBucket):
         if reason:
             self._reject(reason, permits, wait)
             raise RateLimited(label=self._label, retry_after=wait / 1e9)
-        if not served:
+        if served < 0:
             self._reject("deadline_exceeded", permits, None)
             raise DeadlineExceeded(f"timed out waiting for permits ({self._label})", label=self._label)
+        # Served after waiting: an outer breaker times the call from here, not from arrival.
+        admitted_after_wait(self._clock, served)
         self._waited(permits, now)
 
-    def _wait_locked(self, permits: int, start: int, limit: int | None, ambient: int | None) -> bool:
+    def _wait_locked(self, permits: int, start: int, limit: int | None, ambient: int | None) -> int:
         """Queue, wait to reach the head, then sleep until affordable. Holds the lock except while
-        waiting. Returns False if the caller's time ran out first (it has left the queue)."""
+        waiting. Returns the instant it was served, or -1 if the caller's time ran out first (it
+        has left the queue)."""
         if limit is None or (ambient is not None and ambient < limit):
             limit = ambient
         give_up = None if limit is None else start + limit
@@ -545,18 +516,18 @@ class BlockingRateLimiter(_TokenBucket):
                     left = give_up - self._now()
                     if left <= 0:
                         self._leave(waiter)
-                        return False
-                    waiter.cond.wait(left / 1e9)
+                        return -1
+                    waiter.cond.wait(wait_seconds(left))  # (capped: threading refuses longer waits)
             while True:
                 now = self._now()
                 wait = self._serve_head(now, cost)
                 if not wait:
                     self._leave(waiter)
-                    return True
+                    return now
                 when = now + wait
                 if give_up is not None and when > give_up:
                     self._leave(waiter)
-                    return False
+                    return -1
                 self._lock.release()
                 try:
                     self._clock.sleep_until_blocking(when)
@@ -572,23 +543,8 @@ class BlockingRateLimiter(_TokenBucket):
 
         ``fn``'s exceptions propagate unchanged; a refusal raises what :meth:`acquire` raises.
         """
-        cost = self._per_ns
-        lock = self._lock
-        lock.acquire()
-        try:
-            taken = False
-            if not self._waiters and _deadline_scope.get() is None:
-                now = self._now()
-                elapsed = now - self._stamp
-                if elapsed > 0:
-                    credit = self._credit + elapsed * self._rate
-                    self._credit = credit if credit < self._capacity else self._capacity
-                    self._stamp = now
-                if self._credit >= cost:
-                    self._credit -= cost
-                    taken = True
-        finally:
-            lock.release()
+        with self._lock:
+            taken = not self._waiters and _deadline_scope.get() is None and self._take(self._now(), self._per_ns)
         if not taken:
             self.acquire(1)
         return fn(*args, **kwargs)

@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal, TypeAlias, TypeVar, overload
 
-from ._durations import Seconds, check_fraction, check_int, to_ns
+from ._durations import Seconds, _finite, check_fraction, check_int, to_ns
 
 __all__ = ["BoundedSchedule", "Schedule"]
 
@@ -31,6 +31,12 @@ DEFAULT_CAP_NS = 300 * 1_000_000_000
 """Exponential and Fibonacci schedules are capped at five minutes unless ``capped`` says otherwise."""
 
 _S = TypeVar("_S", bound="Schedule")
+
+
+def _ns(value: Seconds, name: str, *, allow_zero: bool = False) -> int:
+    """A validated duration (``ValueError``/``TypeError`` naming ``name``), saturating at
+    ``MAX_NS``: ``Schedule.fixed(10**300)`` is a 292-year delay, not an overflow later."""
+    return min(MAX_NS, to_ns(value, name, allow_zero=allow_zero))
 
 
 # --- the nodes -------------------------------------------------------------------------------
@@ -473,6 +479,210 @@ def _prefix_bound(node: _Node, i: int) -> int:
     raise AssertionError(f"unknown schedule node {node!r}")  # pragma: no cover
 
 
+# --- totals in time bounded by the structure, not the attempt count -----------------------------
+#
+# A schedule's maximal delays (and the per-step bounds used under ``up_to``) are built from a few
+# shapes: constant, arithmetic (linear), a short growing prefix that saturates at a cap
+# (exponential, Fibonacci, decorrelated), explicit lists, and elementwise min/max/concatenation/
+# truncation of those. So they are kept as runs of arithmetic progressions, (count, first, step),
+# and summed in closed form: ``attempts(sys.maxsize)`` costs what ``attempts(3)`` does.
+
+_FOREVER = 1 << 256  # the count of a run that never ends (no schedule steps that often)
+_GROWTH_LIMIT = 100_000  # explicit terms of a growing prefix before it is bounded by its cap
+
+_Run = tuple[int, int, int]  # (count, first, step): first, first + step, ... (count terms)
+
+
+def _explicit(values: list[int], tail: int | None) -> list[_Run]:
+    runs = [(1, v, 0) for v in values]
+    if tail is not None:
+        runs.append((_FOREVER, tail, 0))
+    return runs
+
+
+def _take(runs: list[_Run], n: int) -> list[_Run]:
+    """The first ``n`` terms."""
+    out: list[_Run] = []
+    for count, first, step in runs:
+        if n <= 0:
+            break
+        out.append((min(count, n), first, step))
+        n -= count
+    return out
+
+
+def _length(runs: list[_Run]) -> int:
+    return sum(count for count, _, _ in runs)
+
+
+def _drop(runs: list[_Run], n: int) -> list[_Run]:
+    """All but the first ``n`` terms."""
+    out: list[_Run] = []
+    for count, first, step in runs:
+        if n >= count:
+            n -= count
+            continue
+        out.append((count - n, first + n * step, step))
+        n = 0
+    return out
+
+
+def _pair(a: _Run, b: _Run, count: int, low: bool) -> list[_Run]:
+    """Elementwise min (``low``) or max of two progressions over ``count`` terms: they cross at
+    most once, so at most two runs."""
+    _, a0, da = a
+    _, b0, db = b
+    last = count - 1
+    a_end, b_end = a0 + last * da, b0 + last * db
+    if (a0 <= b0) == (a_end <= b_end) or a0 == b0 or a_end == b_end:
+        # One side wins throughout (lines meeting at an end still keep one side for every term).
+        a_wins = (a0 <= b0 and a_end <= b_end) == low
+        if a0 == b0:
+            a_wins = (da <= db) == low
+        elif a_end == b_end:
+            a_wins = (a0 <= b0) == low
+        return [(count, a0, da) if a_wins else (count, b0, db)]
+    # They cross: the side lower at the start is lower for the first k terms.
+    first_low, first_high = ((a0, da), (b0, db)) if a0 < b0 else ((b0, db), (a0, da))
+    k = (first_high[0] - first_low[0]) // (first_low[1] - first_high[1]) + 1  # terms where it stays <=
+    head, tail = (first_low, first_high) if low else (first_high, first_low)
+    return [(k, head[0], head[1]), (count - k, tail[0] + k * tail[1], tail[1])]
+
+
+def _zip(a: list[_Run], b: list[_Run], low: bool) -> list[_Run]:
+    """Elementwise min/max over the terms both have."""
+    out: list[_Run] = []
+    ia = ib = 0
+    ra, rb = (a[0] if a else None), (b[0] if b else None)
+    while ra is not None and rb is not None:
+        count = min(ra[0], rb[0])
+        out.extend(_pair(ra, rb, count, low))
+        ra = (ra[0] - count, ra[1] + count * ra[2], ra[2])
+        rb = (rb[0] - count, rb[1] + count * rb[2], rb[2])
+        if ra[0] == 0:
+            ia += 1
+            ra = a[ia] if ia < len(a) else None
+        if rb[0] == 0:
+            ib += 1
+            rb = b[ib] if ib < len(b) else None
+    return out
+
+
+def _clip(runs: list[_Run], cap: int) -> list[_Run]:
+    return _zip(runs, [(_FOREVER, cap, 0)], low=True)
+
+
+def _growing(first: int, cap: int, n: int, grow: Callable[[int], int]) -> list[_Run]:
+    """Terms ``first, grow(first), ...`` up to ``cap`` (where they stay), ``n`` at most needed."""
+    values: list[int] = []
+    value = first
+    while value < cap and len(values) < min(n, _GROWTH_LIMIT):
+        values.append(value)
+        value = grow(value)
+    # Beyond the limit the cap bounds the rest: still an upper bound (factor near 1 only).
+    return _explicit(values, cap if value >= cap or len(values) >= _GROWTH_LIMIT else None)
+
+
+def _exp_runs(base: int, factor: float, cap: int, n: int) -> list[_Run]:
+    if base == 0 or cap == 0:
+        return [(_FOREVER, 0, 0)]
+    if base >= cap:
+        return [(_FOREVER, cap, 0)]
+    if factor == 1:
+        return [(_FOREVER, base, 0)]
+    values: list[int] = []
+    k = 0
+    while len(values) < min(n, _GROWTH_LIMIT):
+        value = _exp_delay(base, factor, cap, k)
+        if value >= cap:
+            break
+        values.append(value)
+        k += 1
+    return _explicit(values, cap)
+
+
+def _maximal_runs(node: _Node, n: int) -> list[_Run]:
+    """The delays ``_build(node, None)`` steps through (elapsed time ignored: no ``up_to``),
+    as far as its first ``n`` terms are concerned."""
+    match node:
+        case _Fixed(delay):
+            return [(_FOREVER, delay, 0)]
+        case _Linear(step):
+            return _clip([(_FOREVER, step, step)], MAX_NS)
+        case _Exponential(base, factor, cap):
+            return _exp_runs(base, factor, cap, n)
+        case _Fibonacci(base, cap):
+            if base == 0 or cap == 0:
+                return [(_FOREVER, 0, 0)]
+            fib: list[int] = []
+            a, b = 1, 1
+            while base * a < cap and len(fib) < n:
+                fib.append(base * a)
+                a, b = b, a + b
+            return _explicit(fib, cap)
+        case _Decorrelated(base, cap):
+            return _growing(min(cap, base * 3), cap, n, lambda v: min(cap, v * 3)) if base else [(_FOREVER, 0, 0)]
+        case _Delays(delays):
+            return _explicit(list(delays[:n]), None)
+        case _Capped(inner, cap):
+            return _clip(_maximal_runs(inner, n), cap)
+        case _Jittered(inner) | _UpTo(inner):
+            return _maximal_runs(inner, n)  # maximal mode: jitter never shortens
+        case _Union(a, b):
+            ra, rb = _take(_maximal_runs(a, n), n), _take(_maximal_runs(b, n), n)
+            la, lb = _length(ra), _length(rb)
+            both = _zip(ra, rb, low=True)
+            return both + (_drop(ra, lb) if la > lb else _drop(rb, la))  # the survivor goes on alone
+        case _Intersection(a, b):
+            return _zip(_take(_maximal_runs(a, n), n), _take(_maximal_runs(b, n), n), low=False)
+        case _AndThen(a, b):
+            ra = _take(_maximal_runs(a, n), n)
+            return ra + _take(_maximal_runs(b, n), n - _length(ra))
+        case _Attempts(inner, count):
+            return _take(_maximal_runs(inner, min(n, count - 1)), count - 1)
+    raise AssertionError(f"unknown schedule node {node!r}")  # pragma: no cover
+
+
+def _bound_runs(node: _Node, n: int) -> list[_Run]:
+    """:func:`_prefix_bound` for steps 1, 2, ... (never ending), as runs."""
+    match node:
+        case _Fixed() | _Linear() | _Exponential() | _Fibonacci() | _Decorrelated():
+            return _maximal_runs(node, n)  # these never stop, and never shrink
+        case _Delays(delays):
+            best, running = 0, []
+            for d in delays[:n]:
+                best = max(best, d)
+                running.append(best)
+            return _explicit(running, best)
+        case _Capped(inner, cap):
+            return _clip(_bound_runs(inner, n), cap)
+        case _Jittered(inner) | _UpTo(inner) | _Attempts(inner):
+            return _bound_runs(inner, n)
+        case _Union(a, b) | _Intersection(a, b) | _AndThen(a, b):
+            return _zip(_bound_runs(a, n), _bound_runs(b, n), low=False)
+    raise AssertionError(f"unknown schedule node {node!r}")  # pragma: no cover
+
+
+def _sum(runs: list[_Run], n: int) -> int:
+    """The sum of the first ``n`` terms, in closed form per run."""
+    total = 0
+    for count, first, step in _take(runs, n):
+        total += count * first + step * count * (count - 1) // 2
+    return total
+
+
+def _total_delay(node: _Node, retries: int) -> int:
+    """What ``maximum_total_delay`` reports, in ns: the sum of the maximal delays, or under
+    ``up_to`` the sum of the per-step bounds within the governing limit (saturating)."""
+    if not _has_up_to(node):
+        return min(MAX_NS, _sum(_maximal_runs(node, retries), retries))
+    total = _sum(_bound_runs(node, retries), retries)
+    limit = _top_limit(node)
+    if limit is not None:
+        total = min(limit, total)
+    return min(MAX_NS, total)
+
+
 # --- repr ------------------------------------------------------------------------------------
 
 def _sec(ns: int) -> str:
@@ -607,12 +817,12 @@ class Schedule:
     @staticmethod
     def fixed(delay: Seconds) -> Schedule:
         """The same ``delay`` (seconds, >= 0) before every retry. Unbounded."""
-        return Schedule(_Fixed(to_ns(delay, "delay", allow_zero=True)))
+        return Schedule(_Fixed(_ns(delay, "delay", allow_zero=True)))
 
     @staticmethod
     def linear(step: Seconds) -> Schedule:
         """``step``, ``2 x step``, ``3 x step``, ... (seconds, >= 0; saturating). Unbounded, uncapped."""
-        return Schedule(_Linear(to_ns(step, "step", allow_zero=True)))
+        return Schedule(_Linear(_ns(step, "step", allow_zero=True)))
 
     @staticmethod
     def exponential(base: Seconds, factor: float = 2) -> Schedule:
@@ -620,15 +830,15 @@ class Schedule:
         :meth:`capped` follows directly (then that cap replaces the default).
 
         Raises ``ValueError`` for a negative or non-finite ``base`` or ``factor`` below 1."""
-        base_ns = to_ns(base, "base", allow_zero=True)
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor < 1:
+        base_ns = _ns(base, "base", allow_zero=True)
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not _finite(factor) or factor < 1:
             raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
         return Schedule(_Exponential(base_ns, factor, DEFAULT_CAP_NS, False))
 
     @staticmethod
     def fibonacci(base: Seconds) -> Schedule:
         """``base x 1, 1, 2, 3, 5, 8, ...``, capped at five minutes unless :meth:`capped` follows."""
-        return Schedule(_Fibonacci(to_ns(base, "base", allow_zero=True), DEFAULT_CAP_NS, False))
+        return Schedule(_Fibonacci(_ns(base, "base", allow_zero=True), DEFAULT_CAP_NS, False))
 
     @staticmethod
     def decorrelated(base: Seconds, cap: Seconds) -> Schedule:
@@ -636,8 +846,8 @@ class Schedule:
         (the previous starting at ``base``), never above ``cap``. Random by construction.
 
         Raises ``ValueError`` for negative durations or ``cap < base``."""
-        base_ns = to_ns(base, "base", allow_zero=True)
-        cap_ns = to_ns(cap, "cap", allow_zero=True)
+        base_ns = _ns(base, "base", allow_zero=True)
+        cap_ns = _ns(cap, "cap", allow_zero=True)
         if cap_ns < base_ns:
             raise ValueError(f"cap must be >= base ({base!r} seconds), got {cap!r}")
         return Schedule(_Decorrelated(base_ns, cap_ns))
@@ -645,8 +855,13 @@ class Schedule:
     @staticmethod
     def delays(delays: Iterable[Seconds]) -> BoundedSchedule:
         """Exactly these delays, then stop: ``len(delays) + 1`` attempts at most. An empty list
-        means a single attempt. Raises ``ValueError`` for a negative or non-finite delay."""
-        return BoundedSchedule(_Delays(tuple(to_ns(d, f"delays[{i}]", allow_zero=True) for i, d in enumerate(delays))))
+        means a single attempt. Raises ``ValueError`` for a negative or non-finite delay,
+        ``TypeError`` for a non-iterable, a string or bytes (``b"1"`` is not ``[49]`` seconds).
+        Each delay saturates at ``MAX_NS``."""
+        if isinstance(delays, (str, bytes, bytearray, memoryview)) or not isinstance(delays, Iterable):
+            raise TypeError(f"delays must be an iterable of durations (seconds or timedelta), "
+                            f"got {type(delays).__name__}")
+        return BoundedSchedule(_Delays(tuple(_ns(d, f"delays[{i}]", allow_zero=True) for i, d in enumerate(delays))))
 
     # --- refinements ---
     def capped(self: _S, at: Seconds) -> _S:
@@ -654,7 +869,7 @@ class Schedule:
         (its jitter aside) it replaces the default five-minute cap; anywhere else it only lowers.
         Randomness (``jittered``, ``decorrelated``) is always applied after the cap, wherever
         the cap is written, so delays at the cap still spread out."""
-        return _wrap(_cap(self._node, to_ns(at, "at", allow_zero=True), True))  # type: ignore[return-value]
+        return _wrap(_cap(self._node, _ns(at, "at", allow_zero=True), True))  # type: ignore[return-value]
 
     def jittered(self: _S, kind: Literal["full", "equal"] | float = "full") -> _S:
         """Shorten each delay by a random part: ``"full"`` draws from ``(0, d]``, ``"equal"``
@@ -677,7 +892,7 @@ class Schedule:
         """Also stop once another attempt would start more than ``elapsed`` seconds after the
         first began. An extra stop condition, not a bound: it does not make a schedule bounded
         (a zero-delay schedule under a time limit could spin)."""
-        return _wrap(_UpTo(self._node, to_ns(elapsed, "elapsed", allow_zero=True)))  # type: ignore[return-value]
+        return _wrap(_UpTo(self._node, _ns(elapsed, "elapsed", allow_zero=True)))  # type: ignore[return-value]
 
     def union(self, other: Schedule) -> Schedule:
         """Go on while either goes on, waiting the shorter of their delays. Bounded when both are."""
@@ -813,18 +1028,7 @@ class BoundedSchedule(Schedule):
     def _total_delay_ns(self) -> int:
         total = self._total_ns
         if total is None:
-            retries = self.maximum_attempts - 1
-            if not _has_up_to(self._node):
-                total = min(MAX_NS, sum(self._delays_ns(None, retries)))
-            else:
-                total = 0
-                limit = _top_limit(self._node)
-                for i in range(1, retries + 1):
-                    total += _prefix_bound(self._node, i)
-                    if limit is not None and total >= limit:
-                        total = limit
-                        break
-                total = min(MAX_NS, total)
+            total = _total_delay(self._node, self.maximum_attempts - 1)
             object.__setattr__(self, "_total_ns", total)
         return total
 
@@ -832,7 +1036,7 @@ class BoundedSchedule(Schedule):
         """Seconds the whole call can take when every attempt runs for ``attempt_timeout``:
         ``maximum_attempts x attempt_timeout + maximum_total_delay``. Use it to size an outer
         ``stoic.timeout`` from the same numbers as the retry (seed 001, "API")."""
-        per_attempt = to_ns(attempt_timeout, "attempt_timeout")
+        per_attempt = _ns(attempt_timeout, "attempt_timeout")
         return min(MAX_NS, self.maximum_attempts * per_attempt + self._total_delay_ns()) / 1e9
 
     def maximal_delays(self, limit: int | None = None) -> list[float]:

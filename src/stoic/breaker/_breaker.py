@@ -3,32 +3,49 @@
 Seed 000, "CircuitBreaker". Admission is a synchronous decision under a ``threading.Lock``
 that is released before the operation runs; nothing runs in the background (the open period
 is an instant on the breaker's clock and the move to half-open happens lazily, on the first
-call or state read at or after it). Every transition starts a new epoch (a fresh list object);
-a call carries the epoch it was admitted in, and one that completes in another epoch is stale.
-In the closed state the epoch list also counts quick successes taken without the lock (see
-``CircuitBreaker._fold``).
+call or state read at or after it). Every transition starts a new epoch (a fresh
+``itertools.count``); a call carries the epoch it was admitted in, and one that completes in
+another epoch is stale. In the closed state the epoch also counts the quick successes taken
+without the lock (see ``CircuitBreaker._fold``). The call path itself (``execute``, ``call``,
+``@breaker``) is one template in ``_decorate``.
+
+Memory: the window, the half-open episode, the state-stream set and the metrics recorder are
+created when first needed, so an unused breaker is one object, its lock and its epoch.
 """
 
 from __future__ import annotations
 
-import asyncio
+import inspect
+import itertools
+import logging
+import sys
 import threading
 import time
 import types
+import warnings
 import weakref
+from bisect import bisect_left as _bisect_left
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Final, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
 
-from .. import _deadline, _random
+from .. import _admission, _metrics, _random
 from .._clock import Clock, SystemClock, current_clock
-from .._deadline import _current as _deadline_scope
 from .._deadline import remaining_ns
-from .._durations import Seconds, check_int, to_ns
-from .._errors import CircuitOpen, DeadlineExceeded, Defect, Rejected, is_defect
+from .._durations import Seconds, check_int
+from .._errors import CircuitOpen, DeadlineExceeded, Defect, is_defect, is_rejection, leaves
 from ..events import Level, emit, min_level
+from ..events._event import error_type
 from ..events._sinks import _process as _sinks_registry
 from . import _decorate
-from ._config import BreakerSnapshot, BreakerState, CountWindow, OpenDuration, TimeWindow, threshold_ppm
+from ._config import (
+    BreakerSnapshot,
+    BreakerState,
+    CountWindow,
+    OpenDuration,
+    TimeWindow,
+    duration_ns,
+    threshold_ppm,
+)
 from ._stream import StateStream
 from ._window import FAILED, FOREVER, NEVER, SLOW, CountRing, TimeBuckets
 
@@ -44,52 +61,85 @@ _INFO: Final = Level.INFO
 _WARNING: Final = Level.WARNING
 _ERROR: Final = Level.ERROR
 
-# Quick successes are folded into the window at least this often (bounds the epoch list).
-_FOLD_EVERY_NS: Final = 1_000_000
+_NO_COUNTS: Final = (0, 0, 0)
+_DEFAULT_WINDOW: Final = TimeWindow(60.0)
+_STANDARD: Final = OpenDuration.standard
+_metrics_state = _metrics.state
+_admission_state = _admission.state
+_log = logging.getLogger("stoic")
 
-# Level.DEBUG as a plain int: comparing two exact ints is the specialised (fast) comparison.
-_DEBUG_INT: Final = int(Level.DEBUG)
-
-_deadline_get = _deadline_scope.get
-_CoroutineType: Final = types.CoroutineType
-_current_task = asyncio.current_task
+_SUCCESS_CALLS: Final = ("calls", "success", "")
+_BOUNDS_NS: Final = tuple(round(bound * 1e9) for bound in _metrics.DURATION_BUCKETS)
+_SUCCESS_DURATION: Final = ("duration", "success", "")
 
 # Events gathered under the lock and emitted after it is released: (name, level, attributes).
 _Pending = list[tuple[str, Level, dict[str, Any]]]
 
 
-def _caller_cancelling() -> bool:
-    """Whether the current task is being cancelled (False outside a running task: a coroutine
-    closed or driven by hand has no caller to ask)."""
-    try:
-        task = _current_task()
-    except RuntimeError:
-        return False
-    return task is not None and task.cancelling() > 0
-
-
-def _refuse_coroutine(fn: object, result: object) -> None:
-    """An async function given to the sync path would "succeed" without running: close its
-    coroutine and raise a TypeError whose cause is a Defect, so the call is never counted."""
-    assert isinstance(result, Coroutine)
-    result.close()
-    raise TypeError(f"{fn!r} returned a coroutine: use await breaker.execute(...) for async functions") from Defect(
-        "a coroutine function was passed to CircuitBreaker.call")
+def _counted(epoch: itertools.count[int]) -> int:
+    """How many times ``next()`` was called on an epoch (``count(n)``'s repr is the only public
+    view of its position; read under the lock, off the success path)."""
+    return int(repr(epoch)[6:-1])
 
 
 def _counts_by_default(error: BaseException) -> bool:
-    """False for a :class:`stoic.Rejected` (an inner policy's refusal), True for anything else,
-    including a :class:`stoic.DeadlineExceeded` raised by a ``stoic.timeout`` block inside the
-    operation that cut the call short (``timed_out``): a hung call is a failed call."""
-    return not isinstance(error, Rejected) or (isinstance(error, DeadlineExceeded) and error.timed_out)
+    """False for a rejection (a :class:`stoic.Rejected`, or an exception group every leaf of which
+    is one: inner policies refused, say nothing about the dependency); True for anything else,
+    including a group with any other leaf, and a :class:`stoic.DeadlineExceeded` raised by a
+    ``stoic.timeout`` block inside the operation that cut the call short (``timed_out``): a hung
+    call is a failed call."""
+    if not is_rejection(error):
+        return True
+    return any(isinstance(leaf, DeadlineExceeded) and leaf.timed_out for leaf in leaves(error))
+
+
+# Callbacks already reported as failing (kept alive so a new callback never reuses an id).
+_reported: dict[int, object] = {}
+
+
+def _report_callback(
+    breaker: CircuitBreaker, callback: object, error: Exception, operation_error: BaseException,
+) -> None:
+    """A ``record_when`` that raised: a configuration error, reported once per callback, loudly
+    (a ``RuntimeWarning`` and an error on the ``stoic`` logger). The operation's own error still
+    propagates; the callback's is noted on it."""
+    try:
+        operation_error.add_note(f"stoic: record_when of breaker {breaker.label!r} raised "
+                                 f"{type(error).__qualname__}: {error}")
+    except Exception:  # an exception type that refuses notes keeps its error as it is
+        pass
+    if id(callback) in _reported:
+        return
+    _reported[id(callback)] = callback
+    message = (f"record_when {callback!r} of breaker {breaker.label!r} raised {type(error).__qualname__}: "
+               f"{error}; every call it cannot judge is counted as a failure")
+    _log.error(message, exc_info=error)
+    try:
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
+    except Exception:  # warnings turned into errors must not replace the operation's error
+        pass
+
+
+class _Episode:
+    """One half-open episode: its probe permits and what the probes found (created per episode)."""
+
+    __slots__ = ("calls", "failures", "free", "inflight", "next_id", "ok", "slow")
+
+    def __init__(self, probes: int) -> None:
+        self.free = probes
+        self.ok = self.calls = self.failures = self.slow = 0
+        self.inflight: dict[int, int] = {}
+        self.next_id = 0
 
 
 class CircuitBreaker:
     """Stops calling a dependency that is failing, and probes it gradually once it may have recovered.
 
-    Seed 000, "CircuitBreaker". ``label`` names the breaker on every event and rejection.
+    Seed 000, "CircuitBreaker". ``label`` (a non-empty ``str``, required) names the breaker on
+    every event and rejection.
 
-    Parameters (all keyword-only; durations are seconds as float or ``timedelta``):
+    Parameters (all keyword-only; durations are seconds as float or ``timedelta``, each in
+    (0, 100 years]):
 
     - ``window``: :class:`TimeWindow` (default ``TimeWindow(60.0)``, ten buckets) or
       :class:`CountWindow` (the exact last N calls).
@@ -97,30 +147,32 @@ class CircuitBreaker:
       hold before it is judged.
     - ``failure_rate_threshold`` (in (0, 1], default 0.5): opens when the failure rate is at
       least this. ``slow_call_rate_threshold`` (in (0, 1], default 1.0): the same for slow calls.
-    - ``slow_call_duration`` (> 0, default 10.0): a call that takes longer is slow; a slow
-      half-open probe is a failed probe.
+    - ``slow_call_duration`` (default 10.0): a call that takes longer is slow; a slow half-open
+      probe is a failed probe. Measured from the instant the inner stages admitted the call
+      (a bulkhead slot or limiter permit granted after a wait), so local queueing is never
+      taken for a slow dependency (field report 20).
     - ``open_duration``: :class:`OpenDuration` (default ``OpenDuration.exponential()``:
       30 s, x2 per consecutive trip, at most 300 s, 20% jitter).
     - ``half_open_probes`` (>= 1, default 1): probe permits for one half-open episode.
-    - ``half_open_timeout`` (> 0, default 60.0): a probe in flight this long counts as failed.
+    - ``half_open_timeout`` (default 60.0): a probe in flight this long counts as failed.
     - ``record_when``: ``(error) -> bool``, True when ``error`` is a failure of the dependency
-      (default :meth:`counts_by_default`). False makes it a success, or for a
-      :class:`stoic.Rejected` an ignored call.
+      (default :meth:`counts_by_default`). False makes it a success, or for a rejection an
+      ignored call. One that raises is reported once (warning and ``stoic`` logger) and the
+      call is counted as a failure.
     - ``clock``: the :class:`stoic.Clock` for the breaker's whole life (default: the ambient
       clock at construction).
 
-    Raises ``ValueError`` naming the parameter and its range for any value out of range.
-    Use ``await breaker.execute(fn, ...)`` for coroutine functions, ``breaker.call(fn, ...)``
-    for plain functions (thread-safe), or ``@breaker`` on either.
+    Raises ``TypeError`` for a value of the wrong type (``label``, ``clock``, ``record_when``,
+    ``window``, ``open_duration``) and ``ValueError`` naming the parameter and its range for a
+    value out of range. Use ``await breaker.execute(fn, ...)`` for coroutine functions,
+    ``breaker.call(fn, ...)`` for plain functions (thread-safe), or ``@breaker`` on either.
     """
 
     __slots__ = (
-        "__weakref__", "_clock", "_closed_epoch", "_closed_since", "_defer_until", "_epoch", "_fppm", "_inflight",
-        "_lock", "_minimum",
-        "_next_probe", "_now", "_open_counts", "_open_duration", "_open_until", "_probe_calls",
-        "_probe_failures", "_probe_ok", "_probe_slow", "_probe_timeout_ns", "_probes", "_probes_free",
-        "_record_when", "_site", "_slow_ns", "_sppm", "_state", "_streams", "_trips", "_window",
-        "_window_kind", "label",
+        "__weakref__", "_clock", "_closed_epoch", "_closed_since", "_defer_until", "_episode", "_epoch",
+        "_fold_until", "_folded", "_fppm", "_lock", "_minimum", "_now", "_open_counts", "_open_duration", "_open_until",
+        "_probe_timeout_ns", "_probes", "_record_when", "_recorder", "_site", "_slow_ns", "_sppm", "_state",
+        "_streams", "_trips", "_window", "_window_kind", "label",
     )
 
     counts_by_default = staticmethod(_counts_by_default)
@@ -129,149 +181,109 @@ class CircuitBreaker:
         self,
         *,
         label: str,
-        window: TimeWindow | CountWindow = TimeWindow(60.0),  # noqa: B008 (immutable value)
+        window: TimeWindow | CountWindow = _DEFAULT_WINDOW,
         minimum_calls: int = 10,
         failure_rate_threshold: float = 0.5,
         slow_call_duration: Seconds = 10.0,
         slow_call_rate_threshold: float = 1.0,
-        open_duration: OpenDuration = OpenDuration.standard,
+        open_duration: OpenDuration = _STANDARD,
         half_open_probes: int = 1,
         half_open_timeout: Seconds = 60.0,
         record_when: Callable[[Exception], bool] = _counts_by_default,
         clock: Clock | None = None,
     ) -> None:
-        if not isinstance(label, str):
-            raise TypeError(f"label must be a str, got {type(label).__name__}")
+        if type(label) is not str:
+            if not isinstance(label, str):
+                raise TypeError(f"label must be a str, got {type(label).__name__}")
+            label = str(label)
+        if not label:
+            raise ValueError("label must be a non-empty str")
         self.label = label
-        if not isinstance(window, (TimeWindow, CountWindow)):
-            raise ValueError(f"window must be TimeWindow(seconds) or CountWindow(calls), got {window!r}")
-        if isinstance(window, CountWindow):
-            minimum = check_int(minimum_calls, "minimum_calls", minimum=1, maximum=window.calls)
+        if (
+            minimum_calls is _D_MINIMUM and failure_rate_threshold is _D_FAILURE and slow_call_duration is _D_SLOW
+            and slow_call_rate_threshold is _D_SLOW_RATE and half_open_probes is _D_PROBES
+            and half_open_timeout is _D_PROBE_TIMEOUT
+        ):
+            # The defaults, validated once at import (and their integers shared by every breaker).
+            minimum, self._fppm, self._sppm, self._slow_ns, self._probes, self._probe_timeout_ns = _DEFAULTS
         else:
             minimum = check_int(minimum_calls, "minimum_calls", minimum=1)
-        self._minimum = minimum
-        self._fppm = threshold_ppm(failure_rate_threshold, "failure_rate_threshold")
-        self._sppm = threshold_ppm(slow_call_rate_threshold, "slow_call_rate_threshold")
-        # Capped at FOREVER (146 years: never reached).
-        self._slow_ns = min(to_ns(slow_call_duration, "slow_call_duration"), FOREVER)
-        if not isinstance(open_duration, OpenDuration):
-            raise ValueError(f"open_duration must be an OpenDuration, got {open_duration!r}")
-        self._open_duration = open_duration
-        self._probes = check_int(half_open_probes, "half_open_probes", minimum=1)
-        self._probe_timeout_ns = to_ns(half_open_timeout, "half_open_timeout")
-        if not callable(record_when):
-            raise ValueError("record_when must be a callable (error) -> bool")
-        self._record_when = record_when
+            self._fppm = threshold_ppm(failure_rate_threshold, "failure_rate_threshold")
+            self._sppm = threshold_ppm(slow_call_rate_threshold, "slow_call_rate_threshold")
+            self._slow_ns = duration_ns(slow_call_duration, "slow_call_duration")
+            self._probes = check_int(half_open_probes, "half_open_probes", minimum=1)
+            self._probe_timeout_ns = duration_ns(half_open_timeout, "half_open_timeout")
+        if window is not _DEFAULT_WINDOW:
+            if isinstance(window, CountWindow):
+                minimum = check_int(minimum_calls, "minimum_calls", minimum=1, maximum=window.calls)
+            elif not isinstance(window, TimeWindow):
+                raise TypeError(f"window must be TimeWindow(seconds) or CountWindow(calls), got {window!r}")
         self._window_kind = window
-        self._window: CountRing | TimeBuckets = (
-            CountRing(window.calls, minimum, self._fppm, self._sppm)
-            if isinstance(window, CountWindow)
-            else TimeBuckets(window.bucket_ns, minimum, self._fppm, self._sppm)
-        )
-        self._clock = clock if clock is not None else current_clock()
+        self._minimum = minimum
+        if open_duration is not _STANDARD and not isinstance(open_duration, OpenDuration):
+            raise TypeError(f"open_duration must be an OpenDuration, got {open_duration!r}")
+        self._open_duration = open_duration
+        if record_when is not _counts_by_default:
+            _check_record_when(record_when)
+        self._record_when = record_when
+        if clock is None:
+            clock = current_clock()
+        elif not callable(getattr(clock, "now_ns", None)):
+            raise TypeError(f"clock must be a stoic.Clock (with now_ns()), got {type(clock).__name__}")
+        self._clock = clock
         # The system clock is read straight from time.monotonic_ns: one call fewer per read.
-        self._now: Callable[[], int] = (
-            time.monotonic_ns if type(self._clock) is SystemClock else self._clock.now_ns
-        )
-        # The construction call site keys this breaker's jitter stream (seeded under testing.seeded).
-        self._site = _random.call_site(1)
+        self._now: Callable[[], int] = time.monotonic_ns if type(clock) is SystemClock else clock.now_ns
+        # The construction call site keys this breaker's jitter stream (seeded under testing.seeded);
+        # interned, so breakers made on one line share the string.
+        frame = sys._getframe(1)
+        self._site = sys.intern(f"{frame.f_code.co_filename}:{frame.f_lineno}")
         self._lock = threading.Lock()
-        self._state: BreakerState = _CLOSED
-        self._closed_epoch: list[None] | None = None
-        # The epoch: a new list at every transition. A call carries the epoch it was admitted
-        # in; one that ends in another epoch is stale. In the closed state the list also holds
-        # quick successes not yet folded into the window (see _fold).
-        self._epoch: list[None] = []
-        self._defer_until = NEVER  # before this instant a quick success may skip the lock
-        self._enter(_CLOSED)
+        self._window: CountRing | TimeBuckets | None = None
+        self._episode: _Episode | None = None
+        self._streams: weakref.WeakSet[StateStream] | None = None
+        self._recorder: _metrics.Recorder | None = None
         self._open_until: int | None = None
-        self._open_counts = (0, 0, 0)
+        self._open_counts = _NO_COUNTS
         self._trips = 0
-        self._closed_since = self._now()
-        self._probes_free = 0
-        self._probe_ok = 0
-        self._probe_calls = 0
-        self._probe_failures = 0
-        self._probe_slow = 0
-        self._inflight: dict[int, int] = {}
-        self._next_probe = 0
-        self._streams: weakref.WeakSet[StateStream] = weakref.WeakSet()
+        # Only read once there has been a trip (to reset the trip count): no clock read here.
+        self._closed_since = 0
+        self._state: BreakerState = _CLOSED
+        # The first epoch is made by the first call (through _admit): an unused breaker has none.
+        self._epoch: itertools.count[int] | None = None
+        self._closed_epoch: itertools.count[int] | None = None
+        self._folded = 0
+        self._defer_until = NEVER
+        self._fold_until = NEVER
 
     # ------------------------------------------------------------------ running operations
-    async def execute(self, fn: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs) -> R:
-        """Run ``await fn(*args, **kwargs)`` through the breaker and return its result.
+    _EXECUTE_DOC: Final = """Run ``await fn(*args, **kwargs)`` through the breaker and return its result.
 
         Raises :class:`stoic.CircuitOpen` without running ``fn`` when the breaker is open
         (``retry_after`` = seconds left, ``None`` when forced open) or half-open with every
         probe permit taken (``retry_after`` ``None``); :class:`stoic.DeadlineExceeded` when the
-        ambient deadline has already passed. Otherwise ``fn``'s own result or exception,
-        unchanged. A cancelled caller, a :class:`stoic.Defect` and an inner rejection are
-        never counted; ``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit`` and
-        ``asyncio.CancelledError`` pass through uncounted.
+        ambient deadline has already passed; ``TypeError`` (never counted) when ``fn`` returns
+        an async generator or anything else that cannot be awaited. Otherwise ``fn``'s own
+        result or exception, unchanged. A cancelled caller, a :class:`stoic.Defect` and an
+        inner rejection are never counted; ``KeyboardInterrupt``, ``SystemExit``,
+        ``GeneratorExit`` and ``asyncio.CancelledError`` pass through uncounted.
         """
-        if _deadline.ever_set and _deadline_get() is not None:  # (ever_set: see _deadline)
-            self._refuse_if_late()
-        epoch = self._closed_epoch  # the current epoch when closed, else None
-        if epoch is None:
-            epoch, probe = self._admit()
-        else:
-            probe = 0
-        now = self._now
-        start = now()
-        try:
-            # fn(*args) when there are no keyword arguments (nearly always): no dict to unpack.
-            result = await (fn(*args, **kwargs) if kwargs else fn(*args))  # type: ignore[call-arg]
-        except BaseException as exc:
-            self._settle_error(exc, epoch, probe, start, True)
-            raise
-        end = now()
-        if (
-            end < self._defer_until
-            and end - start <= self._slow_ns
-            and (_sinks_registry.floor > _DEBUG_INT or min_level() > _DEBUG_INT)
-        ):
-            # (call() and the @breaker template in _decorate.py repeat this path: keep them in step.)
-            # The closed-state fast path: a quick success that cannot change a decision is
-            # counted without the lock (list.append is atomic) and folded into the window later.
-            epoch.append(None)
-            return result
-        self._settle(epoch, probe, start, end, False)
-        return result
 
-    def call(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
-        """Run the plain function ``fn(*args, **kwargs)`` through the breaker (thread-safe).
+    _CALL_DOC: Final = """Run the plain function ``fn(*args, **kwargs)`` through the breaker (thread-safe).
 
         The same decisions and exceptions as :meth:`execute`; the lock is never held while
         ``fn`` runs, so calls from many threads run concurrently. Raises ``TypeError`` (never
-        counted: it is a bug, not the dependency's health) when ``fn`` returns a coroutine: an
-        async function goes through :meth:`execute`.
+        counted: it is a bug, not the dependency's health) when ``fn`` returns a coroutine, a
+        generator or an async generator: an async function goes through :meth:`execute`, and a
+        generator's body would run while the caller iterates, outside the breaker.
         """
-        if _deadline.ever_set and _deadline_get() is not None:  # (ever_set: see _deadline)
-            self._refuse_if_late()
-        epoch = self._closed_epoch  # the current epoch when closed, else None
-        if epoch is None:
-            epoch, probe = self._admit()
-        else:
-            probe = 0
-        now = self._now
-        start = now()
-        try:
-            result = fn(*args, **kwargs) if kwargs else fn(*args)  # type: ignore[call-arg]
-            if type(result) is _CoroutineType:
-                _refuse_coroutine(fn, result)
-        except BaseException as exc:
-            self._settle_error(exc, epoch, probe, start, False)
-            raise
-        end = now()
-        if (
-            end < self._defer_until
-            and end - start <= self._slow_ns
-            and (_sinks_registry.floor > _DEBUG_INT or min_level() > _DEBUG_INT)
-        ):
-            epoch.append(None)
-            return result
-        self._settle(epoch, probe, start, end, False)
-        return result
+
+    if TYPE_CHECKING:
+        async def execute(self, fn: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
+        def call(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R: ...
+    else:
+        execute = _decorate.method(True, "execute", _EXECUTE_DOC)
+        call = _decorate.method(False, "call", _CALL_DOC)
 
     @overload
     def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]: ...
@@ -282,8 +294,8 @@ class CircuitBreaker:
     def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
         """Decorate a coroutine function (each call runs as :meth:`execute` would) or a plain
         function (as :meth:`call` would); the wrapper keeps ``fn``'s name, docstring and
-        signature. It repeats the fast path inline rather than calling through, and takes
-        ``fn``'s own parameters when they are simple (see ``_decorate``)."""
+        signature. Raises ``TypeError`` for a generator or async generator function: protect
+        the code that consumes the generator instead (see ``_decorate``)."""
         return _decorate.decorate(self, fn)
 
     # ------------------------------------------------------------------ admission
@@ -296,27 +308,38 @@ class CircuitBreaker:
             raise DeadlineExceeded(f"deadline exceeded before calling through breaker {self.label!r}",
                                    label=self.label)
 
-    def _admit(self) -> tuple[list[None], int]:
+    def _admit(self, now: int) -> tuple[itertools.count[int], int]:
         """Admission outside the closed fast path: (epoch, probe id or 0), or CircuitOpen."""
-        now = self._now()
         pending: _Pending = []
         retry_after: int | None = None
         with self._lock:
             self._advance(now, pending)
             state = self._state
+            episode = self._episode
             if state is _CLOSED:
-                admitted: tuple[list[None], int] | None = (self._epoch, 0)
-            elif state is _HALF_OPEN and self._probes_free > 0:
-                self._probes_free -= 1
-                self._next_probe += 1
-                self._inflight[self._next_probe] = now
-                admitted = (self._epoch, self._next_probe)
+                epoch = self._epoch
+                if epoch is None:  # the breaker's first call
+                    epoch = self._epoch = self._closed_epoch = itertools.count()
+                admitted: tuple[itertools.count[int], int] | None = (epoch, 0)
+            elif state is _HALF_OPEN and episode is not None and episode.free > 0:
+                episode.free -= 1
+                episode.next_id += 1
+                episode.inflight[episode.next_id] = now
+                assert self._epoch is not None
+                admitted = (self._epoch, episode.next_id)
             else:
                 admitted = None
                 if state is _OPEN and self._open_until is not None:
                     retry_after = self._open_until - now
         if pending:
-            self._flush(pending, now)
+            try:
+                self._flush(pending, now)
+            except BaseException:
+                # A sink on breaker.half_open raised (KeyboardInterrupt, SystemExit, ...): the
+                # call never runs, so a probe permit taken goes back.
+                if admitted is not None and admitted[1]:
+                    self._ignore(admitted[0], admitted[1], None, now)
+                raise
         if admitted is not None:
             return admitted
         seconds = None if retry_after is None else retry_after / 1e9
@@ -327,14 +350,37 @@ class CircuitBreaker:
             emit("breaker.rejected", self.label, _DEBUG, now, attrs)
         raise CircuitOpen(label=self.label, retry_after=seconds)
 
+    @staticmethod
+    def _refuse_result(fn: object, result: object) -> None:
+        """A plain operation returned a coroutine, generator or async generator: it would
+        "succeed" without its body having run inside the breaker. Close it and raise a
+        TypeError whose cause is a Defect, so the call is never counted."""
+        _close_unawaited(result)
+        kind = type(result).__name__
+        hint = ("use await breaker.execute(...) for async functions" if kind == "coroutine"
+                else "protect the code that consumes the generator instead")
+        raise TypeError(f"{fn!r} returned a {kind} through CircuitBreaker.call: {hint}") from Defect(
+            f"a {kind} was returned to CircuitBreaker.call")
+
     # ------------------------------------------------------------------ recording
-    def _settle_error(self, exc: BaseException, epoch: list[None], probe: int, start: int, in_task: bool) -> None:
-        """Judge an operation that raised ``exc`` (``in_task``: it ran through the async path)."""
+    def _settle_error(
+        self, exc: BaseException, epoch: itertools.count[int], probe: int, start: int, in_task: bool,
+        awaitable: object,
+    ) -> None:
+        """Judge an operation that raised ``exc`` (``in_task``: it ran through the async path, which
+        passes the object it awaited, or None when ``fn`` itself raised)."""
         end = self._now()
-        if not isinstance(exc, Exception) or (in_task and _caller_cancelling()):
+        if not isinstance(exc, Exception) or (in_task and _decorate.caller_cancelled(exc)):
             # The caller was cancelled or interrupted: no evidence about the dependency.
             self._ignore(epoch, probe, "cancelled", end)
             return
+        if type(exc) is TypeError and type(awaitable) in (types.GeneratorType, types.AsyncGeneratorType):
+            # execute() was handed a (async) generator function: refused like @breaker on one.
+            self._ignore(epoch, probe, None, end)
+            _close_unawaited(awaitable)
+            raise TypeError(
+                f"CircuitBreaker.execute got a {type(awaitable).__name__}, which cannot be awaited: protect the "
+                "code that consumes the generator instead") from Defect("a generator was passed to execute")
         if is_defect(exc):
             self._ignore(epoch, probe, None, end)
             if min_level() <= _ERROR:
@@ -342,20 +388,29 @@ class CircuitBreaker:
             return
         try:
             counts = bool(self._record_when(exc))
-        except Exception:
-            # A record_when that raises is a bug of ours, not the dependency's: never counted.
+        except Exception as bad:
+            # A broken record_when is a configuration error: reported once, and the call is
+            # judged conservatively (a failure), never silently ignored.
+            _report_callback(self, self._record_when, bad, exc)
+            counts = True
+        except BaseException:
+            # KeyboardInterrupt, SystemExit, CancelledError, GeneratorExit from record_when:
+            # the probe permit goes back before it propagates.
             self._ignore(epoch, probe, None, end)
-            if min_level() <= _ERROR:
-                emit("breaker.defect", self.label, _ERROR, end, {})
-            return
-        if not counts and isinstance(exc, Rejected):
+            raise
+        if not counts and is_rejection(exc):
             self._ignore(epoch, probe, "rejection", end)
             return
-        self._settle(epoch, probe, start, end, counts)
+        self._settle(epoch, probe, start, end, counts, error_type(exc) if counts else None)
 
-    def _settle(self, epoch: list[None], probe: int, start: int, end: int, failed: bool) -> None:
-        """Record a completed call: a failure, or a success (a return, or an error that
-        ``record_when`` did not count) that could not take the fast path."""
+    def _settle(
+        self, epoch: itertools.count[int], probe: int, start: int, end: int, failed: bool, kind: str | None,
+    ) -> None:
+        """Record a completed call: a failure (``kind``: its error.type), or a success (a return,
+        or an error that ``record_when`` did not count) that could not take the fast path."""
+        if _admission_state.waits:
+            # The call waited in an inner queue: time the dependency from its admission.
+            start = _admission.admitted_since(self._clock, start)
         duration = end - start
         slow = duration > self._slow_ns
         pending: _Pending = []
@@ -366,50 +421,104 @@ class CircuitBreaker:
             state = self._state
             recorded = epoch is self._epoch
             if recorded and probe == 0:
-                self._fold(end, pending)  # earlier quick successes first: they finished before
-                recorded = epoch is self._epoch
+                if end < self._fold_until:
+                    self._fold(end, pending)  # earlier quick successes first: they finished before
+                    recorded = epoch is self._epoch
                 if recorded:
-                    window = self._window
+                    window = self._window or self._new_window()
                     if failed or slow:
                         tripped = window.add(end, (FAILED if failed else 0) | (SLOW if slow else 0))
                     else:
                         tripped = window.success(end)
                     if tripped:
                         self._trip_closed(end, pending)
+                    elif _metrics_state.enabled:
+                        # Every call takes this path while metrics are on: the lock-free path is
+                        # closed, and its count was just folded for the last time (a success
+                        # that read "metrics off" counted before any other thread could run: no
+                        # switch between its check and its next(), see _decorate). Reading the
+                        # epoch on every call would cost more than the metrics themselves.
+                        self._defer_until = NEVER
+                        self._fold_until = NEVER
                     else:
-                        self._defer_until = min(window.defer_until(), end + _FOLD_EVERY_NS)
+                        self._defer_until = window.defer_until()
+                        self._fold_until = FOREVER
             elif recorded:
-                self._inflight.pop(probe, None)
-                self._probe_calls += 1
+                episode = self._episode
+                assert episode is not None
+                episode.inflight.pop(probe, None)
+                episode.calls += 1
                 if failed:
-                    self._probe_failures += 1
+                    episode.failures += 1
                 if slow:
-                    self._probe_slow += 1
+                    episode.slow += 1
                 if failed:
                     self._reopen(end, "probe_failed", pending)
                 elif slow:
                     self._reopen(end, "probe_slow", pending)
                 else:
-                    self._probe_ok += 1
-                    if self._probe_ok >= self._probes:
+                    episode.ok += 1
+                    if episode.ok >= self._probes:
                         self._close(end, "probes_succeeded", pending)
-        if min_level() <= _DEBUG:
+            if _metrics_state.enabled:
+                recorder = self._recorder or self._new_recorder()
+                if failed:
+                    error_kind = kind or ""
+                    recorder.count(("calls", "failure", error_kind))
+                    recorder.observe(("duration", "failure", error_kind), duration)
+                else:
+                    # The success series exist from the recorder's creation: updated in place,
+                    # with no method call (this is every call's cost while metrics are on).
+                    counters = recorder.counters
+                    counters[_SUCCESS_CALLS] += 1
+                    histogram = recorder.histograms[_SUCCESS_DURATION]
+                    histogram.counts[_bisect_left(_BOUNDS_NS, duration)] += 1
+                    histogram.sum_ns += duration
+                    histogram.count += 1
+        if _sinks_registry.floor <= _DEBUG and min_level() <= _DEBUG:
             self._emit_settled(recorded, "failure" if failed else "success", slow, state, end, duration)
         if pending:
             self._flush(pending, end)
 
+    def _new_window(self) -> CountRing | TimeBuckets:
+        kind = self._window_kind
+        window: CountRing | TimeBuckets = (
+            CountRing(kind.calls, self._minimum, self._fppm, self._sppm)
+            if isinstance(kind, CountWindow)
+            else TimeBuckets(kind.bucket_ns, self._minimum, self._fppm, self._sppm)
+        )
+        self._window = window
+        return window
+
+    def _new_recorder(self) -> _metrics.Recorder:
+        recorder = _metrics.recorder("breaker", self.label)
+        recorder.counters[_SUCCESS_CALLS] = 0
+        recorder.histograms[_SUCCESS_DURATION] = _metrics.Histogram()
+        self._recorder = recorder
+        return recorder
+
     def _fold(self, now: int, pending: _Pending) -> None:
         """Fold the quick successes counted without the lock into the window (under the lock).
 
-        ``del epoch[:n]`` removes exactly the ``n`` entries counted, in one step, so a success
-        appended meanwhile by another thread stays for the next fold.
+        The epoch only ever counts up; ``_folded`` is how much of it the window holds already, so
+        a success counted while this runs is simply folded next time: exact at any call rate,
+        with nothing growing in between.
         """
-        epoch = self._epoch
-        count = len(epoch)
-        if count and self._state is _CLOSED:
-            del epoch[:count]
-            if self._window.successes(count):
+        if self._state is not _CLOSED or self._epoch is None:
+            return
+        total = _counted(self._epoch)
+        count = total - self._folded
+        if count:
+            self._folded = total
+            window = self._window or self._new_window()
+            if window.successes(count):
                 self._trip_closed(now, pending)
+
+    def _pending_quick(self) -> int:
+        """Quick successes counted but not yet folded (for tests and the benchmark)."""
+        with self._lock:
+            epoch = self._epoch
+            return _counted(epoch) - self._folded if self._state is _CLOSED and epoch is not None else 0
 
     def _emit_settled(
         self, recorded: bool, outcome: str, slow: bool, state: BreakerState, now: int, duration: int
@@ -420,14 +529,15 @@ class CircuitBreaker:
         else:
             emit("breaker.ignored", self.label, _DEBUG, now, {"reason": "stale"})
 
-    def _ignore(self, epoch: list[None], probe: int, reason: str | None, now: int) -> None:
+    def _ignore(self, epoch: itertools.count[int], probe: int, reason: str | None, now: int) -> None:
         """A completion without a verdict: a probe's permit goes back for another caller."""
         pending: _Pending = []
         if probe:
             with self._lock:
                 self._advance(now, pending)
-                if epoch is self._epoch and self._inflight.pop(probe, None) is not None:
-                    self._probes_free += 1
+                episode = self._episode
+                if epoch is self._epoch and episode is not None and episode.inflight.pop(probe, None) is not None:
+                    episode.free += 1
         if reason is not None and min_level() <= _DEBUG:
             emit("breaker.ignored", self.label, _DEBUG, now, {"reason": reason})
         if pending:
@@ -444,21 +554,20 @@ class CircuitBreaker:
                 if until is None or now < until:
                     return
                 self._enter(_HALF_OPEN)
-                self._probes_free = self._probes
-                self._probe_ok = self._probe_calls = self._probe_failures = self._probe_slow = 0
-                self._inflight.clear()
+                self._episode = _Episode(self._probes)
                 self._publish(_HALF_OPEN)
                 if min_level() <= _INFO:
                     pending.append(("breaker.half_open", _INFO, {"probes": self._probes}))
                 return
-            if state is not _HALF_OPEN or not self._inflight:
+            episode = self._episode
+            if state is not _HALF_OPEN or episode is None or not episode.inflight:
                 return
-            expired_at = min(self._inflight.values()) + self._probe_timeout_ns
+            expired_at = min(episode.inflight.values()) + self._probe_timeout_ns
             if now < expired_at:
                 return
             # The open period counts from when the probe timed out, not from when it was noticed.
-            self._probe_calls += 1
-            self._probe_failures += 1
+            episode.calls += 1
+            episode.failures += 1
             self._reopen(expired_at, "probe_timeout", pending)
 
     def _trip_closed(self, now: int, pending: _Pending) -> None:
@@ -466,22 +575,27 @@ class CircuitBreaker:
         if now - self._closed_since >= self._open_duration.reset_after_ns:
             self._trips = 0
         window = self._window
+        assert window is not None
         trigger = window.tripped() or "failure_rate"
         self._open(now, trigger, window.counts(now), pending)
 
     def _reopen(self, now: int, trigger: str, pending: _Pending) -> None:
-        self._open(now, trigger, (self._probe_calls, self._probe_failures, self._probe_slow), pending)
+        episode = self._episode
+        counts = (episode.calls, episode.failures, episode.slow) if episode is not None else _NO_COUNTS
+        self._open(now, trigger, counts, pending)
 
     def _open(self, now: int, trigger: str, counts: tuple[int, int, int], pending: _Pending) -> None:
         self._trips += 1
         duration = self._open_duration
+        # Drawn from the ambient stream each time, never cached here: _random reseeds its
+        # streams in a forked child, so pre-fork workers do not open in lockstep (field report 21).
         draw = _random.stream(self._site).random() if duration.jitter > 0 else 0.0
         open_for = duration.jittered_ns(self._trips, draw)
         self._enter(_OPEN)
         self._open_until = now + open_for
         self._open_counts = counts
-        self._window.clear()
-        self._inflight.clear()
+        self._window = None
+        self._episode = None
         self._publish(_OPEN)
         if min_level() <= _WARNING:
             pending.append(("breaker.opened", _WARNING, {
@@ -492,8 +606,8 @@ class CircuitBreaker:
     def _close(self, now: int, reason: str, pending: _Pending) -> None:
         changed = self._state is not _CLOSED
         self._enter(_CLOSED)
-        self._window.clear()
-        self._inflight.clear()
+        self._window = None
+        self._episode = None
         self._closed_since = now
         self._open_until = None
         if changed:
@@ -503,13 +617,15 @@ class CircuitBreaker:
 
     def _enter(self, state: BreakerState) -> None:
         """Start a new epoch in ``state``: calls admitted before become stale, and quick
-        successes not yet folded are dropped with the old list (callers fold first where
+        successes not yet folded are dropped with the old epoch (callers fold first where
         they still count)."""
-        epoch: list[None] = []
+        epoch: itertools.count[int] = itertools.count()
         self._epoch = epoch
+        self._folded = 0
         self._state = state
         self._closed_epoch = epoch if state is _CLOSED else None
         self._defer_until = NEVER
+        self._fold_until = NEVER  # the new epoch has counted nothing yet
 
     def _publish(self, state: BreakerState) -> None:
         # Under the lock, so every stream sees transitions in the order they happened.
@@ -541,8 +657,10 @@ class CircuitBreaker:
             self._flush(pending, now)
         return state
 
+    @property
     def snapshot(self) -> BreakerSnapshot:
-        """A consistent :class:`BreakerSnapshot` at this instant (applies due transitions)."""
+        """A consistent :class:`BreakerSnapshot` at this instant (reading it applies due
+        transitions and folds the quick successes counted without the lock)."""
         now = self._now()
         pending: _Pending = []
         with self._lock:
@@ -555,10 +673,17 @@ class CircuitBreaker:
                 if self._trips and now - self._closed_since >= self._open_duration.reset_after_ns:
                     self._trips = 0
                 window = self._window
-                calls, failures, slow = window.counts(now)
-                self._defer_until = min(window.defer_until(), now + _FOLD_EVERY_NS)
+                if window is None:
+                    calls, failures, slow = _NO_COUNTS
+                else:
+                    calls, failures, slow = window.counts(now)
+                    if not _metrics_state.enabled:
+                        self._defer_until = window.defer_until()
+                        self._fold_until = FOREVER
             elif state is _HALF_OPEN:
-                calls, failures, slow = self._probe_calls, self._probe_failures, self._probe_slow
+                episode = self._episode
+                calls, failures, slow = (
+                    (episode.calls, episode.failures, episode.slow) if episode is not None else _NO_COUNTS)
             else:
                 calls, failures, slow = self._open_counts
                 if self._open_until is not None:
@@ -588,12 +713,15 @@ class CircuitBreaker:
         """
         stream = StateStream(self._unsubscribe)
         with self._lock:
+            if self._streams is None:
+                self._streams = weakref.WeakSet()
             self._streams.add(stream)
         return stream
 
     def _unsubscribe(self, stream: StateStream) -> None:
         with self._lock:
-            self._streams.discard(stream)
+            if self._streams is not None:
+                self._streams.discard(stream)
 
     # ------------------------------------------------------------------ manual control
     def force_open(self) -> None:
@@ -607,19 +735,19 @@ class CircuitBreaker:
                 self._fold(now, pending)  # the quick successes count in the reported window
             if self._state is _OPEN and self._open_until is None:
                 return
-            window = self._window
             if self._state is _CLOSED:
-                counts = window.counts(now)
+                counts = self._window.counts(now) if self._window is not None else _NO_COUNTS
             elif self._state is _HALF_OPEN:
-                counts = (self._probe_calls, self._probe_failures, self._probe_slow)
+                episode = self._episode
+                counts = (episode.calls, episode.failures, episode.slow) if episode is not None else _NO_COUNTS
             else:
                 counts = self._open_counts
             changed = self._state is not _OPEN
             self._enter(_OPEN)
             self._open_until = None
             self._open_counts = counts
-            window.clear()
-            self._inflight.clear()
+            self._window = None
+            self._episode = None
             if changed:
                 self._publish(_OPEN)
             trips = self._trips
@@ -661,3 +789,41 @@ class CircuitBreaker:
     def __repr__(self) -> str:
         return f"CircuitBreaker(label={self.label!r}, state={self._state.value}, window={self._window_kind!r})"
 
+
+_KW: Final = CircuitBreaker.__init__.__kwdefaults__ or {}
+_D_MINIMUM: Final = _KW["minimum_calls"]
+_D_FAILURE: Final = _KW["failure_rate_threshold"]
+_D_SLOW: Final = _KW["slow_call_duration"]
+_D_SLOW_RATE: Final = _KW["slow_call_rate_threshold"]
+_D_PROBES: Final = _KW["half_open_probes"]
+_D_PROBE_TIMEOUT: Final = _KW["half_open_timeout"]
+_DEFAULTS: Final = (
+    check_int(_D_MINIMUM, "minimum_calls", minimum=1),
+    threshold_ppm(_D_FAILURE, "failure_rate_threshold"),
+    threshold_ppm(_D_SLOW_RATE, "slow_call_rate_threshold"),
+    duration_ns(_D_SLOW, "slow_call_duration"),
+    check_int(_D_PROBES, "half_open_probes", minimum=1),
+    duration_ns(_D_PROBE_TIMEOUT, "half_open_timeout"),
+)
+
+
+def _close_unawaited(value: object) -> None:
+    """Close a coroutine or generator that will never run (no "never awaited" warning)."""
+    close = getattr(value, "close", None)
+    if close is not None and not isinstance(value, types.AsyncGeneratorType):
+        close()
+
+
+def _check_record_when(record_when: object) -> None:
+    """A ``record_when`` must be callable with one positional argument (the error)."""
+    if not callable(record_when):
+        raise TypeError(f"record_when must be a callable (error) -> bool, got {type(record_when).__name__}")
+    try:
+        signature = inspect.signature(record_when)
+    except (TypeError, ValueError):  # a builtin or extension callable without a signature: trusted
+        return
+    try:
+        signature.bind(None)
+    except TypeError as error:
+        raise TypeError(f"record_when must accept one positional argument (the error): "
+                        f"{record_when!r} has the signature {signature} ({error})") from None

@@ -11,7 +11,19 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .._durations import Seconds, check_fraction, check_int, to_ns, to_seconds
+from .._durations import MAX_SECONDS, Seconds, check_fraction, check_int, to_ns, to_seconds
+
+MAX_COUNT_WINDOW = 10_000_000
+"""The largest :class:`CountWindow` (one byte per call once the window is first used: 10 MB)."""
+
+
+def duration_ns(value: Seconds, name: str) -> int:
+    """Validate a breaker duration and return it in nanoseconds: stoic's one range for every
+    duration, ``(0, MAX_SECONDS]`` (see ``stoic._durations``), checked at construction, so an
+    instant computed from it is always an exact int. Raises ``TypeError`` when it is not a number
+    or timedelta, ``ValueError`` naming ``name`` and the range otherwise.
+    """
+    return to_ns(value, name)
 
 
 class BreakerState(enum.StrEnum):
@@ -38,7 +50,7 @@ class TimeWindow:
     BUCKETS: ClassVar[int] = 10
 
     def __init__(self, seconds: Seconds) -> None:
-        ns = to_ns(seconds, "TimeWindow seconds")
+        ns = duration_ns(seconds, "TimeWindow seconds")
         if ns < self.BUCKETS:
             raise ValueError(f"TimeWindow seconds must be >= 1e-08 (ten 1 ns buckets), got {seconds!r}")
         self.ns = ns
@@ -62,13 +74,14 @@ class TimeWindow:
 class CountWindow:
     """Judge exactly the last ``calls`` recorded calls (an integer >= 1).
 
-    Right for a steady, high-volume dependency. Raises ``ValueError`` when ``calls < 1``.
+    Right for a steady, high-volume dependency. Raises ``ValueError`` naming ``calls`` when it
+    is not an integer in [1, 10,000,000].
     """
 
     __slots__ = ("calls",)
 
     def __init__(self, calls: int) -> None:
-        self.calls = check_int(calls, "CountWindow calls", minimum=1)
+        self.calls = check_int(calls, "CountWindow calls", minimum=1, maximum=MAX_COUNT_WINDOW)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CountWindow) and other.calls == self.calls
@@ -106,11 +119,11 @@ class OpenDuration:
 
     @classmethod
     def fixed(cls, seconds: Seconds, jitter: float = 0.2) -> OpenDuration:
-        """Open for ``seconds`` (> 0) on every trip, shortened by up to ``jitter`` (in [0, 1]).
+        """Open for ``seconds`` (in (0, 100 years]) on every trip, shortened by up to ``jitter`` (in [0, 1]).
 
-        Raises ``ValueError`` for a non-positive duration or a jitter outside [0, 1].
+        Raises ``ValueError`` for a duration out of range or a jitter outside [0, 1].
         """
-        ns = to_ns(seconds, "open_duration seconds")
+        ns = duration_ns(seconds, "open_duration seconds")
         jit = check_fraction(jitter, "jitter", low_open=False)
         return cls(ns, ns, 1.0, jit, ns)
 
@@ -130,8 +143,8 @@ class OpenDuration:
         Raises ``ValueError`` naming the parameter when any is out of range or
         ``maximum < initial``.
         """
-        initial_ns = to_ns(initial, "initial")
-        maximum_ns = to_ns(maximum, "maximum")
+        initial_ns = duration_ns(initial, "initial")
+        maximum_ns = duration_ns(maximum, "maximum")
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor):
             raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
         if factor < 1:
@@ -139,7 +152,7 @@ class OpenDuration:
         if maximum_ns < initial_ns:
             raise ValueError(f"maximum must be >= initial ({initial!r} s), got {maximum!r}")
         jit = check_fraction(jitter, "jitter", low_open=False)
-        reset_ns = maximum_ns if reset_after is None else to_ns(reset_after, "reset_after")
+        reset_ns = maximum_ns if reset_after is None else duration_ns(reset_after, "reset_after")
         return cls(initial_ns, maximum_ns, float(factor), jit, reset_ns)
 
     @property
@@ -194,7 +207,7 @@ OpenDuration.standard = OpenDuration.exponential()
 
 @dataclass(frozen=True, slots=True)
 class BreakerSnapshot:
-    """A consistent view of a breaker at one instant (``CircuitBreaker.snapshot()``).
+    """A consistent view of a breaker at one instant (``CircuitBreaker.snapshot``, a property).
 
     ``calls``/``failures``/``slow_calls`` are the evidence being judged: the window when
     closed, the half-open episode's probes when half-open, and the evidence that tripped it
@@ -220,10 +233,13 @@ def threshold_ppm(value: float, name: str) -> int:
 
 
 __all__ = [
+    "MAX_COUNT_WINDOW",
+    "MAX_SECONDS",
     "BreakerSnapshot",
     "BreakerState",
     "CountWindow",
     "OpenDuration",
     "TimeWindow",
+    "duration_ns",
     "threshold_ppm",
 ]

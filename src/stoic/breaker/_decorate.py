@@ -1,32 +1,47 @@
-"""The ``@breaker`` wrappers: the breaker's success path inlined around one function.
+"""The breaker's one call path: ``execute``, ``call`` and every ``@breaker`` wrapper come from
+one template, so the success path exists once (seed 000, "CircuitBreaker": admission is a
+synchronous check, no lock is held across the operation).
 
-A wrapper declared ``(*args, **kwargs)`` packs the arguments into a tuple and a fresh dict and
-unpacks them again on every call: ~30 ns with no arguments, 50-150 ns with a few, against a
-whole breaker overhead of ~250 ns. So when the wrapped function's parameters are simple
-(positional-or-keyword and keyword-only; no ``*args``/``**kwargs``, no positional-only), the
-wrapper is generated with the same parameter list and defaults and forwards them by name;
-anything else gets the same code with ``(*args, **kwargs)``. Both come from one template,
-which repeats the fast path of :meth:`CircuitBreaker.execute` / :meth:`CircuitBreaker.call`
-(keep the three in step).
+The template is compiled per shape: async or sync, and the parameter list. ``execute`` and
+``call`` take ``(self, fn, /, *args, **kwargs)``. A ``@breaker`` wrapper declared
+``(*args, **kwargs)`` would pack the arguments into a tuple and a fresh dict and unpack them
+again on every call (~30 ns with no arguments, 50-150 ns with a few, against a whole breaker
+overhead of ~200 ns), so when the wrapped function's parameters are simple (positional-or-keyword
+and keyword-only; no ``*args``/``**kwargs``, no positional-only) the wrapper is generated with
+the same parameter list and defaults and forwards them by name; anything else gets
+``(*args, **kwargs)``.
 
 What a mirrored wrapper changes, compared with calling through ``(*args, **kwargs)``:
 arguments the function cannot take raise ``TypeError`` from the wrapper, as they would from
 the function itself, before the breaker admits or counts the call; and the defaults are the
 function's at decoration time (the same objects; reassigning ``fn.__defaults__`` later is not
 followed).
+
+The closed-state success path: a success that was quick and cannot change a decision (the
+window holds ``minimum_calls`` and, for a time window, the current bucket has not ended) is
+counted without the lock, as one ``next()`` on the epoch's ``itertools.count`` (atomic under
+the GIL), and folded into the window exactly at the next locked step (see
+``CircuitBreaker._fold``). It needs no recent fold, so it holds at any call rate. A debug sink
+or enabled metrics take the locked path, which records every call.
+
+Under the GIL the fast path's last check and its ``next()`` run without a thread switch between
+them (CPython checks for a switch after a call completes, not on attribute loads, comparisons or
+jumps), so a locked step that sees the lock-free path closed knows nothing more is being counted
+into the epoch behind it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import keyword
 import linecache
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
-from .. import _deadline
+from .. import _deadline, _metrics
 from .._deadline import _current as _deadline_scope
 from ..events import Level, min_level
 from ..events._sinks import _process as _sinks_registry
@@ -38,42 +53,63 @@ if TYPE_CHECKING:
 # does too (or is named like the one builtin it reads) gets the (*args, **kwargs) wrapper, so
 # no parameter can shadow the template's names.
 _PREFIX = "stoic_"
-_BUILTINS_READ = frozenset({"BaseException"})
+_BUILTINS_READ = frozenset({"BaseException", "type"})
+
+# What a plain operation must not return through the sync path: it would "succeed" without
+# running (a coroutine) or run its body later, outside the breaker (a generator).
+REFUSED_RESULTS: Final = frozenset({types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType})
 
 _TEMPLATE = """\
-def stoic_make(stoic_breaker, stoic_fn, stoic_now, stoic_slow_ns, stoic_admit, stoic_refuse_if_late,
-               stoic_settle, stoic_settle_error, stoic_deadline, stoic_deadline_get, stoic_sinks,
-               stoic_min_level, stoic_coroutine_type, stoic_refuse_coroutine):
+def stoic_make(stoic_breaker, stoic_fn, stoic_now, stoic_slow_ns, stoic_deadline, stoic_deadline_get,
+               stoic_sinks, stoic_min_level, stoic_metrics, stoic_next, stoic_refused, stoic_coroutine_type):
     {async_}def stoic_wrapper({params}):
         if stoic_deadline.ever_set and stoic_deadline_get() is not None:
-            stoic_refuse_if_late()
-        stoic_epoch = stoic_breaker._closed_epoch  # the current epoch when closed, else None
+            {b}._refuse_if_late()
+        stoic_start = {now}()
+        stoic_epoch = {b}._closed_epoch  # the current epoch when closed, else None
         if stoic_epoch is None:
-            stoic_epoch, stoic_probe = stoic_admit()
+            stoic_epoch, stoic_probe = {b}._admit(stoic_start)
         else:
             stoic_probe = 0
-        stoic_start = stoic_now()
         try:
-            stoic_result = {await_}{call}{refuse}
+{body}
         except BaseException as stoic_exc:
-            stoic_settle_error(stoic_exc, stoic_epoch, stoic_probe, stoic_start, {in_task})
+            {b}._settle_error(stoic_exc, stoic_epoch, stoic_probe, stoic_start, {verdict})
             raise
-        stoic_end = stoic_now()
+        stoic_end = {now}()
         if (
-            stoic_end < stoic_breaker._defer_until
-            and stoic_end - stoic_start <= stoic_slow_ns
+            stoic_end < {b}._defer_until
+            and stoic_end - stoic_start <= {slow_ns}
             and (stoic_sinks.floor > {debug} or stoic_min_level() > {debug})
+            and not stoic_metrics.enabled
         ):
-            stoic_epoch.append(None)
+            stoic_next(stoic_epoch)
             return stoic_result
-        stoic_settle(stoic_epoch, stoic_probe, stoic_start, stoic_end, False)
+        {b}._settle(stoic_epoch, stoic_probe, stoic_start, stoic_end, False, None)
         return stoic_result
     return stoic_wrapper
 """
 
+_ASYNC_BODY = """\
+            stoic_awaitable = None
+            stoic_awaitable = {call}
+            stoic_result = await stoic_awaitable"""
+
+_SYNC_BODY = """\
+            stoic_result = {call}
+            if {refused_test}:
+                {b}._refuse_result(stoic_fn, stoic_result)"""
+
+# call() refuses every returned coroutine, generator or async generator. A @breaker wrapper has
+# already refused generator functions at decoration, so it only checks for a coroutine (one
+# identity test: a plain function that returns a generator it made is its caller's to iterate).
+_REFUSED_BY_CALL = "type(stoic_result) in stoic_refused"
+_REFUSED_BY_WRAPPER = "type(stoic_result) is stoic_coroutine_type"
+
 # (*args, **kwargs) forwarding: kwargs is nearly always empty, and fn(*args) skips unpacking it.
 _PACKED = ("*stoic_args, **stoic_kwargs",
            "(stoic_fn(*stoic_args, **stoic_kwargs) if stoic_kwargs else stoic_fn(*stoic_args))")
+_METHOD_PARAMS = "stoic_self, stoic_fn, /, *stoic_args, **stoic_kwargs"
 
 
 def _mirrored(fn: Callable[..., Any]) -> tuple[str, str] | None:
@@ -100,19 +136,25 @@ def _mirrored(fn: Callable[..., Any]) -> tuple[str, str] | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _factory(is_async: bool, params: str, call: str) -> Callable[..., Callable[..., Any]]:
+def _factory(is_async: bool, params: str, call: str, method: bool) -> Callable[..., Callable[..., Any]]:
+    # A method reads the breaker's own attributes; a wrapper has them as closure constants.
+    b = "stoic_self" if method else "stoic_breaker"
+    refused_test = _REFUSED_BY_CALL if method else _REFUSED_BY_WRAPPER
+    body = (_ASYNC_BODY if is_async else _SYNC_BODY).format(call=call, b=b, refused_test=refused_test)
     source = _TEMPLATE.format(
         async_="async " if is_async else "",
-        await_="await " if is_async else "",
-        in_task="True" if is_async else "False",
-        # As call(): a plain function that returned a coroutine is refused (never counted).
-        refuse="" if is_async else ("\n            if type(stoic_result) is stoic_coroutine_type:"
-                                    "\n                stoic_refuse_coroutine(stoic_fn, stoic_result)"),
         params=params,
-        call=call,
+        body=body,
+        b=b,
+        now="stoic_self._now" if method else "stoic_now",
+        slow_ns="stoic_self._slow_ns" if method else "stoic_slow_ns",
+        # The sync path never asks about task cancellation; the async one passes the awaitable
+        # so that an async generator handed to execute() is refused, never counted.
+        verdict="True, stoic_awaitable" if is_async else "False, None",
         debug=int(Level.DEBUG),
     )
-    filename = f"<stoic breaker wrapper: {'async ' if is_async else ''}({params})>"
+    kind = "method" if method else "wrapper"
+    filename = f"<stoic breaker {kind}: {'async ' if is_async else ''}({params})>"
     # Registered like a file so tracebacks through the wrapper show its source lines.
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     namespace: dict[str, Any] = {}
@@ -121,22 +163,85 @@ def _factory(is_async: bool, params: str, call: str) -> Callable[..., Callable[.
     return make
 
 
+def _shared() -> tuple[object, ...]:
+    return (_deadline, _deadline_scope.get, _sinks_registry, min_level, _metrics.state, next, REFUSED_RESULTS,
+            types.CoroutineType)
+
+
+def method(is_async: bool, name: str, doc: str | None) -> Callable[..., Any]:
+    """``CircuitBreaker.execute`` (``is_async``) or ``CircuitBreaker.call``, from the template."""
+    made = _factory(is_async, _METHOD_PARAMS, _PACKED[1], True)(None, None, None, None, *_shared())
+    made.__name__ = name
+    made.__qualname__ = f"CircuitBreaker.{name}"
+    made.__doc__ = doc
+    return made
+
+
+def refuse_generator_function(fn: Callable[..., Any]) -> None:
+    """``@breaker`` on a generator function or async generator function: the call would return
+    the generator at once and its body would run later, outside the breaker. Refused."""
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        kind = "an async generator function" if inspect.isasyncgenfunction(fn) else "a generator function"
+        raise TypeError(
+            f"@breaker cannot protect {kind} ({getattr(fn, '__qualname__', fn)!r}): its body runs while the "
+            "caller iterates, outside the breaker. Protect the code that consumes the generator instead.")
+
+
 def decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., Any]:
     """The wrapper for ``@breaker`` on ``fn``: each call runs as ``breaker.execute(fn, ...)``
-    (coroutine function) or ``breaker.call(fn, ...)`` (plain function) would."""
-    from ._breaker import _refuse_coroutine
-
+    (coroutine function) or ``breaker.call(fn, ...)`` (plain function) would. Raises
+    ``TypeError`` for a generator or async generator function."""
+    if not callable(fn):
+        raise TypeError(f"@breaker needs a function, got {type(fn).__name__}")
+    refuse_generator_function(fn)
     is_async = inspect.iscoroutinefunction(fn)
     mirrored = _mirrored(fn)
     params, call = mirrored if mirrored is not None else _PACKED
-    wrapper = _factory(is_async, params, call)(
-        breaker, fn, breaker._now, breaker._slow_ns, breaker._admit, breaker._refuse_if_late,
-        breaker._settle, breaker._settle_error, _deadline, _deadline_scope.get, _sinks_registry, min_level,
-        types.CoroutineType, _refuse_coroutine,
-    )
+    wrapper = _factory(is_async, params, call, False)(breaker, fn, breaker._now, breaker._slow_ns, *_shared())
     if mirrored is not None:
         # The wrapper's parameters take fn's defaults (the same objects, read now).
         wrapper.__defaults__ = fn.__defaults__
         wrapper.__kwdefaults__ = dict(fn.__kwdefaults__) if fn.__kwdefaults__ else None
     functools.update_wrapper(wrapper, fn)
     return wrapper
+
+
+# ---------------------------------------------------------------- "is the caller being cancelled?"
+
+def caller_cancelled(error: BaseException) -> bool:
+    """Whether the task running the call is being cancelled, asked when the operation ended with
+    the ordinary exception ``error`` (a ``CancelledError`` or other ``BaseException`` is never
+    counted anyway).
+
+    The caller is being cancelled when a cancel request reached its task during the call, which
+    leaves one of two traces: the request is still pending (not yet delivered: asyncio's Task
+    keeps it in ``_must_cancel``), or it was delivered as the ``CancelledError`` the operation
+    then turned into ``error`` (it is in ``error``'s cause/context chain, not behind a
+    ``TimeoutError``: an inner ``asyncio.timeout``/``stoic.timeout`` turns its *own* cancel into
+    one, which is the dependency being slow). An exception group is a ``TaskGroup``'s verdict on
+    its children, judged by its leaves.
+
+    ``task.cancelling()`` above zero alone proves nothing: a cancel swallowed earlier (a failed
+    ``TaskGroup`` on Python 3.11 never calls ``uncancel()``, nor do some libraries) leaves it
+    raised for the rest of the task, whose later failures must count (field report 17). The
+    count is not read on entry (on 3.11 finding the current task costs a ``getpid`` system call,
+    ~100 ns, more than half the breaker's success path); it is read only here, on an error.
+    """
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop: a coroutine closed or driven by hand
+        return False
+    if task is None or task.cancelling() == 0:
+        return False
+    if getattr(task, "_must_cancel", False):
+        return True
+    if isinstance(error, BaseExceptionGroup):
+        return False
+    link: BaseException | None = error
+    for _ in range(16):
+        if link is None or isinstance(link, TimeoutError):
+            return False
+        if isinstance(link, asyncio.CancelledError):
+            return True
+        link = link.__cause__ or link.__context__
+    return False

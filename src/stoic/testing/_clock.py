@@ -100,6 +100,12 @@ class VirtualClock:
         finally:
             handle.cancel()
 
+    async def sleep(self, seconds: Seconds) -> None:
+        """Suspend the calling task for ``seconds`` (>= 0, float or timedelta) of virtual time:
+        until :meth:`advance` (or :meth:`run`/:meth:`run_until_idle`) moves the clock that far.
+        ``sleep(0)`` yields to the loop once. Raises ``ValueError`` for a negative duration."""
+        await self.sleep_until(self._now_ns + to_ns(seconds, "seconds", allow_zero=True))
+
     def sleep_until_blocking(self, when_ns: int) -> None:
         with self._cond:
             while self._now_ns < when_ns:

@@ -1,0 +1,562 @@
+"""How errors and tasks really arrive at the breaker (issue 9, field reports 16-18, 20, 21) and
+what a hostile caller found: every form (``execute``, ``call``, ``@breaker``), sync and async."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import types
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from _breaker_helpers import Boom, StepClock
+
+import stoic
+from stoic import (
+    Bulkhead,
+    BulkheadFull,
+    CircuitBreaker,
+    CountWindow,
+    Defect,
+    OpenDuration,
+    Pipeline,
+    RateLimited,
+    RateLimiter,
+    TimeWindow,
+    _random,
+)
+from stoic.events import Event
+from stoic.testing import VirtualClock
+
+SECOND = 1_000_000_000
+
+
+def make(**overrides: Any) -> CircuitBreaker:
+    config: dict[str, Any] = {
+        "window": CountWindow(10), "minimum_calls": 5, "failure_rate_threshold": 1.0,
+        "open_duration": OpenDuration.fixed(10.0, jitter=0.0),
+    }
+    config.update(overrides)
+    return CircuitBreaker(label=config.pop("label", "arrivals"), **config)
+
+
+def counts(breaker: CircuitBreaker) -> tuple[int, int]:
+    snap = breaker.snapshot
+    return snap.calls, snap.failures
+
+
+# ---------------------------------------------------------------- 16: generators are not successes
+
+def _gen() -> Iterator[int]:
+    yield 1
+    raise Boom("during iteration")
+
+
+async def _agen() -> AsyncIterator[int]:
+    yield 1
+    raise Boom("during iteration")
+
+
+@pytest.mark.parametrize("fn", [_gen, _agen])
+def test_breaker_refuses_generator_functions_at_decoration(fn: Callable[[], object]) -> None:
+    breaker = make()
+    with pytest.raises(TypeError, match=r"(?i)protect the code that consumes the generator"):
+        breaker(fn)
+
+
+@pytest.mark.parametrize("fn", [_gen, _agen])
+def test_a_generator_returned_through_call_is_refused_and_never_counted(fn: Callable[[], object]) -> None:
+    breaker = make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            with pytest.raises(TypeError, match="consumes the generator"):
+                breaker.call(fn)
+    assert counts(breaker) == (0, 0)
+
+
+def test_call_refuses_a_generator_returned_by_a_plain_wrapper_function() -> None:
+    breaker = make()
+    with pytest.raises(TypeError, match="consumes the generator"):
+        breaker.call(lambda: _gen())
+    assert counts(breaker) == (0, 0)
+
+
+@pytest.mark.parametrize("fn", [_gen, _agen])
+async def test_a_generator_function_given_to_execute_is_refused_and_never_counted(fn: Callable[[], Any]) -> None:
+    breaker = make()
+    for _ in range(6):
+        with pytest.raises(TypeError, match="consumes the generator") as raised:
+            await breaker.execute(fn)
+        assert isinstance(raised.value.__cause__, Defect)
+    assert counts(breaker) == (0, 0)
+    assert breaker.state is stoic.BreakerState.CLOSED
+
+
+async def test_a_generator_based_coroutine_still_runs_through_execute() -> None:
+    @types.coroutine
+    def legacy() -> Iterator[None]:
+        yield from asyncio.sleep(0).__await__()
+        return 5  # type: ignore[misc]
+
+    breaker = make()
+    assert await breaker.execute(legacy) == 5  # type: ignore[arg-type]
+    assert counts(breaker) == (1, 0)
+
+
+def test_a_refused_generator_returns_a_half_open_probe_permit() -> None:
+    clock = StepClock()
+    breaker = make(clock=clock, minimum_calls=1)
+    with pytest.raises(Boom):
+        breaker.call(_raise_boom)
+    clock.t += 11 * SECOND
+    with pytest.raises(TypeError):
+        breaker.call(_gen)
+    assert breaker.call(lambda: "ok") == "ok"  # the permit came back: this probe closes it
+    assert breaker.state is stoic.BreakerState.CLOSED
+
+
+def _raise_boom() -> None:
+    raise Boom("down")
+
+
+# ---------------------------------------------------------------- 17: a cancel request swallowed earlier
+
+async def _failed_task_group() -> None:
+    """A TaskGroup whose child failed: on Python 3.11 it leaves cancelling() raised in this task."""
+
+    async def child() -> None:
+        raise ConnectionError("child")
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(child())
+    except* ConnectionError:
+        pass
+
+
+async def _fan_out() -> None:
+    async def child() -> None:
+        raise ConnectionError("refused")
+
+    async with asyncio.TaskGroup() as group:
+        group.create_task(child())
+        group.create_task(asyncio.sleep(0))
+
+
+async def _refused() -> None:
+    raise ConnectionError("refused")
+
+
+async def test_a_stale_cancel_count_does_not_hide_later_failures() -> None:
+    await _failed_task_group()
+    task = asyncio.current_task()
+    assert task is not None
+    stale = task.cancelling()
+    breaker = make()
+    wrapped = breaker(_refused)
+    for i in range(5):
+        with pytest.raises(ConnectionError):
+            await (breaker.execute(_refused) if i % 2 else wrapped())
+    assert task.cancelling() == stale  # (>= 1 on Python 3.11)
+    assert breaker.state is stoic.BreakerState.OPEN
+
+
+@pytest.mark.parametrize("form", ["execute", "decorator"])
+async def test_five_failing_fan_outs_open_the_breaker(form: str) -> None:
+    breaker = make()
+    wrapped = breaker(_fan_out)
+    for _ in range(5):
+        with pytest.raises(ExceptionGroup):
+            await (breaker.execute(_fan_out) if form == "execute" else wrapped())
+    assert breaker.state is stoic.BreakerState.OPEN
+    assert breaker.snapshot.failures == 5
+
+
+async def test_an_inner_timeout_counts_in_a_task_with_a_stale_cancel_count() -> None:
+    await _failed_task_group()
+
+    async def hangs() -> None:
+        async with asyncio.timeout(0.001):
+            await asyncio.Event().wait()
+
+    breaker = make(minimum_calls=1, window=CountWindow(1))
+    with pytest.raises(TimeoutError):
+        await breaker.execute(hangs)
+    assert breaker.state is stoic.BreakerState.OPEN
+
+
+async def test_a_caller_cancelled_during_the_call_is_not_counted_even_with_a_stale_count() -> None:
+    async def cleanup_fails() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise Boom("cleanup failed") from None
+
+    async def caller(breaker: CircuitBreaker) -> None:
+        await _failed_task_group()
+        await breaker.execute(cleanup_fails)
+
+    breaker = make()
+    task = asyncio.create_task(caller(breaker))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(Boom):
+        await task
+    assert counts(breaker) == (0, 0)
+
+
+async def test_a_failure_with_a_cancel_request_still_pending_is_not_counted() -> None:
+    async def cancelled_then_fails() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()  # requested, not yet delivered (no await since)
+        raise Boom("failed as the caller went away")
+
+    breaker = make()
+    with pytest.raises(Boom):
+        await breaker.execute(cancelled_then_fails)
+    task = asyncio.current_task()
+    assert task is not None
+    task.uncancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.sleep(0)  # (the request pending on this test's own task is consumed here)
+    assert counts(breaker) == (0, 0)
+
+
+async def test_the_sync_path_counts_failures_in_a_task_with_a_stale_cancel_count() -> None:
+    await _failed_task_group()
+    breaker = make()
+
+    def refused() -> None:
+        raise ConnectionError("refused")
+
+    wrapped = breaker(refused)
+    for i in range(5):
+        with pytest.raises(ConnectionError):
+            breaker.call(refused) if i % 2 else wrapped()
+    assert breaker.state is stoic.BreakerState.OPEN
+
+
+# ---------------------------------------------------------------- 18: errors inside exception groups
+
+def _group_of(*errors: Exception) -> ExceptionGroup[Exception]:
+    return ExceptionGroup("fan-out", list(errors))
+
+
+@pytest.mark.parametrize("form", ["call", "decorator", "execute"])
+async def test_a_group_holding_only_bulkhead_full_is_ignored_like_a_bare_one(form: str) -> None:
+    breaker = make(minimum_calls=1)
+    for error in (BulkheadFull(label="inner"), _group_of(BulkheadFull(label="a"), BulkheadFull(label="b")),
+                  _group_of(_group_of(BulkheadFull(label="nested")))):
+        def raise_it(error: Exception = error) -> None:
+            raise error
+
+        async def araise_it(error: Exception = error) -> None:
+            raise error
+
+        with pytest.raises((BulkheadFull, ExceptionGroup)):
+            if form == "call":
+                breaker.call(raise_it)
+            elif form == "decorator":
+                breaker(raise_it)()
+            else:
+                await breaker.execute(araise_it)
+    assert counts(breaker) == (0, 0)
+
+
+@pytest.mark.parametrize("form", ["call", "execute"])
+async def test_a_group_with_a_connection_error_counts(form: str) -> None:
+    breaker = make(minimum_calls=1, window=CountWindow(1))
+    group = _group_of(BulkheadFull(label="inner"), ConnectionError("refused"))
+
+    def raise_it() -> None:
+        raise group
+
+    async def araise_it() -> None:
+        raise group
+
+    with pytest.raises(ExceptionGroup):
+        if form == "call":
+            breaker.call(raise_it)
+        else:
+            await breaker.execute(araise_it)
+    assert breaker.state is stoic.BreakerState.OPEN
+
+
+def test_counts_by_default_looks_inside_groups() -> None:
+    counts_by_default = CircuitBreaker.counts_by_default
+    assert not counts_by_default(_group_of(RateLimited(), BulkheadFull()))
+    assert counts_by_default(_group_of(RateLimited(), ConnectionError()))
+    assert counts_by_default(_group_of(stoic.DeadlineExceeded(timed_out=True)))
+    assert not counts_by_default(_group_of(stoic.DeadlineExceeded()))
+    assert counts_by_default(_group_of(_group_of(BulkheadFull()), _group_of(OSError())))
+
+
+def test_a_group_with_a_defect_is_a_defect_never_counted() -> None:
+    breaker = make(minimum_calls=1, window=CountWindow(1))
+
+    def raise_it() -> None:
+        raise _group_of(ConnectionError("refused"), Defect("our bug"))
+
+    with pytest.raises(ExceptionGroup):
+        breaker.call(raise_it)
+    assert counts(breaker) == (0, 0)
+
+
+# ---------------------------------------------------------------- 20: local queueing is not a slow dependency
+
+async def _dependency(clock: VirtualClock) -> str:
+    await clock.sleep_until(clock.now_ns() + SECOND // 2)  # answers in 0.5 s, every time
+    return "ok"
+
+
+def _queued_breaker() -> CircuitBreaker:
+    return CircuitBreaker(label="api", window=TimeWindow(60.0), minimum_calls=10, slow_call_duration=1.0,
+                          slow_call_rate_threshold=0.5)
+
+
+async def _run_queued(clock: VirtualClock, call: Callable[[], Awaitable[str]], callers: int = 40) -> list[object]:
+    tasks = [asyncio.create_task(call()) for _ in range(callers)]
+    await clock.run_until_idle()
+    return await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@pytest.mark.parametrize("form", ["pipeline", "nested by hand", "stacked decorators"])
+async def test_queueing_in_an_inner_bulkhead_is_not_a_slow_call(clock: VirtualClock, form: str) -> None:
+    breaker = _queued_breaker()
+    bulkhead = Bulkhead(2, queue_limit=50, label="api")
+    if form == "pipeline":
+        pipeline = Pipeline(breaker, bulkhead)
+
+        def call() -> Awaitable[str]:
+            return pipeline.execute(_dependency, clock)
+    elif form == "nested by hand":
+        def call() -> Awaitable[str]:
+            return breaker.execute(bulkhead.execute, _dependency, clock)
+    else:
+        @breaker
+        @bulkhead
+        async def decorated() -> str:
+            return await _dependency(clock)
+
+        call = decorated
+    results = await _run_queued(clock, call)
+    assert results == ["ok"] * 40  # 20 rounds of 0.5 s: the last caller queued for 9.5 s
+    snap = breaker.snapshot
+    assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 40, 0)
+    results = await _run_queued(clock, call)
+    assert results == ["ok"] * 40  # the next request is not refused with circuit_open
+
+
+async def test_queueing_behind_an_inner_rate_limiter_is_not_a_slow_call(clock: VirtualClock) -> None:
+    breaker = _queued_breaker()
+    limiter = RateLimiter(2, burst=2, queue_limit=100, label="api")  # 2 per second: 40 callers wait up to 19 s
+    results = await _run_queued(clock, lambda: Pipeline(breaker, limiter).execute(_dependency, clock))
+    assert results == ["ok"] * 40
+    assert (breaker.snapshot.calls, breaker.snapshot.slow_calls) == (40, 0)
+
+
+async def test_a_slow_dependency_behind_a_queue_is_still_slow(clock: VirtualClock) -> None:
+    async def slow() -> str:
+        await clock.sleep_until(clock.now_ns() + 3 * SECOND // 2)  # 1.5 s: slower than slow_call_duration
+        return "late"
+
+    breaker = _queued_breaker()
+    bulkhead = Bulkhead(2, queue_limit=50, label="api")
+    results = await _run_queued(clock, lambda: breaker.execute(bulkhead.execute, slow), callers=10)
+    assert results == ["late"] * 10
+    assert breaker.snapshot.state is stoic.BreakerState.OPEN  # every call slow, measured from admission
+
+
+# ---------------------------------------------------------------- 21: forked workers do not open in lockstep
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_children_draw_different_open_durations() -> None:
+    clock = StepClock()
+    breaker = make(clock=clock, minimum_calls=1, window=CountWindow(1),
+                   open_duration=OpenDuration.fixed(100.0, jitter=1.0))
+
+    def trip() -> float:
+        breaker.reset()
+        with pytest.raises(Boom):
+            breaker.call(_raise_boom)
+        retry_after = breaker.snapshot.retry_after
+        assert retry_after is not None
+        return retry_after
+
+    trip()  # the parent already drew from the breaker's stream before forking
+    probe_site = "tests/test_breaker_arrivals.py:fork-probe"
+    _random.stream(probe_site).random()
+    children: list[tuple[int, int]] = []
+    for _ in range(4):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report one open duration and one draw of a plain stream
+            try:
+                os.close(read)
+                os.write(write, f"{trip()!r} {_random.stream(probe_site).random()!r}".encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        children.append((pid, read))
+    reports = []
+    for pid, read in children:
+        with os.fdopen(read) as pipe:
+            reports.append(pipe.read().split())
+        os.waitpid(pid, 0)
+    durations = {report[0] for report in reports}
+    plain = {report[1] for report in reports}
+    if len(plain) == 1:
+        pytest.skip("stoic._random does not reseed its streams in a forked child yet (helper retry adds it)")
+    assert len(durations) == 4, "forked children opened for identical durations: lockstep"
+
+
+# ---------------------------------------------------------------- hostile callers: permits always come back
+
+class _RaisingSink:
+    """Raises ``error`` from the first event named ``name`` it receives."""
+
+    level = stoic.Level.INFO
+
+    def __init__(self, name: str, error: BaseException) -> None:
+        self.name = name
+        self.error: BaseException | None = error
+
+    def emit(self, event: Event) -> None:
+        if event.name == self.name and self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+
+def _tripped(clock: StepClock, **overrides: Any) -> CircuitBreaker:
+    breaker = make(clock=clock, minimum_calls=1, window=CountWindow(1), **overrides)
+    with pytest.raises(Boom):
+        breaker.call(_raise_boom)
+    assert breaker.state is stoic.BreakerState.OPEN
+    clock.t += 11 * SECOND  # the open period is over: the next call is the probe
+    return breaker
+
+
+_ESCAPING = [KeyboardInterrupt, SystemExit, asyncio.CancelledError, GeneratorExit]
+
+
+def _run_form(breaker: CircuitBreaker, form: str, ok: bool = True) -> Any:
+    def op() -> str:
+        if not ok:
+            raise Boom("down")
+        return "ok"
+
+    async def aop() -> str:
+        return op()
+
+    if form == "call":
+        return breaker.call(op)
+    if form == "decorator":
+        return breaker(op)()
+    coroutine = breaker.execute(aop) if form == "execute" else breaker(aop)()
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError("suspended")
+
+
+_FORMS = ["call", "decorator", "execute", "async decorator"]
+
+
+@pytest.mark.parametrize("error", _ESCAPING)
+@pytest.mark.parametrize("form", _FORMS)
+def test_a_sink_raising_on_half_open_gives_the_probe_permit_back(form: str, error: type[BaseException]) -> None:
+    clock = StepClock()
+    breaker = _tripped(clock)
+    sink = _RaisingSink("breaker.half_open", error())
+    with stoic.use_sinks(sink):
+        with pytest.raises(error):
+            _run_form(breaker, form)
+        assert breaker.state is stoic.BreakerState.HALF_OPEN
+        assert _run_form(breaker, form) == "ok"  # the permit came back: this probe closes it
+    assert breaker.state is stoic.BreakerState.CLOSED
+
+
+@pytest.mark.parametrize("error", _ESCAPING)
+@pytest.mark.parametrize("form", _FORMS)
+def test_a_record_when_raising_a_base_exception_gives_the_probe_permit_back(
+    form: str, error: type[BaseException],
+) -> None:
+    armed = {"raise": False}
+
+    def record_when(exc: Exception) -> bool:
+        if armed["raise"]:
+            armed["raise"] = False
+            raise error()
+        return True
+
+    clock = StepClock()
+    breaker = _tripped(clock, record_when=record_when)
+    armed["raise"] = True
+    with pytest.raises(error):
+        _run_form(breaker, form, ok=False)
+    assert breaker.state is stoic.BreakerState.HALF_OPEN
+    assert _run_form(breaker, form) == "ok"
+    assert breaker.state is stoic.BreakerState.CLOSED
+
+
+@pytest.mark.parametrize("form", _FORMS)
+def test_a_record_when_that_raises_is_reported_once_and_counts_every_call(
+    form: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    def record_when(*errors: Exception) -> bool:
+        return errors[0].missing  # type: ignore[attr-defined,no-any-return]  # a bug: AttributeError
+
+    breaker = make(record_when=record_when, window=CountWindow(100), minimum_calls=100)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(99):
+            with pytest.raises(Boom):
+                _run_form(breaker, form, ok=False)
+    assert [w.category for w in caught] == [RuntimeWarning]  # once, not per call
+    assert [r.name for r in caplog.records if "record_when" in r.getMessage()] == ["stoic"]
+    assert counts(breaker) == (99, 99)
+    with pytest.raises(Boom):
+        _run_form(breaker, form, ok=False)
+    assert breaker.state is stoic.BreakerState.OPEN  # never silently disabled
+
+
+# ---------------------------------------------------------------- read-only state is a property
+
+def test_snapshot_and_state_are_read_only_properties() -> None:
+    breaker = make()
+    assert isinstance(CircuitBreaker.snapshot, property)
+    assert isinstance(CircuitBreaker.state, property)
+    assert breaker.snapshot.state is breaker.state
+    with pytest.raises(AttributeError):
+        breaker.snapshot = None  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------- huge numbers and wrong types at construction
+
+def test_a_huge_open_duration_is_refused_at_construction_not_on_the_tripping_call() -> None:
+    with pytest.raises(ValueError, match=r"open_duration seconds must be in \(0, 3155760000\]"):
+        OpenDuration.fixed(10**400)
+    with pytest.raises(ValueError, match=r"CountWindow calls must be in \[1, 10000000\]"):
+        CountWindow(10**30)
+    breaker = make(open_duration=OpenDuration.fixed(3_155_760_000), minimum_calls=1, window=CountWindow(1))
+    with pytest.raises(Boom):
+        breaker.call(_raise_boom)
+    assert breaker.state is stoic.BreakerState.OPEN
+    retry_after = breaker.snapshot.retry_after
+    assert retry_after is not None and retry_after > 3e9 * 0.79
+
+
+def test_a_clock_without_now_ns_is_a_type_error_naming_clock() -> None:
+    class NoNow:
+        def sleep_until(self, when_ns: int) -> None: ...
+
+    with pytest.raises(TypeError, match="clock"):
+        CircuitBreaker(label="clock", clock=NoNow())  # type: ignore[arg-type]
+
+

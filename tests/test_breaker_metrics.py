@@ -1,0 +1,120 @@
+"""Metrics as state (issue 11, item 1): with metrics enabled the breaker counts every call by
+outcome and error.type, and observes its duration, exactly, into its own recorder."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+
+import pytest
+from _breaker_helpers import Boom, StepClock
+
+from stoic import BulkheadFull, CircuitBreaker, CountWindow, _metrics
+
+MS = 1_000_000
+
+
+@pytest.fixture
+def metrics_on() -> Iterator[None]:
+    before = _metrics.state.enabled
+    _metrics.enable()
+    yield
+    _metrics.state.enabled = before
+
+
+def _recorder_of(breaker: CircuitBreaker) -> _metrics.Recorder:
+    recorder = breaker._recorder
+    assert recorder is not None
+    assert (recorder.kind, recorder.label) == ("breaker", breaker.label)
+    return recorder
+
+
+def test_no_recorder_is_made_while_metrics_are_off() -> None:
+    breaker = CircuitBreaker(label="quiet")
+    for _ in range(50):
+        breaker.call(lambda: 1)
+    assert breaker._recorder is None
+
+
+def test_every_call_is_counted_by_outcome_and_error_type(metrics_on: None) -> None:
+    clock = StepClock()
+    breaker = CircuitBreaker(label="api", window=CountWindow(1000), minimum_calls=1, failure_rate_threshold=1.0,
+                             clock=clock)  # type: ignore[arg-type]
+
+    def ok() -> int:
+        clock.t += 3 * MS
+        return 1
+
+    def refused() -> None:
+        clock.t += 20 * MS
+        raise ConnectionError("refused")
+
+    def full() -> None:
+        raise BulkheadFull(label="inner")
+
+    for _ in range(300):  # far more than would ever be folded in one go
+        breaker.call(ok)
+    for _ in range(7):
+        with pytest.raises(ConnectionError):
+            breaker.call(refused)
+    with pytest.raises(BulkheadFull):
+        breaker.call(full)  # ignored: not a call of the dependency
+    recorder = _recorder_of(breaker)
+    assert recorder.counters == {("calls", "success", ""): 300, ("calls", "failure", "ConnectionError"): 7}
+    success = recorder.histograms[("duration", "success", "")]
+    failure = recorder.histograms[("duration", "failure", "ConnectionError")]
+    assert (success.count, success.sum_ns) == (300, 300 * 3 * MS)
+    assert success.counts[0] == 300  # 3 ms <= 5 ms, the first bucket
+    assert (failure.count, failure.sum_ns) == (7, 7 * 20 * MS)
+    assert failure.counts[2] == 7  # 20 ms: in (10 ms, 25 ms]
+    assert breaker.snapshot.calls == 307
+
+
+async def test_the_async_paths_record_alike(metrics_on: None) -> None:
+    breaker = CircuitBreaker(label="async", window=CountWindow(100), minimum_calls=50)
+
+    @breaker
+    async def decorated() -> int:
+        return 1
+
+    async def plain() -> int:
+        return 2
+
+    async def fails() -> None:
+        raise Boom("x")
+
+    for _ in range(20):
+        await decorated()
+        await breaker.execute(plain)
+    with pytest.raises(Boom):
+        await breaker.execute(fails)
+    assert _recorder_of(breaker).counters == {("calls", "success", ""): 40, ("calls", "failure", "Boom"): 1}
+
+
+def test_threads_are_counted_exactly(metrics_on: None) -> None:
+    breaker = CircuitBreaker(label="threads", window=CountWindow(100), minimum_calls=100)
+    barrier = threading.Barrier(8)
+
+    def worker() -> None:
+        barrier.wait()
+        for _ in range(2000):
+            breaker.call(int)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    recorder = _recorder_of(breaker)
+    assert recorder.counters == {("calls", "success", ""): 16_000}
+    assert recorder.histograms[("duration", "success", "")].count == 16_000
+
+
+def test_a_collected_breaker_takes_its_recorder_with_it(metrics_on: None) -> None:
+    breaker = CircuitBreaker(label="tenant-42")
+    breaker.call(int)
+    assert any(r.label == "tenant-42" for r in _metrics.recorders())
+    del breaker
+    gc.collect()
+    assert not any(r.label == "tenant-42" for r in _metrics.recorders())
