@@ -107,8 +107,10 @@ async def _drive_everything(clock: VirtualClock, p: str) -> dict[str, object]:
         return "ok"
 
     await run(stoic.retry(stoic.Schedule.fixed(0.1).attempts(3), flaky, label=f"{p}retry"))
+    throttle = stoic.AdaptiveThrottle(label=f"{p}throttle", clock=clock)
+    await run(throttle.execute(ok))
     return {"breaker": breaker, "limiter": limiter, "bulkhead": bulkhead, "hedge": hedge, "holder": holder,
-            "gate": gate}
+            "gate": gate, "throttle": throttle}
 
 
 async def test_every_metric_in_the_table_is_produced_from_real_policies(otel, clock):

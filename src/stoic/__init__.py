@@ -19,10 +19,13 @@ from ._errors import (
     RateLimited,
     Rejected,
     RejectionReason,
+    Shed,
+    Throttled,
     is_defect,
 )
 from ._policy import Policy
 from ._retry import recur, retry, retry_sync, retrying
+from .adaptive import AdaptiveBulkhead, GradientBulkhead
 from .breaker import BreakerSnapshot, BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
 from .bulkhead import BlockingBulkhead, Bulkhead
 from .events import CATALOG, Event, Level, LoggingSink, Sink, add_sink, remove_sink, use_sinks
@@ -31,6 +34,7 @@ from .hedge import IDEMPOTENT, Hedge, Idempotency, hedge
 from .pipeline import Pipeline, Retrying
 from .ratelimiter import BlockingRateLimiter, RateLimiter
 from .schedule import BoundedSchedule, Schedule
+from .throttle import AdaptiveThrottle
 
 __version__ = "0.1.0"
 
@@ -38,6 +42,8 @@ __all__ = [
     "CATALOG",
     "IDEMPOTENT",
     "SYSTEM_CLOCK",
+    "AdaptiveBulkhead",
+    "AdaptiveThrottle",
     "Attempt",
     "BlockingBulkhead",
     "BlockingRateLimiter",
@@ -56,6 +62,7 @@ __all__ = [
     "DeadlineExceeded",
     "Defect",
     "Event",
+    "GradientBulkhead",
     "Hedge",
     "Idempotency",
     "Level",
@@ -75,8 +82,10 @@ __all__ = [
     "Retrying",
     "Schedule",
     "Seconds",
+    "Shed",
     "Sink",
     "SystemClock",
+    "Throttled",
     "TimeWindow",
     "Timeout",
     "__version__",

@@ -17,6 +17,8 @@ class RejectionReason(enum.StrEnum):
     BULKHEAD_FULL = "bulkhead_full"
     BUDGET_EXHAUSTED = "budget_exhausted"
     DEADLINE_EXCEEDED = "deadline_exceeded"
+    SHED = "shed"
+    THROTTLED = "throttled"
 
     def __str__(self) -> str:
         return self.value
@@ -61,6 +63,32 @@ class BulkheadFull(Rejected):
     """A bulkhead had every slot and every queue place taken."""
 
     reason = RejectionReason.BULKHEAD_FULL
+
+
+class Shed(Rejected):
+    """A bulkhead's queue management dropped a parked waiter (seed 003, "Queue management").
+
+    ``cause`` says which rule: ``"sojourn"`` (CoDel: the queue stayed congested and this waiter
+    had waited too long) or ``"priority"`` (a full prioritized queue made room for a more
+    critical arrival). Retryable: the dependency was not asked.
+    """
+
+    reason = RejectionReason.SHED
+
+    def __init__(self, message: str = "", *, cause: str = "sojourn", label: str | None = None,
+                 retry_after: float | None = None) -> None:
+        self.cause = cause
+        super().__init__(message, label=label, retry_after=retry_after)
+
+    def _default_message(self) -> str:
+        return f"shed ({self.cause}" + (f", {self.label})" if self.label is not None else ")")
+
+
+class Throttled(Rejected):
+    """An adaptive throttle refused the call locally, in proportion to the dependency's recent
+    failures (seed 003, "Adaptive throttle"). Retryable: the dependency was not asked."""
+
+    reason = RejectionReason.THROTTLED
 
 
 class BudgetExhausted(Rejected):

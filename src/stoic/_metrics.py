@@ -274,10 +274,15 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
        "Calls running inside the bulkhead.", ("active_count",)),
     _m("stoic.bulkhead.queued", "gauge", "{call}", "bulkhead", (), "property `.queued_count` of each live bulkhead",
        "Calls queued for a slot.", ("queued_count",)),
-    _m("stoic.bulkhead.rejections", "counter", "{call}", "bulkhead", ("reason",), "every refusal",
-       "Calls refused or that left the queue without a slot, by reason: bulkhead_full, cancelled or "
-       "deadline_exceeded."),
-    # --- hedge ---
+    _m("stoic.bulkhead.rejections", "counter", "{call}", "bulkhead", ("reason",), "every refusal or shed waiter",
+       "Calls refused, shed, or that left the queue without a slot, by reason: bulkhead_full, cancelled, "
+       "deadline_exceeded, or (queue management) sojourn or priority: this is the shed-by-reason count."),
+    _m("stoic.bulkhead.limit", "gauge", "{call}", "bulkhead", (), "property `.limit` of each live bulkhead",
+       "The bulkhead's admission limit now (max_concurrent for a fixed bulkhead; it moves for an adaptive one).",
+       ("limit",)),
+    # --- adaptive throttle ---
+    _m("stoic.throttle.probability", "gauge", "1", "throttle", (), "property `.probability` of each live throttle",
+       "The probability the adaptive throttle sheds the next call.", ("probability",)),
     _m("stoic.hedge.attempts", "counter", "{attempt}", "hedge", (), "every hedged attempt started",
        "Hedged attempts started (the first attempt of a call is not counted)."),
     _m("stoic.hedge.wins", "counter", "{call}", "hedge", ("attempt",), "every call won after a hedge started",

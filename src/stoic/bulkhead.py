@@ -33,6 +33,7 @@ from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns
 from ._errors import BulkheadFull, DeadlineExceeded
+from ._waitqueue import ManagedQueue, check_queue_options
 from ._wakeup import wake
 from .events import AttributeValue, Level, emit, min_level
 
@@ -100,6 +101,22 @@ class _Compartment:
         """Callers waiting for a slot now."""
         return len(self._waiters)
 
+    @property
+    def limit(self) -> int:
+        """The admission limit now (``max_concurrent`` for a fixed bulkhead; it moves for an
+        adaptive one)."""
+        return self._max
+
+    @property
+    def in_use(self) -> int:
+        """Slots taken now (the same count as :attr:`active_count`)."""
+        return self._active
+
+    @property
+    def queued(self) -> int:
+        """Callers waiting for a slot now (the same count as :attr:`queued_count`)."""
+        return len(self._waiters)
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(max_concurrent={self._max}, queue_limit={self.queue_limit}, "
@@ -129,11 +146,18 @@ class _Compartment:
 class Bulkhead(_Compartment):
     """A concurrency limit for asyncio operations (seed 000, "Bulkhead").
 
-    ``Bulkhead(max_concurrent, *, queue_limit=0, label, clock=None)``: ``max_concurrent`` (an
+    ``Bulkhead(max_concurrent, *, queue_limit=0, label, clock=None, queue_target=None,
+    queue_interval=0.1, queue_adaptive_lifo=False, prioritized=False)``: ``max_concurrent`` (an
     int >= 1) operations run at once, ``queue_limit`` (an int >= 0, or ``None`` for unbounded, still
     bounded by cancellation and deadlines) more wait in FIFO order;
     ``label`` is carried by every event; ``clock`` (default: the ambient clock at construction)
     times the events. Raises ``ValueError`` naming the parameter when a value is out of range.
+
+    Queue management (seed 003, "Queue management"; see ``stoic._waitqueue``): ``queue_target``
+    (seconds) turns on CoDel, which sheds waiters with :class:`stoic.Shed` under sustained
+    congestion, ``queue_interval`` (seconds, above the target) is its interval;
+    ``queue_adaptive_lifo`` serves the newest waiter while congested; ``prioritized`` orders and
+    sheds waiters by :func:`stoic.current_criticality`. Each needs ``queue_limit`` != 0.
 
     Use ``await bulkhead.execute(fn, *args, **kwargs)``, ``@bulkhead`` on an async function, or
     ``async with bulkhead:``. Refusals: :class:`stoic.BulkheadFull` (every slot and queue place
@@ -141,9 +165,23 @@ class Bulkhead(_Compartment):
     that is cancelled leaves without a slot and re-raises ``asyncio.CancelledError``.
     """
 
-    __slots__ = ()
+    __slots__ = ("_managed",)
+
+    def __init__(
+        self, max_concurrent: int, *, queue_limit: int | None = 0, label: str, clock: Clock | None = None,
+        queue_target: Seconds | None = None, queue_interval: Seconds = 0.1, queue_adaptive_lifo: bool = False,
+        prioritized: bool = False,
+    ) -> None:
+        super().__init__(max_concurrent, queue_limit=queue_limit, label=label, clock=clock)
+        target_ns, interval_ns, lifo, prio = check_queue_options(
+            queue_limit, queue_target, queue_interval, queue_adaptive_lifo, prioritized)
+        # None keeps the plain FIFO hand-over below (the common case, and the cheapest).
+        self._managed: ManagedQueue | None = (
+            ManagedQueue(target_ns, interval_ns, lifo, prio) if target_ns is not None or lifo or prio else None)
 
     async def _enter_slow(self) -> None:
+        if self._managed is not None:
+            return await self._managed.enter(self)
         left = remaining_ns(self._clock)
         if left is not None and left <= 0:
             raise self._late()
@@ -168,10 +206,16 @@ class Bulkhead(_Compartment):
             if isinstance(exc, asyncio.CancelledError):
                 self._left("deadline_exceeded" if cancelled_by_deadline() else "cancelled")
             raise
+        if left is not None and (now_left := remaining_ns(self._clock)) is not None and now_left <= 0:
+            # Handed a slot in the instant its deadline passed: fail at wake, pass the slot on.
+            self._release()
+            raise self._late()
         # Admitted after waiting: an outer breaker times the call from here, not from arrival.
         admitted_after_wait(self._clock, self._clock.now_ns())
 
     def _release(self) -> None:
+        if self._managed is not None:
+            return self._managed.release(self)
         waiters = self._waiters
         while waiters:
             waiter = waiters.popleft()

@@ -4,8 +4,9 @@ This is the one place an event is written down. Docs (docs/events.md), the OpenT
 structlog adapters and the contract tests are driven from it; :class:`stoic.testing.RecordingSink`
 rejects any event that is not here or carries other attributes.
 
-Sources: seed 000 "Events" (breaker, ratelimiter, bulkhead, hedge), seed 001 "Events" (retry);
-``timeout.expired`` and ``fallback.substituted`` are stoic's (issue 11: every decision an event).
+Sources: seed 000 "Events" (breaker, ratelimiter, bulkhead, hedge), seed 001 "Events" (retry),
+seed 003 (adaptive bulkheads, queue management, adaptive throttle); ``timeout.expired`` and
+``fallback.substituted`` are stoic's (issue 11: every decision an event).
 Where a seed names an event without attributes, the catalog says which were added and why.
 """
 
@@ -124,10 +125,28 @@ _SPECS: tuple[EventSpec, ...] = (
         "waited": _a("float", "seconds spent waiting"),
     }),
     # --- bulkhead (seed 000, Events; Bulkhead) ---
-    EventSpec("bulkhead.rejected", Level.INFO, "A call was refused or left the queue without a slot.", {
-        "reason": _a("str", "bulkhead_full, cancelled or deadline_exceeded"),
-        "capacity": _a("int", "max_concurrent"),
+    EventSpec("bulkhead.rejected", Level.INFO, "A call was refused, shed, or left the queue without a slot.", {
+        "reason": _a("str", "bulkhead_full, cancelled or deadline_exceeded; for a waiter shed by queue management "
+                     "(seed 003, Queue management) sojourn (CoDel) or priority (displaced by a higher tier), "
+                     "and deadline_exceeded for a waiter whose deadline passed before it could be served"),
+        "capacity": _a("int", "the admission limit then (max_concurrent for a fixed bulkhead)"),
         "waiting": _a("int", "callers queued when it was full", optional=True),
+        "sojourn": _a("float", "seconds the shed waiter had waited (queue management only)", optional=True),
+        "criticality": _a("str", "the shed waiter's tier: best_effort, degraded, normal or critical (queue "
+                          "management only)", optional=True),
+    }),
+    # --- adaptive bulkheads (seed 003, Adaptive (AIMD), Gradient) ---
+    EventSpec("bulkhead.limit_changed", Level.INFO, "An adaptive bulkhead's admission limit moved.", {
+        "old": _a("int", "the limit before"),
+        "new": _a("int", "the limit after"),
+        "cause": _a("str", "backoff (a breach or a drop), increase (additive, or Gradient2 headroom) or "
+                    "gradient (Gradient2 contracting with the latency gradient)"),
+    }),
+    # --- adaptive throttle (seed 003, Adaptive throttle) ---
+    EventSpec("throttle.rejected", Level.INFO, "The adaptive throttle shed a call locally.", {
+        "probability": _a("float", "the shed probability the call faced"),
+        "requests": _a("int", "requests in the window, this one included"),
+        "accepts": _a("int", "accepted requests in the window"),
     }),
     # --- hedge (seed 000, Events; hedge) ---
     EventSpec("hedge.started", Level.INFO, "A hedged attempt started beside the running ones.", {

@@ -1,0 +1,254 @@
+"""Concurrency-limit algorithms as pure arithmetic on samples (seed 003, "Adaptive (AIMD)" and
+"Gradient").
+
+The split follows Netflix's concurrency-limits library: an *algorithm* turns samples into a
+limit, a *limiter* (the adaptive bulkheads in :mod:`stoic.adaptive`) gates admission with it,
+and a *sample window* (:class:`_Window`, Netflix's ``WindowedLimit``) batches samples so the
+Gradient2 update runs per window rather than per call. Nothing here touches an event loop or a
+clock: instants and latencies come in as integer nanoseconds, so every rule is testable with
+plain numbers.
+
+A sample is one completed call: its latency, the in-flight count when it was admitted, and
+whether it was a *drop* (it timed out). Fast failures and cancellations are not samples; the
+limiter never passes them in.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ._quantile import WindowedQuantile, default_warmup
+
+QUANTILE_WINDOW = 200
+"""Observations per epoch of AIMD's ``latency_quantile`` estimate (a new epoch also starts on
+every backoff, so a quantile measured before the backoff never decides the next one)."""
+
+WINDOW_MIN_SAMPLES = 10
+WINDOW_NS = 1_000_000_000
+"""Gradient2 updates once a window holds at least 10 samples and has lasted about a second
+(the defaults of Netflix's ``WindowedLimit``)."""
+
+DROP_RATIO = 0.9
+"""Gradient2's multiplicative decrease for a window that saw a drop (a timeout)."""
+
+_LONG_WARMUP = 10  # windows averaged plainly before the long RTT becomes an exponential average
+_LONG_DECAY = 0.95
+_LONG_DECAY_ABOVE = 2.0
+
+
+class Change(NamedTuple):
+    """A change of the integer limit: ``old`` and ``new`` slots and the rule that moved it
+    (``backoff``, ``increase`` or ``gradient``)."""
+
+    old: int
+    new: int
+    cause: str
+
+
+def _clamp(value: float, low: float, high: float) -> float:
+    return low if value < low else high if value > high else value
+
+
+class AimdLimit:
+    """Additive increase, multiplicative decrease on latency (seed 003, "Adaptive (AIMD)").
+
+    Starts at ``maximum``. A *breach* (a drop, or a latency above ``threshold_ns``; with
+    ``quantile`` set, the windowed P-squared estimate of that latency quantile above the
+    threshold; while a fresh epoch warms up only drops breach, and only in-budget samples
+    grow the limit) multiplies the limit by ``backoff_ratio``, at most once per ``cooldown_ns``, and
+    starts a fresh quantile epoch. An in-budget sample adds ``increase_step / limit`` (about one
+    slot per ``limit`` in-budget completions), but only when the sample's in-flight count was at
+    least half the limit: a limit that is not being used gives no evidence it could be higher.
+    The limit stays in [``minimum``, ``maximum``]. Arguments are validated by the caller.
+    """
+
+    __slots__ = ("_estimate", "_int", "_last_backoff_ns", "backoff_ratio", "cooldown_ns", "increase_step",
+                 "maximum", "minimum", "quantile", "threshold_ns", "value")
+
+    def __init__(self, *, threshold_ns: int, maximum: int, minimum: int = 1, backoff_ratio: float = 0.9,
+                 increase_step: float = 1.0, cooldown_ns: int = 1_000_000_000,
+                 quantile: float | None = None) -> None:
+        self.threshold_ns = threshold_ns
+        self.maximum = maximum
+        self.minimum = minimum
+        self.backoff_ratio = backoff_ratio
+        self.increase_step = increase_step
+        self.cooldown_ns = cooldown_ns
+        self.quantile = quantile
+        self.value = float(maximum)
+        self._int = maximum  # int(value): the value never drops below the (integer) floor
+        self._last_backoff_ns: int | None = None
+        self._estimate = self._fresh_epoch()
+
+    def _fresh_epoch(self) -> WindowedQuantile | None:
+        if self.quantile is None:
+            return None
+        return WindowedQuantile(self.quantile, QUANTILE_WINDOW, default_warmup(self.quantile, QUANTILE_WINDOW))
+
+    @property
+    def limit(self) -> int:
+        """The admission limit: the integer part of the value (never below the floor)."""
+        return self._int
+
+    def _set(self, value: float, cause: str) -> Change | None:
+        self.value = value
+        old = self._int
+        new = self._int = int(value)
+        return Change(old, new, cause) if new != old else None
+
+    def sample(self, now_ns: int, latency_ns: int, in_flight: int, dropped: bool = False) -> Change | None:
+        """Take one completed call; return the change of :attr:`limit` it caused, if any."""
+        if self._estimate is None and not dropped and latency_ns <= self.threshold_ns:
+            # The common case, kept cheap: an in-budget sample without a quantile.
+            value = self.value
+            if in_flight * 2 < value or value >= self.maximum:
+                return None  # not using half the slots (no evidence for more), or at the ceiling
+            value += self.increase_step / value
+            if value > self.maximum:
+                value = float(self.maximum)
+            if value < self._int + 1:
+                self.value = value
+                return None
+            return self._set(value, "increase")
+        return self._sample(now_ns, latency_ns, in_flight, dropped)
+
+    def _sample(self, now_ns: int, latency_ns: int, in_flight: int, dropped: bool) -> Change | None:
+        estimate = self._estimate
+        slow = latency_ns > self.threshold_ns
+        if estimate is None:
+            breach = dropped or slow
+        else:
+            estimate.add(float(latency_ns))
+            value = estimate.value
+            if value is None:
+                # Warming up a fresh epoch: no quantile to breach yet, and only a sample that is
+                # itself in budget may grow the limit.
+                breach = dropped
+                if slow and not dropped:
+                    return None
+            else:
+                breach = dropped or value > self.threshold_ns
+        if breach:
+            last = self._last_backoff_ns
+            if last is not None and now_ns - last < self.cooldown_ns:
+                return None  # one backoff per cooldown: a slow burst counts once
+            self._last_backoff_ns = now_ns
+            self._estimate = self._fresh_epoch()
+            return self._set(max(float(self.minimum), self.value * self.backoff_ratio), "backoff")
+        if in_flight * 2 < self.value:
+            return None  # not using half the slots: no evidence for more
+        return self._set(min(float(self.maximum), self.value + self.increase_step / self.value), "increase")
+
+
+class _Window:
+    """One sample window: successful latencies summed, drops flagged, the highest in-flight."""
+
+    __slots__ = ("count", "dropped", "in_flight", "start_ns", "total_ns")
+
+    def __init__(self, start_ns: int) -> None:
+        self.start_ns = start_ns
+        self.count = 0  # every sample, drops included (a stream of timeouts must fill windows too)
+        self.total_ns = 0
+        self.dropped = 0
+        self.in_flight = 0
+
+
+class Gradient2Limit:
+    """Netflix's Gradient2 with two faults fixed (seed 003, "Gradient").
+
+    Per window of at least ``window_min_samples`` samples lasting at least ``window_ns``:
+
+    - a window that saw a drop multiplies the limit by 0.9 (Netflix's ``Gradient2Limit``
+      ignores drops, so a stream of timeouts, which never records a slow success, let the
+      limit climb to the maximum);
+    - otherwise ``short`` is the window's mean latency, ``long`` an exponential average of the
+      windows' ``short`` over ``long_window`` windows (a plain mean for the first 10), decayed
+      by 0.95 when ``long / short > 2`` (latency fell back after long overload: the baseline
+      catches up faster); when the window's highest in-flight count was below half the limit,
+      nothing changes (no evidence); else ``gradient = clamp(rtt_tolerance * long / short,
+      0.5, 1)`` and ``new = L*(1-s) + s*(L*gradient + headroom)``, the ``headroom`` added only
+      when the gradient is 1 (Netflix always adds it, so a gradient held near 0.8 by modest
+      overload converged on ``headroom / (1 - gradient)``, creeping up regardless of capacity).
+
+    The limit starts at ``maximum`` and stays in [``minimum``, ``maximum``]. Arguments are
+    validated by the caller.
+    """
+
+    __slots__ = ("_long_count", "_window", "headroom", "long_ns", "long_window", "maximum", "minimum",
+                 "rtt_tolerance", "smoothing", "value", "window_min_samples", "window_ns")
+
+    def __init__(self, *, maximum: int, minimum: int = 1, rtt_tolerance: float = 1.5, smoothing: float = 0.2,
+                 long_window: int = 600, headroom: float = 4.0, window_min_samples: int = WINDOW_MIN_SAMPLES,
+                 window_ns: int = WINDOW_NS) -> None:
+        self.maximum = maximum
+        self.minimum = minimum
+        self.rtt_tolerance = rtt_tolerance
+        self.smoothing = smoothing
+        self.long_window = long_window
+        self.headroom = headroom
+        self.window_min_samples = window_min_samples
+        self.window_ns = window_ns
+        self.value = float(maximum)
+        self.long_ns: float | None = None
+        self._long_count = 0
+        self._window: _Window | None = None
+
+    @property
+    def limit(self) -> int:
+        """The admission limit: the integer part of the value, never below the floor."""
+        return max(self.minimum, int(self.value))
+
+    def sample(self, now_ns: int, latency_ns: int, in_flight: int, dropped: bool = False) -> Change | None:
+        """Take one completed call; when it closes a window, update and return the change."""
+        window = self._window
+        if window is None:
+            window = self._window = _Window(now_ns)
+        count = window.count = window.count + 1
+        if dropped:
+            window.dropped += 1
+        else:
+            window.total_ns += latency_ns
+        if in_flight > window.in_flight:
+            window.in_flight = in_flight
+        if count < self.window_min_samples or now_ns - window.start_ns < self.window_ns:
+            return None
+        self._window = None
+        return self.update(window.count - window.dropped, window.total_ns, window.in_flight, window.dropped > 0)
+
+    def _add_long(self, short: float) -> float:
+        self._long_count += 1
+        long = self.long_ns
+        if long is None:
+            long = short
+        elif self._long_count <= _LONG_WARMUP:
+            long += (short - long) / self._long_count
+        else:
+            long += (short - long) * 2.0 / (self.long_window + 1)
+        self.long_ns = long
+        return long
+
+    def update(self, successes: int, total_ns: int, max_in_flight: int, dropped: bool) -> Change | None:
+        """One window's update (see the class docstring); returns the change of :attr:`limit`."""
+        old = self.limit
+        if dropped:
+            self.value = max(float(self.minimum), self.value * DROP_RATIO)
+            cause = "backoff"
+        else:
+            if successes == 0:
+                return None
+            short = max(1.0, total_ns / successes)
+            long = self._add_long(short)
+            if long / short > _LONG_DECAY_ABOVE:
+                long = self.long_ns = long * _LONG_DECAY
+            if max_in_flight * 2 < self.value:
+                return None
+            gradient = _clamp(self.rtt_tolerance * long / short, 0.5, 1.0)
+            target = self.value * gradient + (self.headroom if gradient >= 1.0 else 0.0)
+            s = self.smoothing
+            self.value = _clamp(self.value * (1.0 - s) + s * target, float(self.minimum), float(self.maximum))
+            cause = "increase" if gradient >= 1.0 else "gradient"
+        new = self.limit
+        return Change(old, new, cause) if new != old else None
+
+
+__all__ = ["AimdLimit", "Change", "Gradient2Limit"]

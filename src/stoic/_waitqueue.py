@@ -1,0 +1,278 @@
+"""Queue management for the asyncio bulkheads (seed 003, "Queue management").
+
+A managed queue replaces the bulkhead's plain FIFO hand-over when any of these is configured
+(the adaptive bulkheads always use it, because their limit moves):
+
+- CoDel (``queue_target``, ``queue_interval``), in folly's form: the queue is *overloaded*
+  when the minimum sojourn seen over an interval exceeded the target; while overloaded, a
+  waiter that has waited more than twice the target is shed at dequeue. The sojourn measured
+  is that of the oldest waiter at each dequeue (what a FIFO would serve next: a standing queue
+  shows there even when adaptive LIFO serves the newest), and an arrival to an empty queue
+  counts as a zero sojourn (the queue drained within the interval).
+- adaptive LIFO (``queue_adaptive_lifo``): while congested (CoDel overloaded, or without CoDel
+  the oldest waiter older than ``queue_interval``), serve the newest waiter, whose client is
+  likeliest still waiting; FIFO otherwise.
+- prioritized (``prioritized``): waiters carry the task's :class:`stoic.Criticality` at arrival;
+  the highest tier is served first; a full queue admits an arrival of a higher tier than the
+  lowest waiting by shedding the newest waiter of the lowest tier; under CoDel, the sojourn
+  allowance is halved per tier below NORMAL and doubled for CRITICAL (lower tiers shed sooner).
+
+Every managed queue also skips a waiter whose deadline passed before it could be served (it is
+failed with ``DeadlineExceeded``, never handed a slot) and never hands a slot while the
+bulkhead is at or over its limit (an adaptive limit that shrank gates admission without
+evicting anything). The decisions contain no ``await``: atomic on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ._admission import admitted_after_wait
+from ._criticality import Criticality, current_criticality
+from ._deadline import cancelled_by_deadline, remaining_ns
+from ._durations import Seconds, to_ns, to_seconds
+from ._errors import DeadlineExceeded, Shed
+from ._wakeup import wake
+from .events import AttributeValue, Level, emit, min_level
+
+if TYPE_CHECKING:
+    from .bulkhead import Bulkhead, _Waiter
+
+_NORMAL = int(Criticality.NORMAL)
+_NO_DEADLINE = -1
+
+
+class _Parked:
+    """What a managed queue knows of a waiter besides the bulkhead's own bookkeeping."""
+
+    __slots__ = ("deadline_ns", "error", "since_ns", "tier")
+
+    def __init__(self, since_ns: int, tier: int, deadline_ns: int) -> None:
+        self.since_ns = since_ns
+        self.tier = tier
+        self.deadline_ns = deadline_ns
+        self.error: BaseException | None = None
+
+
+def check_queue_options(queue_limit: int | None, queue_target: Seconds | None, queue_interval: Seconds,
+                        queue_adaptive_lifo: bool, prioritized: bool) -> tuple[int | None, int, bool, bool]:
+    """Validate the queue-management options; return (target_ns, interval_ns, lifo, prioritized).
+
+    ``ValueError`` naming the parameter: ``queue_interval`` not above ``queue_target``, or any
+    option with ``queue_limit=0`` (there is no queue to manage)."""
+    interval_ns = to_ns(queue_interval, "queue_interval")
+    target_ns = None if queue_target is None else to_ns(queue_target, "queue_target")
+    for name, value in (("queue_adaptive_lifo", queue_adaptive_lifo), ("prioritized", prioritized)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    if target_ns is not None and interval_ns <= target_ns:
+        raise ValueError(f"queue_interval must be above queue_target ({queue_target!r} s), got {queue_interval!r}")
+    if queue_limit == 0:
+        for name, on in (("queue_target", target_ns is not None), ("queue_adaptive_lifo", queue_adaptive_lifo),
+                         ("prioritized", prioritized)):
+            if on:
+                raise ValueError(f"{name} needs a queue: queue_limit must be >= 1 (or None), got 0")
+    return target_ns, interval_ns, queue_adaptive_lifo, prioritized
+
+
+class ManagedQueue:
+    """The managed hand-over of one asyncio bulkhead (see the module docstring)."""
+
+    __slots__ = ("_interval_end_ns", "_min_sojourn_ns", "interval_ns", "lifo", "overloaded", "parked",
+                 "prioritized", "target_ns")
+
+    def __init__(self, target_ns: int | None, interval_ns: int, lifo: bool, prioritized: bool) -> None:
+        self.target_ns = target_ns
+        self.interval_ns = interval_ns
+        self.lifo = lifo
+        self.prioritized = prioritized
+        self.overloaded = False
+        self._interval_end_ns: int | None = None
+        self._min_sojourn_ns: int | None = None
+        # The bulkhead's waiters are its own _Waiter objects; what is queue-specific sits beside.
+        self.parked: dict[int, _Parked] = {}
+
+    # --- CoDel ---
+    def _observe(self, now_ns: int, sojourn_ns: int) -> None:
+        """folly's rule: at the end of each interval, overloaded := the interval's minimum sojourn
+        exceeded the target; the minimum restarts with the first sojourn of the next interval."""
+        assert self.target_ns is not None
+        end = self._interval_end_ns
+        if end is None:
+            self._interval_end_ns = now_ns + self.interval_ns
+            self._min_sojourn_ns = sojourn_ns
+            return
+        if now_ns >= end:
+            low = self._min_sojourn_ns
+            self.overloaded = low is not None and low > self.target_ns
+            self._interval_end_ns = now_ns + self.interval_ns
+            self._min_sojourn_ns = sojourn_ns
+        elif self._min_sojourn_ns is None or sojourn_ns < self._min_sojourn_ns:
+            self._min_sojourn_ns = sojourn_ns
+
+    def _allowance_ns(self, tier: int) -> int:
+        assert self.target_ns is not None
+        allowance = 2 * self.target_ns
+        if self.prioritized and tier != _NORMAL:
+            allowance = allowance << (tier - _NORMAL) if tier > _NORMAL else allowance >> (_NORMAL - tier)
+        return allowance
+
+    # --- arrival ---
+    async def enter(self, bulkhead: Bulkhead) -> None:
+        """The slow path of admission: take a free slot, or park (possibly displacing a lower
+        tier), or refuse. Raises what :meth:`Bulkhead.execute` documents, plus ``Shed``."""
+        left = remaining_ns(bulkhead._clock)
+        if left is not None and left <= 0:
+            raise bulkhead._late()
+        waiters = bulkhead._waiters
+        if bulkhead._active < bulkhead._max and not waiters:
+            bulkhead._active += 1
+            return
+        clock = bulkhead._clock
+        now = clock.now_ns()
+        tier = int(current_criticality()) if self.prioritized else _NORMAL
+        if len(waiters) >= bulkhead._queue_limit and not (self.prioritized and self._displace(bulkhead, tier, now)):
+            raise bulkhead._full(len(waiters))
+        if not waiters and self.target_ns is not None:
+            self._observe(now, 0)  # the queue was empty until now
+        from .bulkhead import _Waiter  # here: bulkhead imports this module
+
+        waiter = _Waiter()
+        waiter.future = asyncio.get_running_loop().create_future()
+        parked = _Parked(now, tier, _NO_DEADLINE if left is None else now + left)
+        self.parked[id(waiter)] = parked
+        waiters.append(waiter)
+        try:
+            await waiter.future
+        except BaseException as exc:
+            if waiter.granted:
+                bulkhead._release()  # granted in the same instant it was cancelled: pass it on
+            elif waiter.queued:
+                waiter.queued = False
+                waiters.remove(waiter)
+            self.parked.pop(id(waiter), None)
+            if isinstance(exc, asyncio.CancelledError):
+                bulkhead._left("deadline_exceeded" if cancelled_by_deadline() else "cancelled")
+            raise
+        self.parked.pop(id(waiter), None)
+        if parked.error is not None:
+            raise parked.error
+        if parked.deadline_ns != _NO_DEADLINE and clock.now_ns() >= parked.deadline_ns:
+            # Woken with a slot after its deadline (the release ran first in that instant).
+            bulkhead._release()
+            self._shed_event(bulkhead, "deadline_exceeded", clock.now_ns() - parked.since_ns, parked.tier)
+            raise DeadlineExceeded(f"deadline exceeded before a bulkhead slot ({bulkhead._label})",
+                                   label=bulkhead._label)
+        # Admitted after waiting: an outer breaker times the call from here, not from arrival.
+        admitted_after_wait(clock, clock.now_ns())
+
+    def _displace(self, bulkhead: Bulkhead, tier: int, now: int) -> bool:
+        """Shed the newest waiter of the lowest tier when it is below ``tier``; True if done."""
+        victim = None
+        low = tier
+        for waiter in reversed(bulkhead._waiters):
+            parked = self.parked[id(waiter)]
+            if parked.tier < low:
+                low = parked.tier
+                victim = waiter
+        if victim is None:
+            return False
+        self._shed(bulkhead, victim, "priority", now)
+        return True
+
+    # --- departure ---
+    def release(self, bulkhead: Bulkhead) -> None:
+        """Give back one slot: hand it to the next waiter the rules pick, unless the bulkhead is
+        over its (possibly shrunk) limit, in which case the slot is retired."""
+        if bulkhead._active <= bulkhead._max and bulkhead._waiters:
+            now = bulkhead._clock.now_ns()
+            while (waiter := self._next(bulkhead, now)) is not None:
+                waiter.queued = False
+                waiter.granted = True  # the slot changes hands; the active count does not change
+                assert waiter.future is not None
+                if wake(waiter.future):
+                    return
+                waiter.granted = False  # its event loop is closed: nobody will run; try the next
+        bulkhead._active -= 1
+
+    def fill(self, bulkhead: Bulkhead) -> None:
+        """After the limit grew: hand the new free slots to waiters."""
+        while bulkhead._waiters and bulkhead._active < bulkhead._max:
+            bulkhead._active += 1
+            self.release(bulkhead)
+
+    def _next(self, bulkhead: Bulkhead, now: int) -> _Waiter | None:
+        waiters = bulkhead._waiters
+        parked = self.parked
+        while waiters:
+            if self.target_ns is not None:
+                self._observe(now, now - parked[id(waiters[0])].since_ns)
+                if self.overloaded:
+                    self._shed_stale(bulkhead, now)
+                    if not waiters:
+                        return None
+            congested = self.lifo and (
+                self.overloaded if self.target_ns is not None
+                else now - parked[id(waiters[0])].since_ns > self.interval_ns)
+            if self.prioritized:
+                waiter = self._best(waiters, newest=congested)
+                waiters.remove(waiter)
+            else:
+                waiter = waiters.pop() if congested else waiters.popleft()
+            info = parked[id(waiter)]
+            if info.deadline_ns != _NO_DEADLINE and now >= info.deadline_ns:
+                waiter.queued = False
+                info.error = DeadlineExceeded(f"deadline exceeded before a bulkhead slot ({bulkhead._label})",
+                                              label=bulkhead._label)
+                self._shed_event(bulkhead, "deadline_exceeded", now - info.since_ns, info.tier)
+                assert waiter.future is not None
+                wake(waiter.future)
+                continue
+            return waiter
+        return None
+
+    def _best(self, waiters: deque[_Waiter], newest: bool) -> _Waiter:
+        parked = self.parked
+        best: _Waiter | None = None
+        best_tier = -1
+        for waiter in (reversed(waiters) if newest else waiters):
+            tier = parked[id(waiter)].tier
+            if tier > best_tier:
+                best, best_tier = waiter, tier
+        assert best is not None
+        return best
+
+    def _shed_stale(self, bulkhead: Bulkhead, now: int) -> None:
+        """While overloaded, shed every waiter that has waited past its allowance."""
+        parked = self.parked
+        if self.prioritized:
+            stale = [w for w in bulkhead._waiters
+                     if now - parked[id(w)].since_ns > self._allowance_ns(parked[id(w)].tier)]
+        else:
+            allowance = self._allowance_ns(_NORMAL)
+            stale = []
+            for w in bulkhead._waiters:  # oldest first: stop at the first that is young enough
+                if now - parked[id(w)].since_ns <= allowance:
+                    break
+                stale.append(w)
+        for w in stale:
+            self._shed(bulkhead, w, "sojourn", now)
+
+    def _shed(self, bulkhead: Bulkhead, waiter: _Waiter, cause: str, now: int) -> None:
+        info = self.parked[id(waiter)]
+        bulkhead._waiters.remove(waiter)
+        waiter.queued = False
+        info.error = Shed(cause=cause, label=bulkhead._label)
+        self._shed_event(bulkhead, cause, now - info.since_ns, info.tier)
+        assert waiter.future is not None
+        wake(waiter.future)
+
+    def _shed_event(self, bulkhead: Bulkhead, reason: str, sojourn_ns: int, tier: int) -> None:
+        if min_level() <= Level.INFO:
+            attributes: dict[str, AttributeValue] = {
+                "reason": reason, "capacity": bulkhead._max, "sojourn": to_seconds(sojourn_ns),
+                "criticality": str(Criticality(tier)),
+            }
+            emit("bulkhead.rejected", bulkhead._label, Level.INFO, bulkhead._clock.now_ns(), attributes)

@@ -1,0 +1,255 @@
+"""Adaptive bulkheads: a concurrency limit that follows the dependency's latency (seed 003,
+"Adaptive (AIMD)" and "Gradient").
+
+Both are :class:`stoic.Bulkhead` s whose limit moves: the waiter queue, its cancellation rules
+and queue management are the fixed bulkhead's; the arithmetic lives in :mod:`stoic._limits`.
+A call's latency is measured around the operation on the bulkhead's clock and fed to the
+algorithm when the call completes. Samples: a success (its latency), and a timeout (a *drop*:
+``TimeoutError``, a ``DeadlineExceeded`` that cut running work short, or a cancellation by an
+enclosing ``stoic.timeout``). Not samples: any other failure (fast failures say nothing about
+queueing; errors are the breaker's business) and plain cancellations.
+
+Shrinking never evicts in-flight work: the limit gates admission only, and a slot released
+while the bulkhead is over its new limit is retired instead of handed on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import ParamSpec, TypeVar
+
+from ._clock import Clock, SystemClock
+from ._deadline import _current as _deadline_scope
+from ._deadline import cancelled_by_deadline
+from ._durations import Seconds, check_int, to_ns
+from ._errors import DeadlineExceeded, Rejected
+from ._limits import AimdLimit, Change, Gradient2Limit
+from ._quantile import _check_quantile
+from ._retry import check_clock, check_label
+from ._waitqueue import ManagedQueue
+from .bulkhead import Bulkhead
+from .events import Level, emit, min_level
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _is_drop(error: BaseException) -> bool | None:
+    """True for a timeout (a drop), None when the failure is not a sample."""
+    if isinstance(error, asyncio.CancelledError):
+        return True if cancelled_by_deadline() else None
+    if isinstance(error, DeadlineExceeded):
+        return True if error.timed_out else None
+    if isinstance(error, Rejected):
+        return None  # an inner policy refused: nothing ran
+    return True if isinstance(error, TimeoutError) else None
+
+
+def _check_number(value: float, name: str, low: float, high: float | None, *, low_open: bool,
+                  high_open: bool) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    if ok:
+        ok = (value > low if low_open else value >= low) and (
+            high is None or (value < high if high_open else value <= high))
+    if not ok:
+        lo = "(" if low_open else "["
+        hi = "" if high is None else f", {high:g}" + (")" if high_open else "]")
+        rng = f"in {lo}{low:g}{hi}" if high is not None else f"{'>' if low_open else '>='} {low:g}"
+        raise ValueError(f"{name} must be a number {rng}, got {value!r}")
+    return float(value)
+
+
+class _AdaptiveBulkhead(Bulkhead):
+    """What both adaptive bulkheads share: the sample path and the moving limit."""
+
+    __slots__ = ("_algorithm", "_ceiling", "_floor", "_now_ns")
+
+    _algorithm: AimdLimit | Gradient2Limit
+
+    def _setup(self, max_concurrent: int, min_concurrent: int, clock: Clock | None) -> None:
+        check_label(self._label)
+        if clock is not None:
+            check_clock(clock)
+        # Two clock reads per call: the system clock's own function saves a Python frame each.
+        self._now_ns = time.monotonic_ns if type(self._clock) is SystemClock else self._clock.now_ns
+        self._ceiling = max_concurrent
+        self._floor = check_int(min_concurrent, "min_concurrent", minimum=1)
+        if self._floor > max_concurrent:
+            raise ValueError(f"min_concurrent must be in [1, max_concurrent={max_concurrent}], got {min_concurrent!r}")
+        if self._managed is None:
+            # A moving limit needs the limit-aware hand-over even with no queue option set.
+            self._managed = ManagedQueue(None, 100_000_000, False, False)
+
+    @property
+    def max_concurrent(self) -> int:
+        """The ceiling (and initial value) of the limit."""
+        return self._ceiling
+
+    @property
+    def min_concurrent(self) -> int:
+        """The floor of the limit."""
+        return self._floor
+
+    def _apply(self, change: Change) -> None:
+        self._max = change.new
+        if min_level() <= Level.INFO:
+            emit("bulkhead.limit_changed", self._label, Level.INFO, self._clock.now_ns(),
+                 {"old": change.old, "new": change.new, "cause": change.cause})
+        if change.new > change.old:
+            managed = self._managed
+            assert managed is not None
+            managed.fill(self)
+
+    async def execute(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``await fn(*args, **kwargs)`` in a slot, waiting if the queue allows, and feed its
+        latency to the limit.
+
+        Returns what ``fn`` returns; its exceptions propagate unchanged and the slot is released
+        however it ends. Raises ``BulkheadFull``, ``Shed`` or ``DeadlineExceeded`` (``fn`` never
+        ran) when refused.
+        """
+        if self._active < self._max and not self._waiters and _deadline_scope.get() is None:
+            self._active += 1
+        else:
+            await self._enter_slow()
+        now_ns = self._now_ns
+        in_flight = self._active
+        start = now_ns()
+        try:
+            result = await fn(*args, **kwargs)
+        except BaseException as exc:
+            dropped = _is_drop(exc)
+            if dropped is not None:
+                now = now_ns()
+                change = self._algorithm.sample(now, now - start, in_flight, True)
+                if change is not None:
+                    self._apply(change)
+            self._exit()
+            raise
+        now = now_ns()
+        change = self._algorithm.sample(now, now - start, in_flight, False)
+        if change is not None:
+            self._apply(change)
+        if self._waiters:  # _exit, inlined on the success path
+            self._release()
+        else:
+            self._active -= 1
+        return result
+
+    def _exit(self) -> None:
+        if self._waiters:
+            self._release()
+        else:
+            self._active -= 1
+
+    async def __aenter__(self) -> Bulkhead:
+        raise TypeError(f"{type(self).__name__} measures each call: use execute() or decorate the function")
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        raise TypeError(f"{type(self).__name__} measures each call: use execute() or decorate the function")
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(limit={self._max}, max_concurrent={self._ceiling}, "
+                f"min_concurrent={self._floor}, label={self._label!r}, in_use={self._active}, "
+                f"queued={len(self._waiters)})")
+
+
+class AdaptiveBulkhead(_AdaptiveBulkhead):
+    """A bulkhead whose limit is set by latency with AIMD (seed 003, "Adaptive (AIMD)").
+
+    ``AdaptiveBulkhead(*, latency_threshold, max_concurrent, min_concurrent=1, queue_limit=0,
+    backoff_ratio=0.9, increase_step=1.0, cooldown=1.0, latency_quantile=None, label,
+    clock=None, queue_target=None, queue_interval=0.1, queue_adaptive_lifo=False,
+    prioritized=False)``
+
+    - ``latency_threshold`` (seconds > 0): a completion slower than this is congestion.
+    - ``max_concurrent`` (int >= 1): the ceiling and the initial limit.
+    - ``min_concurrent`` (int in [1, max_concurrent]): the floor.
+    - ``backoff_ratio`` (in (0, 1)): the limit is multiplied by it on a breach, at most once per
+      ``cooldown`` (seconds > 0).
+    - ``increase_step`` (> 0): an in-budget completion adds ``increase_step / limit``, only while
+      at least half the limit is in use.
+    - ``latency_quantile`` (in (0, 1), or None): when set, a breach is the windowed P-squared
+      estimate of that quantile exceeding the threshold (200 samples per epoch; a backoff starts
+      a fresh epoch), so a single outlier cannot halve the limit.
+    - ``queue_limit`` and the queue options: as for :class:`stoic.Bulkhead`.
+
+    Read-only: ``limit`` (int, admission limit now), ``in_use``, ``queued``. Use ``await
+    execute(fn, ...)`` or ``@bulkhead`` (not ``async with``: each call is measured). Raises
+    ``ValueError`` naming the parameter and its range for bad configuration; at call time,
+    ``BulkheadFull``, ``Shed`` or ``DeadlineExceeded`` when refused.
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self, *, latency_threshold: Seconds, max_concurrent: int, min_concurrent: int = 1,
+        queue_limit: int | None = 0, backoff_ratio: float = 0.9, increase_step: float = 1.0,
+        cooldown: Seconds = 1.0, latency_quantile: float | None = None, label: str, clock: Clock | None = None,
+        queue_target: Seconds | None = None, queue_interval: Seconds = 0.1, queue_adaptive_lifo: bool = False,
+        prioritized: bool = False,
+    ) -> None:
+        super().__init__(max_concurrent, queue_limit=queue_limit, label=label, clock=clock,
+                         queue_target=queue_target, queue_interval=queue_interval,
+                         queue_adaptive_lifo=queue_adaptive_lifo, prioritized=prioritized)
+        self._setup(max_concurrent, min_concurrent, clock)
+        self._algorithm = AimdLimit(
+            threshold_ns=to_ns(latency_threshold, "latency_threshold"), maximum=max_concurrent,
+            minimum=self._floor,
+            backoff_ratio=_check_number(backoff_ratio, "backoff_ratio", 0.0, 1.0, low_open=True, high_open=True),
+            increase_step=_check_number(increase_step, "increase_step", 0.0, None, low_open=True, high_open=False),
+            cooldown_ns=to_ns(cooldown, "cooldown"),
+            quantile=None if latency_quantile is None else _check_quantile(latency_quantile, "latency_quantile"),
+        )
+
+
+class GradientBulkhead(_AdaptiveBulkhead):
+    """A bulkhead whose limit follows the latency gradient: Gradient2 (seed 003, "Gradient";
+    Netflix concurrency-limits' ``Gradient2Limit``, with two faults fixed, see
+    :class:`stoic._limits.Gradient2Limit`).
+
+    ``GradientBulkhead(*, max_concurrent, min_concurrent=1, queue_limit=0, rtt_tolerance=1.5,
+    smoothing=0.2, long_window=600, headroom=4.0, label, clock=None, queue_target=None,
+    queue_interval=0.1, queue_adaptive_lifo=False, prioritized=False)``
+
+    - ``max_concurrent`` (int >= 1): the ceiling and the initial limit; ``min_concurrent``
+      (int in [1, max_concurrent]) the floor.
+    - ``rtt_tolerance`` (>= 1): how much the short-term latency may exceed the long-term one
+      before the limit contracts (1.5: a 50 % rise).
+    - ``smoothing`` (in (0, 1]): how far each update moves towards its target.
+    - ``long_window`` (int >= 1): the long-term latency is an exponential average over this
+      many sample windows.
+    - ``headroom`` (>= 0): slots added to the target while the gradient is 1 (no queueing seen).
+
+    The limit updates once per sample window of at least 10 samples and about a second.
+    Read-only: ``limit``, ``in_use``, ``queued``. Same calls and errors as
+    :class:`AdaptiveBulkhead`.
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self, *, max_concurrent: int, min_concurrent: int = 1, queue_limit: int | None = 0,
+        rtt_tolerance: float = 1.5, smoothing: float = 0.2, long_window: int = 600, headroom: float = 4.0,
+        label: str, clock: Clock | None = None, queue_target: Seconds | None = None,
+        queue_interval: Seconds = 0.1, queue_adaptive_lifo: bool = False, prioritized: bool = False,
+    ) -> None:
+        super().__init__(max_concurrent, queue_limit=queue_limit, label=label, clock=clock,
+                         queue_target=queue_target, queue_interval=queue_interval,
+                         queue_adaptive_lifo=queue_adaptive_lifo, prioritized=prioritized)
+        self._setup(max_concurrent, min_concurrent, clock)
+        self._algorithm = Gradient2Limit(
+            maximum=max_concurrent, minimum=self._floor,
+            rtt_tolerance=_check_number(rtt_tolerance, "rtt_tolerance", 1.0, None, low_open=False, high_open=False),
+            smoothing=_check_number(smoothing, "smoothing", 0.0, 1.0, low_open=True, high_open=False),
+            long_window=check_int(long_window, "long_window", minimum=1),
+            headroom=_check_number(headroom, "headroom", 0.0, None, low_open=False, high_open=False),
+        )
+
+
+__all__ = ["AdaptiveBulkhead", "GradientBulkhead"]

@@ -1,0 +1,221 @@
+"""The adaptive throttle: client-side shedding in proportion to the dependency's failures
+(seed 003, "Adaptive throttle"; the Google SRE book, "Handling Overload", client-side
+throttling).
+
+Over a rolling window the throttle counts *requests* (calls it saw, shed ones included) and
+*accepts* (calls the dependency handled: successes, and failures that are the dependency doing
+its job, i.e. non-retryable ones) and refuses a call locally with probability
+
+    min(max_probability, max(0, (requests - k * accepts) / (requests + 1)))
+
+once the window holds ``min_throughput`` requests. Shed calls count as requests but not
+accepts, so the throttle settles where roughly ``k`` times the dependency's capacity is sent.
+
+Recovery after a total outage needs two things beyond the formula. During the outage the
+probability approaches 1 (``requests / (requests + 1)``), so almost nothing probes the
+dependency: the cap (``max_probability``, default 0.9, as failsafe-go) keeps one call in ten
+going through. The cap alone is not enough with a rolling window: the probes' accepts grow
+roughly as ``exp(t * k / window)`` against a window full of the outage's requests, so after a
+ten-minute outage the probability falls below 5 % only after about 1.7 windows (measured in the
+tests). So the probability is also never higher than the same formula on the two latest
+buckets alone: while failures persist both agree, and after a recovery the latest buckets'
+accepts bring the shedding down within seconds, well inside one window. Neither rule sheds
+less than the formula would while the dependency is actually failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import ParamSpec, TypeVar
+
+from . import _metrics, _random
+from ._classify import ClassifierLike, RetryClassifier, as_classifier
+from ._clock import Clock, SystemClock, resolve_clock
+from ._deadline import cancelled_by_deadline
+from ._durations import Seconds, check_int, to_ns
+from ._errors import DeadlineExceeded, Defect, Rejected, Throttled
+from ._retry import check_label
+from .events import Level, emit, min_level
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+BUCKETS = 12
+"""Buckets in the rolling window (10 s each for the default two minutes)."""
+
+
+def _check_float(value: float, name: str, *, low: float, high: float | None, low_open: bool) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    if ok:
+        ok = (value > low if low_open else value >= low) and (high is None or value <= high)
+    if not ok:
+        rng = f"in {'(' if low_open else '['}{low:g}, {high:g}]" if high is not None else f">= {low:g}"
+        raise ValueError(f"{name} must be a number {rng}, got {value!r}")
+    return float(value)
+
+
+class AdaptiveThrottle:
+    """Probabilistic client-side throttling (seed 003, "Adaptive throttle").
+
+    ``AdaptiveThrottle(*, k=2.0, min_throughput=10, window=120.0, max_probability=0.9,
+    classify=RetryClassifier.transient_only, label, clock=None)``
+
+    - ``k`` (>= 1): how many requests per accept are tolerated before shedding starts.
+    - ``min_throughput`` (int >= 0): below this many requests in the window nothing is shed.
+    - ``window`` (seconds > 0): the rolling window, kept in 12 buckets.
+    - ``max_probability`` (in (0, 1]): the cap on the shed probability (see the module
+      docstring for why it exists).
+    - ``classify``: decides which failures were the dependency's fault; a failure it would not
+      retry (a domain error) counts as accepted. The default, ``transient_only``, counts only
+      ``TimeoutError``, ``ConnectionError`` and errors that say they are retryable against the
+      dependency: a ``ValueError`` from a validation is the dependency doing its job.
+
+    ``await throttle.execute(fn, *args, **kwargs)`` or ``@throttle``. Raises
+    :class:`stoic.Throttled` (a retryable :class:`stoic.Rejected`, ``fn`` not run) when the
+    call is shed; ``fn``'s own exceptions propagate unchanged. A timeout (``TimeoutError``, a
+    ``DeadlineExceeded`` that cut the call, a cancellation by an enclosing ``stoic.timeout``)
+    counts as a failure; other cancellations, defects and inner policies' rejections are not
+    counted at all. Randomness comes from stoic's per-call-site
+    streams (reproducible under ``stoic.testing.seeded``). Read-only: ``probability`` (the shed
+    probability the next call would face), ``requests``, ``accepts``.
+
+    Raises ``ValueError`` naming the parameter and its range for bad configuration.
+    """
+
+    __slots__ = ("__weakref__", "_accepts", "_bucket_ns", "_classify", "_clock", "_epoch", "_label", "_now_ns", "_rec",
+                 "_requests", "_site", "_total_accepts", "_total_requests", "k", "max_probability", "min_throughput")
+
+    def __init__(
+        self, *, k: float = 2.0, min_throughput: int = 10, window: Seconds = 120.0, max_probability: float = 0.9,
+        classify: ClassifierLike = RetryClassifier.transient_only, label: str, clock: Clock | None = None,
+    ) -> None:
+        self._label = check_label(label)
+        # Registered for the probability gauge (read at collection; stoic._metrics).
+        self._rec = _metrics.recorder("throttle", self._label, self)
+        self.k = _check_float(k, "k", low=1.0, high=None, low_open=False)
+        self.min_throughput = check_int(min_throughput, "min_throughput", minimum=0)
+        window_ns = to_ns(window, "window")
+        self._bucket_ns = max(1, window_ns // BUCKETS)
+        self.max_probability = _check_float(max_probability, "max_probability", low=0.0, high=1.0, low_open=True)
+        self._classify = as_classifier(classify)  # transient_only: only overload evidence counts
+        self._clock: Clock = resolve_clock(clock)
+        self._now_ns = time.monotonic_ns if type(self._clock) is SystemClock else self._clock.now_ns
+        self._site = _random.call_site(1)
+        self._requests = [0] * BUCKETS
+        self._accepts = [0] * BUCKETS
+        self._total_requests = 0
+        self._total_accepts = 0
+        self._epoch = self._clock.now_ns() // self._bucket_ns  # the bucket index last written
+
+    @property
+    def label(self) -> str:
+        """The label carried by every event of this throttle."""
+        return self._label
+
+    def _roll(self) -> int:
+        """Advance to the current bucket, clearing the buckets that fell out of the window."""
+        epoch = self._now_ns() // self._bucket_ns
+        gap = epoch - self._epoch
+        if gap > 0:
+            requests, accepts = self._requests, self._accepts
+            for step in range(1, min(gap, BUCKETS) + 1):
+                i = (self._epoch + step) % BUCKETS
+                self._total_requests -= requests[i]
+                self._total_accepts -= accepts[i]
+                requests[i] = accepts[i] = 0
+            self._epoch = epoch
+        return epoch % BUCKETS
+
+    def _probability(self) -> float:
+        requests = self._total_requests
+        if requests < self.min_throughput:
+            return 0.0
+        k = self.k
+        p = (requests - k * self._total_accepts) / (requests + 1)
+        if p <= 0.0:
+            return 0.0
+        # Never shed more than the two latest buckets justify: after a recovery their accepts
+        # pull the probability down within a bucket or two instead of waiting for the outage's
+        # buckets to leave the window (see the module docstring).
+        i = self._epoch % BUCKETS
+        j = (i - 1) % BUCKETS
+        recent = self._requests[i] + self._requests[j]
+        if recent >= self.min_throughput and recent > 0:
+            q = (recent - k * (self._accepts[i] + self._accepts[j])) / (recent + 1)
+            if q < p:
+                p = q if q > 0.0 else 0.0
+        return min(p, self.max_probability)
+
+    @property
+    def probability(self) -> float:
+        """The probability the next call is shed (0 while the window is below ``min_throughput``)."""
+        self._roll()
+        return self._probability()
+
+    @property
+    def requests(self) -> int:
+        """Requests in the window (shed ones included)."""
+        self._roll()
+        return self._total_requests
+
+    @property
+    def accepts(self) -> int:
+        """Accepted requests in the window."""
+        self._roll()
+        return self._total_accepts
+
+    def _count(self, accepted: bool) -> None:
+        i = self._roll()
+        self._requests[i] += 1
+        self._total_requests += 1
+        if accepted:
+            self._accepts[i] += 1
+            self._total_accepts += 1
+
+    async def execute(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``await fn(*args, **kwargs)`` unless shed; see the class docstring."""
+        i = self._roll()
+        p = 0.0 if self._total_requests < self.min_throughput else self._probability()
+        if p > 0.0 and _random.stream(self._site).random() < p:
+            self._requests[i] += 1
+            self._total_requests += 1
+            if min_level() <= Level.INFO:
+                emit("throttle.rejected", self._label, Level.INFO, self._clock.now_ns(),
+                     {"probability": p, "requests": self._total_requests, "accepts": self._total_accepts})
+            raise Throttled(label=self._label)
+        try:
+            result = await fn(*args, **kwargs)
+        except asyncio.CancelledError:
+            if cancelled_by_deadline():
+                self._count(False)  # an enclosing deadline cut the running call: a timeout
+            raise
+        except Exception as exc:
+            if isinstance(exc, DeadlineExceeded) and exc.timed_out:
+                self._count(False)  # the work ran and took too long: the dependency failed it
+            elif not isinstance(exc, (Rejected, Defect)):
+                self._count(not self._classify(exc).retries)
+            raise
+        self._count(True)
+        return result
+
+    def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+        """Decorate an async function so every call goes through the throttle."""
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"AdaptiveThrottle decorates async functions, got {fn!r}")
+
+        @functools.wraps(fn)
+        async def throttled(*args: P.args, **kwargs: P.kwargs) -> T:
+            return await self.execute(fn, *args, **kwargs)
+
+        return throttled
+
+    def __repr__(self) -> str:
+        return (f"AdaptiveThrottle(k={self.k}, min_throughput={self.min_throughput}, "
+                f"window={self._bucket_ns * BUCKETS / 1e9}, label={self._label!r})")
+
+
+__all__ = ["AdaptiveThrottle"]

@@ -1,0 +1,333 @@
+"""The adaptive bulkheads on virtual time: the moving limit, what is a sample, shrinking without
+eviction, configuration, pipeline use (seed 003, "Adaptive (AIMD)", "Gradient")."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import stoic
+from stoic import AdaptiveBulkhead, Bulkhead, BulkheadFull, CircuitBreaker, GradientBulkhead, Pipeline, Rejected
+from stoic.testing import RecordingSink, VirtualClock, settle
+
+
+def aimd(clock: VirtualClock, **kwargs: object) -> AdaptiveBulkhead:
+    options: dict[str, object] = {"latency_threshold": 0.1, "max_concurrent": 10, "min_concurrent": 2,
+                                  "queue_limit": 100, "label": "dep", "clock": clock}
+    options.update(kwargs)
+    return AdaptiveBulkhead(**options)  # type: ignore[arg-type]
+
+
+async def sleeper(clock: VirtualClock, seconds: float) -> float:
+    await clock.sleep_until(clock.now_ns() + round(seconds * 1e9))
+    return seconds
+
+
+# --- configuration ---
+
+
+@pytest.mark.parametrize(("kwargs", "parameter"), [
+    ({"min_concurrent": 11}, "min_concurrent"),
+    ({"min_concurrent": 0}, "min_concurrent"),
+    ({"backoff_ratio": 1.0}, "backoff_ratio"),
+    ({"backoff_ratio": 0.0}, "backoff_ratio"),
+    ({"cooldown": 0}, "cooldown"),
+    ({"cooldown": -1.0}, "cooldown"),
+    ({"latency_quantile": 1.0}, "latency_quantile"),
+    ({"latency_quantile": 0.0}, "latency_quantile"),
+    ({"latency_threshold": 0}, "latency_threshold"),
+    ({"increase_step": 0}, "increase_step"),
+    ({"queue_limit": 0, "queue_target": 0.01}, "queue_target"),
+    ({"queue_limit": 0, "prioritized": True}, "prioritized"),
+    ({"queue_limit": 0, "queue_adaptive_lifo": True}, "queue_adaptive_lifo"),
+    ({"queue_target": 0.2, "queue_interval": 0.1}, "queue_interval"),
+    ({"queue_target": 0.1, "queue_interval": 0.1}, "queue_interval"),
+    ({"queue_interval": 0}, "queue_interval"),
+    ({"label": ""}, "label"),
+])
+def test_aimd_bad_input_names_the_parameter(kwargs: dict[str, object], parameter: str) -> None:
+    with pytest.raises(ValueError, match=parameter):
+        aimd(VirtualClock(), **kwargs)
+
+
+@pytest.mark.parametrize(("kwargs", "parameter"), [
+    ({"min_concurrent": 11}, "min_concurrent"),
+    ({"min_concurrent": 0}, "min_concurrent"),
+    ({"rtt_tolerance": 0.99}, "rtt_tolerance"),
+    ({"smoothing": 0.0}, "smoothing"),
+    ({"smoothing": 1.01}, "smoothing"),
+    ({"long_window": 0}, "long_window"),
+    ({"headroom": -1.0}, "headroom"),
+    ({"queue_limit": 0, "queue_target": 0.01}, "queue_target"),
+])
+def test_gradient_bad_input_names_the_parameter(kwargs: dict[str, object], parameter: str) -> None:
+    options: dict[str, object] = {"max_concurrent": 10, "queue_limit": 5, "label": "g"}
+    options.update(kwargs)
+    with pytest.raises(ValueError, match=parameter):
+        GradientBulkhead(**options)  # type: ignore[arg-type]
+
+
+def test_clock_must_be_a_clock() -> None:
+    with pytest.raises(TypeError, match="clock"):
+        AdaptiveBulkhead(latency_threshold=0.1, max_concurrent=4, label="x", clock=object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="clock"):
+        stoic.AdaptiveThrottle(label="x", clock=3)  # type: ignore[arg-type]
+
+
+def test_label_is_required_and_must_be_a_str() -> None:
+    with pytest.raises(TypeError):
+        AdaptiveBulkhead(latency_threshold=0.1, max_concurrent=4)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="label"):
+        GradientBulkhead(max_concurrent=4, label=3)  # type: ignore[arg-type]
+
+
+def test_defaults_and_read_only_state() -> None:
+    bulkhead = AdaptiveBulkhead(latency_threshold=0.1, max_concurrent=8, label="d")
+    assert (bulkhead.limit, bulkhead.max_concurrent, bulkhead.min_concurrent) == (8, 8, 1)
+    assert (bulkhead.in_use, bulkhead.queued, bulkhead.queue_limit) == (0, 0, 0)
+    gradient = GradientBulkhead(max_concurrent=8, label="g")
+    assert gradient.limit == 8 and gradient._algorithm.rtt_tolerance == 1.5  # type: ignore[union-attr]
+    assert "limit=8" in repr(gradient)
+
+
+# --- the moving limit ---
+
+
+async def test_a_slow_completion_backs_off_and_emits_limit_changed(clock: VirtualClock, sink: RecordingSink):
+    bulkhead = aimd(clock)
+    task = asyncio.ensure_future(bulkhead.execute(sleeper, clock, 0.5))
+    await clock.advance(0.5)
+    await task
+    assert bulkhead.limit == 9
+    changed = sink.of("bulkhead.limit_changed")
+    assert [dict(e.attributes) for e in changed][-1] == {"old": 10, "new": 9, "cause": "backoff"}
+
+
+async def test_shrinking_never_evicts_in_flight_work_and_gates_admission(clock: VirtualClock):
+    bulkhead = aimd(clock, backoff_ratio=0.5, cooldown=10.0)
+    release = asyncio.Event()
+
+    async def held() -> None:
+        await release.wait()
+
+    slow = [asyncio.ensure_future(bulkhead.execute(sleeper, clock, 1.0)) for _ in range(2)]
+    fast = [asyncio.ensure_future(bulkhead.execute(held)) for _ in range(8)]
+    await settle()
+    assert bulkhead.in_use == 10
+    await clock.advance(1.0)
+    await asyncio.gather(*slow)
+    assert bulkhead.limit == 5 and bulkhead.in_use == 8  # nothing evicted
+    late = [asyncio.ensure_future(bulkhead.execute(held)) for _ in range(3)]
+    await settle()
+    assert bulkhead.queued == 3  # in_use 8 > limit 5: newcomers wait
+    release.set()
+    await asyncio.gather(*fast, *late)
+    assert bulkhead.in_use == 0 and bulkhead.queued == 0
+
+
+async def test_growth_hands_the_new_slots_to_waiters(clock: VirtualClock):
+    bulkhead = aimd(clock, max_concurrent=4, min_concurrent=1, increase_step=4.0)
+    bulkhead._algorithm._set(2.0, "test")  # type: ignore[union-attr]
+    bulkhead._max = 2
+    release = asyncio.Event()
+
+    async def held() -> None:
+        await release.wait()
+
+    running = [asyncio.ensure_future(bulkhead.execute(sleeper, clock, 0.01)) for _ in range(2)]
+    queued = [asyncio.ensure_future(bulkhead.execute(held)) for _ in range(3)]
+    await settle()
+    assert bulkhead.queued == 3
+    await clock.advance(0.01)
+    await settle()
+    # Two in-budget completions: 2 + 4/2 = 4, then 4 + 4/4 -> capped at 4; all three waiters run.
+    assert bulkhead.limit == 4 and bulkhead.in_use == 3 and bulkhead.queued == 0
+    release.set()
+    await asyncio.gather(*running, *queued)
+
+
+async def test_fast_failures_and_cancellations_are_not_samples_but_timeouts_are(clock: VirtualClock):
+    bulkhead = aimd(clock, cooldown=0.001)
+
+    async def fail_slowly() -> None:
+        await sleeper(clock, 1.0)
+        raise ConnectionError("slow failure")
+
+    task = asyncio.ensure_future(bulkhead.execute(fail_slowly))
+    await clock.advance(1.0)
+    with pytest.raises(ConnectionError):
+        await task
+    assert bulkhead.limit == 10  # an error, however slow, is the breaker's business
+
+    task = asyncio.ensure_future(bulkhead.execute(sleeper, clock, 5.0))
+    await settle()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert bulkhead.limit == 10 and bulkhead.in_use == 0
+
+    async def timed() -> None:
+        async with stoic.timeout(0.05):
+            await bulkhead.execute(sleeper, clock, 5.0)
+
+    task = asyncio.ensure_future(timed())
+    await clock.advance(0.05)
+    with pytest.raises(stoic.DeadlineExceeded):
+        await task
+    assert bulkhead.limit == 9  # cut short by a deadline: a drop, 50 ms notwithstanding
+
+    async def raise_timeout() -> None:
+        raise TimeoutError
+
+    await clock.advance(0.01)
+    with pytest.raises(TimeoutError):
+        await bulkhead.execute(raise_timeout)
+    assert bulkhead.limit == 8
+
+
+async def test_gradient_bulkhead_shrinks_under_queueing_latency(clock: VirtualClock, sink: RecordingSink):
+    bulkhead = GradientBulkhead(max_concurrent=40, min_concurrent=2, queue_limit=1000, label="g", clock=clock)
+
+    async def dependency() -> None:
+        # Latency rises with concurrency beyond 10 (a capacity knee).
+        load = bulkhead.in_use
+        await sleeper(clock, 0.01 * max(1.0, load / 10))
+
+    async def client() -> None:
+        for _ in range(60):
+            await bulkhead.execute(dependency)
+
+    # Establish the long RTT at low load (more than the ten plainly averaged windows), then overload.
+    for _ in range(250):
+        await asyncio.gather(*(asyncio.ensure_future(bulkhead.execute(dependency)) for _ in range(5)),
+                             clock.advance(0.05))
+    tasks = [asyncio.ensure_future(client()) for _ in range(40)]
+    await clock.run(asyncio.gather(*tasks))
+    assert bulkhead.limit < 40
+    assert {e.attributes["cause"] for e in sink.of("bulkhead.limit_changed")} & {"gradient"}
+
+
+async def test_async_with_is_refused_because_each_call_is_measured(clock: VirtualClock):
+    bulkhead = aimd(clock)
+    with pytest.raises(TypeError, match="execute"):
+        async with bulkhead:
+            pass
+
+
+async def test_decorator_and_pipeline_stage_with_flat_errors_the_breaker_ignores(clock: VirtualClock):
+    bulkhead = aimd(clock, max_concurrent=2, min_concurrent=1, queue_limit=0)
+    breaker = CircuitBreaker(label="b", clock=clock)
+    pipeline = Pipeline(breaker, bulkhead)
+
+    @bulkhead
+    async def decorated() -> int:
+        return 7
+
+    assert await decorated() == 7
+    release = asyncio.Event()
+
+    async def held() -> None:
+        await release.wait()
+
+    tasks = [asyncio.ensure_future(pipeline.execute(held)) for _ in range(2)]
+    await settle()
+    for _ in range(50):
+        with pytest.raises(BulkheadFull) as info:
+            await pipeline.execute(held)
+        assert isinstance(info.value, Rejected) and type(info.value) is BulkheadFull  # flat, not wrapped
+    assert breaker.state.value == "closed"
+    release.set()
+    await asyncio.gather(*tasks)
+
+
+# --- property: the limit holds at admission ---
+
+
+def watched(bulkhead: AdaptiveBulkhead | GradientBulkhead, violations: list[str]) -> None:
+    """Check every admission: a slot taken (``_active`` grows) or handed over (a release that
+    leaves ``_active`` unchanged) only while in use stays within the limit in force then; and
+    the limit within [min, max] after every sample."""
+    managed = bulkhead._managed
+    assert managed is not None
+    base = type(managed)
+
+    class WatchedQueue(base):  # type: ignore[valid-type,misc]
+        __slots__ = ()
+
+        def release(self, b: Bulkhead) -> None:
+            before = b._active
+            super().release(b)
+            if b._active == before and b._active > b._max:
+                violations.append(f"handed over at {before} in use, limit {b._max}")
+
+        def fill(self, b: Bulkhead) -> None:
+            super().fill(b)
+            if b._active > b._max:
+                violations.append(f"filled to {b._active}, limit {b._max}")
+
+    managed.__class__ = WatchedQueue
+    algorithm = bulkhead._algorithm
+
+    class WatchedLimit(type(algorithm)):  # type: ignore[misc]
+        __slots__ = ()
+
+        def sample(self, *args: object) -> object:  # type: ignore[override]
+            change = super().sample(*args)  # type: ignore[arg-type]
+            if not self.minimum <= self.limit <= self.maximum:
+                violations.append(f"limit {self.limit} outside [{self.minimum}, {self.maximum}]")
+            return change
+
+    algorithm.__class__ = WatchedLimit
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(["aimd", "aimd_q", "gradient"]), st.booleans())
+def test_in_flight_never_exceeds_the_limit_under_random_completions_and_cancellations(seed, kind, managed):
+    rng = random.Random(seed)
+    clock = VirtualClock()
+    queue: dict[str, object] = (
+        {"queue_target": 0.02, "queue_adaptive_lifo": True, "prioritized": True} if managed else {})
+    bulkhead: AdaptiveBulkhead | GradientBulkhead
+    if kind == "gradient":
+        bulkhead = GradientBulkhead(max_concurrent=20, min_concurrent=2, queue_limit=50, label="p", clock=clock,
+                                    **queue)  # type: ignore[arg-type]
+        bulkhead._algorithm.window_ns = 50_000_000  # type: ignore[union-attr]  # many updates per run
+    else:
+        bulkhead = AdaptiveBulkhead(latency_threshold=0.05, max_concurrent=20, min_concurrent=2, queue_limit=50,
+                                    cooldown=0.05, latency_quantile=0.9 if kind == "aimd_q" else None,
+                                    label="p", clock=clock, **queue)  # type: ignore[arg-type]
+    violations: list[str] = []
+    watched(bulkhead, violations)
+    in_op = [0]
+
+    async def op(seconds: float) -> None:
+        in_op[0] += 1
+        try:
+            if in_op[0] > bulkhead._active:
+                violations.append("more operations running than slots taken")
+            await sleeper(clock, seconds)
+        finally:
+            in_op[0] -= 1
+
+    async def main() -> None:
+        tasks: list[asyncio.Future[None]] = []
+        for _ in range(300):
+            with stoic.bind_criticality(rng.choice(list(stoic.Criticality))):
+                tasks.append(asyncio.ensure_future(bulkhead.execute(op, rng.choice([0.001, 0.01, 0.1, 0.3]))))
+            if rng.random() < 0.2:
+                await clock.advance(rng.random() * 0.05)
+            if rng.random() < 0.15:
+                rng.choice(tasks).cancel()
+        while not all(t.done() for t in tasks):
+            await clock.advance(0.05)
+            if rng.random() < 0.1:
+                rng.choice(tasks).cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(main())
+    assert not violations, violations[:5]
+    assert bulkhead.in_use == 0 and bulkhead.queued == 0 and in_op[0] == 0  # nothing leaked

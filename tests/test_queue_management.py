@@ -1,0 +1,318 @@
+"""Queue management on the fixed and adaptive bulkheads, on virtual time (seed 003, "Queue
+management"): CoDel in folly's form, adaptive LIFO, criticality, deadlines at wake, and a slot
+granted in the instant its waiter is cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import stoic
+from stoic import AdaptiveBulkhead, Bulkhead, BulkheadFull, Criticality, DeadlineExceeded, Shed
+from stoic.testing import RecordingSink, VirtualClock, settle
+
+
+class Gate:
+    """Operations that run until the test opens them, in the order they started."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.events: dict[str, asyncio.Event] = {}
+
+    async def op(self, name: str) -> str:
+        self.started.append(name)
+        await self.events.setdefault(name, asyncio.Event()).wait()
+        return name
+
+    def open(self, name: str) -> None:
+        self.events.setdefault(name, asyncio.Event()).set()
+
+
+def start(bulkhead: Bulkhead, gate: Gate, name: str, tier: Criticality = Criticality.NORMAL) -> asyncio.Task[str]:
+    with stoic.bind_criticality(tier):
+        return asyncio.create_task(bulkhead.execute(gate.op, name), name=name)
+
+
+# --- configuration ---
+
+
+@pytest.mark.parametrize(("kwargs", "parameter"), [
+    ({"queue_limit": 0, "queue_target": 0.01}, "queue_target"),
+    ({"queue_limit": 0, "prioritized": True}, "prioritized"),
+    ({"queue_limit": 0, "queue_adaptive_lifo": True}, "queue_adaptive_lifo"),
+    ({"queue_limit": 4, "queue_target": 0.1}, "queue_interval"),  # default interval 100 ms
+    ({"queue_limit": 4, "queue_target": 0.05, "queue_interval": 0.04}, "queue_interval"),
+    ({"queue_limit": 4, "queue_target": -0.01}, "queue_target"),
+])
+def test_bad_queue_options_name_the_parameter(kwargs: dict[str, object], parameter: str) -> None:
+    with pytest.raises(ValueError, match=parameter):
+        Bulkhead(1, label="x", **kwargs)  # type: ignore[arg-type]
+
+
+def test_an_unknown_criticality_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="Criticality"), stoic.bind_criticality(3):  # type: ignore[arg-type]
+        pass
+    with pytest.raises(TypeError), stoic.bind_criticality("critical"):  # type: ignore[arg-type]
+        pass
+
+
+def test_no_option_keeps_the_plain_fifo_hand_over() -> None:
+    assert Bulkhead(2, queue_limit=3, label="x")._managed is None
+    assert Bulkhead(2, queue_limit=None, queue_target=0.01, label="x")._managed is not None
+
+
+# --- CoDel ---
+
+
+async def test_codel_does_not_shed_a_queue_that_drains_within_each_interval(clock: VirtualClock,
+                                                                          sink: RecordingSink):
+    # Bursts whose waiters wait up to 40 ms (four times the target) but whose queue empties well
+    # within each 100 ms interval: a good queue, never shed.
+    bulkhead = Bulkhead(1, queue_limit=None, queue_target=0.005, queue_interval=0.1, label="c", clock=clock)
+    gate = Gate()
+    for round_ in range(20):
+        tasks = [start(bulkhead, gate, f"{round_}-{i}") for i in range(5)]
+        await settle()
+        for i in range(5):
+            await clock.advance(0.01)
+            gate.open(f"{round_}-{i}")
+            await settle()
+        assert await asyncio.gather(*tasks) == [f"{round_}-{i}" for i in range(5)]
+        await clock.advance(0.2)
+    assert not [e for e in sink.of("bulkhead.rejected") if e.attributes["reason"] == "sojourn"]
+
+
+async def test_codel_sheds_waiters_older_than_twice_the_target_under_sustained_congestion(
+        clock: VirtualClock, sink: RecordingSink):
+    target = 0.01
+    bulkhead = Bulkhead(1, queue_limit=None, queue_target=target, queue_interval=0.05, label="c", clock=clock)
+    gate = Gate()
+    running = start(bulkhead, gate, "first")
+    await settle()
+    # A standing queue: 20 waiters arriving over 200 ms, and service slower than arrivals.
+    waiters = []
+    for i in range(20):
+        waiters.append(start(bulkhead, gate, f"w{i}"))
+        await clock.advance(0.01)
+    served = ["first"]
+    for _ in range(5):
+        gate.open(served[-1])
+        await settle()
+        served.append(gate.started[-1])
+        await clock.advance(0.06)
+    gate.open(served[-1])
+    for name in [f"w{i}" for i in range(20)]:
+        gate.open(name)
+    results = await asyncio.gather(running, *waiters, return_exceptions=True)
+    sheds = [r for r in results if isinstance(r, Shed)]
+    assert sheds and all(r.cause == "sojourn" and r.reason == stoic.RejectionReason.SHED for r in sheds)
+    events = [e for e in sink.of("bulkhead.rejected") if e.attributes["reason"] == "sojourn"]
+    assert len(events) == len(sheds)
+    assert all(float(e.attributes["sojourn"]) > 2 * target for e in events)  # type: ignore[arg-type]
+    assert {e.attributes["criticality"] for e in events} == {"normal"}
+    assert bulkhead.in_use == 0 and bulkhead.queued == 0
+
+
+async def test_codel_state_follows_folly_min_over_interval(clock: VirtualClock):
+    queue = Bulkhead(1, queue_limit=4, queue_target=0.01, queue_interval=0.1, label="c")._managed
+    assert queue is not None
+    queue._observe(0, 0)
+    queue._observe(50_000_000, 20_000_000)
+    queue._observe(100_000_000, 30_000_000)  # interval ended with minimum 0: not overloaded
+    assert not queue.overloaded
+    queue._observe(150_000_000, 15_000_000)
+    queue._observe(200_000_000, 40_000_000)  # minimum 15 ms > 10 ms: overloaded
+    assert queue.overloaded
+    queue._observe(250_000_000, 5_000_000)
+    queue._observe(300_000_000, 40_000_000)
+    assert not queue.overloaded
+
+
+# --- adaptive LIFO ---
+
+
+async def test_adaptive_lifo_is_fifo_until_congested_then_serves_the_newest(clock: VirtualClock):
+    bulkhead = Bulkhead(1, queue_limit=10, queue_adaptive_lifo=True, queue_interval=0.1, label="l", clock=clock)
+    gate = Gate()
+    first = start(bulkhead, gate, "first")
+    await settle()
+    a, b = start(bulkhead, gate, "a"), start(bulkhead, gate, "b")
+    await settle()
+    gate.open("first")
+    await settle()
+    assert gate.started == ["first", "a"]  # the oldest waiter is young: FIFO
+    c = start(bulkhead, gate, "c")
+    await settle()
+    await clock.advance(0.2)  # b has now waited 200 ms > queue_interval: congested
+    gate.open("a")
+    await settle()
+    assert gate.started[-1] == "c"
+    for name in ("b", "c"):
+        gate.open(name)
+    await asyncio.gather(first, a, b, c)
+    assert gate.started == ["first", "a", "c", "b"]
+
+
+# --- prioritized ---
+
+
+async def test_prioritized_serves_the_highest_tier_first(clock: VirtualClock):
+    bulkhead = Bulkhead(1, queue_limit=10, prioritized=True, label="p", clock=clock)
+    gate = Gate()
+    first = start(bulkhead, gate, "first")
+    await settle()
+    tasks = [start(bulkhead, gate, "low", Criticality.BEST_EFFORT), start(bulkhead, gate, "norm"),
+             start(bulkhead, gate, "crit", Criticality.CRITICAL), start(bulkhead, gate, "deg", Criticality.DEGRADED)]
+    await settle()
+    for name in ["first", "crit", "norm", "deg", "low"]:
+        gate.open(name)
+        await settle()
+    await asyncio.gather(first, *tasks)
+    assert gate.started == ["first", "crit", "norm", "deg", "low"]
+
+
+async def test_a_full_prioritized_queue_admits_a_higher_tier_by_shedding_the_lowest(clock: VirtualClock,
+                                                                                    sink: RecordingSink):
+    bulkhead = Bulkhead(1, queue_limit=2, prioritized=True, label="p", clock=clock)
+    gate = Gate()
+    first = start(bulkhead, gate, "first")
+    await settle()
+    low1 = start(bulkhead, gate, "low1", Criticality.BEST_EFFORT)
+    norm = start(bulkhead, gate, "norm")
+    await settle()
+    # Same tier as the lowest waiting (best effort): full.
+    with pytest.raises(BulkheadFull), stoic.bind_criticality(Criticality.BEST_EFFORT):
+        await bulkhead.execute(gate.op, "low2")
+    await clock.advance(0.03)
+    crit = start(bulkhead, gate, "crit", Criticality.CRITICAL)
+    await settle()
+    with pytest.raises(Shed) as info:
+        await low1
+    assert info.value.cause == "priority"
+    (event,) = [e for e in sink.of("bulkhead.rejected") if e.attributes["reason"] == "priority"]
+    assert event.attributes["criticality"] == "best_effort" and event.attributes["sojourn"] == 0.03
+    # Now norm is the lowest: another normal arrival is refused, a critical one displaces it.
+    with pytest.raises(BulkheadFull):
+        await bulkhead.execute(gate.op, "norm2")
+    for name in ("first", "crit", "norm"):
+        gate.open(name)
+    assert await asyncio.gather(first, crit, norm) == ["first", "crit", "norm"]
+
+
+async def test_under_codel_lower_tiers_are_shed_sooner(clock: VirtualClock):
+    queue = Bulkhead(1, queue_limit=4, queue_target=0.01, prioritized=True, label="p")._managed
+    assert queue is not None
+    allowances = [queue._allowance_ns(int(t)) for t in Criticality]
+    assert allowances == [5_000_000, 10_000_000, 20_000_000, 40_000_000]
+
+
+# --- deadlines and the cancel/grant race ---
+
+
+async def test_a_waiter_whose_deadline_passed_is_failed_at_wake_not_granted(clock: VirtualClock,
+                                                                           sink: RecordingSink):
+    bulkhead = Bulkhead(1, queue_limit=5, prioritized=True, label="d", clock=clock)
+    gate = Gate()
+    first = start(bulkhead, gate, "first")
+    await settle()
+    ran: list[str] = []
+
+    async def late_op() -> None:
+        ran.append("late")
+
+    async def waiter() -> None:
+        async with stoic.deadline(clock.now() + 0.05):
+            await bulkhead.execute(late_op)
+
+    late = asyncio.create_task(waiter())
+    after = start(bulkhead, gate, "after")
+    await settle()
+    # The release runs in the same instant the deadline passes, before the deadline's timer:
+    # the managed queue sees the passed deadline and skips the waiter.
+    clock._set_now(clock.now_ns() + 50_000_000)
+    gate.open("first")
+    await settle()
+    with pytest.raises(DeadlineExceeded):
+        await late
+    assert ran == [] and gate.started == ["first", "after"]
+    gate.open("after")
+    await asyncio.gather(first, after)
+    assert bulkhead.in_use == 0 and bulkhead.queued == 0
+
+
+async def test_plain_bulkhead_fails_a_woken_waiter_whose_deadline_passed(clock: VirtualClock):
+    bulkhead = Bulkhead(1, queue_limit=5, label="d", clock=clock)
+    gate = Gate()
+    first = start(bulkhead, gate, "first")
+    await settle()
+    ran: list[str] = []
+
+    async def late_op() -> None:
+        ran.append("late")
+
+    async def waiter() -> None:
+        async with stoic.deadline(clock.now() + 0.05):
+            await bulkhead.execute(late_op)
+
+    late = asyncio.create_task(waiter())
+    after = start(bulkhead, gate, "after")
+    await settle()
+    clock._set_now(clock.now_ns() + 50_000_000)
+    gate.open("first")  # hands the slot to the late waiter, whose deadline has just passed
+    await settle()
+    with pytest.raises(DeadlineExceeded):
+        await late
+    assert ran == []
+    gate.open("after")
+    await asyncio.gather(first, after)
+    assert gate.started == ["first", "after"]  # the slot was passed on
+    assert bulkhead.in_use == 0
+
+
+@pytest.mark.parametrize("options", [{"queue_target": 0.01}, {"prioritized": True}, {"queue_adaptive_lifo": True}])
+async def test_a_slot_granted_in_the_instant_its_waiter_is_cancelled_is_passed_on(clock: VirtualClock,
+                                                                                  options: dict[str, object]):
+    bulkhead = Bulkhead(1, queue_limit=5, label="r", clock=clock, **options)  # type: ignore[arg-type]
+    gate = Gate()
+    finish = asyncio.Event()
+    tasks: list[asyncio.Task[str]] = []
+
+    async def blocker_op() -> str:
+        await finish.wait()
+        # Lands after the slot is handed to "doomed" (when this returns), before it resumes.
+        asyncio.get_running_loop().call_soon(tasks[0].cancel)
+        return "blocker"
+
+    blocker = asyncio.create_task(bulkhead.execute(blocker_op))
+    await settle()
+    tasks += [start(bulkhead, gate, "doomed"), start(bulkhead, gate, "next")]
+    await settle()
+    finish.set()
+    await blocker
+    await settle()
+    assert tasks[0].cancelled()
+    assert gate.started == ["next"]
+    gate.open("next")
+    assert await tasks[1] == "next"
+    assert bulkhead.in_use == 0 and bulkhead.queued == 0
+
+
+async def test_adaptive_bulkheads_take_the_queue_options(clock: VirtualClock):
+    bulkhead = AdaptiveBulkhead(latency_threshold=1.0, max_concurrent=1, queue_limit=2, prioritized=True,
+                                label="a", clock=clock)
+    gate = Gate()
+    first = start(bulkhead, gate, "first")
+    await settle()
+    low = start(bulkhead, gate, "low", Criticality.BEST_EFFORT)
+    mid = start(bulkhead, gate, "mid", Criticality.DEGRADED)
+    await settle()
+    crit = start(bulkhead, gate, "crit", Criticality.CRITICAL)
+    await settle()
+    with pytest.raises(Shed):
+        await low
+    for name in ("first", "crit", "mid"):
+        gate.open(name)
+        await settle()
+    await asyncio.gather(first, crit, mid)
+    assert gate.started == ["first", "crit", "mid"]

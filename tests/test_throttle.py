@@ -1,0 +1,310 @@
+"""The adaptive throttle on virtual time (seed 003, "Adaptive throttle"; Google SRE book,
+client-side throttling)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import stoic
+from stoic import AdaptiveThrottle, CircuitBreaker, Pipeline, Rejected, RejectionReason, Throttled
+from stoic.testing import RecordingSink, VirtualClock, seeded
+
+
+class Dependency:
+    """Succeeds, or fails with a retryable ConnectionError, or a domain (non-retryable) error."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.calls = 0
+
+    async def call(self) -> str:
+        self.calls += 1
+        if self.mode == "down":
+            raise ConnectionError("down")
+        if self.mode == "domain":
+            raise ValueError("no such account")
+        return "ok"
+
+
+async def drive(throttle: AdaptiveThrottle, dep: Dependency, n: int) -> tuple[int, int]:
+    shed = failed = 0
+    for _ in range(n):
+        try:
+            await throttle.execute(dep.call)
+        except Throttled:
+            shed += 1
+        except (ConnectionError, ValueError):
+            failed += 1
+    return shed, failed
+
+
+@pytest.mark.parametrize(("kwargs", "parameter"), [
+    ({"k": 0.99}, "k"), ({"window": 0}, "window"), ({"window": -1.0}, "window"),
+    ({"min_throughput": -1}, "min_throughput"), ({"max_probability": 0.0}, "max_probability"),
+    ({"max_probability": 1.5}, "max_probability"), ({"label": ""}, "label"),
+])
+def test_bad_input_names_the_parameter(kwargs: dict[str, object], parameter: str) -> None:
+    options: dict[str, object] = {"label": "t"}
+    options.update(kwargs)
+    with pytest.raises(ValueError, match=parameter):
+        AdaptiveThrottle(**options)  # type: ignore[arg-type]
+
+
+def test_label_must_be_a_str() -> None:
+    with pytest.raises(TypeError, match="label"):
+        AdaptiveThrottle(label=1)  # type: ignore[arg-type]
+
+
+async def test_a_healthy_dependency_is_never_throttled(clock: VirtualClock):
+    throttle = AdaptiveThrottle(label="t", clock=clock)
+    dep = Dependency()
+    assert await drive(throttle, dep, 500) == (0, 0)
+    assert throttle.probability == 0.0 and throttle.requests == 500 and throttle.accepts == 500
+
+
+async def test_nothing_is_shed_below_min_throughput(clock: VirtualClock):
+    throttle = AdaptiveThrottle(label="t", clock=clock, min_throughput=10)
+    dep = Dependency()
+    dep.mode = "down"
+    assert await drive(throttle, dep, 9) == (0, 9)
+    assert throttle.probability == 0.0
+    await drive(throttle, dep, 1)
+    assert throttle.probability == pytest.approx(min(0.9, 10 / 11))
+
+
+async def test_the_probability_is_the_formula_and_capped(clock: VirtualClock, sink: RecordingSink):
+    throttle = AdaptiveThrottle(label="t", clock=clock, k=2.0, max_probability=0.9)
+    dep = Dependency()
+    await drive(throttle, dep, 30)  # 30 requests, 30 accepts
+    dep.mode = "down"
+    await drive(throttle, dep, 40)
+    requests, accepts = throttle.requests, throttle.accepts
+    assert requests == 70 and accepts == 30
+    assert throttle.probability == pytest.approx(max(0.0, (70 - 60) / 71))
+    with seeded(1):
+        shed, _ = await drive(throttle, dep, 2000)
+    assert shed > 0
+    assert throttle.probability <= 0.9
+    (first, *_) = sink.of("throttle.rejected")
+    assert set(first.attributes) == {"probability", "requests", "accepts"}
+    assert 0 < float(first.attributes["probability"]) <= 0.9  # type: ignore[arg-type]
+
+
+async def test_shed_calls_count_as_requests_not_accepts(clock: VirtualClock):
+    throttle = AdaptiveThrottle(label="t", clock=clock)
+    dep = Dependency()
+    dep.mode = "down"
+    with seeded(2):
+        shed, failed = await drive(throttle, dep, 200)
+    assert shed + failed == 200 and throttle.requests == 200 and throttle.accepts == 0
+    assert dep.calls == failed
+
+
+async def test_a_domain_failure_counts_as_accepted(clock: VirtualClock):
+    throttle = AdaptiveThrottle(label="t", clock=clock)
+    dep = Dependency()
+    dep.mode = "domain"
+    assert await drive(throttle, dep, 300) == (0, 300)
+    assert throttle.accepts == 300 and throttle.probability == 0.0
+
+
+async def test_cancellations_and_inner_rejections_are_not_counted(clock: VirtualClock):
+    throttle = AdaptiveThrottle(label="t", clock=clock)
+
+    async def refuse() -> None:
+        raise stoic.BulkheadFull(label="inner")
+
+    for _ in range(20):
+        with pytest.raises(stoic.BulkheadFull):
+            await throttle.execute(refuse)
+
+    async def hang() -> None:
+        await asyncio.Event().wait()
+
+    task = asyncio.ensure_future(throttle.execute(hang))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert throttle.requests == 0
+
+
+async def test_the_window_rolls_bucket_by_bucket(clock: VirtualClock):
+    throttle = AdaptiveThrottle(label="t", clock=clock, window=120.0)
+    dep = Dependency()
+    dep.mode = "down"
+    with seeded(3):
+        await drive(throttle, dep, 50)
+        await clock.advance(60.0)
+        await drive(throttle, dep, 50)
+    assert throttle.requests == 100
+    await clock.advance(60.0)
+    assert throttle.requests == 50  # the first half fell out, not everything at once
+    await clock.advance(60.0)
+    assert throttle.requests == 0 and throttle.probability == 0.0
+
+
+async def test_recovery_after_a_total_outage_within_one_window(clock: VirtualClock):
+    window = 120.0
+    throttle = AdaptiveThrottle(label="t", clock=clock, window=window)
+    dep = Dependency()
+
+    async def traffic(seconds: float, rate: float = 10.0) -> None:
+        for _ in range(int(seconds * rate)):
+            try:
+                await throttle.execute(dep.call)
+            except (Throttled, ConnectionError):
+                pass
+            await clock.advance(1.0 / rate)
+
+    with seeded(4):
+        await traffic(60)
+        dep.mode = "down"
+        await traffic(600)  # ten minutes of total outage
+        assert throttle.probability == pytest.approx(0.9)
+        dep.mode = "ok"
+        recovered_at = None
+        start = clock.now()
+        for _ in range(int(window * 10)):
+            await traffic(0.1)
+            if throttle.probability < 0.05:
+                recovered_at = clock.now() - start
+                break
+    assert recovered_at is not None and recovered_at <= window / 4  # measured: about 20 s
+
+
+async def test_the_cap_keeps_probing_through_a_total_outage(clock: VirtualClock):
+    throttle = AdaptiveThrottle(label="t", clock=clock)
+    dep = Dependency()
+    dep.mode = "down"
+    with seeded(5):
+        await drive(throttle, dep, 200)
+        dep.calls = 0
+        _shed, failed = await drive(throttle, dep, 5000)
+    assert throttle.probability == pytest.approx(0.9)
+    assert failed == dep.calls and 0.08 < dep.calls / 5000 < 0.12  # one call in ten probes
+
+
+async def test_a_pipeline_stage_whose_rejections_the_breaker_ignores(clock: VirtualClock):
+    throttle = AdaptiveThrottle(label="t", clock=clock, min_throughput=0)
+    breaker = CircuitBreaker(label="b", clock=clock)
+    dep = Dependency()
+    dep.mode = "down"
+    with seeded(6):
+        for _ in range(20):
+            try:
+                await throttle.execute(dep.call)
+            except (Throttled, ConnectionError):
+                pass
+        pipeline = Pipeline(breaker, throttle)
+        dep.mode = "ok"
+        seen = set()
+        for _ in range(50):
+            try:
+                await pipeline.execute(dep.call)
+            except Throttled as exc:
+                assert isinstance(exc, Rejected) and exc.reason == RejectionReason.THROTTLED
+                seen.add("throttled")
+            else:
+                seen.add("ok")
+    assert seen == {"throttled", "ok"}
+    assert breaker.state.value == "closed"
+    assert stoic.RetryClassifier.standard(Throttled(label="t")).retries
+
+
+def test_probability_is_reproducible_under_a_seed() -> None:
+    def run() -> list[bool]:
+        clock = VirtualClock()
+        throttle = AdaptiveThrottle(label="t", clock=clock, min_throughput=0)
+        dep = Dependency()
+        dep.mode = "down"
+        out: list[bool] = []
+
+        async def main() -> None:
+            for _ in range(100):
+                try:
+                    await throttle.execute(dep.call)
+                    out.append(True)
+                except Throttled:
+                    out.append(False)
+                except ConnectionError:
+                    out.append(True)
+
+        with seeded(7):
+            asyncio.run(main())
+        return out
+
+    assert run() == run()
+
+
+def reference_probability(log: list[tuple[int, bool]], now_bucket: int, k: float, cap: float,
+                          min_throughput: int = 10) -> float:
+    """The rule written directly on a log of (bucket, accepted) requests: the formula over the
+    last 12 buckets, capped, and never above the formula over the last two buckets."""
+    def formula(buckets: int) -> tuple[int, float]:
+        counted = [accepted for bucket, accepted in log if now_bucket - bucket < buckets]
+        requests, accepts = len(counted), sum(counted)
+        return requests, (requests - k * accepts) / (requests + 1)
+
+    requests, p = formula(12)
+    if requests < min_throughput or p <= 0:
+        return 0.0
+    recent, q = formula(2)
+    if recent >= min_throughput:
+        p = min(p, max(q, 0.0))
+    return min(p, cap)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(0.05, 1.0), st.sampled_from([1.0, 1.5, 2.0, 3.0]), st.sampled_from([0.9, 1.0]),
+       st.integers(0, 2**31))
+def test_the_rejection_rate_converges_to_the_formula_on_a_stationary_accept_ratio(ratio, k, cap, seed):
+    """Against a reference model on a log of requests: the probability the throttle reports is
+    the model's before every call, and over many calls the shed count converges on the sum of
+    those probabilities (within a binomial tolerance). With ``k * ratio`` comfortably above 1
+    nothing is shed; well below 1 the dependency never earns the probability down."""
+    import math
+    import random
+
+    rng = random.Random(seed)
+    clock = VirtualClock()
+    window = 12.0  # 1 s buckets; 3000 calls at 10 ms cover 2.5 windows
+    throttle = AdaptiveThrottle(label="t", clock=clock, k=k, max_probability=cap, window=window)
+    log: list[tuple[int, bool]] = []
+    shed = 0
+    expected = variance = 0.0
+    total = 3000
+
+    async def dependency() -> None:
+        if rng.random() >= ratio:
+            raise ConnectionError
+
+    async def main() -> None:
+        nonlocal shed, expected, variance
+        for _ in range(total):
+            bucket = clock.now_ns() // 1_000_000_000
+            p = reference_probability(log, bucket, k, cap)
+            assert throttle.probability == pytest.approx(p)
+            expected += p
+            variance += p * (1 - p)
+            try:
+                await throttle.execute(dependency)
+                log.append((bucket, True))
+            except Throttled:
+                shed += 1
+                log.append((bucket, False))
+            except ConnectionError:
+                log.append((bucket, False))
+            await clock.advance(0.01)
+
+    with seeded(seed):
+        asyncio.run(main())
+    assert abs(shed - expected) <= 5 * math.sqrt(variance) + 5
+    if k * ratio >= 1.3:
+        assert shed / total < 0.02
+    elif k * ratio <= 0.7:
+        assert throttle.probability > 0.25
