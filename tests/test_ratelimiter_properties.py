@@ -289,6 +289,7 @@ class ThreadClock(VirtualClock):
             try:
                 while self._now_ns < when_ns:
                     if me in self.interrupted:
+                        self.interrupted.discard(me)  # (thread ids are reused by later threads)
                         raise Interrupted
                     self._cond.wait()
             finally:
@@ -396,6 +397,9 @@ def run_blocking_scenario(rate: int, per_ms: int, burst: int, queue_limit: int |
 @example(form_rate=2, per_ms=1000, burst=3, queue_limit=2,
          ops=[("acquire", 3), ("acquire", 2), ("acquire", 3), ("acquire", 1), ("cancel", 0), ("advance", 700_000_000),
               ("cancel", 0), ("try", 1), ("advance", 10**10)])
+@example(form_rate=44, per_ms=1, burst=5, queue_limit=None,  # a new head after an interrupted one
+         ops=[("advance", 233), ("acquire", 5), ("advance", 2116), ("acquire", 1), ("cancel", 0), ("acquire", 1),
+              ("advance", 10**6)])
 @example(form_rate=1, per_ms=1000, burst=2, queue_limit=None,  # the head interrupted, then a later one
          ops=[("acquire", 2), ("acquire", 2), ("acquire", 1), ("acquire", 1), ("cancel", 0), ("advance", 1_500_000_000),
               ("cancel", 1), ("advance", 3_000_000_000)])

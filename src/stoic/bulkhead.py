@@ -33,7 +33,7 @@ from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns
 from ._errors import BulkheadFull, DeadlineExceeded
-from ._wakeup import wake
+from ._wakeup import completed, wake
 from .events import AttributeValue, Level, emit, min_level
 
 P = ParamSpec("P")
@@ -42,16 +42,6 @@ T = TypeVar("T")
 
 _UNBOUNDED = sys.maxsize  # queue_limit=None
 
-_EXITED: list[asyncio.Future[None]] = []  # the completed future every __aexit__ returns (made once)
-
-
-def _exited() -> asyncio.Future[None]:
-    if _EXITED:
-        return _EXITED[0]
-    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    done.set_result(None)
-    _EXITED.append(done)
-    return done
 
 class _Waiter:
     """A queued caller. ``granted`` turns true when a slot is handed to it (under the state's
@@ -253,7 +243,7 @@ class Bulkhead(_Compartment):
             self._release()
         else:
             self._active -= 1
-        return _exited()
+        return completed()
 
 
 class BlockingBulkhead(_Compartment):
