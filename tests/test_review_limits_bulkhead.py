@@ -83,3 +83,40 @@ async def test_deadlines_and_cancellations_among_300_callers_never_leak_a_slot(
         assert result is None or isinstance(result, (BulkheadFull, DeadlineExceeded, asyncio.CancelledError))
     reasons = {e.attributes["reason"] for e in sink.of("bulkhead.rejected")}
     assert reasons <= {"bulkhead_full", "cancelled", "deadline_exceeded"}
+
+
+def test_async_with_works_across_event_loops_returns_the_bulkhead_and_never_swallows_errors() -> None:
+    bulkhead = Bulkhead(1, queue_limit=1, label="loops")
+
+    async def use() -> None:
+        async with bulkhead as entered:
+            assert entered is bulkhead and bulkhead.active_count == 1
+        assert bulkhead.active_count == 0
+        with pytest.raises(KeyError):
+            async with bulkhead:
+                raise KeyError("mine")  # __aexit__'s completed future holds None: not suppressed
+        assert bulkhead.active_count == 0
+        # The waiting path still returns the bulkhead.
+        gate = asyncio.Event()
+
+        async def hold() -> None:
+            async with bulkhead:
+                await gate.wait()
+
+        held = asyncio.create_task(hold())
+        await settle()
+
+        async def wait_then_enter() -> object:
+            async with bulkhead as again:
+                return again
+
+        waiting = asyncio.create_task(wait_then_enter())
+        await settle()
+        assert bulkhead.queued_count == 1
+        gate.set()
+        assert await waiting is bulkhead
+        await held
+
+    asyncio.run(use())
+    asyncio.run(use())  # a second loop: the completed futures of the first still serve
+    assert (bulkhead.active_count, bulkhead.queued_count) == (0, 0)

@@ -138,3 +138,72 @@ async def test_retry_after_is_the_deficit_on_a_bucket_that_is_not_empty(blocking
         else:
             limiter2.acquire(3, timeout=0.5)
     assert caught.value.retry_after == 1.0
+
+
+class _AdvancingClock(VirtualClock):
+    """Virtual time for a blocking wait in the loop's own thread: a sleep moves time to its end."""
+
+    def sleep_until_blocking(self, when_ns: int) -> None:
+        self._set_now(when_ns)
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+@pytest.mark.parametrize(("deadline_ns", "served"), [
+    (1_000_000_000, False),  # served exactly at the deadline: too late, refused up front
+    (1_000_000_001, True),   # a nanosecond of margin: admitted, and served before the deadline
+    (0, None),               # already passed: DeadlineExceeded before anything
+])
+async def test_both_limiters_decide_at_the_deadline_boundary(blocking: bool, deadline_ns: int,
+                                                             served: bool | None) -> None:
+    clock = _AdvancingClock()
+    limiter: RateLimiter | BlockingRateLimiter = (BlockingRateLimiter if blocking else RateLimiter)(
+        1, per=1.0, burst=1, queue_limit=None, label="edge", clock=clock)
+    assert limiter.try_acquire()
+
+    async def take() -> None:
+        if isinstance(limiter, RateLimiter):
+            await limiter.acquire()
+        else:
+            limiter.acquire()
+
+    async def scenario() -> str:
+        try:
+            async with stoic.timeout(deadline_ns / 1e9, clock=clock):
+                await take()
+        except RateLimited as exc:
+            assert exc.retry_after == 1.0 and clock.now_ns() == 0
+            return "refused"
+        except stoic.DeadlineExceeded:
+            assert clock.now_ns() == 0
+            return "late"
+        assert clock.now_ns() == 1_000_000_000
+        return "served"
+
+    outcome = await clock.run(scenario())
+    assert outcome == {True: "served", False: "refused", None: "late"}[served]
+    assert limiter.waiter_count == 0
+    if not served:
+        await clock.advance(1.0)
+        assert limiter.available_permits == 1  # the refused request consumed nothing
+    else:
+        assert limiter.available_permits == 0
+
+
+@pytest.mark.parametrize("deadline_s", [0.0, 5.0])
+async def test_the_blocking_bulkhead_refuses_only_an_already_passed_deadline(deadline_s: float) -> None:
+    from stoic import BlockingBulkhead
+
+    clock = VirtualClock()
+    bulkhead = BlockingBulkhead(1, label="edge", clock=clock)
+
+    async def scenario() -> str:
+        try:
+            async with stoic.timeout(deadline_s, clock=clock):
+                bulkhead.acquire()
+                bulkhead.release()
+        except stoic.DeadlineExceeded:
+            return "late"
+        return "ran"
+
+    assert await clock.run(scenario()) == ("late" if deadline_s == 0 else "ran")
+    assert bulkhead.active_count == 0

@@ -34,7 +34,7 @@ from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns
 from ._errors import BulkheadFull, DeadlineExceeded
 from ._waitqueue import ManagedQueue, check_queue_options
-from ._wakeup import wake
+from ._wakeup import completed, wake
 from .events import AttributeValue, Level, emit, min_level
 
 P = ParamSpec("P")
@@ -42,6 +42,7 @@ T = TypeVar("T")
 
 
 _UNBOUNDED = sys.maxsize  # queue_limit=None
+
 
 class _Waiter:
     """A queued caller. ``granted`` turns true when a slot is handed to it (under the state's
@@ -165,7 +166,7 @@ class Bulkhead(_Compartment):
     that is cancelled leaves without a slot and re-raises ``asyncio.CancelledError``.
     """
 
-    __slots__ = ("_managed",)
+    __slots__ = ("_entered", "_managed")
 
     def __init__(
         self, max_concurrent: int, *, queue_limit: int | None = 0, label: str, clock: Clock | None = None,
@@ -178,6 +179,7 @@ class Bulkhead(_Compartment):
         # None keeps the plain FIFO hand-over below (the common case, and the cheapest).
         self._managed: ManagedQueue | None = (
             ManagedQueue(target_ns, interval_ns, lifo, prio) if target_ns is not None or lifo or prio else None)
+        self._entered: asyncio.Future[Bulkhead] | None = None  # what a granted ``async with`` awaits
 
     async def _enter_slow(self) -> None:
         if self._managed is not None:
@@ -260,20 +262,32 @@ class Bulkhead(_Compartment):
 
         return bulkheaded
 
-    async def __aenter__(self) -> Bulkhead:
+    # ``async with`` awaits what __aenter__/__aexit__ return. A slot taken (or given back) at once
+    # needs no coroutine: they return an already-completed future, which ``await`` reads without
+    # suspending (about a third of the overhead of two coroutines). A completed future is never
+    # scheduled, so one made on an earlier event loop serves any later loop too.
+    def __aenter__(self) -> Awaitable[Bulkhead]:
         if self._active < self._max and not self._waiters and (not _deadline.ever_set or _deadline_scope.get() is None):
             self._active += 1
-        else:
-            await self._enter_slow()
+            entered = self._entered
+            if entered is None:
+                entered = self._entered = asyncio.get_running_loop().create_future()
+                entered.set_result(self)
+            return entered
+        return self._aenter_slow()
+
+    async def _aenter_slow(self) -> Bulkhead:
+        await self._enter_slow()
         return self
 
-    async def __aexit__(
+    def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    ) -> Awaitable[None]:
         if self._waiters:
             self._release()
         else:
             self._active -= 1
+        return completed()
 
 
 class BlockingBulkhead(_Compartment):
