@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 INSTRUMENTATION := instrumentation/stoic-opentelemetry instrumentation/stoic-structlog
 
-.PHONY: demo test lint typecheck pytest bench dashboards clean
+.PHONY: demo test lint typecheck pytest bench dashboards clean mutation
 
 $(STAMP): requirements-dev.txt pyproject.toml $(addsuffix /pyproject.toml,$(INSTRUMENTATION))
 	$(PYTHON) -m venv $(VENV)
@@ -37,8 +37,23 @@ bench: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python docs/generate.py
 
+# Mutation testing (not part of `make test`; docs/mutation.md). cosmic-ray lives in its own venv;
+# the tests run under .venv as in `make test`. MODULES=a,b  SAMPLE=n  SEED=n  JOBS=n (modules at once).
+MUTATION_VENV := .venv-mutation
+MUTATION_STAMP := $(MUTATION_VENV)/.installed-stamp
+JOBS ?= 2
+
+$(MUTATION_STAMP): requirements-mutation.txt
+	$(PYTHON) -m venv $(MUTATION_VENV)
+	$(MUTATION_VENV)/bin/python -m pip install --quiet -r requirements-mutation.txt
+	touch $@
+
+mutation: $(STAMP) $(MUTATION_STAMP)
+	$(MUTATION_VENV)/bin/python tools/mutation.py --python $(BIN)/python --jobs $(JOBS) \
+		$(if $(MODULES),--modules $(MODULES)) $(if $(SAMPLE),--sample $(SAMPLE)) $(if $(SEED),--seed $(SEED)) $(ARGS)
+
 dashboards: $(STAMP)
 	$(BIN)/python -m dashboards.generate
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(MUTATION_VENV) .mutation
