@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import random
+import shlex
 import shutil
 import subprocess
 import sys
@@ -72,6 +73,16 @@ def _in_annotation(module_ast: Any, position: tuple[int, int]) -> bool:
             return False
         node = node.parent
     return False
+
+
+def _killed_by(output: str | None) -> str:
+    """The test file whose failure killed a mutant (pytest -x: the first FAILED/ERROR line)."""
+    if output == "timeout":
+        return "(timeout)"
+    for line in (output or "").splitlines():
+        if line.startswith(("FAILED ", "ERROR ")):
+            return line.split(" ", 1)[1].split("::", 1)[0]
+    return "(other)"
 
 
 def _changed_lines(diff: str) -> tuple[str, str]:
@@ -126,7 +137,8 @@ def run_module(name: str, spec: dict[str, Any], settings: dict[str, Any], python
         if not tests:
             say("no test files match: skipped")
             return 2
-        command = " ".join([python, "-m", "pytest", "-x", "-q", "-p", "_mutation_pytest", *tests])
+        extra = [str(a) for a in spec.get("pytest_args", ())]
+        command = shlex.join([python, "-m", "pytest", "-x", "-q", "-p", "_mutation_pytest", *extra, *tests])
         module_path = copy / spec["path"]
         source_sha = hashlib.sha256(module_path.read_bytes()).hexdigest()
         kept = _previous_kills(previous, name, source_sha)
@@ -173,6 +185,7 @@ def run_module(name: str, spec: dict[str, Any], settings: dict[str, Any], python
                     say(f"{index}/{len(drawn)} run")
 
             killed = timeouts = incompetent = 0
+            killed_by: dict[str, int] = {}
             survivors: list[dict[str, Any]] = []
             for item, result in db.completed_work_items:
                 if result.worker_outcome == WorkerOutcome.SKIPPED:
@@ -188,13 +201,16 @@ def run_module(name: str, spec: dict[str, Any], settings: dict[str, Any], python
                 elif result.test_outcome == TestOutcome.KILLED:
                     killed += 1
                     timeouts += result.output == "timeout"
+                    by = _killed_by(result.output) if not (result.output or "").startswith("killed in ") else "(kept)"
+                    killed_by[by] = killed_by.get(by, 0) + 1
                 else:  # could not run (an exception in the worker): noticed, but not by a test
                     incompetent += 1
         survivors.sort(key=lambda s: (s["line"], s["column"], s["operator"]))
         summary = {
             "module": name, "path": spec["path"], "mutants": len(items), "eligible": len(eligible),
             "drawn": len(drawn), "killed": killed, "timeouts": timeouts, "incompetent": incompetent,
-            "survived": len(survivors), "survivors": survivors, "seconds": round(time.monotonic() - started, 1),
+            "survived": len(survivors), "survivors": survivors, "killed_by": killed_by,
+            "seconds": round(time.monotonic() - started, 1),
             "seed": settings["seed"], "source_sha256": source_sha,
         }
         (out / f"{name}.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -221,6 +237,10 @@ def _report(summaries: list[dict[str, Any]], fail_under: dict[str, float]) -> bo
         timeouts = f" ({s['timeouts']} by timeout)" if s["timeouts"] else ""
         print(f"{s['module']:<12} {s['mutants']:>7} {s['drawn']:>5} {s['killed']:>6} {s['survived']:>8} "
               f"{rate:>8.1f}%{note}{timeouts}")
+    for s in summaries:
+        by = ", ".join(f"{Path(f).name if f.startswith('tests/') else f} {n}"
+                       for f, n in sorted(s.get("killed_by", {}).items(), key=lambda kv: -kv[1]))
+        print(f"killed in {s['module']} by: {by}")
     for s in summaries:
         if s["survivors"]:
             print(f"\nsurvivors in {s['path']}:")
