@@ -25,7 +25,7 @@ class Clock(VirtualClock):
         super().__init__(START)
 
     def step_ns(self, ns: int) -> None:
-        self._set_now(self.now_ns() + ns)
+        self._set_now(VirtualClock.now_ns(self) + ns)
 
 
 class Boom(Exception):
@@ -150,3 +150,32 @@ def test_old_buckets_age_out_and_a_success_after_them_is_judged_in_full() -> Non
     clock.step_ns(1_000_000_000)  # the successes' bucket leaves the window
     run(breaker, clock, 0, 0)  # 3 failures of 4: this success trips it
     assert breaker.state is BreakerState.OPEN
+
+
+class NegativeClock(Clock):
+    """A monotonic clock whose readings are negative (its origin is arbitrary, seed 000 "Clock")."""
+
+    def now_ns(self) -> int:
+        return super().now_ns() - 2**61
+
+
+@pytest.mark.parametrize("window", [TimeWindow(10.0), CountWindow(8)])
+def test_the_windows_work_on_a_clock_whose_readings_are_negative(window: TimeWindow | CountWindow) -> None:
+    clock = NegativeClock()
+    breaker = CircuitBreaker(label="negative", window=window, minimum_calls=4, failure_rate_threshold=0.5,
+                             open_duration=OpenDuration.fixed(1.0, jitter=0.0), clock=clock)
+    for _ in range(2):
+        run(breaker, clock, 0, 0)
+    assert (snapshot(breaker).calls, breaker.state) == (2, BreakerState.CLOSED)
+    for _ in range(2):
+        run(breaker, clock, FAILED, 0)  # 2 of 4: at the threshold once minimum_calls are in
+    assert breaker.state is BreakerState.OPEN
+    breaker.force_closed()
+    for _ in range(3):
+        run(breaker, clock, FAILED, 0)
+    clock.step_ns(20_000_000_000)
+    run(breaker, clock, 0, 0)
+    if isinstance(window, TimeWindow):  # the failures aged out: one call in the window
+        assert (snapshot(breaker).calls, breaker.state) == (1, BreakerState.CLOSED)
+    else:  # the last 4 calls: 3 failures
+        assert breaker.state is BreakerState.OPEN
