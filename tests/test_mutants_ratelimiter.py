@@ -450,3 +450,51 @@ def test_an_interrupted_blocking_head_hands_its_turn_and_credit_to_the_next() ->
     behind.join(5)
     assert behind.error is None and behind.served_at == START + 0.1
     assert limiter.waiter_count == 0 and limiter.available_permits == 0
+
+
+async def test_execute_adds_what_was_earned_to_a_partly_filled_bucket() -> None:
+    clock = JumpingClock()
+    limiter = RateLimiter(4, per=1.0, burst=1, label="partial-exec", clock=clock)
+
+    async def op() -> float:
+        return clock.now()
+
+    assert await limiter.execute(op) == START
+    clock.step(0.125)  # half a permit
+    assert limiter.available_permits == 0
+    waiting = limiter.execute(op)  # not affordable: queued (its refill banks the half)
+    waiting.close()
+    clock.step(0.125)  # the other half
+    granted = limiter.execute(op)
+    assert limiter.available_permits == 0 and not limiter.try_acquire()  # taken at once
+    assert await granted == START + 0.25
+
+
+async def test_an_exactly_affordable_acquire_under_a_deadline_is_granted_without_waiting(
+    events: RecordingSink,
+) -> None:
+    clock = JumpingClock()
+    limiter = RateLimiter(4, per=1.0, burst=1, label="exact-slow", clock=clock)
+    await limiter.acquire()
+    clock.step(0.25)
+    async with stoic.timeout(5, clock=clock):
+        await limiter.acquire()  # the deadline takes it off the fast path; no queue, no wait
+    assert limiter.waiter_count == 0 and limiter.available_permits == 0
+    assert named(events, "ratelimiter.waited") == []
+
+
+def test_a_blocking_acquire_after_its_deadline_passed_is_refused_even_with_a_full_bucket(
+    events: RecordingSink,
+) -> None:
+    clock = JumpingClock()
+    limiter = BlockingRateLimiter(4, burst=4, label="passed", clock=clock)
+
+    async def late() -> None:
+        async with stoic.timeout(1, clock=clock):
+            clock.step(2)  # the deadline passed a second ago (no timer fires on this clock)
+            limiter.acquire()
+
+    with pytest.raises(DeadlineExceeded):
+        asyncio.run(late())
+    assert limiter.available_permits == 4
+    assert named(events, "ratelimiter.rejected") == [{"reason": "deadline_exceeded", "permits": 1}]
