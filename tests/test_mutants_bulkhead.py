@@ -414,3 +414,53 @@ def test_a_blocking_call_under_a_live_deadline_takes_a_free_slot_and_releases_it
 
     asyncio.run(main())
     assert seen == [1] and bulkhead.active_count == 0
+
+
+def test_decorated_functions_keep_their_name_and_docstring() -> None:
+    blocking = BlockingBulkhead(1, label="meta", clock=SteppingClock())
+    asynchronous = Bulkhead(1, label="meta", clock=SteppingClock())
+
+    @blocking
+    def plain() -> int:
+        """Plain."""
+        return 1
+
+    @asynchronous
+    async def coroutine() -> int:
+        """Coroutine."""
+        return 2
+
+    assert (plain.__name__, plain.__doc__, plain()) == ("plain", "Plain.", 1)
+    assert (coroutine.__name__, coroutine.__doc__) == ("coroutine", "Coroutine.")
+    assert asyncio.run(coroutine()) == 2  # type: ignore[arg-type]
+
+
+def test_a_blocking_queue_limit_of_hundreds_is_exact(events: RecordingSink) -> None:
+    # Above 256 waiting callers (past CPython's small-int cache) the limit is still compared by value.
+    limit = 300
+    clock = SteppingClock()
+    bulkhead = BlockingBulkhead(1, queue_limit=limit, label="hundreds", clock=clock)
+    bulkhead.acquire()
+    done: list[int] = []
+    threads = [threading.Thread(target=lambda: bulkhead.call(done.append, 1), daemon=True) for _ in range(limit)]
+    for thread in threads:
+        thread.start()
+    queued(bulkhead, limit)
+    refused: list[BaseException] = []
+
+    def one_too_many() -> None:
+        try:
+            bulkhead.acquire()
+        except BulkheadFull as exc:
+            refused.append(exc)
+
+    late = threading.Thread(target=one_too_many, daemon=True)  # a wrong verdict would wait for ever
+    late.start()
+    late.join(5)
+    assert len(refused) == 1
+    assert rejections(events) == [{"reason": "bulkhead_full", "capacity": 1, "waiting": limit}]
+    assert bulkhead.queued_count == limit
+    bulkhead.release()
+    for thread in threads:
+        thread.join(10)
+    assert len(done) == limit and (bulkhead.active_count, bulkhead.queued_count) == (0, 0)
