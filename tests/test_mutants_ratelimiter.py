@@ -498,3 +498,30 @@ def test_a_blocking_acquire_after_its_deadline_passed_is_refused_even_with_a_ful
         asyncio.run(late())
     assert limiter.available_permits == 4
     assert named(events, "ratelimiter.rejected") == [{"reason": "deadline_exceeded", "permits": 1}]
+
+
+def test_a_blocking_wait_longer_than_the_deadline_is_refused_with_retry_after(events: RecordingSink) -> None:
+    limiter, clock = drained_blocking(rate=2, burst=4)
+    clock.step(0.25)
+
+    async def under(seconds: float) -> None:
+        async with stoic.timeout(seconds, clock=clock):
+            limiter.acquire(2)
+
+    with pytest.raises(RateLimited) as refused:
+        asyncio.run(under(0.5))  # the wait (0.75 s) is longer than what is left
+    assert refused.value.retry_after == 0.75
+    assert limiter.waiter_count == 0 and clock.slept_until == []
+    assert named(events, "ratelimiter.rejected") == [
+        {"reason": "would_exceed_deadline", "permits": 2, "retry_after": 0.75}]
+
+
+def test_a_blocking_call_refills_a_partly_filled_bucket_exactly_and_never_beyond_burst() -> None:
+    limiter, clock = drained_blocking(rate=4, burst=2)
+    clock.step(0.125)
+    assert not limiter.try_acquire()  # half a permit, banked by this refill
+    clock.step(0.125)
+    assert limiter.call(clock.now) == START + 0.25  # the other half: taken at once, no sleep
+    assert clock.slept_until == []
+    clock.step(3600)
+    assert [limiter.call(clock.now) for _ in range(3)] == [START + 3600.25] * 2 + [START + 3600.5]

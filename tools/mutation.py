@@ -81,7 +81,7 @@ def _killed_by(output: str | None) -> str:
         return "(timeout)"
     for line in (output or "").splitlines():
         if line.startswith(("FAILED ", "ERROR ")):
-            return line.split(" ", 1)[1].split("::", 1)[0]
+            return line.split(" ", 1)[1].split("::", 1)[0].split(" - ", 1)[0]
     return "(other)"
 
 
