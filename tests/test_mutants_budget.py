@@ -13,8 +13,9 @@ import math
 
 import pytest
 
-from stoic import RetryBudget
-from stoic.testing import VirtualClock
+import stoic
+from stoic import RetryBudget, Schedule
+from stoic.testing import VirtualClock, reset_budgets
 
 START = 1000.0
 
@@ -145,3 +146,62 @@ def test_out_of_range_parameters_are_refused_naming_them(kwargs: dict[str, float
 def test_zero_reserve_rate_and_capacity_are_allowed() -> None:
     budget = RetryBudget(reserve_per_second=0, reserve_capacity=0, clock=Clock())
     assert budget.tokens == 0.0 and not budget.try_spend()
+
+
+# --------------------------------------------------------------------------- one budget per call site
+
+SCHEDULE = Schedule.fixed(0).attempts(12)
+
+
+class Failing:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+        raise ConnectionError("down")
+
+
+def attempts_at_site_a(op: Failing) -> int:
+    before = op.calls
+    with pytest.raises(ConnectionError):
+        stoic.retry_sync(SCHEDULE, op, label="site")
+    return op.calls - before
+
+
+def attempts_at_site_b(op: Failing) -> int:
+    before = op.calls
+    with pytest.raises(ConnectionError):
+        stoic.retry_sync(SCHEDULE, op, label="site")
+    return op.calls - before
+
+
+def test_each_call_site_has_its_own_budget_kept_across_calls(clock: VirtualClock) -> None:
+    op = Failing()
+    assert attempts_at_site_a(op) == 11  # the first attempt, then the reserve's 10 tokens
+    assert attempts_at_site_a(op) == 1  # the same site: its budget is spent
+    # Another function whose retry sits at the same bytecode offset is another site.
+    assert attempts_at_site_b(op) == 11
+    assert attempts_at_site_b(op) == 1
+    assert attempts_at_site_a(op) == 1
+
+
+def test_reset_budgets_gives_every_site_and_decorated_function_a_fresh_budget(clock: VirtualClock) -> None:
+    op = Failing()
+
+    @stoic.retrying(SCHEDULE, label="decorated")
+    def decorated() -> None:
+        op()
+
+    def attempts_of_decorated() -> int:
+        before = op.calls
+        with pytest.raises(ConnectionError):
+            decorated()
+        return op.calls - before
+
+    assert attempts_of_decorated() == 11
+    assert attempts_of_decorated() == 1
+    assert attempts_at_site_a(op) == 11
+    reset_budgets()
+    assert attempts_of_decorated() == 11  # the decorated function took its site's new budget
+    assert attempts_at_site_a(op) == 11
