@@ -370,3 +370,26 @@ def test_repr_names_label_state_and_window() -> None:
     assert repr(breaker) == "CircuitBreaker(label='b', state=closed, window=CountWindow(4))"
     trip(breaker, clock)
     assert repr(breaker) == "CircuitBreaker(label='b', state=open, window=CountWindow(4))"
+
+
+def test_every_success_is_recorded_for_a_sink_listening_at_debug() -> None:
+    # A DEBUG sink sees breaker.recorded for every call, so no success may take the lock-free path.
+    clock = Clock()
+    breaker = make(clock, window=CountWindow(8), minimum_calls=2)
+    recording = RecordingSink(level=Level.DEBUG)
+
+    async def ok() -> str:
+        return "ok"
+
+    async def main() -> None:
+        for _ in range(4):
+            await breaker.execute(ok)
+
+    with stoic.use_sinks(recording):
+        for _ in range(4):
+            succeed(breaker, clock)
+        asyncio.run(main())
+    recorded = [dict(e.attributes) for e in recording.events if e.name == "breaker.recorded"]
+    assert recorded == [{"outcome": "success", "slow": False, "state": "closed", "duration": 0.0}] * 8
+    assert snapshot(breaker).calls == 8
+    recording.assert_contract()
