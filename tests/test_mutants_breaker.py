@@ -393,3 +393,45 @@ def test_every_success_is_recorded_for_a_sink_listening_at_debug() -> None:
     assert recorded == [{"outcome": "success", "slow": False, "state": "closed", "duration": 0.0}] * 8
     assert snapshot(breaker).calls == 8
     recording.assert_contract()
+
+
+def test_a_sink_listening_below_debug_sees_every_success_and_late_refusal() -> None:
+    clock = Clock()
+    breaker = make(clock, window=CountWindow(8), minimum_calls=2)
+    recording = RecordingSink(level=0)  # type: ignore[arg-type]  (below DEBUG: everything)
+
+    async def late() -> None:
+        async with stoic.timeout(0, clock=clock):
+            with pytest.raises(stoic.DeadlineExceeded):
+                breaker.call(lambda: None)
+
+    with stoic.use_sinks(recording):
+        for _ in range(4):
+            succeed(breaker, clock)
+        asyncio.run(late())
+    names = [e.name for e in recording.events]
+    assert names == ["breaker.recorded"] * 4 + ["breaker.rejected"]
+    assert dict(recording.events[-1].attributes) == {"state": "closed", "reason": "deadline_exceeded"}
+
+
+def test_a_call_slower_than_a_sub_millisecond_slow_call_duration_is_counted_slow() -> None:
+    clock = Clock()
+    breaker = make(clock, window=CountWindow(8), minimum_calls=2, slow_call_duration=0.0005,
+                   slow_call_rate_threshold=1.0, failure_rate_threshold=1.0)
+    succeed(breaker, clock)
+    succeed(breaker, clock)  # the window is judged: quick successes may now skip the lock
+    succeed(breaker, clock, takes=0.0006)  # slow, though well within the fold interval
+    snap = snapshot(breaker)
+    assert (snap.calls, snap.slow_calls) == (3, 1)
+
+
+def test_a_free_probe_permit_admits_nobody_once_a_probe_has_reopened_the_breaker() -> None:
+    clock = Clock()
+    breaker = make(clock, half_open_probes=2)
+    trip(breaker, clock)
+    clock.step(10)
+    failing(breaker, clock)  # the first probe fails: open again, one permit never used
+    with pytest.raises(CircuitOpen) as refused:
+        succeed(breaker, clock)
+    assert refused.value.retry_after == 10.0
+    assert snapshot(breaker).state is OPEN

@@ -158,6 +158,7 @@ def test_maximum_total_delay_with_an_up_to_that_never_binds_is_exact() -> None:
     assert Schedule.linear(1).up_to(100).attempts(4).maximum_total_delay == 6
     assert Schedule.delays([1, 2, 3]).up_to(100).maximum_total_delay == 6
     assert Schedule.exponential(1).capped(3).up_to(100).attempts(5).maximum_total_delay == 9
+    assert Schedule.fibonacci(1).up_to(100).attempts(5).maximum_total_delay == 7  # 1 + 1 + 2 + 3
 
 
 def test_worst_case_adds_every_attempts_timeout_to_the_total_delay() -> None:
@@ -183,6 +184,12 @@ def test_delays_saturate_at_about_292_years() -> None:
     assert Schedule.fixed(10**9).attempts(12).maximum_total_delay == MAX_SECONDS
     huge = Schedule.exponential(10**9).capped(10**12).attempts(5)
     assert huge.maximum_total_delay == MAX_SECONDS
+
+
+def test_a_zero_base_stays_zero_under_any_cap() -> None:
+    assert Schedule.exponential(0).capped(1e-9).attempts(3).maximal_delays() == [0, 0]
+    assert Schedule.fibonacci(0).capped(1e-9).attempts(3).maximal_delays() == [0, 0]
+    assert Schedule.exponential(1e-9).capped(1e-9).attempts(3).maximal_delays() == [1e-9, 1e-9]
 
 
 def test_combinators_keep_or_lose_the_bound_as_documented() -> None:

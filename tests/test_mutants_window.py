@@ -179,3 +179,16 @@ def test_the_windows_work_on_a_clock_whose_readings_are_negative(window: TimeWin
         assert (snapshot(breaker).calls, breaker.state) == (1, BreakerState.CLOSED)
     else:  # the last 4 calls: 3 failures
         assert breaker.state is BreakerState.OPEN
+
+
+def test_a_batch_of_quick_successes_evicts_slow_and_slow_failed_calls_exactly() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(label="evict", window=CountWindow(6), minimum_calls=6, failure_rate_threshold=1.0,
+                             slow_call_rate_threshold=1.0, slow_call_duration=1.0,
+                             open_duration=OpenDuration.fixed(1.0, jitter=0.0), clock=clock)
+    for code in (SLOW, FAILED | SLOW, SLOW, FAILED | SLOW, FAILED, FAILED):
+        run(breaker, clock, code, 1_000_000_000)
+    check(breaker, [SLOW, FAILED | SLOW, SLOW, FAILED | SLOW, FAILED, FAILED])
+    for _ in range(4):
+        run(breaker, clock, 0, 0)  # quick successes, folded in one batch by the next read
+    check(breaker, [FAILED, FAILED, 0, 0, 0, 0])
