@@ -10,6 +10,7 @@ Sequences are drawn from a fixed seed; the model is the plain list of the calls.
 from __future__ import annotations
 
 import random
+import threading
 
 import pytest
 
@@ -192,3 +193,67 @@ def test_a_batch_of_quick_successes_evicts_slow_and_slow_failed_calls_exactly() 
     for _ in range(4):
         run(breaker, clock, 0, 0)  # quick successes, folded in one batch by the next read
     check(breaker, [FAILED, FAILED, 0, 0, 0, 0])
+
+
+def test_a_success_bringing_a_time_window_to_minimum_calls_is_judged() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(label="judge-at", window=TimeWindow(10.0), minimum_calls=4, failure_rate_threshold=0.5,
+                             open_duration=OpenDuration.fixed(1.0, jitter=0.0), clock=clock)
+    run(breaker, clock, FAILED, 0)
+    run(breaker, clock, FAILED, 0)
+    clock.step_ns(1_000_000_000)  # a new bucket: two calls in the older ones
+    run(breaker, clock, 0, 0)
+    assert breaker.state is BreakerState.CLOSED  # 3 calls: below minimum_calls
+    run(breaker, clock, 0, 0)  # the fourth call: 2 failures of 4 reach the threshold
+    assert breaker.state is BreakerState.OPEN
+
+
+class HoldingClock(Clock):
+    """A thread listed in ``hold`` reads the time, then waits for its event before it gets it
+    (a thread descheduled between finishing its call and recording it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold: dict[threading.Thread, threading.Event] = {}
+        self.held = threading.Event()
+
+    def now_ns(self) -> int:
+        value = super().now_ns()
+        event = self.hold.pop(threading.current_thread(), None)
+        if event is not None:
+            self.held.set()
+            event.wait(10)
+        return value
+
+
+def test_a_call_recorded_after_a_later_one_counts_in_the_current_bucket() -> None:
+    clock = HoldingClock()
+    breaker = CircuitBreaker(label="late", window=TimeWindow(10.0), minimum_calls=10, failure_rate_threshold=1.0,
+                             open_duration=OpenDuration.fixed(1.0, jitter=0.0), clock=clock)
+    release = threading.Event()
+
+    def slow_to_record() -> None:
+        clock.hold[threading.current_thread()] = release  # its end is read now, recorded later
+        raise Boom
+
+    def call_late() -> None:
+        try:
+            breaker.call(slow_to_record)
+        except Boom:
+            pass
+
+    late = threading.Thread(target=call_late, daemon=True)
+    late.start()
+    assert clock.held.wait(5)
+    clock.step_ns(1_000_000_000)
+    run(breaker, clock, FAILED, 0)  # recorded first, in the next bucket
+    clock.step_ns(1_000_000_000)
+    assert snapshot(breaker).calls == 1  # a read in a third bucket: the next call is judged in full
+    release.set()
+    late.join(5)
+    snap = snapshot(breaker)
+    assert (snap.calls, snap.failures) == (2, 2)  # the late one counts in the current (third) bucket
+    clock.step_ns(9_000_000_000)
+    assert snapshot(breaker).calls == 1  # the second bucket has aged out, the third not yet
+    clock.step_ns(1_000_000_000)
+    assert snapshot(breaker).calls == 0
