@@ -105,6 +105,24 @@ def test_a_cap_is_pushed_beneath_jitter_wherever_it_is_written() -> None:
     assert repr(Schedule.fixed(5).capped(3).jittered().capped(2)) == "Schedule.fixed(5).capped(2).jittered()"
 
 
+def test_a_cap_pushed_through_a_random_combinator_only_lowers_a_default_cap_beneath() -> None:
+    jittered = Schedule.fixed(5).jittered()
+    assert repr(jittered.union(Schedule.exponential(100)).capped(1000)) == (
+        "Schedule.fixed(5).capped(1000).jittered().union(Schedule.exponential(100))")
+    assert repr(jittered.and_then(Schedule.exponential(100)).capped(1000)) == (
+        "Schedule.fixed(5).capped(1000).jittered().and_then(Schedule.exponential(100))")
+    assert repr(jittered.intersection(Schedule.fibonacci(100)).capped(1000)) == (
+        "Schedule.fixed(5).capped(1000).jittered().intersection(Schedule.fibonacci(100))")
+    assert repr(jittered.union(Schedule.exponential(100)).capped(200)) == (
+        "Schedule.fixed(5).capped(200).jittered().union(Schedule.exponential(100).capped(200))")
+
+
+def test_whole_seconds_print_as_integers_however_large() -> None:
+    assert repr(Schedule.fixed(10**9)) == "Schedule.fixed(1000000000)"
+    assert repr(Schedule.linear(3 * 10**9).attempts(2)) == "Schedule.linear(3000000000).attempts(2)"
+    assert repr(Schedule.fixed(0.5)) == "Schedule.fixed(0.5)"
+
+
 def test_a_cap_below_a_decorrelated_base_is_kept_above_it() -> None:
     assert repr(Schedule.decorrelated(1, 100).capped(10)) == "Schedule.decorrelated(1, 10)"
     assert repr(Schedule.decorrelated(5, 100).capped(2)) == "Schedule.decorrelated(5, 100).capped(2)"
