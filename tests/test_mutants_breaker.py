@@ -435,3 +435,27 @@ def test_a_free_probe_permit_admits_nobody_once_a_probe_has_reopened_the_breaker
         succeed(breaker, clock)
     assert refused.value.retry_after == 10.0
     assert snapshot(breaker).state is OPEN
+
+
+def test_a_probe_ignored_after_another_timed_out_reports_the_reopening(sink: RecordingSink) -> None:
+    clock = Clock()
+    breaker = make(clock, half_open_probes=2, half_open_timeout=5.0)
+    trip(breaker, clock)
+    clock.step(10)
+
+    def refused_later() -> None:
+        clock.step(6)  # meanwhile the other probe passes half_open_timeout
+        raise stoic.BulkheadFull(label="inner")
+
+    async def main() -> None:
+        gate = asyncio.Event()
+        hung = asyncio.create_task(breaker.execute(gate.wait))
+        await asyncio.sleep(0)
+        with pytest.raises(stoic.BulkheadFull):
+            breaker.call(refused_later)  # an inner refusal: ignored, and it notices the timeout
+        gate.set()
+        await hung
+
+    asyncio.run(main())
+    assert attributes(sink, "breaker.opened")[-1] == {
+        "trigger": "probe_timeout", "calls": 1, "failures": 1, "slow_calls": 0, "trips": 2, "open_for": 10.0}
