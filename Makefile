@@ -10,7 +10,7 @@ FLOOR := .venv-otel-floor
 FLOOR_STAMP := $(FLOOR)/.installed-stamp
 OTEL_TESTS := tests/test_otel_metrics.py tests/test_otel_logs.py tests/test_otel_spans.py tests/test_otel_global.py
 
-.PHONY: demo test lint typecheck pytest bench dashboards clean otel-floor
+.PHONY: demo test lint typecheck pytest bench dashboards clean otel-floor mutation
 
 $(STAMP): requirements-dev.txt pyproject.toml $(addsuffix /pyproject.toml,$(INSTRUMENTATION))
 	$(PYTHON) -m venv $(VENV)
@@ -53,8 +53,23 @@ bench: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python docs/generate.py
 
+# Mutation testing (not part of `make test`; docs/mutation.md). cosmic-ray lives in its own venv;
+# the tests run under .venv as in `make test`. MODULES=a,b  SAMPLE=n  SEED=n  JOBS=n (modules at once).
+MUTATION_VENV := .venv-mutation
+MUTATION_STAMP := $(MUTATION_VENV)/.installed-stamp
+JOBS ?= 2
+
+$(MUTATION_STAMP): requirements-mutation.txt
+	$(PYTHON) -m venv $(MUTATION_VENV)
+	$(MUTATION_VENV)/bin/python -m pip install --quiet -r requirements-mutation.txt
+	touch $@
+
+mutation: $(STAMP) $(MUTATION_STAMP)
+	$(MUTATION_VENV)/bin/python tools/mutation.py --python $(BIN)/python --jobs $(JOBS) \
+		$(if $(MODULES),--modules $(MODULES)) $(if $(SAMPLE),--sample $(SAMPLE)) $(if $(SEED),--seed $(SEED)) $(ARGS)
+
 dashboards: $(STAMP)
 	$(BIN)/python -m dashboards.generate
 
 clean:
-	rm -rf $(VENV) $(FLOOR)
+	rm -rf $(VENV) $(FLOOR) $(MUTATION_VENV) .mutation
