@@ -63,3 +63,14 @@ def _metrics_as_found() -> Iterator[None]:
     before = _metrics.state.enabled
     yield
     _metrics.state.enabled = before
+
+
+@pytest.fixture(autouse=True)
+def _no_admission_mark() -> Iterator[None]:
+    """A blocking stage's admission mark lives in the main thread's context, which every later
+    test's context copies: start each test without one (stoic._admission)."""
+    from stoic import _admission
+
+    token = _admission._admitted_at.set((None, -1))
+    yield
+    _admission._admitted_at.reset(token)
