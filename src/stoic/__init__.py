@@ -25,9 +25,11 @@ from ._policy import Policy
 from ._retry import recur, retry, retry_sync, retrying
 from .breaker import BreakerSnapshot, BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
 from .bulkhead import BlockingBulkhead, Bulkhead
+from .control import ControlPlane, PolicyState, UnknownPolicy
 from .events import CATALOG, Event, Level, LoggingSink, Sink, add_sink, remove_sink, use_sinks
 from .fallback import with_fallback
 from .hedge import IDEMPOTENT, Hedge, Idempotency, hedge
+from .keyed import Keyed
 from .pipeline import Pipeline, Retrying
 from .ratelimiter import BlockingRateLimiter, RateLimiter
 from .schedule import BoundedSchedule, Schedule
@@ -50,6 +52,7 @@ __all__ = [
     "CircuitBreaker",
     "CircuitOpen",
     "Clock",
+    "ControlPlane",
     "CountWindow",
     "Criticality",
     "DeadlineExceeded",
@@ -57,11 +60,13 @@ __all__ = [
     "Event",
     "Hedge",
     "Idempotency",
+    "Keyed",
     "Level",
     "LoggingSink",
     "OpenDuration",
     "Pipeline",
     "Policy",
+    "PolicyState",
     "RateLimited",
     "RateLimiter",
     "Rejected",
@@ -78,6 +83,7 @@ __all__ = [
     "SystemClock",
     "TimeWindow",
     "Timeout",
+    "UnknownPolicy",
     "__version__",
     "add_sink",
     "bind_criticality",

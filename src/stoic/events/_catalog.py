@@ -4,7 +4,8 @@ This is the one place an event is written down. Docs (docs/events.md), the OpenT
 structlog adapters and the contract tests are driven from it; :class:`stoic.testing.RecordingSink`
 rejects any event that is not here or carries other attributes.
 
-Sources: seed 000 "Events" (breaker, ratelimiter, bulkhead, hedge) and seed 001 "Events" (retry).
+Sources: seed 000 "Events" (breaker, ratelimiter, bulkhead, hedge), seed 001 "Events" (retry) and
+seed 003 "Control plane" (keyed, control).
 Where a seed names an event without attributes, the catalog says which were added and why.
 """
 
@@ -176,6 +177,31 @@ _SPECS: tuple[EventSpec, ...] = (
     EventSpec("retry.after_capped", Level.WARNING, "A Retry-After longer than five minutes was capped.", {
         "requested": _a("float", "seconds the error asked for"),
         "capped": _a("float", "seconds actually used"),
+    }),
+    # --- keyed families (seed 003, Control plane: state per (policy, route)) ---
+    EventSpec("keyed.evicted", Level.INFO, "A key's policy was dropped: idle and at rest, or room was needed.", {
+        "key": _a("str", "the key dropped (empty for the unkeyed policy)"),
+        "reason": _a("str", "idle (unused for idle_after) or capacity (max_keys reached)"),
+    }),
+    EventSpec("keyed.full", Level.WARNING,
+              "Every key is busy at max_keys: new keys share the overflow policy until one is dropped.", {
+        "keys": _a("int", "keys held (max_keys)"),
+    }),
+    # --- the control plane (seed 003, Control plane); the label is the registered name ---
+    EventSpec("control.forced_open", Level.WARNING, "An operator forced breakers open (the manual kill switch).", {
+        "policies": _a("int", "breakers forced open by this action"),
+        "key": _a("str", "the key acted on (absent: every key)", optional=True),
+        "actor": _a("str", "who asked, as the caller names it", optional=True),
+    }),
+    EventSpec("control.cleared", Level.INFO, "An operator lifted a manual trip.", {
+        "policies": _a("int", "forced-open breakers closed by this action"),
+        "key": _a("str", "the key acted on (absent: every key)", optional=True),
+        "actor": _a("str", "who asked, as the caller names it", optional=True),
+    }),
+    EventSpec("control.retuned", Level.INFO, "An operator swapped a policy's configuration live.", {
+        "policies": _a("int", "policies rebuilt with the new configuration"),
+        "parameters": _a("str", "the parameters changed, comma-separated (never their values)"),
+        "actor": _a("str", "who asked, as the caller names it", optional=True),
     }),
 )
 
