@@ -1,8 +1,11 @@
 """The traced demo service.
 
 Starts the scripted dependency (:mod:`examples.demo.dependency`) in its own process, then runs a
-few concurrent workers that call it over HTTP (httpx) through one :class:`stoic.CircuitBreaker`,
-each call inside an OpenTelemetry span. stoic's events go to OpenTelemetry (span events and the
+few concurrent workers that call it over HTTP through one :class:`stoic.CircuitBreaker`, put in
+the client by :class:`stoic.httpx.AsyncResilientTransport`, each call inside an OpenTelemetry
+span. The breaker is registered with a :class:`stoic.ControlPlane`, served on loopback by
+:func:`stoic.admin.serve_admin` (``curl -X POST .../policies/inventory-api/force-open``).
+stoic's events go to OpenTelemetry (span events and the
 ``stoic.*`` metrics, served for Prometheus) and to structlog. The breaker's ``state_changes()``
 stream is printed live; a summary table closes the run.
 
@@ -45,7 +48,9 @@ from rich.text import Text
 from stoic_structlog import StructlogSink
 
 import stoic
-from stoic import CircuitBreaker, OpenDuration, TimeWindow
+from stoic import CircuitBreaker, ControlPlane, OpenDuration, TimeWindow
+from stoic.admin import serve_admin
+from stoic.httpx import AsyncResilientTransport
 
 from .dependency import Phase, format_phases
 
@@ -234,6 +239,8 @@ class Demo:
     # --- the service ------------------------------------------------------------------------
 
     async def worker(self, breaker: CircuitBreaker, client: httpx.AsyncClient, tracer: Any) -> None:
+        """``client`` sends through the breaker (its transport): a 5xx is counted there and still
+        answered here, a refusal is raised as ``stoic.CircuitOpen``."""
         stats, slow_after = self.stats, self.tuning.scale * 0.3
 
         async def fetch() -> Any:
@@ -247,7 +254,7 @@ class Demo:
                 span.set_attribute("server.address", "127.0.0.1")
                 started = time.perf_counter()
                 try:
-                    await breaker.execute(fetch)
+                    await fetch()
                 except stoic.Rejected as exc:
                     stats.rejections[str(breaker.state)] += 1
                     span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
@@ -335,17 +342,24 @@ class Demo:
         stoic.add_sink(log_sink)
         breaker = self.tuning.breaker(args.label)
         instrumentation.observe(breaker)
+        control = ControlPlane()
+        control.register(breaker)
+        admin_port: asyncio.Future[int] = loop.create_future()
         tracer = tracer_provider.get_tracer("examples.demo")
 
         workers: list[asyncio.Task[None]] = []
         watchers: list[asyncio.Task[None]] = []
+        admin = asyncio.create_task(serve_admin(control, port=args.admin_port, started=admin_port.set_result))
         try:
             await self.start_dependency()
+            admin_url = f"http://127.0.0.1:{await asyncio.wait_for(asyncio.shield(admin_port), timeout=15)}"
             story = format_phases(self.tuning.phases).replace(",", " → ") + (" → …" if args.repeat else "")
             console.print(Text.assemble(("stoic demo", "bold"), f"  (time scale {self.tuning.scale:g}; ",
                                         f"{'until Ctrl-C' if args.serve else f'{args.duration:g} s'})"))
             console.print(f"  dependency  {self.base_url}/work  script: {story}", highlight=False)
             console.print(f"  metrics     {metrics_url}", highlight=False)
+            console.print(f"  admin       {admin_url}/policies  (docs/demo.md: force the breaker open with curl)",
+                          highlight=False)
             console.print(f"  breaker     {args.label!r}: window {5 * self.tuning.scale:g} s, minimum 5 calls, "
                           f"open {3 * self.tuning.scale:g} s, slow after {0.3 * self.tuning.scale:g} s; "
                           f"{args.workers} workers", highlight=False)
@@ -356,11 +370,13 @@ class Demo:
             console.rule(style="dim")
             self.t0 = time.monotonic()
             limits = httpx.Limits(max_connections=args.workers + 1, max_keepalive_connections=args.workers + 1)
+            transport = AsyncResilientTransport(httpx.AsyncHTTPTransport(limits=limits), stages=[breaker])
             async with httpx.AsyncClient(base_url=self.base_url, timeout=self.tuning.request_timeout,
-                                         limits=limits) as client:
+                                         transport=transport) as client, \
+                    httpx.AsyncClient(base_url=self.base_url, timeout=self.tuning.request_timeout) as narrator:
                 # Subscribe before any call: the stream never replays the current state.
                 watchers.append(asyncio.create_task(self.watch_breaker(breaker, breaker.state_changes())))
-                watchers.append(asyncio.create_task(self.watch_dependency(client)))
+                watchers.append(asyncio.create_task(self.watch_dependency(narrator)))
                 workers.extend(
                     asyncio.create_task(self.worker(breaker, client, tracer)) for _ in range(args.workers))
                 if console.is_terminal:
@@ -381,7 +397,8 @@ class Demo:
             self.stop.set()
             for task in (*workers, *watchers):
                 task.cancel()
-            await asyncio.gather(*workers, *watchers, return_exceptions=True)
+            admin.cancel()
+            await asyncio.gather(*workers, *watchers, admin, return_exceptions=True)
             await self.stop_dependency()
             stoic.remove_sink(log_sink)
             instrumentation.uninstrument()
@@ -477,6 +494,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "with --serve)")
     parser.add_argument("--workers", type=int, default=4, help="concurrent client workers (default 4)")
     parser.add_argument("--pace", type=float, default=0.05, help="each worker's pause between calls, s")
+    parser.add_argument("--admin-port", type=int, default=0,
+                        help="the admin endpoint's port on 127.0.0.1 (default: free)")
     parser.add_argument("--label", default="inventory-api", help="the breaker's label (stoic_label in metrics)")
     args = parser.parse_args(argv)
     if args.time_scale is None:
