@@ -101,7 +101,7 @@ class HTTPPolicies(Generic[Resp]):
     ``retry_after_cap``: the longest ``Retry-After`` honoured, seconds (default 300).
     """
 
-    __slots__ = ("hedge", "is_failure", "retry", "retry_after_cap", "retry_methods", "stages")
+    __slots__ = ("_keyed", "hedge", "is_failure", "retry", "retry_after_cap", "retry_methods", "stages")
 
     def __init__(
         self,
@@ -125,14 +125,17 @@ class HTTPPolicies(Generic[Resp]):
                 or not retry_after_cap >= 0 or not math.isfinite(retry_after_cap):
             raise ValueError(f"retry_after_cap must be finite seconds >= 0, got {retry_after_cap!r}")
         self.stages = tuple(stages)
+        self._keyed = any(isinstance(stage, Keyed) for stage in self.stages)
         self.retry = retry
         self.hedge = hedge
         self.retry_methods = frozenset(m.upper() for m in retry_methods)
         self.is_failure: Callable[[int], bool] = is_failure if is_failure is not None else _server_error
         self.retry_after_cap = float(retry_after_cap)
 
-    def resolve(self, key: str) -> list[Any]:
+    def resolve(self, key: str) -> Sequence[Any]:
         """The stages for ``key``: each family replaced by its key's policy."""
+        if not self._keyed:
+            return self.stages
         return [stage.get(key) if isinstance(stage, Keyed) else stage for stage in self.stages]
 
     def check(self, response: Resp, status: int, retry_after: Callable[[], str | None], key: str) -> Resp:
@@ -149,24 +152,32 @@ class HTTPPolicies(Generic[Resp]):
     async def run(self, key: str, method: str, attempt: Callable[[], Awaitable[Resp]]) -> Resp:
         """Run ``attempt`` through the policies for ``key``; an attempt that failed by its status
         (the last one, when retries are over) is returned as a response, not raised."""
-        stages: list[Policy] = self.resolve(key)
+        stages: Sequence[Policy] = self.resolve(key)
         repeatable = method.upper() in self.retry_methods
-        inner = Pipeline(*stages) if stages else None
 
-        async def once(*_: Any) -> Resp:
-            return await inner.execute(attempt) if inner is not None else await attempt()
+        def once(*_: Any) -> Awaitable[Resp]:
+            # One stage (the common case) is called directly: no Pipeline per request.
+            if not stages:
+                return attempt()
+            if len(stages) == 1:
+                result: Awaitable[Resp] = stages[0].execute(attempt)
+                return result
+            return Pipeline(*stages).execute(attempt)
 
         hedge = self.hedge if repeatable else None
+        retry = self.retry if repeatable else None
 
-        async def hedged() -> Resp:
+        async def racing(*_: Any) -> Resp:
+            return await once()  # a hedge starts its attempts as tasks: it needs a coroutine function
+
+        def hedged() -> Awaitable[Resp]:
             if hedge is None:
-                return await once()
-            result: Resp = await hedge.execute(IDEMPOTENT, once)
-            return result
+                return once()
+            return hedge.execute(IDEMPOTENT, racing)
 
         try:
-            if repeatable and self.retry is not None:
-                return await self.retry.execute(hedged)
+            if retry is not None:
+                return await retry.execute(hedged)
             return await hedged()
         except (ServerError, TooManyRequests) as failed:
             response: Resp = failed.response
