@@ -59,6 +59,10 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
+class _Gone(Exception):
+    """The client disconnected before its body arrived: nobody to answer."""
+
+
 class _Refused(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -89,6 +93,8 @@ def admin_app(control: ControlPlane, *, token: str | None = None, prefix: str = 
         try:
             _authorise(scope, expected)
             status, body = await _route(control, root, scope, receive)
+        except _Gone:
+            return
         except _Refused as refused:
             status, body = refused.status, {"error": refused.message}
         except Exception:
@@ -153,7 +159,7 @@ async def _read_json(receive: Receive) -> dict[str, Any]:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise asyncio.CancelledError
+            raise _Gone
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > _MAX_BODY:
