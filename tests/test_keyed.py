@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 
 import pytest
 
@@ -243,3 +244,45 @@ async def test_events_conform_to_the_catalog(clock):
         finally:
             gate.set()
             await first
+
+
+def test_threads_contending_on_a_keyed_blocking_bulkhead_leak_nothing():
+    import threading
+
+    from stoic import BlockingBulkhead
+
+    # Four threads, five places, eight keys: keys are dropped and rebuilt all the time, and there
+    # is always one at rest to drop (never the overflow policy), so each key's limit must hold.
+    family = Keyed(BlockingBulkhead, label="threads", max_keys=5, max_concurrent=2, queue_limit=None)
+    inside: dict[str, int] = {}
+    most: dict[str, int] = {}
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def work(key: str) -> None:
+        with lock:
+            inside[key] = inside.get(key, 0) + 1
+            most[key] = max(most.get(key, 0), inside[key])
+        time.sleep(0.0002)  # (real threads: overlap for real)
+        with lock:
+            inside[key] -= 1
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(100):
+                key = f"k{rng.randrange(8)}"
+                family.call(key, work, key)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert len(family) <= 5 and OVERFLOW_KEY not in family.policies
+    assert all(p.active_count == 0 and p.queued_count == 0 for p in family.policies.values())
+    assert all(inside[k] == 0 for k in inside)
+    assert max(most.values()) <= 2  # one bulkhead per key at a time: never two for one key

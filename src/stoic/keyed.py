@@ -190,7 +190,9 @@ class Keyed(Generic[P]):
         """The policy of ``key``, built on first use (see the class docstring for bounds)."""
         return self._slot(key).policy
 
-    def _slot(self, key: str | None) -> _Slot[P]:
+    def _slot(self, key: str | None, claim: bool = False) -> _Slot[P]:
+        """The key's slot, made on a miss; ``claim`` counts a call in flight in the same critical
+        section, so no other thread can drop the key between finding it and using it."""
         if key is not None and not isinstance(key, str):
             raise TypeError(f"a key must be a str (or None), got {type(key).__name__}")
         now = self._clock.now_ns()
@@ -200,6 +202,7 @@ class Keyed(Generic[P]):
             if slot is not None:
                 slot.last_used = now
                 self._slots.move_to_end(key)
+                slot.inflight += claim
                 return slot
             self._expire(now, events)
             if len(self._slots) >= self._max_keys and not self._evict_lru(events):
@@ -209,6 +212,7 @@ class Keyed(Generic[P]):
                 slot.label = self._label_locked(key, reserve=False)
                 self._slots[key] = slot
                 self._full = False
+            slot.inflight += claim
         self._emit(events, now)
         return slot
 
@@ -288,28 +292,26 @@ class Keyed(Generic[P]):
     async def execute(self, key: str | None, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> R:
         """``await family.execute(key, fn, ...)``: the key's ``policy.execute(fn, ...)``, with the
         call counted in flight (the key is not dropped meanwhile). Raises what the policy raises."""
-        slot = self._slot(key)
-        slot.inflight += 1
+        slot = self._slot(key, claim=True)
         try:
             result: R = await slot.policy.execute(fn, *args, **kwargs)  # type: ignore[attr-defined]
             return result
         finally:
-            slot.inflight -= 1
-            slot.last_used = self._clock.now_ns()
+            with self._lock:
+                slot.inflight -= 1
+                slot.last_used = self._clock.now_ns()
 
     def call(self, key: str | None, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
         """``family.call(key, fn, ...)``: the key's ``policy.call(fn, ...)`` (plain functions, for
         policies with a ``call`` method), counted in flight as :meth:`execute` does."""
-        slot = self._slot(key)
-        with self._lock:
-            slot.inflight += 1
+        slot = self._slot(key, claim=True)
         try:
             result: R = slot.policy.call(fn, *args, **kwargs)  # type: ignore[attr-defined]
             return result
         finally:
             with self._lock:
                 slot.inflight -= 1
-            slot.last_used = self._clock.now_ns()
+                slot.last_used = self._clock.now_ns()
 
     # ------------------------------------------------------------------ control (see stoic.ControlPlane)
     def force_open(self, key: str | None = None) -> int:
