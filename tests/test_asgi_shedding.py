@@ -5,12 +5,19 @@ requests keep their latency under a load that exceeds the limit while the excess
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import statistics
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from _shed_app import CAPACITY, SERVICE_TIME
 from _uvicorn import serving
 
 import stoic
@@ -19,8 +26,7 @@ from stoic.asgi import LoadShedding, parse_criticality
 
 pytestmark = pytest.mark.integration
 
-SERVICE_TIME = 0.2  # seconds per request at the backend
-CAPACITY = 4  # requests the backend serves at once
+HERE = Path(__file__).resolve().parent
 
 
 class Backend:
@@ -44,25 +50,26 @@ class Backend:
         await send({"type": "http.response.body", "body": body})
 
 
-async def load(url: str, clients: int, requests_each: int) -> tuple[list[float], list[httpx.Response]]:
-    """``clients`` concurrent callers, each making ``requests_each`` requests back to back."""
+async def load(url: str, rate: float, seconds: float) -> tuple[list[float], list[httpx.Response]]:
+    """An open-loop load generator: a request every ``1 / rate`` seconds for ``seconds`` (so at
+    most ``rate * seconds`` requests: bounded), each timed from its own start."""
     admitted: list[float] = []
     refused: list[httpx.Response] = []
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+    count = round(rate * seconds)
+    limits = httpx.Limits(max_connections=count, max_keepalive_connections=count)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
 
-        async def caller() -> None:
-            await client.get("/")  # connect first: the load is what is measured, not the handshakes
-            for _ in range(requests_each):
-                started = time.perf_counter()
-                r = await client.get("/")
-                if r.status_code == 200:
-                    admitted.append(time.perf_counter() - started)
-                else:
-                    refused.append(r)
-                    await asyncio.sleep(2 * SERVICE_TIME)  # a refused caller backs off (a bounded load)
+        async def one(at: float) -> None:
+            await asyncio.sleep(max(0.0, at - time.perf_counter()))
+            started = time.perf_counter()
+            r = await client.get("/")
+            if r.status_code == 200:
+                admitted.append(time.perf_counter() - started)
+            else:
+                refused.append(r)
 
-        await asyncio.gather(*(caller() for _ in range(clients)))
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(t0 + i / rate) for i in range(count)))
     return admitted, refused
 
 
@@ -70,21 +77,47 @@ def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[98]
 
 
+@contextlib.contextmanager
+def serving_apart(app: str) -> Iterator[str]:
+    """uvicorn serving ``tests/_shed_app.py``'s ``app`` in its own process, on a free loopback port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", f"_shed_app:{app}", "--app-dir", str(HERE),
+                             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+                             "--no-access-log", "--lifespan", "off"])
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("uvicorn did not start") from None
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 async def test_admitted_requests_keep_their_latency_while_the_excess_is_shed():
-    with serving(Backend()) as url:  # the same load, unshed: 24 callers queue on 4 slots
-        queued, _ = await load(url, clients=24, requests_each=3)
-    backend = Backend()
-    app = LoadShedding(backend, bulkhead=Bulkhead(CAPACITY, queue_limit=0, label="ingress"))
-    with serving(app) as url:
-        admitted, refused = await load(url, clients=24, requests_each=3)
-    assert len(admitted) + len(refused) == 24 * 3
+    # 40 requests a second for 2 s at a backend that serves 20 a second (4 at once, 0.2 s each).
+    with serving_apart("queued") as url:  # unshed: the backlog grows by 20 a second
+        queued, _ = await load(url, rate=40, seconds=2)
+    with serving_apart("shed") as url:
+        admitted, refused = await load(url, rate=40, seconds=2)
+        async with httpx.AsyncClient() as client:
+            most = int((await client.get(f"{url}/most")).text)
+    assert len(queued) == 80 and len(admitted) + len(refused) == 80
     assert refused and {r.status_code for r in refused} == {503}
     assert len(admitted) >= 10
-    assert backend.most <= CAPACITY
-    # Unshed, a request waits behind ~5 others (~1.2 s); shed, an admitted one waits for
+    assert most <= CAPACITY
+    # Unshed, the last requests wait behind ~40 others (~2 s); shed, an admitted one waits for
     # nobody and its latency stays near the service time. Compared on the same machine, in the
     # same run, so a loaded machine slows both alike.
-    assert p99(queued) > 3 * SERVICE_TIME
+    assert p99(queued) > 5 * SERVICE_TIME
     assert p99(admitted) < p99(queued) / 2, (p99(admitted), p99(queued))
 
 
