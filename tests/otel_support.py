@@ -50,6 +50,11 @@ SAMPLES: dict[str, dict[str, AttributeValue]] = {
     "retry.after_capped": {"requested": 600.0, "capped": 300.0},
     "timeout.expired": {},
     "fallback.substituted": {"error.type": "CircuitOpen"},
+    "keyed.evicted": {"key": "api.example.com", "reason": "idle"},
+    "keyed.full": {"keys": 1024},
+    "control.forced_open": {"policies": 1, "key": "api.example.com", "actor": "oncall"},
+    "control.cleared": {"policies": 1, "key": "api.example.com", "actor": "oncall"},
+    "control.retuned": {"policies": 3, "parameters": "failure_rate_threshold", "actor": "oncall"},
 }
 
 

@@ -14,7 +14,8 @@ from stoic.events import CATALOG, Level, check_event
 from stoic.events._catalog import _SPECS
 
 ROOT = Path(__file__).resolve().parent.parent
-NAME = re.compile(r"^(breaker|ratelimiter|bulkhead|hedge|retry|timeout|fallback|throttle)\.[a-z]+(_[a-z]+)*$")
+_KINDS = "breaker|ratelimiter|bulkhead|hedge|retry|timeout|fallback|throttle|keyed|control"
+NAME = re.compile(rf"^({_KINDS})\.[a-z]+(_[a-z]+)*$")
 KEY = re.compile(r"^[a-z]+(_[a-z]+)*(\.[a-z]+(_[a-z]+)*)*$")
 SECONDS_KEYS = {"open_for", "retry_after", "duration", "waited", "elapsed", "latency", "next_delay", "requested",
                 "capped"}

@@ -34,7 +34,7 @@ def _get(url: str) -> tuple[int, str]:
 
 @pytest.mark.integration
 def test_demo_tells_the_whole_story_and_serves_metrics_while_running(tmp_path: Path) -> None:
-    port = _free_port()
+    port, admin_port = _free_port(), _free_port()
     output = tmp_path / "demo.out"
     # No TTY here: rich prints plain text, at this width; the assertions below expect UTF-8.
     env = {**os.environ, "COLUMNS": "120", "PYTHONIOENCODING": "utf-8"}
@@ -42,7 +42,7 @@ def test_demo_tells_the_whole_story_and_serves_metrics_while_running(tmp_path: P
     with output.open("wb") as sink:
         proc = subprocess.Popen(
             [sys.executable, "-m", "examples.demo", "--time-scale", "0.25", "--duration", "10.5",
-             "--metrics-port", str(port)],
+             "--metrics-port", str(port), "--admin-port", str(admin_port)],
             cwd=ROOT, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env,
         )
         try:
@@ -54,6 +54,8 @@ def test_demo_tells_the_whole_story_and_serves_metrics_while_running(tmp_path: P
                 except OSError:
                     pass  # not listening yet
                 time.sleep(0.2)
+            # The admin endpoint (loopback, no token) serves the breaker's state while it runs.
+            admin_status, policies = _get(f"http://127.0.0.1:{admin_port}/policies")
             rc = proc.wait(timeout=60)
         finally:
             if proc.poll() is None:
@@ -65,6 +67,8 @@ def test_demo_tells_the_whole_story_and_serves_metrics_while_running(tmp_path: P
     # The endpoint served the breaker's metrics, with its label, while the demo ran.
     assert re.search(r'stoic_breaker_calls_total\{[^}]*stoic_label="inventory-api"', scraped), scraped[-2000:]
     assert "stoic_breaker_state{" in scraped
+    assert admin_status == 200 and '"policy":"inventory-api"' in policies and '"forced_open":' in policies, policies
+    assert f"admin       http://127.0.0.1:{admin_port}/policies" in text
     # The live transitions (from state_changes()), in story order.
     live = re.findall(r"breaker inventory-api: (\w+) → (\w+)", text)
     assert live[0] == ("closed", "open"), text

@@ -51,7 +51,8 @@ from rich.text import Text
 from stoic_structlog import StructlogSink
 
 import stoic
-from stoic import CircuitBreaker, OpenDuration, TimeWindow
+from stoic import CircuitBreaker, ControlPlane, OpenDuration, TimeWindow
+from stoic.admin import serve_admin
 
 from .dependency import Phase, format_phases
 
@@ -403,17 +404,26 @@ class Demo:
         breaker = t.breaker(args.label)
         pipeline = stoic.Pipeline(t.retrying(args.label), breaker, t.limiter(args.label), t.bulkhead(args.label))
         hedge = t.hedge()
+        # The control plane, served on loopback (no token: loopback only): docs/demo.md shows
+        # force-opening the breaker with curl while the story runs.
+        control = ControlPlane()
+        control.register(breaker)
+        admin_port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         tracer = tracer_provider.get_tracer("examples.demo")
 
         workers: list[asyncio.Task[None]] = []
         watchers: list[asyncio.Task[None]] = []
+        admin = asyncio.create_task(serve_admin(control, port=args.admin_port, started=admin_port.set_result))
         try:
             await self.start_dependency()
+            admin_url = f"http://127.0.0.1:{await asyncio.wait_for(asyncio.shield(admin_port), timeout=15)}"
             story = format_phases(self.tuning.phases).replace(",", " → ") + (" → …" if args.repeat else "")
             console.print(Text.assemble(("stoic demo", "bold"), f"  (time scale {self.tuning.scale:g}; ",
                                         f"{'until Ctrl-C' if args.serve else f'{args.duration:g} s'})"))
             console.print(f"  dependency  {self.base_url}/work  script: {story}", highlight=False)
             console.print(f"  metrics     {metrics_url}", highlight=False)
+            console.print(f"  admin       {admin_url}/policies  (docs/demo.md: force the breaker open with curl)",
+                          highlight=False)
             console.print(f"  breaker     {args.label!r}: window {5 * self.tuning.scale:g} s, minimum 5 calls, "
                           f"open {3 * self.tuning.scale:g} s, slow after {0.3 * self.tuning.scale:g} s; "
                           f"{args.workers} workers", highlight=False)
@@ -455,7 +465,8 @@ class Demo:
             self.stop.set()
             for task in (*workers, *watchers):
                 task.cancel()
-            await asyncio.gather(*workers, *watchers, return_exceptions=True)
+            admin.cancel()
+            await asyncio.gather(*workers, *watchers, admin, return_exceptions=True)
             await self.stop_dependency()
             stoic.remove_sink(log_sink)
             instrumentation.uninstrument()
@@ -553,6 +564,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "with --serve)")
     parser.add_argument("--workers", type=int, default=4, help="concurrent client workers (default 4)")
     parser.add_argument("--pace", type=float, default=0.05, help="each worker's pause between calls, s")
+    parser.add_argument("--admin-port", type=int, default=0,
+                        help="the admin endpoint's port on 127.0.0.1 (default: free)")
     parser.add_argument("--label", default="inventory-api", help="the breaker's label (stoic_label in metrics)")
     args = parser.parse_args(argv)
     if args.time_scale is None:

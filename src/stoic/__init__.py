@@ -28,9 +28,11 @@ from ._retry import recur, retry, retry_sync, retrying
 from .adaptive import AdaptiveBulkhead, GradientBulkhead
 from .breaker import BreakerSnapshot, BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
 from .bulkhead import BlockingBulkhead, Bulkhead
+from .control import ControlPlane, PolicyState, UnknownPolicy
 from .events import CATALOG, Event, Level, LoggingSink, Sink, add_sink, remove_sink, use_sinks
 from .fallback import with_fallback
 from .hedge import IDEMPOTENT, Hedge, Idempotency, hedge
+from .keyed import Keyed
 from .pipeline import Pipeline, Retrying
 from .ratelimiter import BlockingRateLimiter, RateLimiter
 from .schedule import BoundedSchedule, Schedule
@@ -57,6 +59,7 @@ __all__ = [
     "CircuitOpen",
     "Clock",
     "ClockMismatch",
+    "ControlPlane",
     "CountWindow",
     "Criticality",
     "DeadlineExceeded",
@@ -65,11 +68,13 @@ __all__ = [
     "GradientBulkhead",
     "Hedge",
     "Idempotency",
+    "Keyed",
     "Level",
     "LoggingSink",
     "OpenDuration",
     "Pipeline",
     "Policy",
+    "PolicyState",
     "RateLimited",
     "RateLimiter",
     "Rejected",
@@ -88,6 +93,7 @@ __all__ = [
     "Throttled",
     "TimeWindow",
     "Timeout",
+    "UnknownPolicy",
     "__version__",
     "add_sink",
     "bind_criticality",

@@ -5,7 +5,7 @@ structlog adapters and the contract tests are driven from it; :class:`stoic.test
 rejects any event that is not here or carries other attributes.
 
 Sources: seed 000 "Events" (breaker, ratelimiter, bulkhead, hedge), seed 001 "Events" (retry),
-seed 003 (adaptive bulkheads, queue management, adaptive throttle); ``timeout.expired`` and
+seed 003 (adaptive bulkheads, queue management, adaptive throttle, keyed, control); ``timeout.expired`` and
 ``fallback.substituted`` are stoic's (issue 11: every decision an event).
 Where a seed names an event without attributes, the catalog says which were added and why.
 """
@@ -218,6 +218,31 @@ _SPECS: tuple[EventSpec, ...] = (
     EventSpec("fallback.substituted", Level.INFO, "with_fallback returned the fallback's value instead of "
               "raising. The label is the fallback's own (with_fallback's required label=).", {
         "error.type": _ERROR_TYPE,
+    }),
+    # --- keyed families (seed 003, Control plane: state per (policy, route)) ---
+    EventSpec("keyed.evicted", Level.INFO, "A key's policy was dropped: idle and at rest, or room was needed.", {
+        "key": _a("str", "the key dropped (empty for the unkeyed policy)"),
+        "reason": _a("str", "idle (unused for idle_after) or capacity (max_keys reached)"),
+    }),
+    EventSpec("keyed.full", Level.WARNING,
+              "Every key is busy at max_keys: new keys share the overflow policy until one is dropped.", {
+        "keys": _a("int", "keys held (max_keys)"),
+    }),
+    # --- the control plane (seed 003, Control plane); the label is the registered name ---
+    EventSpec("control.forced_open", Level.WARNING, "An operator forced breakers open (the manual kill switch).", {
+        "policies": _a("int", "breakers forced open by this action"),
+        "key": _a("str", "the key acted on (absent: every key)", optional=True),
+        "actor": _a("str", "who asked, as the caller names it", optional=True),
+    }),
+    EventSpec("control.cleared", Level.INFO, "An operator lifted a manual trip.", {
+        "policies": _a("int", "forced-open breakers closed by this action"),
+        "key": _a("str", "the key acted on (absent: every key)", optional=True),
+        "actor": _a("str", "who asked, as the caller names it", optional=True),
+    }),
+    EventSpec("control.retuned", Level.INFO, "An operator swapped a policy's configuration live.", {
+        "policies": _a("int", "policies rebuilt with the new configuration"),
+        "parameters": _a("str", "the parameters changed, comma-separated (never their values)"),
+        "actor": _a("str", "who asked, as the caller names it", optional=True),
     }),
 )
 

@@ -1,0 +1,207 @@
+"""The rules every HTTP client integration shares (stoic.httpx, stoic.aiohttp): which responses
+are failures, what a ``Retry-After`` means, which methods may be retried or hedged, and the
+order the policies run in. The adapters only map their framework's request and response to
+these; no rule is written twice.
+
+Order per request, outermost first: ``Retrying`` (idempotent methods only) -> ``Hedge``
+(idempotent methods only) -> the stages as given (typically breaker -> limiter -> bulkhead),
+each a policy or a :class:`stoic.Keyed` family resolved by the request's key -> one attempt.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import time
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import Any, Final, Generic, TypeVar
+
+from ._classify import RetryDecision
+from ._errors import RateLimited
+from ._policy import Policy
+from .hedge import IDEMPOTENT, Hedge
+from .keyed import Keyed
+from .pipeline import Pipeline, Retrying
+
+__all__ = ["IDEMPOTENT_METHODS", "HTTPPolicies", "ServerError", "TooManyRequests", "parse_retry_after"]
+
+Resp = TypeVar("Resp")
+
+IDEMPOTENT_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
+"""Methods RFC 9110 calls idempotent: the only ones retried or hedged unless told otherwise."""
+
+DEFAULT_RETRY_AFTER_CAP: Final = 300.0  # seconds: retry's own cap on a retry_after wait
+
+
+def parse_retry_after(value: str | None, *, cap: float = DEFAULT_RETRY_AFTER_CAP,
+                      now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delay-seconds or an HTTP date (RFC 9110
+    10.2.3), clamped to ``[0, cap]``. ``None`` when absent or malformed (never raises).
+    ``now`` is the wall-clock time (``time.time()``) a date is measured from."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    if text.isdigit():
+        seconds = float(int(text))
+    else:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when.tzinfo is None:
+            return None  # an HTTP date is always GMT; a date without a zone is not one
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), cap)
+
+
+class ServerError(Exception):
+    """An attempt answered with a server error (5xx by default): a failure the breaker counts.
+
+    ``status``, ``retry_after`` (seconds from a 503's ``Retry-After``, else ``None``) and
+    ``response`` (the framework's response object; the integration closes it when the request
+    is retried, and returns it to the caller when no attempt is left). A ``retry_after`` is
+    honoured by the retry stage in place of the schedule's delay (``retry_decision``).
+    """
+
+    def __init__(self, status: int, response: Any, retry_after: float | None = None) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.response = response
+        self.retry_after = retry_after
+
+    @property
+    def retry_decision(self) -> RetryDecision:
+        return RetryDecision.RETRY if self.retry_after is None else RetryDecision.retry_after(self.retry_after)
+
+
+class TooManyRequests(RateLimited):
+    """An attempt answered 429: the server's rate limit refused it. A :class:`stoic.RateLimited`
+    (so the breaker ignores it: the dependency is not failing) whose ``retry_after`` comes from
+    the ``Retry-After`` header; ``label`` is the request's key, ``response`` as for
+    :class:`ServerError`."""
+
+    def __init__(self, response: Any, *, label: str | None, retry_after: float | None) -> None:
+        super().__init__(label=label, retry_after=retry_after)
+        self.status = 429
+        self.response = response
+
+
+class HTTPPolicies(Generic[Resp]):
+    """The policies one client applies to every request, and the request-level rules.
+
+    ``stages``: policies (``CircuitBreaker``, ``RateLimiter``, ``Bulkhead``, ...) or
+    :class:`stoic.Keyed` families of them, outermost first; ``retry``: a :class:`stoic.Retrying`
+    or ``None``; ``hedge``: a :class:`stoic.Hedge` or ``None`` (async only);
+    ``retry_methods``: methods that may be retried and hedged (default
+    :data:`IDEMPOTENT_METHODS`); ``is_failure(status)``: which statuses fail (default 5xx);
+    ``retry_after_cap``: the longest ``Retry-After`` honoured, seconds (default 300).
+    """
+
+    __slots__ = ("_keyed", "hedge", "is_failure", "retry", "retry_after_cap", "retry_methods", "stages")
+
+    def __init__(
+        self,
+        stages: Sequence[Any] = (),
+        *,
+        retry: Retrying | None = None,
+        hedge: Hedge | None = None,
+        retry_methods: Collection[str] = IDEMPOTENT_METHODS,
+        is_failure: Callable[[int], bool] | None = None,
+        retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP,
+    ) -> None:
+        for stage in stages:
+            if not isinstance(stage, Keyed) and not callable(getattr(stage, "execute", None)) \
+                    and not callable(getattr(stage, "call", None)):
+                raise TypeError(f"a stage must be a policy or a stoic.Keyed family, got {stage!r}")
+        if retry is not None and not isinstance(retry, Retrying):
+            raise TypeError(f"retry must be a stoic.Retrying, got {type(retry).__name__}")
+        if hedge is not None and not isinstance(hedge, Hedge):
+            raise TypeError(f"hedge must be a stoic.Hedge, got {type(hedge).__name__}")
+        if isinstance(retry_after_cap, bool) or not isinstance(retry_after_cap, (int, float)) \
+                or not retry_after_cap >= 0 or not math.isfinite(retry_after_cap):
+            raise ValueError(f"retry_after_cap must be finite seconds >= 0, got {retry_after_cap!r}")
+        self.stages = tuple(stages)
+        self._keyed = any(isinstance(stage, Keyed) for stage in self.stages)
+        self.retry = retry
+        self.hedge = hedge
+        self.retry_methods = frozenset(m.upper() for m in retry_methods)
+        self.is_failure: Callable[[int], bool] = is_failure if is_failure is not None else _server_error
+        self.retry_after_cap = float(retry_after_cap)
+
+    def resolve(self, key: str) -> Sequence[Any]:
+        """The stages for ``key``: each family replaced by its key's policy."""
+        if not self._keyed:
+            return self.stages
+        return [stage.get(key) if isinstance(stage, Keyed) else stage for stage in self.stages]
+
+    def check(self, response: Resp, status: int, retry_after: Callable[[], str | None], key: str) -> Resp:
+        """``response`` when it is not a failure; else raise :class:`ServerError` or
+        :class:`TooManyRequests` carrying it (``Retry-After`` read for 429 and 503 only)."""
+        if status == 429:
+            raise TooManyRequests(response, label=key, retry_after=parse_retry_after(
+                retry_after(), cap=self.retry_after_cap))
+        if self.is_failure(status):
+            after = parse_retry_after(retry_after(), cap=self.retry_after_cap) if status == 503 else None
+            raise ServerError(status, response, after)
+        return response
+
+    async def run(self, key: str, method: str, attempt: Callable[[], Awaitable[Resp]]) -> Resp:
+        """Run ``attempt`` through the policies for ``key``; an attempt that failed by its status
+        (the last one, when retries are over) is returned as a response, not raised."""
+        stages: Sequence[Policy] = self.resolve(key)
+        repeatable = method.upper() in self.retry_methods
+
+        def once(*_: Any) -> Awaitable[Resp]:
+            # One stage (the common case) is called directly: no Pipeline per request.
+            if not stages:
+                return attempt()
+            if len(stages) == 1:
+                result: Awaitable[Resp] = stages[0].execute(attempt)
+                return result
+            return Pipeline(*stages).execute(attempt)
+
+        hedge = self.hedge if repeatable else None
+        retry = self.retry if repeatable else None
+
+        async def racing(*_: Any) -> Resp:
+            return await once()  # a hedge starts its attempts as tasks: it needs a coroutine function
+
+        def hedged() -> Awaitable[Resp]:
+            if hedge is None:
+                return once()
+            return hedge.execute(IDEMPOTENT, racing)
+
+        try:
+            if retry is not None:
+                return await retry.execute(hedged)
+            return await hedged()
+        except (ServerError, TooManyRequests) as failed:
+            response: Resp = failed.response
+            return response
+
+    def run_sync(self, key: str, method: str, attempt: Callable[[], Resp]) -> Resp:
+        """:meth:`run` for blocking clients: every stage needs a ``call`` method (the breaker,
+        ``Retrying``, ``BlockingRateLimiter``, ``BlockingBulkhead``); a hedge is not applied."""
+        stages = self.resolve(key)
+
+        def through(index: int) -> Resp:
+            if index == len(stages):
+                return attempt()
+            result: Resp = stages[index].call(through, index + 1)
+            return result
+
+        try:
+            if method.upper() in self.retry_methods and self.retry is not None:
+                return self.retry.call(through, 0)
+            return through(0)
+        except (ServerError, TooManyRequests) as failed:
+            response: Resp = failed.response
+            return response
+
+
+def _server_error(status: int) -> bool:
+    return status >= 500

@@ -1,0 +1,250 @@
+"""The admin endpoint: a :class:`stoic.ControlPlane` served as JSON by a pure ASGI app (seed 003,
+"Control plane"; no framework dependency).
+
+Routes (``prefix`` + ...):
+
+- ``GET /policies``: every ``(policy, key)`` snapshot; ``GET /policies/{name}``: one policy's.
+- ``POST /policies/{name}/force-open`` and ``POST /policies/{name}/clear``, body
+  ``{"key": str | null, "actor": str}`` (both optional; no key = every key).
+- ``POST /policies/{name}/retune``, body ``{"changes": {parameter: value, ...}, "actor": str}``;
+  values are JSON numbers, booleans, strings or null.
+
+Answers: 200 with JSON; 400 with ``{"error": message}`` for malformed JSON, an unknown field, a
+value of the wrong shape or one the policy's constructor refuses (its ``ValueError`` /
+``TypeError`` text, which names the parameter and the range and echoes only what the caller
+sent); 401 without the right token; 403 without a token configured on a non-loopback address;
+404 for an unknown route, policy or key; 405 for a wrong method; 413 for a body over 64 KiB;
+500 ``{"error": "internal error"}`` for anything else. Exception messages other than those
+validation messages, and configuration, are never sent.
+
+Security: with a ``token``, every request needs ``Authorization: Bearer <token>``, compared in
+constant time (:func:`hmac.compare_digest`). Without one the app answers only requests that
+reached it on a loopback address, and :func:`serve_admin` refuses to bind anywhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
+
+from .control import ControlPlane, UnknownPolicy
+
+__all__ = ["admin_app", "is_loopback", "serve_admin"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_MAX_BODY: Final = 64 * 1024
+_ACTIONS: Final = ("force-open", "clear", "retune")
+_FIELDS: Final = {"force-open": {"key", "actor"}, "clear": {"key", "actor"}, "retune": {"changes", "actor"}}
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether ``host`` is a loopback address (``127.0.0.0/8``, ``::1``) or ``localhost``."""
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class _Gone(Exception):
+    """The client disconnected before its body arrived: nobody to answer."""
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def admin_app(control: ControlPlane, *, token: str | None = None, prefix: str = "") -> ASGIApp:
+    """The ASGI app serving ``control`` (see the module docstring for routes and answers).
+
+    ``token``: the bearer token every request must carry (``None``: loopback only; an empty
+    string is a ``ValueError``). ``prefix``: a path prefix such as ``"/admin"``. Raises
+    ``TypeError`` when ``control`` is not a :class:`stoic.ControlPlane`.
+    """
+    if not isinstance(control, ControlPlane):
+        raise TypeError(f"control must be a stoic.ControlPlane, got {type(control).__name__}")
+    if token is not None and (not isinstance(token, str) or not token):
+        raise ValueError("token must be a non-empty str (or None for loopback only)")
+    expected = None if token is None else f"Bearer {token}".encode()
+    root = prefix.rstrip("/") + "/policies"
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return  # websockets are not served: closing without accepting refuses them
+        try:
+            _authorise(scope, expected)
+            status, body = await _route(control, root, scope, receive)
+        except _Gone:
+            return
+        except _Refused as refused:
+            status, body = refused.status, {"error": refused.message}
+        except Exception:
+            status, body = 500, {"error": "internal error"}
+        await _respond(send, status, body)
+
+    return app
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def _authorise(scope: Scope, expected: bytes | None) -> None:
+    if expected is None:
+        server = scope.get("server")
+        if not is_loopback(server[0] if server else None):
+            raise _Refused(403, "this endpoint has no token: it answers on a loopback address only")
+        return
+    given = b""
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            given = bytes(value)
+            break
+    if not hmac.compare_digest(given, expected):
+        raise _Refused(401, "a valid bearer token is required")
+
+
+async def _route(control: ControlPlane, root: str, scope: Scope, receive: Receive) -> tuple[int, Any]:
+    path: str = scope["path"]
+    method: str = scope["method"]
+    if path == root or path == root + "/":
+        if method != "GET":
+            raise _Refused(405, "use GET")
+        return 200, {"policies": [s.as_dict() for s in control.inspect()]}
+    if not path.startswith(root + "/"):
+        raise _Refused(404, "not found")
+    rest = path[len(root) + 1:]
+    name, _, action = rest.rpartition("/")
+    if action in _ACTIONS and name:
+        if method != "POST":
+            raise _Refused(405, "use POST")
+        body = await _read_json(receive)
+        return 200, _act(control, name, action, body)
+    if method != "GET":
+        raise _Refused(405, "use GET")
+    try:
+        return 200, {"policies": [s.as_dict() for s in control.inspect(rest)]}
+    except UnknownPolicy:
+        raise _Refused(404, f"no policy named {rest!r}") from None
+
+
+async def _read_json(receive: Receive) -> dict[str, Any]:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Gone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > _MAX_BODY:
+            raise _Refused(413, f"the body is over {_MAX_BODY} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    raw = b"".join(chunks)
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise _Refused(400, "the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise _Refused(400, "the body must be a JSON object")
+    return body
+
+
+def _act(control: ControlPlane, name: str, action: str, body: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(body) - _FIELDS[action]
+    if unknown:
+        raise _Refused(400, f"unknown field(s) {sorted(unknown)}; {action} takes {sorted(_FIELDS[action])}")
+    actor = body.get("actor")
+    if actor is not None and (not isinstance(actor, str) or len(actor) > 200):
+        raise _Refused(400, "actor must be a string of at most 200 characters")
+    try:
+        if action == "retune":
+            changes = body.get("changes")
+            if not isinstance(changes, dict) or not changes:
+                raise _Refused(400, "changes must be a non-empty object of parameter: value")
+            for key, value in changes.items():
+                if isinstance(value, (dict, list)):
+                    raise _Refused(400, f"{key}: only numbers, booleans, strings and null can be set here")
+            count = control.retune(name, actor=actor, **changes)
+            return {"policy": name, "retuned": count, "parameters": sorted(changes)}
+        key = body.get("key")
+        if key is not None and not isinstance(key, str):
+            raise _Refused(400, "key must be a string or null")
+        if action == "force-open":
+            return {"policy": name, "key": key, "forced_open": control.force_open(name, key, actor=actor)}
+        return {"policy": name, "key": key, "cleared": control.clear_forced_open(name, key, actor=actor)}
+    except UnknownPolicy as exc:
+        raise _Refused(404, str(exc)) from None
+    except (ValueError, TypeError) as exc:
+        # Validation messages name the parameter and its range, and echo only the caller's input.
+        raise _Refused(400, str(exc)) from None
+
+
+async def _respond(send: Send, status: int, body: Any) -> None:
+    data = json.dumps(body, separators=(",", ":")).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+        (b"cache-control", b"no-store"),
+    ]})
+    await send({"type": "http.response.body", "body": data})
+
+
+async def serve_admin(control: ControlPlane, *, host: str = "127.0.0.1", port: int = 0,
+                      token: str | None = None, prefix: str = "",
+                      started: Callable[[int], None] | None = None) -> None:
+    """Serve :func:`admin_app` with uvicorn (``pip install uvicorn``) until cancelled.
+
+    Raises ``ValueError`` before binding when ``host`` is not a loopback address and no
+    ``token`` is given. ``port`` 0 takes a free one; ``started(port)`` is called once listening.
+    """
+    if token is None and not is_loopback(host):
+        raise ValueError(f"host {host!r} is not a loopback address: the admin endpoint needs a token there")
+    import uvicorn  # an optional dependency, imported only here
+
+    class _Server(uvicorn.Server):
+        def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
+            return contextlib.nullcontext()  # the application owns its signals, not this endpoint
+
+    app = admin_app(control, token=token, prefix=prefix)
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
+                                    access_log=False))
+    task = asyncio.ensure_future(server.serve())
+    try:
+        while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn exposes a flag, not an event)
+            await asyncio.sleep(0.01)
+        if server.started and started is not None:
+            started(server.servers[0].sockets[0].getsockname()[1])
+        await task
+    finally:
+        server.should_exit = True
+        if not task.done():
+            await asyncio.shield(task)

@@ -1,0 +1,111 @@
+"""aiohttp client middleware running every request through stoic policies
+(``pip install stoic[aiohttp]``; aiohttp 3.12+: ``ClientSession(middlewares=[...])``).
+
+The rules are :mod:`stoic.httpx`'s (both adapters call :class:`stoic._http.HTTPPolicies`): a 5xx
+response, a connection error and a timeout are failures; a 429 is the server's refusal
+(:class:`TooManyRequests`, ignored by the breaker); ``Retry-After`` on a 429 or 503 replaces the
+retry schedule's delay (clamped to ``[0, retry_after_cap]``; malformed: ignored); only
+idempotent methods are retried unless ``retry_methods`` says otherwise; every failed attempt's
+response is released, and the last one is returned when no retry is left.
+
+No hedge: aiohttp sends a ``ClientRequest`` object that holds per-send state, so two attempts
+of one request cannot run at once (use :mod:`stoic.httpx` to hedge).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+from aiohttp import ClientRequest, ClientResponse
+from aiohttp.client_middlewares import ClientHandlerType
+
+from ._http import (
+    DEFAULT_RETRY_AFTER_CAP,
+    IDEMPOTENT_METHODS,
+    HTTPPolicies,
+    ServerError,
+    TooManyRequests,
+)
+from .pipeline import Retrying
+
+__all__ = ["IDEMPOTENT_METHODS", "ResilientMiddleware", "ServerError", "TooManyRequests", "by_host", "by_route"]
+
+KeyFunction = Callable[[ClientRequest], str]
+
+
+def by_host(request: ClientRequest) -> str:
+    """The request's ``host[:port]`` (port only when the URL gives one, as httpx's ``netloc``)."""
+    url = request.url
+    port = url.explicit_port
+    return f"{url.raw_host}" if port is None else f"{url.raw_host}:{port}"
+
+
+def by_route(*templates: str) -> KeyFunction:
+    """``"host[:port] METHOD template"`` for the first matching template (``{name}`` matches one
+    segment), else ``"host[:port] METHOD *"`` (see :func:`stoic.httpx.by_route`)."""
+    compiled = [(t, re.compile("^" + re.sub(r"\\\{[^/{}]+\\\}", "[^/]+", re.escape(t)) + "/?$")) for t in templates]
+
+    def key(request: ClientRequest) -> str:
+        path = request.url.path
+        for template, pattern in compiled:
+            if pattern.match(path):
+                return f"{by_host(request)} {request.method} {template}"
+        return f"{by_host(request)} {request.method} *"
+
+    return key
+
+
+class ResilientMiddleware:
+    """``aiohttp.ClientSession(middlewares=[ResilientMiddleware(stages=[breakers], retry=...)])``.
+
+    ``stages``: policies or :class:`stoic.Keyed` families, outermost first; ``retry``: a
+    :class:`stoic.Retrying` for ``retry_methods`` (default: the idempotent ones); ``key``:
+    request -> key (default :func:`by_host`); ``is_failure``: status -> bool (default: 5xx);
+    ``retry_after_cap``: seconds (default 300). Raises ``TypeError`` for a stage that is not a
+    policy or family, or when a ``hedge`` is given (see the module docstring).
+    """
+
+    __slots__ = ("_key", "_policies")
+
+    def __init__(
+        self,
+        *,
+        stages: Sequence[Any] = (),
+        retry: Retrying | None = None,
+        key: KeyFunction = by_host,
+        retry_methods: Collection[str] = IDEMPOTENT_METHODS,
+        is_failure: Callable[[int], bool] | None = None,
+        retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP,
+        **unexpected: Any,
+    ) -> None:
+        if "hedge" in unexpected:
+            raise TypeError("the aiohttp middleware does not hedge (an aiohttp request cannot be sent twice at once)")
+        if unexpected:
+            raise TypeError(f"unexpected keyword argument(s) {sorted(unexpected)}")
+        self._policies: HTTPPolicies[ClientResponse] = HTTPPolicies(
+            stages, retry=retry, retry_methods=retry_methods, is_failure=is_failure, retry_after_cap=retry_after_cap)
+        self._key = key
+
+    async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
+        key = self._key(request)
+        policies = self._policies
+        made: list[ClientResponse] = []
+
+        async def attempt() -> ClientResponse:
+            response = await handler(request)
+            made.append(response)
+            return policies.check(response, response.status, lambda: response.headers.get("Retry-After"), key)
+
+        try:
+            response = await policies.run(key, request.method, attempt)
+        except BaseException:
+            for failed in made:
+                failed.release()
+            raise
+        if len(made) > 1:
+            for failed in made:
+                if failed is not response:
+                    failed.release()
+        return response

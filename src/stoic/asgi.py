@@ -1,0 +1,143 @@
+"""Load shedding for ASGI servers: a pure ASGI middleware (no framework; seed 003, "Queue
+management" and "Criticality").
+
+:class:`LoadShedding` admits each HTTP request through a bulkhead (a :class:`stoic.Bulkhead` or
+an adaptive one: anything with ``execute``) and, first, an optional rate limiter; binds the
+request's :class:`stoic.Criticality` from a header; and runs the request under the deadline a
+header gives. A refusal is answered at once, before the application runs: 429 for a rate
+limit, 503 for anything else (a full bulkhead, a shed request), with ``Retry-After`` (whole
+seconds, rounded up) when the refusing policy knows when to come back; 504 when the request's
+deadline passes before the application answered. Lifespan and websocket scopes pass through.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
+
+from ._criticality import Criticality, bind_criticality
+from ._deadline import timeout
+from ._errors import DeadlineExceeded, RateLimited, Rejected
+
+__all__ = ["LoadShedding", "parse_criticality"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_TIERS: Final = {c.name.lower(): c for c in Criticality} | {c.name.lower().replace("_", "-"): c for c in Criticality}
+
+
+def parse_criticality(value: bytes | str | None) -> Criticality:
+    """A header value as a tier, by name (``critical``, ``normal``, ``degraded``, ``best_effort``
+    or ``best-effort``, any case); anything else, or no header, is ``Criticality.NORMAL``."""
+    if value is None:
+        return Criticality.NORMAL
+    text = value.decode("latin-1") if isinstance(value, bytes) else value
+    return _TIERS.get(text.strip().lower(), Criticality.NORMAL)
+
+
+def _seconds(value: bytes) -> float | None:
+    try:
+        seconds = float(value.decode("latin-1").strip())
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) else None
+
+
+class LoadShedding:
+    """``app = LoadShedding(app, bulkhead=Bulkhead(64, queue_limit=0, label="ingress"))``.
+
+    - ``bulkhead``: admits requests (anything with ``execute``: :class:`stoic.Bulkhead`, an
+      adaptive bulkhead, a :class:`stoic.Pipeline`); required.
+    - ``limiter``: an optional :class:`stoic.RateLimiter` asked first (one permit a request;
+      its ``queue_limit`` decides whether a request may wait for one).
+    - ``criticality_header`` (default ``"x-criticality"``; ``None`` to ignore): the request's
+      tier, bound with :func:`stoic.bind_criticality` for the bulkhead and the application.
+    - ``deadline_header`` (default ``None``): a header giving the seconds the caller will wait
+      (for example ``"x-request-timeout"``); the request runs under ``stoic.timeout`` of it
+      (unparsable: ignored; 0 or less: 504 at once).
+
+    Raises ``TypeError`` when ``bulkhead`` has no ``execute`` or ``limiter`` no ``acquire``.
+    """
+
+    __slots__ = ("_app", "_bulkhead", "_criticality", "_deadline", "_limiter")
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        bulkhead: Any,
+        limiter: Any = None,
+        criticality_header: str | None = "x-criticality",
+        deadline_header: str | None = None,
+    ) -> None:
+        if not callable(getattr(bulkhead, "execute", None)):
+            raise TypeError(f"bulkhead must be a policy with execute(), got {type(bulkhead).__name__}")
+        if limiter is not None and not callable(getattr(limiter, "acquire", None)):
+            raise TypeError(f"limiter must be a stoic.RateLimiter (with acquire()), got {type(limiter).__name__}")
+        self._app = app
+        self._bulkhead = bulkhead
+        self._limiter = limiter
+        self._criticality = None if criticality_header is None else criticality_header.lower().encode("latin-1")
+        self._deadline = None if deadline_header is None else deadline_header.lower().encode("latin-1")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        tier_value: bytes | None = None
+        deadline_value: bytes | None = None
+        for name, value in scope.get("headers", ()):
+            if name == self._criticality:
+                tier_value = value
+            elif name == self._deadline:
+                deadline_value = value
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        async def run() -> None:
+            await self._app(scope, receive, tracking_send)
+
+        async def admit() -> None:
+            if self._limiter is not None:
+                await self._limiter.acquire()
+            await self._bulkhead.execute(run)
+
+        seconds = _seconds(deadline_value) if deadline_value is not None else None
+        try:
+            with bind_criticality(parse_criticality(tier_value)):
+                if seconds is None:
+                    await admit()
+                elif seconds <= 0:
+                    raise DeadlineExceeded("the request's deadline had passed on arrival")
+                else:
+                    async with timeout(seconds):
+                        await admit()
+        except Rejected as refused:
+            if started:
+                raise  # the application had answered already: nothing to add
+            await _refuse(send, refused)
+
+
+async def _refuse(send: Send, refused: Rejected) -> None:
+    if isinstance(refused, DeadlineExceeded):
+        status, text = 504, b"deadline exceeded"
+    elif isinstance(refused, RateLimited):
+        status, text = 429, b"rate limited"
+    else:
+        status, text = 503, b"overloaded"
+    headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(text)).encode())]
+    after = refused.retry_after
+    if after is not None and math.isfinite(after) and after >= 0 and not isinstance(refused, DeadlineExceeded):
+        headers.append((b"retry-after", str(math.ceil(after)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": text})

@@ -1,0 +1,180 @@
+"""httpx transports that run every request through stoic policies (``pip install stoic[httpx]``).
+
+``ResilientTransport`` (for ``httpx.Client``) and ``AsyncResilientTransport`` (for
+``httpx.AsyncClient``) wrap another transport (default: httpx's own) and send each request
+through :class:`stoic._http.HTTPPolicies`: retry and hedge for idempotent methods, then the
+stages (breaker, limiter, bulkhead; each a policy or a :class:`stoic.Keyed` family resolved by
+the request's key: the host by default, or a route template with :func:`by_route`).
+
+What counts: a 5xx response, a connection error and a timeout (httpx's ``TransportError``) are
+failures; a 429 is the server's refusal (:class:`TooManyRequests`, ignored by the breaker);
+``Retry-After`` on a 429 or 503 (seconds or an HTTP date, clamped to ``[0, retry_after_cap]``;
+malformed: ignored) replaces the retry schedule's delay. A response that failed by its status
+is still a response: the caller gets the last one when no retry is left, and every earlier
+attempt's response is closed. A refusal by a policy (``CircuitOpen``, ``RateLimited``,
+``BulkheadFull``) is raised as itself. The breaker times an attempt up to its response headers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+import httpx
+
+from ._http import (
+    DEFAULT_RETRY_AFTER_CAP,
+    IDEMPOTENT_METHODS,
+    HTTPPolicies,
+    ServerError,
+    TooManyRequests,
+    parse_retry_after,
+)
+from .hedge import Hedge
+from .pipeline import Retrying
+
+__all__ = [
+    "IDEMPOTENT_METHODS",
+    "AsyncResilientTransport",
+    "ResilientTransport",
+    "ServerError",
+    "TooManyRequests",
+    "by_host",
+    "by_route",
+    "parse_retry_after",
+]
+
+KeyFunction = Callable[[httpx.Request], str]
+
+
+def by_host(request: httpx.Request) -> str:
+    """The request's ``host[:port]`` (the default key: one policy per dependency)."""
+    return request.url.netloc.decode("ascii", "replace")
+
+
+def by_route(*templates: str) -> KeyFunction:
+    """A key function: ``"host[:port] METHOD template"`` for the first template matching the
+    path (``"/users/{id}"``: a ``{name}`` matches one path segment), else ``"host[:port] METHOD *"``,
+    so the number of keys is bounded by hosts x methods x templates, whatever the paths hold."""
+    compiled = [(t, re.compile("^" + re.sub(r"\\\{[^/{}]+\\\}", "[^/]+", re.escape(t)) + "/?$")) for t in templates]
+
+    def key(request: httpx.Request) -> str:
+        path = request.url.path
+        for template, pattern in compiled:
+            if pattern.match(path):
+                return f"{by_host(request)} {request.method} {template}"
+        return f"{by_host(request)} {request.method} *"
+
+    return key
+
+
+def _policies(stages: Sequence[Any], retry: Retrying | None, hedge: Hedge | None, retry_methods: Collection[str],
+              is_failure: Callable[[int], bool] | None, retry_after_cap: float) -> HTTPPolicies[httpx.Response]:
+    return HTTPPolicies(stages, retry=retry, hedge=hedge, retry_methods=retry_methods, is_failure=is_failure,
+                        retry_after_cap=retry_after_cap)
+
+
+class AsyncResilientTransport(httpx.AsyncBaseTransport):
+    """``httpx.AsyncClient(transport=AsyncResilientTransport(stages=[breakers], retry=...))``.
+
+    ``transport``: the transport that sends (default ``httpx.AsyncHTTPTransport()``; closed
+    with this one). ``stages``: policies or :class:`stoic.Keyed` families, outermost first.
+    ``retry`` (:class:`stoic.Retrying`) and ``hedge`` (:class:`stoic.Hedge`) apply to
+    ``retry_methods`` only (default: the idempotent ones). ``key``: request -> key (default
+    :func:`by_host`). ``is_failure``: status -> bool (default: 5xx). ``retry_after_cap``:
+    seconds (default 300). Raises ``TypeError`` for a stage that is not a policy or family.
+    """
+
+    def __init__(
+        self,
+        transport: httpx.AsyncBaseTransport | None = None,
+        *,
+        stages: Sequence[Any] = (),
+        retry: Retrying | None = None,
+        hedge: Hedge | None = None,
+        key: KeyFunction = by_host,
+        retry_methods: Collection[str] = IDEMPOTENT_METHODS,
+        is_failure: Callable[[int], bool] | None = None,
+        retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP,
+    ) -> None:
+        self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self._policies = _policies(stages, retry, hedge, retry_methods, is_failure, retry_after_cap)
+        self._key = key
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        key = self._key(request)
+        policies, inner = self._policies, self._inner
+        made: list[httpx.Response] = []
+
+        async def attempt() -> httpx.Response:
+            response = await inner.handle_async_request(request)
+            made.append(response)
+            return policies.check(response, response.status_code, lambda: response.headers.get("retry-after"), key)
+
+        try:
+            response = await policies.run(key, request.method, attempt)
+        except BaseException:
+            for failed in made:
+                await failed.aclose()
+            raise
+        if len(made) > 1:
+            for failed in made:
+                if failed is not response:
+                    await failed.aclose()
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class ResilientTransport(httpx.BaseTransport):
+    """``httpx.Client(transport=ResilientTransport(stages=[breakers], retry=...))``: the same
+    rules as :class:`AsyncResilientTransport` for blocking clients. Every stage needs a ``call``
+    method (``CircuitBreaker``, ``BlockingRateLimiter``, ``BlockingBulkhead``, a
+    :class:`stoic.Keyed` family of them); there is no hedge (``TypeError`` if one is given)."""
+
+    def __init__(
+        self,
+        transport: httpx.BaseTransport | None = None,
+        *,
+        stages: Sequence[Any] = (),
+        retry: Retrying | None = None,
+        key: KeyFunction = by_host,
+        retry_methods: Collection[str] = IDEMPOTENT_METHODS,
+        is_failure: Callable[[int], bool] | None = None,
+        retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP,
+        **unexpected: Any,
+    ) -> None:
+        if "hedge" in unexpected:
+            raise TypeError("hedging is asynchronous only: use AsyncResilientTransport")
+        if unexpected:
+            raise TypeError(f"unexpected keyword argument(s) {sorted(unexpected)}")
+        self._inner = transport if transport is not None else httpx.HTTPTransport()
+        self._policies = _policies(stages, retry, None, retry_methods, is_failure, retry_after_cap)
+        self._key = key
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        key = self._key(request)
+        policies, inner = self._policies, self._inner
+        made: list[httpx.Response] = []
+
+        def attempt() -> httpx.Response:
+            response = inner.handle_request(request)
+            made.append(response)
+            return policies.check(response, response.status_code, lambda: response.headers.get("retry-after"), key)
+
+        try:
+            response = policies.run_sync(key, request.method, attempt)
+        except BaseException:
+            for failed in made:
+                failed.close()
+            raise
+        if len(made) > 1:
+            for failed in made:
+                if failed is not response:
+                    failed.close()
+        return response
+
+    def close(self) -> None:
+        self._inner.close()

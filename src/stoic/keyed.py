@@ -1,0 +1,420 @@
+"""Keyed policies: one policy per key (host, route, tenant), built on first use (seed 003,
+"Control plane": state is kept per ``(policy, route)``).
+
+A :class:`Keyed` family holds one configuration and a factory (``CircuitBreaker``,
+``RateLimiter``, ``Bulkhead``, an adaptive bulkhead, or any callable taking ``label=`` and
+``clock=``). Memory is bounded twice over:
+
+- at most ``max_keys`` policies are held; a key unused for ``idle_after`` seconds is dropped
+  when the family next makes room, and at capacity the least recently used key that is *at
+  rest* goes first. A policy is at rest when nothing would be lost by forgetting it: no call
+  in flight through the family, a breaker that is closed (never open, half-open or forced),
+  a bulkhead or limiter with nothing running or queued. When every key is busy, a new key is
+  served by one shared overflow policy instead (``keyed.full``), so a flood of new keys can
+  neither grow memory nor evict a breaker that is protecting a failing dependency.
+- labels: each key's policy is labelled ``f"{label}:{key}"`` for the first ``max_labels``
+  distinct keys; later keys get ``f"{label}:{OVERFLOW_KEY}"``, so a route with IDs in it
+  cannot explode the cardinality of the metrics (``stoic.label``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Any, Final, Generic, TypeVar
+
+from ._clock import Clock, current_clock
+from ._durations import Seconds, check_int, to_ns
+from .events import Level, emit, min_level
+
+__all__ = ["OVERFLOW_KEY", "Keyed"]
+
+P = TypeVar("P")
+R = TypeVar("R")
+
+OVERFLOW_KEY: Final = "_other"
+"""The key part of the label shared by keys past ``max_labels`` (and of the overflow policy)."""
+
+# Duck-typed readings that say a policy holds work: a bulkhead's slots and queue, a limiter's
+# waiters (the names of today's policies and of the adaptive ones).
+_BUSY_COUNTS: Final = ("in_use", "active_count", "queued", "queued_count", "waiters", "waiter_count")
+
+
+def check_label(label: object) -> str:
+    """A policy label: a non-empty ``str`` (``TypeError`` / ``ValueError`` otherwise)."""
+    if not isinstance(label, str):
+        raise TypeError(f"label must be a str, got {type(label).__name__}")
+    if not label:
+        raise ValueError("label must be a non-empty str")
+    return label
+
+
+def at_rest(policy: object) -> bool:
+    """Whether forgetting ``policy`` loses nothing: a breaker that is closed, no slot taken,
+    nothing queued. Any reading that fails counts as busy (never evict on doubt)."""
+    try:
+        state = getattr(policy, "state", None)
+        if state is not None and str(state) != "closed":
+            return False
+        for name in _BUSY_COUNTS:
+            value = getattr(policy, name, 0)
+            if isinstance(value, int) and value > 0:
+                return False
+    except Exception:
+        return False
+    return True
+
+
+def is_forced_open(policy: object) -> bool:
+    """Whether ``policy`` is a breaker forced open (open with no end: ``retry_after`` None)."""
+    if str(getattr(policy, "state", "")) != "open":
+        return False
+    snap = getattr(policy, "snapshot", None)
+    if callable(snap) and not hasattr(snap, "state"):
+        snap = snap()  # snapshot as a method (today) or as a property
+    return snap is not None and getattr(snap, "retry_after", 0.0) is None
+
+
+class _Slot(Generic[P]):
+    __slots__ = ("inflight", "label", "last_used", "policy")
+
+    def __init__(self, policy: P, label: str, now: int) -> None:
+        self.policy = policy
+        self.label = label
+        self.last_used = now
+        self.inflight = 0
+
+
+class Keyed(Generic[P]):
+    """A family of policies, one per key, all built from one configuration.
+
+    ``Keyed(factory, *, label, max_keys=1024, idle_after=600.0, max_labels=100, clock=None,
+    **config)``: each policy is ``factory(label=<key label>, clock=clock, **config)``. The
+    configuration is validated at construction by building one policy (so the factory's
+    ``ValueError``/``TypeError`` naming a parameter is raised here, not on first use).
+
+    - ``label`` (non-empty str): the family's name; key ``k`` is labelled ``f"{label}:{k}"``
+      (the first ``max_labels`` distinct keys; later ones share ``f"{label}:_other"``). The
+      key ``None`` is the family's unkeyed policy, labelled ``label`` itself.
+    - ``max_keys`` (>= 1, default 1024): policies held at most. ``idle_after`` (> 0 seconds,
+      default 600): a key unused this long is dropped when room is needed.
+    - ``max_labels`` (>= 1, default 100): distinct labels this family puts on events and metrics.
+    - ``clock``: measures idleness and is passed to every policy (default: the ambient clock).
+
+    :meth:`get` returns the key's policy; :meth:`execute` / :meth:`call` run through it and
+    count the call as in flight (a key with a call in flight is never dropped). Raises
+    ``TypeError`` for a key that is not a ``str`` (or None).
+    """
+
+    __slots__ = ("_clock", "_config", "_factory", "_forced_all", "_full", "_idle_ns", "_label", "_labelled",
+                 "_lock", "_max_keys", "_max_labels", "_overflow", "_slots")
+
+    def __init__(
+        self,
+        factory: Callable[..., P],
+        /,
+        *,
+        label: str,
+        max_keys: int = 1024,
+        idle_after: Seconds = 600.0,
+        max_labels: int = 100,
+        clock: Clock | None = None,
+        **config: Any,
+    ) -> None:
+        if not callable(factory):
+            raise TypeError(f"factory must be callable (a policy class), got {type(factory).__name__}")
+        self._label = check_label(label)
+        self._max_keys = check_int(max_keys, "max_keys", minimum=1)
+        self._idle_ns = to_ns(idle_after, "idle_after")
+        self._max_labels = check_int(max_labels, "max_labels", minimum=1)
+        self._clock: Clock = clock if clock is not None else current_clock()
+        if not callable(getattr(self._clock, "now_ns", None)):
+            raise TypeError(f"clock must be a stoic.Clock (with now_ns), got {type(clock).__name__}")
+        self._factory = factory
+        _check_parameters(factory, config)
+        factory(label=self._label, clock=self._clock, **config)  # validates the configuration
+        self._config: dict[str, Any] = dict(config)
+        self._lock = threading.Lock()
+        self._slots: OrderedDict[str | None, _Slot[P]] = OrderedDict()
+        self._labelled: set[str] = set()
+        self._overflow: _Slot[P] | None = None
+        self._forced_all = False
+        self._full = False
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def label(self) -> str:
+        return self._label
+
+    @property
+    def factory(self) -> Callable[..., P]:
+        return self._factory
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        """The configuration every policy of the family is built from (read-only)."""
+        return MappingProxyType(dict(self._config))
+
+    @property
+    def max_keys(self) -> int:
+        return self._max_keys
+
+    @property
+    def policies(self) -> dict[str | None, P]:
+        """A copy of the policies held now, by key (the overflow policy under ``OVERFLOW_KEY``)."""
+        with self._lock:
+            held: dict[str | None, P] = {key: slot.policy for key, slot in self._slots.items()}
+            if self._overflow is not None:
+                held[OVERFLOW_KEY] = self._overflow.policy
+        return held
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._slots
+
+    def __iter__(self) -> Iterator[str | None]:
+        return iter(list(self._slots))
+
+    def label_for(self, key: str | None) -> str:
+        """The label key ``key`` has (or would get now)."""
+        with self._lock:
+            return self._label_locked(key, reserve=False)
+
+    # ------------------------------------------------------------------ getting a key's policy
+    def get(self, key: str | None = None) -> P:
+        """The policy of ``key``, built on first use (see the class docstring for bounds)."""
+        return self._slot(key).policy
+
+    def _slot(self, key: str | None, claim: bool = False) -> _Slot[P]:
+        """The key's slot, made on a miss; ``claim`` counts a call in flight in the same critical
+        section, so no other thread can drop the key between finding it and using it."""
+        if key is not None and not isinstance(key, str):
+            raise TypeError(f"a key must be a str (or None), got {type(key).__name__}")
+        now = self._clock.now_ns()
+        events: list[tuple[str, Level, dict[str, Any]]] = []
+        with self._lock:
+            slot = self._slots.get(key)
+            if slot is not None:
+                slot.last_used = now
+                self._slots.move_to_end(key)
+                slot.inflight += claim
+                return slot
+            self._expire(now, events)
+            if len(self._slots) >= self._max_keys and not self._evict_lru(events):
+                slot = self._overflow_slot(now, events)
+            else:
+                slot = _Slot(self._build(self._label_locked(key, reserve=True)), "", now)
+                slot.label = self._label_locked(key, reserve=False)
+                self._slots[key] = slot
+                self._full = False
+            slot.inflight += claim
+        self._emit(events, now)
+        return slot
+
+    def _label_locked(self, key: str | None, *, reserve: bool) -> str:
+        if key is None:
+            return self._label
+        if key in self._labelled:
+            return f"{self._label}:{key}"
+        if len(self._labelled) < self._max_labels:
+            if reserve:
+                self._labelled.add(key)
+            return f"{self._label}:{key}"
+        return f"{self._label}:{OVERFLOW_KEY}"
+
+    def _build(self, label: str) -> P:
+        policy = self._factory(label=label, clock=self._clock, **self._config)
+        if self._forced_all:
+            _force(policy, self._label)
+        return policy
+
+    def _overflow_slot(self, now: int, events: list[tuple[str, Level, dict[str, Any]]]) -> _Slot[P]:
+        if self._overflow is None:
+            label = f"{self._label}:{OVERFLOW_KEY}"
+            self._overflow = _Slot(self._build(label), label, now)
+        if not self._full:
+            self._full = True
+            events.append(("keyed.full", Level.WARNING, {"keys": len(self._slots)}))
+        self._overflow.last_used = now
+        return self._overflow
+
+    def _evictable(self, slot: _Slot[P]) -> bool:
+        return slot.inflight == 0 and at_rest(slot.policy)
+
+    def _expire(self, now: int, events: list[tuple[str, Level, dict[str, Any]]]) -> None:
+        """Drop keys idle for ``idle_after`` and at rest, oldest first (under the lock)."""
+        cutoff = now - self._idle_ns
+        for key in list(self._slots):
+            slot = self._slots[key]
+            if slot.last_used > cutoff:
+                break  # least recently used first: the rest are younger
+            if self._evictable(slot):
+                del self._slots[key]
+                events.append(("keyed.evicted", Level.INFO, _key_attrs(key, "idle")))
+
+    def _evict_lru(self, events: list[tuple[str, Level, dict[str, Any]]]) -> bool:
+        for key, slot in self._slots.items():
+            if self._evictable(slot):
+                del self._slots[key]
+                events.append(("keyed.evicted", Level.INFO, _key_attrs(key, "capacity")))
+                return True
+        return False
+
+    def sweep(self) -> int:
+        """Drop every key idle for ``idle_after`` and at rest now; returns how many were dropped."""
+        now = self._clock.now_ns()
+        events: list[tuple[str, Level, dict[str, Any]]] = []
+        with self._lock:
+            cutoff = now - self._idle_ns
+            for key, slot in list(self._slots.items()):
+                if slot.last_used <= cutoff and self._evictable(slot):
+                    del self._slots[key]
+                    events.append(("keyed.evicted", Level.INFO, _key_attrs(key, "idle")))
+            if self._overflow is not None and self._overflow.last_used <= cutoff \
+                    and self._evictable(self._overflow):
+                self._overflow = None
+        self._emit(events, now)
+        return len(events)
+
+    def _emit(self, events: list[tuple[str, Level, dict[str, Any]]], now: int) -> None:
+        if events:
+            level = min_level()
+            for name, lvl, attrs in events:
+                if level <= lvl:
+                    emit(name, self._label, lvl, now, attrs)
+
+    # ------------------------------------------------------------------ running through a key
+    async def execute(self, key: str | None, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> R:
+        """``await family.execute(key, fn, ...)``: the key's ``policy.execute(fn, ...)``, with the
+        call counted in flight (the key is not dropped meanwhile). Raises what the policy raises."""
+        slot = self._slot(key, claim=True)
+        try:
+            result: R = await slot.policy.execute(fn, *args, **kwargs)  # type: ignore[attr-defined]
+            return result
+        finally:
+            with self._lock:
+                slot.inflight -= 1
+                slot.last_used = self._clock.now_ns()
+
+    def call(self, key: str | None, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
+        """``family.call(key, fn, ...)``: the key's ``policy.call(fn, ...)`` (plain functions, for
+        policies with a ``call`` method), counted in flight as :meth:`execute` does."""
+        slot = self._slot(key, claim=True)
+        try:
+            result: R = slot.policy.call(fn, *args, **kwargs)  # type: ignore[attr-defined]
+            return result
+        finally:
+            with self._lock:
+                slot.inflight -= 1
+                slot.last_used = self._clock.now_ns()
+
+    # ------------------------------------------------------------------ control (see stoic.ControlPlane)
+    def force_open(self, key: str | None = None) -> int:
+        """Force the breaker of ``key`` open; with no key, every breaker held now and every one
+        built later until :meth:`clear_forced_open`. Returns how many policies were forced.
+        Raises ``TypeError`` when the family's policies have no ``force_open``; ``LookupError``
+        for a key the family does not hold."""
+        with self._lock:
+            if key is None:
+                targets = [slot.policy for slot in self._slots.values()]
+                if self._overflow is not None:
+                    targets.append(self._overflow.policy)
+                self._forced_all = True
+            else:
+                targets = [self._held(key).policy]
+        for policy in targets:
+            _force(policy, self._label)
+        if key is None and not targets:
+            _force_check(self._factory, self._label)
+        return len(targets)
+
+    def clear_forced_open(self, key: str | None = None) -> int:
+        """Lift a manual trip on ``key`` (every key when none is given): a forced-open breaker
+        closes; one that opened by itself is left alone. Returns how many were cleared."""
+        with self._lock:
+            if key is None:
+                self._forced_all = False
+                targets = [slot.policy for slot in self._slots.values()]
+                if self._overflow is not None:
+                    targets.append(self._overflow.policy)
+            else:
+                targets = [self._held(key).policy]
+        cleared = 0
+        for policy in targets:
+            if is_forced_open(policy):
+                policy.force_closed()  # type: ignore[attr-defined]
+                cleared += 1
+        return cleared
+
+    def _held(self, key: str) -> _Slot[P]:
+        slot = self._slots.get(key)
+        if slot is None:
+            raise LookupError(f"{self._label!r} holds no key {key!r}")
+        return slot
+
+    def retune(self, **changes: Any) -> int:
+        """Swap the configuration: every key gets a new policy built from the old configuration
+        updated with ``changes`` (adaptive state, windows and counts start afresh; a forced-open
+        breaker stays forced). Calls in flight finish on the policy that admitted them.
+
+        All or nothing: ``TypeError`` for a parameter the factory does not take (or ``label`` /
+        ``clock``), the factory's ``ValueError`` naming the parameter for a value out of range,
+        and then the live policies and configuration are unchanged. Returns how many keys were
+        rebuilt."""
+        for name in ("label", "clock"):
+            if name in changes:
+                raise TypeError(f"{name} cannot be retuned (build another family)")
+        _check_parameters(self._factory, changes)
+        with self._lock:
+            config = {**self._config, **changes}
+            factory, clock = self._factory, self._clock
+            rebuilt: list[tuple[_Slot[P], P, bool]] = []
+            slots = list(self._slots.values()) + ([self._overflow] if self._overflow is not None else [])
+            for slot in slots:
+                rebuilt.append((slot, factory(label=slot.label, clock=clock, **config), is_forced_open(slot.policy)))
+            if not slots:
+                factory(label=self._label, clock=clock, **config)  # validate even with no key held
+            self._config = config
+            for slot, policy, forced in rebuilt:
+                if forced or self._forced_all:
+                    _force(policy, self._label)
+                slot.policy = policy
+        return len(rebuilt)
+
+    def __repr__(self) -> str:
+        name = getattr(self._factory, "__qualname__", type(self._factory).__qualname__)
+        return f"Keyed({name}, label={self._label!r}, keys={len(self._slots)}/{self._max_keys})"
+
+
+def _key_attrs(key: str | None, reason: str) -> dict[str, Any]:
+    return {"key": "" if key is None else key, "reason": reason}
+
+
+def _force(policy: object, label: str) -> None:
+    force = getattr(policy, "force_open", None)
+    if not callable(force):
+        raise TypeError(f"{label!r} holds {type(policy).__name__} policies, which cannot be forced open")
+    force()
+
+
+def _force_check(factory: Callable[..., Any], label: str) -> None:
+    if not callable(getattr(factory, "force_open", None)):
+        raise TypeError(f"{label!r} builds {getattr(factory, '__name__', 'policies')}, which cannot be forced open")
+
+
+def _check_parameters(factory: Callable[..., Any], config: Mapping[str, Any]) -> None:
+    """``TypeError`` naming a configuration key ``factory`` does not take."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return  # no signature to read: the factory itself will say
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    for name in config:
+        if name not in params or params[name].kind is inspect.Parameter.POSITIONAL_ONLY:
+            raise TypeError(f"{getattr(factory, '__qualname__', factory)!r} has no parameter {name!r}")

@@ -1,0 +1,138 @@
+"""The aiohttp client middleware against a real server (uvicorn on loopback): the same rules
+as the httpx transport (stoic._http), through aiohttp's ClientSession(middlewares=...)."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+from _scripted_app import ScriptedApp
+from _uvicorn import serving
+
+import stoic
+from stoic import CircuitBreaker, CircuitOpen, CountWindow, Keyed, Retrying, Schedule
+from stoic.aiohttp import ResilientMiddleware, by_route
+from stoic.testing import RecordingSink
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, ScriptedApp]]:
+    app = ScriptedApp()
+    with serving(app) as url:
+        yield url, app
+
+
+def breakers(**kw: object) -> Keyed[CircuitBreaker]:
+    config: dict[str, object] = {"window": CountWindow(4), "minimum_calls": 2, **kw}
+    return Keyed(CircuitBreaker, label="hosts", **config)
+
+
+def session(url: str, middleware: ResilientMiddleware) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(base_url=url, middlewares=(middleware,))
+
+
+async def test_a_5xx_opens_the_hosts_breaker_and_is_still_a_response(server):
+    url, _ = server
+    family = breakers()
+    async with session(url, ResilientMiddleware(stages=[family])) as http:
+        async with http.get("/status/500") as r:
+            assert r.status == 500 and await r.text() == "status 500"
+        async with http.get("/status/503") as r:
+            assert r.status == 503
+        with pytest.raises(CircuitOpen) as refused:
+            await http.get("/ok")
+    assert refused.value.label == "hosts:" + url.removeprefix("http://")
+
+
+async def test_retries_idempotent_requests_only_and_releases_failed_attempts(server):
+    url, app = server
+    retry = Retrying(Schedule.fixed(0.01).attempts(4), label="http-retry")
+    middleware = ResilientMiddleware(stages=[breakers(window=CountWindow(20), minimum_calls=10)], retry=retry)
+    seen: list[aiohttp.ClientResponse] = []
+
+    async def record(request: aiohttp.ClientRequest, handler: Any) -> aiohttp.ClientResponse:
+        response = await handler(request)
+        seen.append(response)
+        return response
+
+    async with aiohttp.ClientSession(base_url=url, middlewares=(middleware, record)) as http:
+        async with http.get("/flaky/a1?fail=2") as r:
+            assert r.status == 200 and await r.text() == "ok"
+        assert app.hits["a1"] == 3
+        assert [x.status for x in seen] == [503, 503, 200] and seen[0].closed and seen[1].closed
+        async with http.post("/flaky/a2?fail=1", data=b"x") as r:
+            assert r.status == 503
+        assert app.hits["a2"] == 1
+        async with http.get("/flaky/a3?fail=9&code=502") as r:
+            assert r.status == 502 and await r.text() == "failing"  # the last attempt's response
+        assert app.hits["a3"] == 4
+    middleware = ResilientMiddleware(retry=retry, retry_methods={"GET", "POST"})
+    async with session(url, middleware) as http, http.post("/flaky/a4?fail=1", data=b"x") as r:
+        assert r.status == 200 and app.hits["a4"] == 2
+
+
+async def test_retry_after_is_honoured_clamped_and_ignored_when_malformed(server):
+    url, _ = server
+    sink = RecordingSink()
+    middleware = ResilientMiddleware(
+        retry=Retrying(Schedule.fixed(0.01).attempts(2), label="http-retry"), retry_after_cap=0.05
+    )
+    past = email.utils.formatdate(time.time() - 3600, usegmt=True)
+    with stoic.use_sinks(sink):
+        async with session(url, middleware) as http:
+            for path, params in [
+                ("/flaky/b1", {"fail": "1", "retry_after": "120"}),
+                ("/flaky/b2", {"fail": "1", "code": "429", "retry_after": "later"}),
+                ("/flaky/b3", {"fail": "1", "retry_after": past}),
+            ]:
+                async with http.get(path, params=params) as r:
+                    assert r.status == 200
+    sink.assert_contract()
+    assert [(e.attributes["decision"], e.attributes["next_delay"]) for e in sink.of("retry.attempt_failed")] == [
+        ("retry_after", 0.05),
+        ("retry", 0.01),
+        ("retry", 0.01),  # an elapsed date: retry now, on the schedule (field report 19)
+    ]
+
+
+async def test_429_never_opens_the_breaker_and_connection_errors_do(server):
+    url, _ = server
+    family = breakers()
+    async with session(url, ResilientMiddleware(stages=[family])) as http:
+        for _ in range(5):
+            async with http.get("/status/429") as r:
+                assert r.status == 429
+    assert str(family.get(url.removeprefix("http://")).state) == "closed"
+    with serving(ScriptedApp()) as gone:
+        pass
+    async with aiohttp.ClientSession(middlewares=(ResilientMiddleware(stages=[family]),)) as http:
+        for _ in range(2):
+            with pytest.raises(aiohttp.ClientConnectionError):
+                await http.get(f"{gone}/ok")
+        with pytest.raises(CircuitOpen):
+            await http.get(f"{gone}/ok")
+        with pytest.raises(TimeoutError):  # aiohttp's timeouts are TimeoutErrors
+            await http.get(f"{url}/sleep?seconds=0.5", timeout=aiohttp.ClientTimeout(total=0.05))
+
+
+async def test_keys_by_route_template(server):
+    url, _ = server
+    family = breakers()
+    middleware = ResilientMiddleware(stages=[family], key=by_route("/status/{code}"))
+    async with session(url, middleware) as http:
+        for path in ("/status/500", "/status/502", "/ok"):
+            async with http.get(path):
+                pass
+    host = url.removeprefix("http://")
+    assert set(family) == {f"{host} GET /status/{{code}}", f"{host} GET *"}
+
+
+def test_hedging_is_refused():
+    with pytest.raises(TypeError, match="hedge"):
+        ResilientMiddleware(hedge=object())
