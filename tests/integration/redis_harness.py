@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .prometheus_harness import free_port, require_binary, stop_process
+from prometheus_harness import free_port, require_binary, stop_process
 
 
 class RedisServer:

@@ -148,6 +148,7 @@ class SharedCircuitBreaker:
         self._gen = -1
         self._due = 0  # when the copy must be refreshed
         self._refreshing = False
+        self._refreshed: asyncio.Future[None] | None = None
         self._degraded = False  # the store could not be used at the last contact
         self._counts = (0, 0, 0)
         self._why = StoreError("not yet used", operation="breaker_refresh", unavailable=True)
@@ -242,11 +243,15 @@ class SharedCircuitBreaker:
     async def refresh(self) -> None:
         """Read the shared state into this replica's copy now (one round trip)."""
         self._refreshing = True
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._refreshed = done
         try:
             await self._call("breaker_refresh")
         finally:
             self._refreshing = False
+            self._refreshed = None
             self._due = self._now() + self._refresh_ns
+            done.set_result(None)
 
     # ------------------------------------------------------------------ running operations
     async def execute(self, fn: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -263,13 +268,16 @@ class SharedCircuitBreaker:
         now = self._now()
         if now >= self._due and not self._refreshing:
             await self.refresh()
+        elif self._gen < 0 and self._refreshed is not None:
+            # Nothing read yet: a replica that has not seen the shared state must not guess it.
+            await asyncio.shield(self._refreshed)
         if self._degraded:
             return await self._without_store(fn, args, kwargs)
         st = self._st
         if st == _CLOSED:
             return await self._run(fn, args, kwargs)
-        if st == _FORCED or now < self._until:
-            raise self._reject(now)
+        if st == _FORCED or self._now() < self._until:
+            raise self._reject(self._now())
         return await self._probe(fn, args, kwargs)
 
     async def _without_store(self, fn: Callable[..., Awaitable[R]], args: Any, kwargs: Any) -> R:
