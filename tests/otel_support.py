@@ -40,6 +40,10 @@ SAMPLES: dict[str, dict[str, AttributeValue]] = {
     "retry.permanent": {"attempt": 1, "error.type": "ValueError"},
     "retry.nested": {"error.type": "ConnectionError"},
     "retry.after_capped": {"requested": 600.0, "capped": 300.0},
+    "fleet.store_error": {"operation": "limiter_take", "error.type": "ConnectionError", "unavailable": True},
+    "fleet.store_recovered": {"outage": 2.5},
+    "fleet.fail_open": {"policy": "ratelimiter", "unavailable": True},
+    "fleet.fail_closed": {"policy": "breaker", "unavailable": True},
 }
 
 

@@ -14,10 +14,10 @@ from stoic.events import CATALOG, Level, check_event
 from stoic.events._catalog import _SPECS
 
 ROOT = Path(__file__).resolve().parent.parent
-NAME = re.compile(r"^(breaker|ratelimiter|bulkhead|hedge|retry)\.[a-z]+(_[a-z]+)*$")
+NAME = re.compile(r"^(breaker|ratelimiter|bulkhead|hedge|retry|fleet)\.[a-z]+(_[a-z]+)*$")
 KEY = re.compile(r"^[a-z]+(_[a-z]+)*(\.[a-z]+(_[a-z]+)*)*$")
 SECONDS_KEYS = {"open_for", "retry_after", "duration", "waited", "elapsed", "latency", "next_delay", "requested",
-                "capped"}
+                "capped", "outage"}
 
 
 def test_names_are_unique_dotted_lowercase_and_keyed_by_themselves():

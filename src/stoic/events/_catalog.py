@@ -116,29 +116,6 @@ _SPECS: tuple[EventSpec, ...] = (
         "permits": _a("int", "permits granted"),
         "waited": _a("float", "seconds spent waiting"),
     }),
-    # --- fleet-wide state (seed 003, fleet-wide state; stoic.fleet) ---
-    EventSpec("fleet.store_error", Level.WARNING,
-              "A store call failed (unreachable in its budget, an error reply, or a reply of an unexpected shape); "
-              "the policy decided without the store. Emitted once per failed call: while the store rests after a "
-              "failure, calls skip it without an event.", {
-        "operation": _a("str", "the script that failed: limiter_take, breaker_refresh, breaker_trip, breaker_probe, "
-                        "breaker_done or breaker_force"),
-        "error.type": _ERROR_TYPE,
-        "unavailable": _a("bool", "True for a connection error or a timeout (counts against the store's health)"),
-    }),
-    EventSpec("fleet.store_recovered", Level.INFO, "A store call succeeded after one or more failed.", {
-        "outage": _a("float", "seconds since the first failed call"),
-    }),
-    EventSpec("fleet.fail_open", Level.INFO,
-              "A decision taken without the store, failing open: the local policy (bucket or breaker) decided.", {
-        "policy": _a("str", "ratelimiter or breaker"),
-        "unavailable": _a("bool", "True when the store was unreachable or resting, False for a wrong answer"),
-    }),
-    EventSpec("fleet.fail_closed", Level.WARNING,
-              "A call refused because the store could not decide (fail_open_on_store_error=False).", {
-        "policy": _a("str", "ratelimiter or breaker"),
-        "unavailable": _a("bool", "True when the store was unreachable or resting, False for a wrong answer"),
-    }),
     # --- bulkhead (seed 000, Events; Bulkhead) ---
     EventSpec("bulkhead.rejected", Level.INFO, "A call was refused or left the queue without a slot.", {
         "reason": _a("str", "bulkhead_full, cancelled or deadline_exceeded"),
@@ -199,6 +176,29 @@ _SPECS: tuple[EventSpec, ...] = (
     EventSpec("retry.after_capped", Level.WARNING, "A Retry-After longer than five minutes was capped.", {
         "requested": _a("float", "seconds the error asked for"),
         "capped": _a("float", "seconds actually used"),
+    }),
+    # --- fleet-wide state (seed 003, fleet-wide state; stoic.fleet) ---
+    EventSpec("fleet.store_error", Level.WARNING,
+              "A store call failed (unreachable in its budget, an error reply, or a reply of an unexpected shape); "
+              "the policy decided without the store. Emitted once per failed call: while the store rests after a "
+              "failure, calls skip it without an event.", {
+        "operation": _a("str", "the script that failed: limiter_take, breaker_refresh, breaker_trip, breaker_probe, "
+                        "breaker_done or breaker_force"),
+        "error.type": _ERROR_TYPE,
+        "unavailable": _a("bool", "True for a connection error or a timeout (counts against the store's health)"),
+    }),
+    EventSpec("fleet.store_recovered", Level.INFO, "A store call succeeded after one or more failed.", {
+        "outage": _a("float", "seconds since the first failed call"),
+    }),
+    EventSpec("fleet.fail_open", Level.INFO,
+              "A decision taken without the store, failing open: the local policy (bucket or breaker) decided.", {
+        "policy": _a("str", "ratelimiter or breaker"),
+        "unavailable": _a("bool", "True when the store was unreachable or resting, False for a wrong answer"),
+    }),
+    EventSpec("fleet.fail_closed", Level.WARNING,
+              "A call refused because the store could not decide (fail_open_on_store_error=False).", {
+        "policy": _a("str", "ratelimiter or breaker"),
+        "unavailable": _a("bool", "True when the store was unreachable or resting, False for a wrong answer"),
     }),
 )
 

@@ -210,6 +210,8 @@ class MetricsSink:
         bulkhead_rejections = c["stoic.bulkhead.rejections"]
         hedge_attempts, hedge_wins = c["stoic.hedge.attempts"], c["stoic.hedge.wins"]
         retries, outcomes = c["stoic.retry.retries"], c["stoic.retry.outcomes"]
+        store_errors, recoveries = c["stoic.fleet.store.errors"], c["stoic.fleet.store.recoveries"]
+        fallbacks = c["stoic.fleet.fallbacks"]
         states = self._breaker_states
         attr, label_only = self._with, self._label
 
@@ -260,6 +262,18 @@ class MetricsSink:
         def attempt_failed(e: Event) -> None:
             retries.add(e.label, e.attributes.get("error.type", "unknown"))
 
+        def store_error(e: Event) -> None:
+            store_errors.add(e.label, e.attributes.get("error.type", "unknown"))
+
+        def store_recovered(e: Event) -> None:
+            recoveries.add(e.label)
+
+        def fallback(value: str) -> Callable[[Event], None]:
+            def count(e: Event) -> None:
+                fallbacks.add(e.label, value)
+
+            return count
+
         def outcome(value: str) -> Callable[[Event], None]:
             def count(e: Event) -> None:
                 outcomes.add(e.label, value)
@@ -280,6 +294,10 @@ class MetricsSink:
             "hedge.started": hedge_started,
             "hedge.won": hedge_won,
             "retry.attempt_failed": attempt_failed,
+            "fleet.store_error": store_error,
+            "fleet.store_recovered": store_recovered,
+            "fleet.fail_open": fallback("fail_open"),
+            "fleet.fail_closed": fallback("fail_closed"),
         }
         for name, value in RETRY_OUTCOMES.items():
             handlers[name] = outcome(value)

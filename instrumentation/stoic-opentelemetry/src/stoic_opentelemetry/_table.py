@@ -90,6 +90,16 @@ METRICS: tuple[MetricSpec, ...] = (
        ("event:ratelimiter.rejected", "event:ratelimiter.oversized"),
        "Requests refused, by reason: would_exceed_deadline, queue_full, cancelled, deadline_exceeded, "
        "or oversized (more permits than the burst: never servable)."),
+    # --- fleet-wide state (stoic.fleet) ---
+    _m("stoic.fleet.store.errors", "counter", "{call}", ("error.type",), ("event:fleet.store_error",),
+       "Store calls that failed (unreachable within the budget, an error reply, a reply of the wrong shape), "
+       "by the error's type name; the label is the store's."),
+    _m("stoic.fleet.store.recoveries", "counter", "{recovery}", (), ("event:fleet.store_recovered",),
+       "Store calls that succeeded after failed ones (the end of an outage); the label is the store's."),
+    _m("stoic.fleet.fallbacks", "counter", "{decision}", ("decision",),
+       ("event:fleet.fail_open", "event:fleet.fail_closed"),
+       "Decisions a shared policy took without the store, by decision: fail_open (the local policy decided) "
+       "or fail_closed (refused)."),
     # --- bulkhead ---
     _m("stoic.bulkhead.active", "gauge", "{call}", (), ("observe:.active_count",),
        "Calls running inside the bulkhead."),
