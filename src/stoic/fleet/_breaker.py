@@ -31,8 +31,9 @@ from .._durations import Seconds, check_int, to_ns
 from .._errors import CircuitOpen, Rejected, is_defect
 from ..breaker import BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
 from ..breaker._config import threshold_ppm
-from ..breaker._window import FAILED, SLOW, CountRing, TimeBuckets
+from ..breaker._window import FAILED, NEVER, SLOW, CountRing, TimeBuckets
 from ..events import Level, emit, min_level
+from ..events._sinks import _process as _sinks
 from ._limiter import fail_event, ints
 from ._store import RedisStore, StoreError, check_key_part
 
@@ -44,6 +45,7 @@ _CLOSED: Final = 0
 _OPEN: Final = 1
 _HALF_OPEN: Final = 2
 _FORCED: Final = 3
+_DEBUG_INT: Final = int(Level.DEBUG)
 _STATES: Final = (BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN, BreakerState.OPEN)
 
 
@@ -151,6 +153,8 @@ class SharedCircuitBreaker:
         self._refreshed: asyncio.Future[None] | None = None
         self._degraded = False  # the store could not be used at the last contact
         self._counts = (0, 0, 0)
+        self._quick = 0  # quick successes not yet folded into the window
+        self._defer_until = NEVER  # before this instant a quick success may skip the window
         self._why = StoreError("not yet used", operation="breaker_refresh", unavailable=True)
 
     # ------------------------------------------------------------------ observation
@@ -214,6 +218,8 @@ class SharedCircuitBreaker:
             # Another epoch: calls admitted before are stale, and a fresh closed period starts
             # with an empty window.
             self._window.clear()
+            self._quick = 0
+            self._defer_until = NEVER
             self._gen = gen
         self._st = st
         self._trips = trips
@@ -265,7 +271,32 @@ class SharedCircuitBreaker:
         (and raises what ``CircuitBreaker.execute`` raises). Cancellation, defects and inner
         rejections are never counted.
         """
-        now = self._now()
+        now = self._now
+        start = now()
+        gen = self._gen
+        if start >= self._due or self._st or self._degraded or gen < 0:
+            return await self._admit_slow(start, fn, args, kwargs)
+        # The closed state with a fresh copy: no store round trip, no extra coroutine.
+        try:
+            result = await (fn(*args, **kwargs) if kwargs else fn(*args))  # type: ignore[call-arg]
+        except BaseException as exc:
+            verdict = self._judge(exc)
+            if verdict is not None:
+                await self._record(gen, start, now(), verdict)
+            raise
+        end = now()
+        if end - start > self._slow_ns:
+            await self._record(gen, start, end, False)
+        elif end < self._defer_until and gen == self._gen:
+            # A quick success that cannot change a decision: counted now, folded in later.
+            self._quick += 1
+        elif gen == self._gen and self._success(end):
+            await self._trip(end)
+        if _sinks.floor <= _DEBUG_INT and min_level() <= _DEBUG_INT:
+            self._recorded("success", False, start, end)
+        return result
+
+    async def _admit_slow(self, now: int, fn: Callable[..., Awaitable[R]], args: Any, kwargs: Any) -> R:
         if now >= self._due and not self._refreshing:
             await self.refresh()
         elif self._gen < 0 and self._refreshed is not None:
@@ -279,6 +310,10 @@ class SharedCircuitBreaker:
         if st == _FORCED or self._now() < self._until:
             raise self._reject(self._now())
         return await self._probe(fn, args, kwargs)
+
+    def _recorded(self, outcome: str, slow: bool, start: int, end: int) -> None:
+        emit("breaker.recorded", self.label, Level.DEBUG, end,
+             {"outcome": outcome, "slow": slow, "state": "closed", "duration": (end - start) / 1e9})
 
     async def _without_store(self, fn: Callable[..., Awaitable[R]], args: Any, kwargs: Any) -> R:
         fail_event(self.label, "breaker", self._fail_open, self._why, self._now())
@@ -329,25 +364,48 @@ class SharedCircuitBreaker:
             raise
         end = now()
         # The success path: no store round trip unless this success trips the window (slow calls).
-        if gen == self._gen and self._st == _CLOSED:
-            if end - start > self._slow_ns:
-                await self._record(gen, start, end, False)
-            elif self._window.success(end):
-                await self._trip(end)
+        if end - start > self._slow_ns:
+            await self._record(gen, start, end, False)
+        elif gen == self._gen and self._st == _CLOSED and self._success(end):
+            await self._trip(end)
+        if min_level() <= _DEBUG_INT:
+            self._recorded("success", False, start, end)
         return result
+
+    def _fold(self) -> bool:
+        """Fold the quick successes counted without touching the window into it (before any other
+        window operation); True when that reaches a threshold."""
+        quick = self._quick
+        if quick:
+            self._quick = 0
+            return self._window.successes(quick)
+        return False
+
+    def _success(self, end: int) -> bool:
+        window = self._window
+        tripped = self._fold() | window.success(end)
+        # Successes may skip the window until its current bucket ends (once it holds
+        # minimum_calls), and at least every millisecond they are folded in.
+        self._defer_until = min(window.defer_until(), end + 1_000_000)
+        return tripped
 
     async def _record(self, gen: int, start: int, end: int, failed: bool) -> None:
         if gen != self._gen or self._st != _CLOSED:
             return  # stale: the shared state moved on while it ran
         slow = end - start > self._slow_ns
-        if self._window.add(end, (FAILED if failed else 0) | (SLOW if slow else 0)):
+        if min_level() <= _DEBUG_INT:
+            self._recorded("failure" if failed else "success", slow, start, end)
+        self._defer_until = NEVER
+        if self._fold() | self._window.add(end, (FAILED if failed else 0) | (SLOW if slow else 0)):
             await self._trip(end)
 
     async def _trip(self, now: int) -> None:
         window = self._window
+        self._fold()
         trigger = window.tripped() or "failure_rate"
         self._counts = window.counts(now)
         window.clear()
+        self._defer_until = NEVER
         await self._call("breaker_trip", trigger)
 
     async def _probe(self, fn: Callable[..., Awaitable[R]], args: Any, kwargs: Any) -> R:

@@ -160,6 +160,7 @@ class RedisStore:
             clock=self._clock,
         )
         self._failing_since: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _from_url(self, url: str, redis: Any) -> tuple[Any, Any]:
         try:
@@ -267,6 +268,13 @@ class RedisStore:
 
     async def _roundtrip(self, *command: Any) -> Any:
         pool = self._async.connection_pool
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            # Connections belong to the loop that opened them: under a later asyncio.run the old
+            # ones are dropped (their loop is gone) and new ones are opened on this loop.
+            if self._loop is not None:
+                pool.reset()
+            self._loop = loop
         conn = await pool.get_connection()
         try:
             await conn.send_command(*command)
