@@ -83,7 +83,7 @@ def _answer(store: RedisStore, *replies: Any) -> list[int]:
     calls: list[int] = []
     queue = list(replies)
 
-    async def timed(script: _Script, keys: Any, args: Any) -> Any:
+    async def timed(script: _Script, keys: Any, args: Any, *rest: Any) -> Any:
         calls.append(1)
         reply = queue.pop(0) if len(queue) > 1 else queue[0]
         if isinstance(reply, BaseException):

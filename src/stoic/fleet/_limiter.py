@@ -172,7 +172,7 @@ class SharedRateLimiter:
         store could not decide."""
         try:
             reply = await self._store.call("limiter_take", self._key,
-                                           (permits, self._r, self._p, self._cap, self._ttl_ms))
+                                           (permits, self._r, self._p, self._cap, self._ttl_ms), repeat=permits == 1)
         except StoreError as exc:
             return exc
         try:

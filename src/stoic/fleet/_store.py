@@ -161,6 +161,7 @@ class RedisStore:
         )
         self._failing_since: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._packed: dict[tuple[Any, ...], list[bytes]] = {}
 
     def _from_url(self, url: str, redis: Any) -> tuple[Any, Any]:
         try:
@@ -177,12 +178,14 @@ class RedisStore:
         import redis.backoff
         import redis.retry
 
-        options: dict[str, Any] = {"socket_timeout": self._budget, "socket_connect_timeout": self._budget}
+        # The asyncio client gets no socket_timeout: every call already runs under
+        # asyncio.timeout(budget), and a second timer per read and per write is pure cost.
         try:
             return (
                 redis.asyncio.Redis.from_url(url, retry=redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0),
-                                             **options),
-                redis.Redis.from_url(url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0), **options),
+                                             socket_connect_timeout=self._budget),
+                redis.Redis.from_url(url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
+                                     socket_timeout=self._budget, socket_connect_timeout=self._budget),
             )
         except ValueError as exc:
             raise ValueError(f"url cannot be parsed: {url!r} ({exc})") from None
@@ -222,7 +225,9 @@ class RedisStore:
         return f"RedisStore(prefix={self._prefix!r}, budget={self._budget!r}, label={self._label!r})"
 
     # ------------------------------------------------------------------ calls
-    async def call(self, script: str, keys: Sequence[str], args: Sequence[int | float | str]) -> list[Any]:
+    async def call(
+        self, script: str, keys: Sequence[str], args: Sequence[int | float | str], *, repeat: bool = False,
+    ) -> list[Any]:
         """Run ``script`` (by SHA, loading it on ``NOSCRIPT``) on ``keys`` with ``args``; return its
         reply as a list. Raises :class:`StoreError` for anything but a list reply, within the budget;
         :class:`stoic.CircuitOpen` is turned into a ``StoreError`` too (the store is resting after a
@@ -232,7 +237,7 @@ class RedisStore:
             raise StoreError("the store was built from a sync client: use call_blocking", operation=script,
                              unavailable=False)
         try:
-            reply = await self._health.execute(self._timed, self._scripts[script], keys, args)
+            reply = await self._health.execute(self._timed, self._scripts[script], keys, args, repeat)
         except CircuitOpen:
             raise StoreError(f"store {self._label} is resting after a failure", operation=script,
                              unavailable=True) from None
@@ -247,15 +252,18 @@ class RedisStore:
             raise wrong
         return reply
 
-    async def _timed(self, script: _Script, keys: Sequence[str], args: Sequence[int | float | str]) -> Any:
+    async def _timed(
+        self, script: _Script, keys: Sequence[str], args: Sequence[int | float | str], repeat: bool = False,
+    ) -> Any:
         redis = self._redis
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         try:
             async with asyncio.timeout(self._budget):
                 try:
-                    return await self._roundtrip("EVALSHA", script.sha, len(keys), *keys, *args)
+                    return await self._roundtrip(command, repeat)
                 except redis.exceptions.NoScriptError:
-                    await self._roundtrip("SCRIPT", "LOAD", script.source)
-                    return await self._roundtrip("EVALSHA", script.sha, len(keys), *keys, *args)
+                    await self._roundtrip(("SCRIPT", "LOAD", script.source), False)
+                    return await self._roundtrip(command, repeat)
         except TimeoutError:
             raise StoreError(f"{script.name} took longer than the {self._budget:g} s budget",
                              operation=script.name, unavailable=True) from None
@@ -266,7 +274,7 @@ class RedisStore:
             raise StoreError(f"{script.name}: {type(exc).__name__}", operation=script.name,
                              unavailable=False) from exc
 
-    async def _roundtrip(self, *command: Any) -> Any:
+    async def _roundtrip(self, command: tuple[Any, ...], repeat: bool) -> Any:
         pool = self._async.connection_pool
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
@@ -277,7 +285,16 @@ class RedisStore:
             self._loop = loop
         conn = await pool.get_connection()
         try:
-            await conn.send_command(*command)
+            if repeat:
+                # The same command again and again (a limiter's one-permit take): packed once.
+                packed = self._packed.get(command)
+                if packed is None:
+                    if len(self._packed) >= 64:
+                        self._packed.clear()
+                    packed = self._packed[command] = conn.pack_command(*command)
+                await conn.send_packed_command(packed)
+            else:
+                await conn.send_command(*command)
             return await conn.read_response()
         except self._redis.exceptions.ResponseError:
             raise  # an error reply was read in full: the connection is in step
