@@ -113,10 +113,10 @@ async def test_queued_acquire_waits_for_the_computed_instant(server: RedisServer
     calls = 0
     real_call = store.call
 
-    async def counting(*args: Any) -> list[Any]:
+    async def counting(*args: Any, **kwargs: Any) -> list[Any]:
         nonlocal calls
         calls += 1
-        return await real_call(*args)
+        return await real_call(*args, **kwargs)
 
     store.call = counting  # type: ignore[method-assign]
     start = time.monotonic()
