@@ -1,8 +1,8 @@
 """A replica for the stoic.fleet integration tests, run as its own process:
 
-``python -m tests.integration._fleet_worker MODE URL LABEL START_AT [ARGS...]`` waits until the
-wall-clock instant START_AT (so every replica starts together), runs MODE, and prints one JSON
-line with what it saw.
+``python -m tests.integration._fleet_worker MODE URL LABEL [ARGS...]`` sets up, prints ``ready``,
+reads a wall-clock start instant from stdin (so every replica starts together), runs MODE, and
+prints one JSON line with what it saw.
 """
 
 from __future__ import annotations
@@ -16,28 +16,39 @@ from stoic import CircuitOpen, OpenDuration, RateLimited
 from stoic.fleet import RedisStore, SharedCircuitBreaker, SharedRateLimiter
 
 
+async def _ready() -> float:
+    """Say ``ready`` and read the start instant (wall-clock seconds) from stdin: a replica slow
+    to start cannot miss the start."""
+    print("ready", flush=True)
+    return float(await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline))
+
+
 async def _until(start_at: float) -> None:
     await asyncio.sleep(max(0.0, start_at - time.time()))
 
 
-async def limiter(url: str, label: str, start_at: float, seconds: float, tasks: int) -> dict[str, object]:
+async def limiter(url: str, label: str, seconds: float, tasks: int) -> dict[str, object]:
     """Several tasks taking permits of a shared 100/s bucket as fast as it grants them."""
     store = RedisStore(url, budget=0.25, probe_interval=0.5)
     shared = SharedRateLimiter(100, 1.0, store=store, label=label, queue_limit=None)
-    grants: list[float] = []
+    grants: list[tuple[float, float]] = []
     refusals = 0
-    end = start_at + seconds
 
     async def take() -> None:
         nonlocal refusals
         while time.time() < end:
+            asked = time.time()
             try:
                 await shared.acquire()
             except RateLimited:
                 refusals += 1
                 continue
-            grants.append(time.time())
+            # The server decided somewhere between asking and the answer.
+            grants.append((asked, time.time()))
 
+    assert await shared.try_acquire() is not None  # connected, script loaded (one permit spent)
+    start_at = await _ready()
+    end = start_at + seconds
     await _until(start_at)
     jobs = [asyncio.create_task(take()) for _ in range(tasks)]
     await asyncio.sleep(max(0.0, end - time.time()))
@@ -48,19 +59,22 @@ async def limiter(url: str, label: str, start_at: float, seconds: float, tasks: 
     return {"grants": grants, "refusals": refusals}
 
 
-async def probe(url: str, label: str, start_at: float, tasks: int) -> dict[str, object]:
-    """``tasks`` calls arriving at once on a shared breaker whose open period has just ended."""
-    store = RedisStore(url, budget=0.5, probe_interval=0.5)
+async def probe(url: str, label: str, tasks: int) -> dict[str, object]:
+    """``tasks`` calls arriving at once on a shared breaker whose open period has just ended.
+
+    A replica slow to start cannot arrive after the probe has finished (see ``_ready``)."""
+    store = RedisStore(url, budget=2.0, probe_interval=0.5)  # generous: 200 callers on a loaded machine
     breaker = SharedCircuitBreaker(label, store=store, open_duration=OpenDuration.fixed(60.0, jitter=0.0),
                                    refresh_interval=0.05, half_open_timeout=5.0)
     await breaker.refresh()
+    start_at = await _ready()
     ran = 0
     refused = 0
 
     async def operation() -> None:
         nonlocal ran
         ran += 1
-        await asyncio.sleep(0.5)  # the probe is still running when every other call arrives
+        await asyncio.sleep(1.0)  # the probe is still running when every other call arrives
 
     async def one() -> None:
         nonlocal refused
@@ -76,11 +90,11 @@ async def probe(url: str, label: str, start_at: float, tasks: int) -> dict[str, 
 
 
 def main() -> None:
-    mode, url, label, start_at, *rest = sys.argv[1:]
+    mode, url, label, *rest = sys.argv[1:]
     if mode == "limiter":
-        result = asyncio.run(limiter(url, label, float(start_at), float(rest[0]), int(rest[1])))
+        result = asyncio.run(limiter(url, label, float(rest[0]), int(rest[1])))
     elif mode == "probe":
-        result = asyncio.run(probe(url, label, float(start_at), int(rest[0])))
+        result = asyncio.run(probe(url, label, int(rest[0])))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     print(json.dumps(result))
