@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from stoic import CircuitOpen, RateLimited
-from stoic.fleet import RedisStore, SharedCircuitBreaker, SharedRateLimiter, StoreError
+from stoic.fleet import BlockingSharedRateLimiter, RedisStore, SharedCircuitBreaker, SharedRateLimiter, StoreError
 from stoic.fleet._store import _Script
 from stoic.testing import RecordingSink, VirtualClock
 
@@ -160,4 +160,30 @@ async def test_an_outage_costs_one_budget_per_probe_interval(clock: VirtualClock
     assert len(sink.of("fleet.store_error")) == 2
     recovered = sink.of("fleet.store_recovered")
     assert len(recovered) == 1 and recovered[0].attributes["outage"] == pytest.approx(2.0)
+    sink.assert_contract()
+
+
+def test_each_limiter_needs_its_kind_of_client() -> None:
+    import redis
+    import redis.asyncio
+
+    with pytest.raises(TypeError, match=r"redis\.Redis"):
+        BlockingSharedRateLimiter(10, store=RedisStore(redis.asyncio.Redis()), label="a")
+    with pytest.raises(TypeError, match=r"redis\.asyncio\.Redis"):
+        SharedRateLimiter(10, store=RedisStore(redis.Redis()), label="a")
+    BlockingSharedRateLimiter(10, store=RedisStore(URL), label="a")  # a URL builds both
+
+
+def test_a_blocking_reply_of_unexpected_shape_fails_open_bounded() -> None:
+    sink = RecordingSink()
+    store = RedisStore(URL)
+    store._timed_blocking = lambda *args: [7, 7]  # type: ignore[method-assign]
+    limiter = BlockingSharedRateLimiter(2, 60.0, store=store, label="shape")
+    from stoic import use_sinks
+    with use_sinks(sink):
+        assert limiter.try_acquire()
+        limiter.acquire()
+        assert not limiter.try_acquire()  # the local bucket of 2 is spent
+    assert len(sink.of("fleet.store_error")) == 3
+    assert len(sink.of("fleet.fail_open")) == 3
     sink.assert_contract()

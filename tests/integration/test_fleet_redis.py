@@ -26,7 +26,7 @@ from redis_harness import RedisServer
 import stoic
 from stoic import CircuitOpen, OpenDuration, RateLimited
 from stoic.breaker import BreakerState, CountWindow
-from stoic.fleet import RedisStore, SharedCircuitBreaker, SharedRateLimiter
+from stoic.fleet import BlockingSharedRateLimiter, RedisStore, SharedCircuitBreaker, SharedRateLimiter
 from stoic.testing import RecordingSink
 
 pytestmark = pytest.mark.integration
@@ -415,3 +415,33 @@ def test_blocking_calls_use_the_sync_client(server: RedisServer) -> None:
     key = store.keys(label, "bucket")
     granted = [store.call_blocking("limiter_take", key, (1, 1, 1_000_000, 2_000_000, 3000))[0] for _ in range(3)]
     assert granted == [1, 1, 0]
+
+
+def test_the_blocking_limiter_shares_the_bucket_across_threads(server: RedisServer) -> None:
+    import threading
+
+    store = RedisStore(redis.Redis.from_url(server.url), budget=0.25)
+    label = fresh("threads")
+    limiter = BlockingSharedRateLimiter(20, 1.0, burst=5, store=store, label=label)
+    other = BlockingSharedRateLimiter(20, 1.0, burst=5, store=RedisStore(server.url, budget=0.25), label=label)
+    granted: list[float] = []
+    lock = threading.Lock()
+    start = time.monotonic()
+
+    def worker(shared: BlockingSharedRateLimiter) -> None:
+        for _ in range(3):
+            with shared, lock:
+                granted.append(time.monotonic() - start)
+
+    threads = [threading.Thread(target=worker, args=(limiter if n % 2 else other,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(granted) == 12
+    # Five at once from the burst, then 20/s shared by both limiters: the 12th no sooner than 0.35 s.
+    assert max(granted) >= 0.35 - 0.01
+    assert not limiter.try_acquire(5)
+    with pytest.raises(RateLimited) as info:
+        limiter.acquire(5, timeout=0.01)
+    assert info.value.retry_after is not None and 0.01 <= info.value.retry_after <= 0.25

@@ -9,7 +9,7 @@ Needs the ``redis`` extra (``pip install 'stoic[redis]'``); redis-py is imported
 """
 
 from ._breaker import SharedCircuitBreaker
-from ._limiter import SharedRateLimiter
+from ._limiter import BlockingSharedRateLimiter, SharedRateLimiter
 from ._store import RedisStore, StoreError
 
-__all__ = ["RedisStore", "SharedCircuitBreaker", "SharedRateLimiter", "StoreError"]
+__all__ = ["BlockingSharedRateLimiter", "RedisStore", "SharedCircuitBreaker", "SharedRateLimiter", "StoreError"]

@@ -15,6 +15,7 @@ import asyncio
 import functools
 import inspect
 import math
+import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
@@ -26,7 +27,7 @@ from .._durations import Seconds, to_ns
 from .._errors import DeadlineExceeded, RateLimited
 from .._wakeup import wake
 from ..events import AttributeValue, Level, emit, min_level
-from ..ratelimiter import RateLimiter
+from ..ratelimiter import BlockingRateLimiter, RateLimiter
 from ._store import RedisStore, StoreError, check_key_part
 
 P = ParamSpec("P")
@@ -52,31 +53,15 @@ def ints(reply: list[Any], count: int, operation: str) -> list[int]:
     return reply[:count]
 
 
-class SharedRateLimiter:
-    """A token bucket shared by every process that uses the same store and label.
+class _SharedBucket:
+    """The configuration, the reply check and the refusals shared by the asyncio and the
+    blocking shared limiter (see :class:`SharedRateLimiter` for the parameters)."""
 
-    ``SharedRateLimiter(rate, per=1.0, *, burst=None, queue_limit=100, store, label,
-    fail_open_on_store_error=True, clock=None)``:
-
-    - ``rate`` (int >= 1) permits per ``per`` seconds (float or timedelta, > 0, a whole number
-      of microseconds); ``burst`` (int >= 1, default ``rate``) the bucket's size, full at first use;
-      ``rate * burst`` and ``per`` must keep the credit below 2**53 units (``ValueError`` says so);
-    - ``queue_limit``: requests of this process that may wait (int >= 0, ``None`` unbounded);
-    - ``store``: the :class:`RedisStore`; ``label``: names the bucket (``{prefix:label}:bucket``)
-      and every event; characters that would break a key are a ``ValueError``;
-    - ``fail_open_on_store_error`` (seed 003, default True): when the store errs or is resting,
-      admit through a local bucket of the same ``rate``/``burst`` (per process: a fleet of N
-      allows up to N times the rate while the store is down); False refuses (``RateLimited``,
-      ``retry_after`` None);
-    - ``clock``: what this process sleeps on while it waits (the bucket runs on server time).
-
-    ``await limiter.acquire(permits)``, ``await limiter.try_acquire(permits)``,
-    ``await limiter.execute(fn, ...)``, ``@limiter`` and ``async with limiter:``.
-    """
+    _LOCAL: type[RateLimiter] | type[BlockingRateLimiter] = RateLimiter
 
     __slots__ = (
         "_burst", "_cap", "_clock", "_fail_open", "_key", "_label", "_local", "_p", "_per", "_queue_limit",
-        "_r", "_rate", "_store", "_ttl_ms", "_waiters",
+        "_lock", "_r", "_rate", "_store", "_ttl_ms", "_waiters",
     )
 
     def __init__(
@@ -94,10 +79,14 @@ class SharedRateLimiter:
         check_key_part(label, "label")
         if not isinstance(store, RedisStore):
             raise TypeError(f"store must be a RedisStore, got {type(store).__name__}")
+        blocking = self._LOCAL is BlockingRateLimiter
+        if (store.sync_client if blocking else store.client) is None:
+            kind = "redis.Redis" if blocking else "redis.asyncio.Redis"
+            raise TypeError(f"store must be built from a URL or a {kind} client for {type(self).__name__}")
         # The local bucket validates rate/per/burst/queue_limit/clock and is the fallback.
         # Its events carry "<label>.fallback", so a dashboard tells the two apart.
-        self._local = RateLimiter(rate, per, burst=burst, queue_limit=queue_limit, label=f"{label}.fallback",
-                                  clock=clock)
+        self._local: Any = self._LOCAL(rate, per, burst=burst, queue_limit=queue_limit, label=f"{label}.fallback",
+                                       clock=clock)
         self._rate = self._local.rate
         self._burst = self._local.burst
         self._queue_limit = self._local.queue_limit
@@ -124,7 +113,8 @@ class SharedRateLimiter:
             raise TypeError("fail_open_on_store_error must be a bool")
         self._fail_open = fail_open_on_store_error
         self._clock = clock if clock is not None else current_clock()
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._waiters: deque[Any] = deque()  # this process's queue: futures, or events for threads
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -158,23 +148,18 @@ class SharedRateLimiter:
         return len(self._waiters)
 
     @property
-    def fallback(self) -> RateLimiter:
+    def fallback(self) -> Any:
         """The local bucket that limits this process while the store cannot be used."""
         return self._local
 
     def __repr__(self) -> str:
-        return (f"SharedRateLimiter(rate={self._rate}, per={self._per!r}, burst={self._burst}, "
+        return (f"{type(self).__name__}(rate={self._rate}, per={self._per!r}, burst={self._burst}, "
                 f"label={self._label!r}, store={self._store!r})")
 
-    # ------------------------------------------------------------------ decisions
-    async def _ask(self, permits: int) -> int | StoreError:
-        """One round trip: 0 when granted, else the nanoseconds to wait; a StoreError when the
-        store could not decide."""
-        try:
-            reply = await self._store.call("limiter_take", self._key,
-                                           (permits, self._r, self._p, self._cap, self._ttl_ms), repeat=permits == 1)
-        except StoreError as exc:
-            return exc
+    # ------------------------------------------------------------------ shared by both
+    def _parse(self, reply: list[Any]) -> int | StoreError:
+        """The script's answer: 0 when granted, else the nanoseconds to wait; a StoreError (reported)
+        for a reply of the wrong shape."""
         try:
             granted, wait_us, _left = ints(reply, 3, "limiter_take")
             if granted not in (0, 1) or wait_us < 0 or (granted == 0) != (wait_us > 0):
@@ -208,6 +193,46 @@ class SharedRateLimiter:
         if not self._fail_open:
             raise RateLimited(f"rate limited ({self._label}): the store could not decide", label=self._label)
 
+    def _deadline(self, permits: int) -> DeadlineExceeded:
+        self._reject("deadline_exceeded", permits, None)
+        return DeadlineExceeded(f"deadline exceeded before acquiring ({self._label})", label=self._label)
+
+
+class SharedRateLimiter(_SharedBucket):
+    """A token bucket shared by every process that uses the same store and label.
+
+    ``SharedRateLimiter(rate, per=1.0, *, burst=None, queue_limit=100, store, label,
+    fail_open_on_store_error=True, clock=None)``:
+
+    - ``rate`` (int >= 1) permits per ``per`` seconds (float or timedelta, > 0, a whole number
+      of microseconds); ``burst`` (int >= 1, default ``rate``) the bucket's size, full at first use;
+      ``rate * burst`` and ``per`` must keep the credit below 2**53 units (``ValueError`` says so);
+    - ``queue_limit``: requests of this process that may wait (int >= 0, ``None`` unbounded);
+    - ``store``: the :class:`RedisStore`; ``label``: names the bucket (``{prefix:label}:bucket``)
+      and every event; characters that would break a key are a ``ValueError``;
+    - ``fail_open_on_store_error`` (seed 003, default True): when the store errs or is resting,
+      admit through a local bucket of the same ``rate``/``burst`` (per process: a fleet of N
+      allows up to N times the rate while the store is down); False refuses (``RateLimited``,
+      ``retry_after`` None);
+    - ``clock``: what this process sleeps on while it waits (the bucket runs on server time).
+
+    ``await limiter.acquire(permits)``, ``await limiter.try_acquire(permits)``,
+    ``await limiter.execute(fn, ...)``, ``@limiter`` and ``async with limiter:``.
+    """
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ decisions
+    async def _ask(self, permits: int) -> int | StoreError:
+        """One round trip: 0 when granted, else the nanoseconds to wait; a StoreError when the
+        store could not decide."""
+        try:
+            reply = await self._store.call("limiter_take", self._key,
+                                           (permits, self._r, self._p, self._cap, self._ttl_ms), repeat=permits == 1)
+        except StoreError as exc:
+            return exc
+        return self._parse(reply)
+
     async def try_acquire(self, permits: int = 1) -> bool:
         """Take ``permits`` now if the shared bucket holds them and nobody here is queued.
 
@@ -227,7 +252,7 @@ class SharedRateLimiter:
                 self._without_store(answer)
             except RateLimited:
                 return False
-            return self._local.try_acquire(permits)
+            return bool(self._local.try_acquire(permits))
         return answer == 0
 
     async def acquire(self, permits: int = 1) -> None:
@@ -264,10 +289,6 @@ class SharedRateLimiter:
         if self._queue_limit is not None and len(self._waiters) >= self._queue_limit:
             raise self._reject("queue_full", permits, wait if wait else None)
         await self._wait(permits, wait)
-
-    def _deadline(self, permits: int) -> DeadlineExceeded:
-        self._reject("deadline_exceeded", permits, None)
-        return DeadlineExceeded(f"deadline exceeded before acquiring ({self._label})", label=self._label)
 
     async def _wait(self, permits: int, wait: int) -> None:
         loop = asyncio.get_running_loop()
@@ -349,4 +370,136 @@ class SharedRateLimiter:
         return None
 
 
-__all__ = ["SharedRateLimiter"]
+
+class BlockingSharedRateLimiter(_SharedBucket):
+    """:class:`SharedRateLimiter` for threads: the same shared bucket, script and fallback, on a
+    store built from a sync ``redis.Redis`` (or a URL), with a local FIFO queue of threads.
+
+    Same constructor. ``try_acquire(permits)``, ``acquire(permits=1, timeout=None)``,
+    ``call(fn, *args, **kwargs)``, ``@limiter`` on a plain function and ``with limiter:``.
+    While the store cannot decide and failing open, a local :class:`stoic.BlockingRateLimiter`
+    of the same rate and burst decides.
+    """
+
+    _LOCAL = BlockingRateLimiter
+
+    __slots__ = ()
+
+    def _ask(self, permits: int) -> int | StoreError:
+        try:
+            reply = self._store.call_blocking("limiter_take", self._key,
+                                              (permits, self._r, self._p, self._cap, self._ttl_ms))
+        except StoreError as exc:
+            return exc
+        return self._parse(reply)
+
+    def try_acquire(self, permits: int = 1) -> bool:
+        """Take ``permits`` now if the shared bucket holds them and no thread here is queued
+        (one round trip); as :meth:`SharedRateLimiter.try_acquire`."""
+        try:
+            self._check(permits)
+        except RateLimited:
+            return False
+        if self._waiters:
+            return False
+        answer = self._ask(permits)
+        if isinstance(answer, StoreError):
+            try:
+                self._without_store(answer)
+            except RateLimited:
+                return False
+            return bool(self._local.try_acquire(permits))
+        return answer == 0
+
+    def acquire(self, permits: int = 1, timeout: Seconds | None = None) -> None:
+        """Take ``permits``, waiting in this process's FIFO queue of threads for at most
+        ``timeout`` seconds (and the ambient deadline).
+
+        Raises as :meth:`SharedRateLimiter.acquire`: ``RateLimited`` with the script's exact
+        ``retry_after`` when the wait would pass the timeout or deadline, or ``queue_limit``
+        threads already wait; ``DeadlineExceeded`` when the deadline already passed or the
+        timeout runs out while queued behind other threads; ``ValueError`` for bad arguments.
+        """
+        self._check(permits)
+        limit = None if timeout is None else to_ns(timeout, "timeout", allow_zero=True)
+        ambient = remaining_ns()
+        if ambient is not None and ambient <= 0:
+            raise self._deadline(permits)
+        if limit is None or (ambient is not None and ambient < limit):
+            limit = ambient
+        clock = self._clock
+        start = clock.now_ns()
+        give_up = None if limit is None else start + limit
+        ticket = threading.Event()
+        with self._lock:
+            waiters = self._waiters
+            if self._queue_limit is not None and len(waiters) > self._queue_limit:
+                raise self._reject("queue_full", permits, None)
+            waiters.append(ticket)
+            head = waiters[0] is ticket
+        try:
+            if not head and not ticket.wait(None if give_up is None else max(0, give_up - clock.now_ns()) / 1e9):
+                raise self._deadline(permits)
+            first = head
+            while True:
+                answer = self._ask(permits)
+                if isinstance(answer, StoreError):
+                    self._without_store(answer)
+                    left = None if give_up is None else max(0, give_up - clock.now_ns()) / 1e9
+                    self._local.acquire(permits, timeout=left)
+                    return
+                if answer == 0:
+                    break
+                now = clock.now_ns()
+                if give_up is not None and now + answer >= give_up:
+                    raise self._reject("would_exceed_deadline", permits, answer)
+                if first and self._queue_limit is not None and len(self._waiters) > self._queue_limit:
+                    raise self._reject("queue_full", permits, answer)
+                first = False
+                clock.sleep_until_blocking(now + answer)
+        finally:
+            with self._lock:
+                waiters = self._waiters
+                if waiters and waiters[0] is ticket:
+                    waiters.popleft()
+                    if waiters:
+                        waiters[0].set()
+                else:
+                    try:
+                        waiters.remove(ticket)
+                    except ValueError:
+                        pass
+        if min_level() <= Level.DEBUG:
+            now = clock.now_ns()
+            emit("ratelimiter.waited", self._label, Level.DEBUG, now,
+                 {"permits": permits, "waited": (now - start) / 1e9})
+
+    def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Take one permit (as :meth:`acquire`), then return ``fn(*args, **kwargs)``."""
+        self.acquire(1)
+        return fn(*args, **kwargs)
+
+    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
+        """Decorate a plain function so every call takes one permit first (``TypeError`` for an
+        async function: use :class:`SharedRateLimiter`)."""
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError(f"BlockingSharedRateLimiter decorates plain functions, not {fn!r}")
+
+        @functools.wraps(fn)
+        def limited(*args: P.args, **kwargs: P.kwargs) -> T:
+            self.acquire(1)
+            return fn(*args, **kwargs)
+
+        return limited
+
+    def __enter__(self) -> BlockingSharedRateLimiter:
+        self.acquire(1)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+
+__all__ = ["BlockingSharedRateLimiter", "SharedRateLimiter"]

@@ -216,6 +216,11 @@ class RedisStore:
         """The ``redis.asyncio.Redis`` client (``None`` when built from a sync client)."""
         return self._async
 
+    @property
+    def sync_client(self) -> Any:
+        """The ``redis.Redis`` client (``None`` when built from an asyncio client)."""
+        return self._sync
+
     def keys(self, label: str, *suffixes: str) -> list[str]:
         """The keys of the policy ``label``: ``{prefix:label}:suffix`` each (one hash tag, so one
         Redis Cluster slot)."""
