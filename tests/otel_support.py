@@ -55,6 +55,10 @@ SAMPLES: dict[str, dict[str, AttributeValue]] = {
     "control.forced_open": {"policies": 1, "key": "api.example.com", "actor": "oncall"},
     "control.cleared": {"policies": 1, "key": "api.example.com", "actor": "oncall"},
     "control.retuned": {"policies": 3, "parameters": "failure_rate_threshold", "actor": "oncall"},
+    "fleet.store_error": {"operation": "limiter_take", "error.type": "ConnectionError", "unavailable": True},
+    "fleet.store_recovered": {"outage": 2.5},
+    "fleet.fail_open": {"policy": "ratelimiter", "unavailable": True},
+    "fleet.fail_closed": {"policy": "breaker", "unavailable": True},
 }
 
 

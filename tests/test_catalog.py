@@ -14,11 +14,11 @@ from stoic.events import CATALOG, Level, check_event
 from stoic.events._catalog import _SPECS
 
 ROOT = Path(__file__).resolve().parent.parent
-_KINDS = "breaker|ratelimiter|bulkhead|hedge|retry|timeout|fallback|throttle|keyed|control"
+_KINDS = "breaker|ratelimiter|bulkhead|hedge|retry|timeout|fallback|throttle|keyed|control|fleet"
 NAME = re.compile(rf"^({_KINDS})\.[a-z]+(_[a-z]+)*$")
 KEY = re.compile(r"^[a-z]+(_[a-z]+)*(\.[a-z]+(_[a-z]+)*)*$")
 SECONDS_KEYS = {"open_for", "retry_after", "duration", "waited", "elapsed", "latency", "next_delay", "requested",
-                "capped"}
+                "capped", "outage"}
 
 
 def test_names_are_unique_dotted_lowercase_and_keyed_by_themselves():

@@ -107,6 +107,15 @@ async def _drive_everything(clock: VirtualClock, p: str) -> dict[str, object]:
         return "ok"
 
     await run(stoic.retry(stoic.Schedule.fixed(0.1).attempts(3), flaky, label=f"{p}retry"))
+    # stoic.fleet's decisions without a store (a real Redis is tests/integration/test_fleet_redis.py's).
+    from stoic.fleet._limiter import fail_event
+    from stoic.fleet._store import StoreError
+
+    down = StoreError("unreachable", operation="limiter_take", unavailable=True)
+    fail_event(f"{p}fleet", "ratelimiter", True, down, clock.now_ns())
+    fail_event(f"{p}fleet", "ratelimiter", False, down, clock.now_ns())
+    _metrics.count_shared("fleet", f"{p}fleet", ("stoic.fleet.store.errors", "ConnectionError"))
+    _metrics.count_shared("fleet", f"{p}fleet", ("stoic.fleet.store.recoveries",))
     throttle = stoic.AdaptiveThrottle(label=f"{p}throttle", clock=clock)
     await run(throttle.execute(ok))
     return {"breaker": breaker, "limiter": limiter, "bulkhead": bulkhead, "hedge": hedge, "holder": holder,

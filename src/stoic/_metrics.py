@@ -290,6 +290,15 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
     _m("stoic.hedge.delay", "gauge", "s", "hedge", (), "property `.current_delay` of each live hedge",
        "The hedge's current delay in seconds (adaptive hedges move it with the observed latency).",
        ("current_delay",)),
+    # --- fleet-wide state (stoic.fleet) ---
+    _m("stoic.fleet.store.errors", "counter", "{call}", "fleet", ("error.type",), "every failed store call",
+       "Store calls that failed (unreachable within the budget, an error reply, a reply of the wrong shape), "
+       "by the error's type name; the label is the store's."),
+    _m("stoic.fleet.store.recoveries", "counter", "{recovery}", "fleet", (), "every store call after failed ones",
+       "Store calls that succeeded after failed ones (the end of an outage); the label is the store's."),
+    _m("stoic.fleet.fallbacks", "counter", "{decision}", "fleet", ("decision",), "every decision without the store",
+       "Decisions a shared policy took without the store, by decision: fail_open (the local policy decided) "
+       "or fail_closed (refused)."),
     # --- retry ---
     _m("stoic.retry.retries", "counter", "{attempt}", "retry", ("error.type",), "every failed attempt retried",
        "Failed attempts that were retried, by the error's type name."),

@@ -244,6 +244,29 @@ _SPECS: tuple[EventSpec, ...] = (
         "parameters": _a("str", "the parameters changed, comma-separated (never their values)"),
         "actor": _a("str", "who asked, as the caller names it", optional=True),
     }),
+    # --- fleet-wide state (seed 003, fleet-wide state; stoic.fleet) ---
+    EventSpec("fleet.store_error", Level.WARNING,
+              "A store call failed (unreachable in its budget, an error reply, or a reply of an unexpected shape); "
+              "the policy decided without the store. Emitted once per failed call: while the store rests after a "
+              "failure, calls skip it without an event.", {
+        "operation": _a("str", "the script that failed: limiter_take, breaker_refresh, breaker_trip, breaker_probe, "
+                        "breaker_done or breaker_force"),
+        "error.type": _ERROR_TYPE,
+        "unavailable": _a("bool", "True for a connection error or a timeout (counts against the store's health)"),
+    }),
+    EventSpec("fleet.store_recovered", Level.INFO, "A store call succeeded after one or more failed.", {
+        "outage": _a("float", "seconds since the first failed call"),
+    }),
+    EventSpec("fleet.fail_open", Level.INFO,
+              "A decision taken without the store, failing open: the local policy (bucket or breaker) decided.", {
+        "policy": _a("str", "ratelimiter or breaker"),
+        "unavailable": _a("bool", "True when the store was unreachable or resting, False for a wrong answer"),
+    }),
+    EventSpec("fleet.fail_closed", Level.WARNING,
+              "A call refused because the store could not decide (fail_open_on_store_error=False).", {
+        "policy": _a("str", "ratelimiter or breaker"),
+        "unavailable": _a("bool", "True when the store was unreachable or resting, False for a wrong answer"),
+    }),
 )
 
 CATALOG: Mapping[str, EventSpec] = MappingProxyType({spec.name: spec for spec in _SPECS})

@@ -1,0 +1,409 @@
+"""The Redis store: Lua scripts run by SHA under a tight per-call budget, behind a health breaker.
+
+Seed 003, "fleet-wide state" (``fail_open_on_store_error``). redis-py is imported here, when a
+store is built, never by ``import stoic``. Every decision is one script (files in ``scripts/``
+beside this module), loaded once and called by SHA; a ``NOSCRIPT`` reply (``SCRIPT FLUSH``, a
+restarted or failed-over server) loads it again and repeats the call once.
+
+A store call never goes through redis-py's ``execute_command``: that path retries on its own
+(redis-py 6+ retries three times by default), which would turn a few-millisecond budget into
+several. The store borrows a connection from the client's pool, sends one command and reads one
+reply, all inside ``asyncio.timeout(budget)``. redis-py disconnects a connection whose read or
+write is interrupted by any ``BaseException`` (a cancellation included); the store disconnects
+it again itself before handing it back, so no connection is ever returned to the pool with a
+reply still owed (the next command would read the previous one's answer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import time
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from .. import _metrics
+from .._clock import Clock, current_clock
+from .._durations import Seconds, to_ns
+from .._errors import CircuitOpen
+from ..breaker import CircuitBreaker, CountWindow, OpenDuration
+from ..events import Level, emit, min_level
+
+_KEY_PART: Final = re.compile(r"[A-Za-z0-9_.:/@+=-]{1,200}")
+_SCHEMES: Final = ("redis", "rediss", "unix")
+
+
+class StoreError(Exception):
+    """A store call failed: the server could not be reached in the budget, answered with an
+    error, or answered with a reply of an unexpected shape (another program wrote the key).
+
+    ``operation`` is the script's name. ``unavailable`` is True for connection errors and
+    timeouts (these count against the store's health), False for answers that were wrong.
+    Policies never raise it to callers: they fail open or closed as configured.
+    """
+
+    def __init__(self, message: str, *, operation: str, unavailable: bool) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.unavailable = unavailable
+
+
+def check_key_part(value: object, name: str) -> str:
+    """Validate a label or prefix used inside a Redis key: ``TypeError`` when not a str,
+    ``ValueError`` naming ``name`` unless it is 1-200 characters of ``A-Z a-z 0-9 _ . : / @ + = -``
+    (braces would break the hash tag, whitespace and control characters the key)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if not _KEY_PART.fullmatch(value):
+        raise ValueError(
+            f"{name} must be 1-200 characters of A-Z a-z 0-9 _ . : / @ + = - (no braces, spaces or "
+            f"control characters: they would break the Redis key), got {value!r}"
+        )
+    return value
+
+
+class _Script:
+    """One Lua script: its source, its SHA1 and its name (for events and errors)."""
+
+    __slots__ = ("name", "sha", "source")
+
+    def __init__(self, name: str, source: str) -> None:
+        self.name = name
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+
+def _load_script(name: str, prelude: str = "") -> _Script:
+    text = resources.files("stoic.fleet").joinpath("scripts", f"{name}.lua").read_text(encoding="utf-8")
+    return _Script(name, prelude + text)
+
+
+def _scripts() -> dict[str, _Script]:
+    common = resources.files("stoic.fleet").joinpath("scripts", "breaker_common.lua").read_text(encoding="utf-8")
+    scripts = {"limiter_take": _load_script("limiter_take")}
+    for name in ("breaker_refresh", "breaker_trip", "breaker_probe", "breaker_done", "breaker_force"):
+        scripts[name] = _load_script(name, common + "\n")
+    return scripts
+
+
+class RedisStore:
+    """Where fleet-wide policy state lives: one Redis (or Redis Cluster) reached through redis-py.
+
+    ``RedisStore(client, *, prefix="stoic", budget=0.005, probe_interval=1.0, label="redis", clock=None)``:
+
+    - ``client``: a ``redis.asyncio.Redis`` (for the asyncio policies), a ``redis.Redis``
+      (for :meth:`call_blocking`), or a URL string (``redis://``, ``rediss://``, ``unix://``)
+      from which both are built with ``socket_timeout`` and ``socket_connect_timeout`` set to
+      the budget and redis-py's retries off;
+    - ``prefix``: the first part of every key's hash tag ``{prefix:label}``;
+    - ``budget``: seconds (float or timedelta, > 0, default 0.005 = 5 ms) one store call may take,
+      connecting included; past it the call is a store error and the policy fails open/closed;
+    - ``probe_interval``: seconds (> 0, default 1.0) the store is left alone after a failed call
+      before one call probes it again: an outage costs one budget per interval, not per call;
+    - ``label``: names the store on its events and on its health breaker (``<label>.health``);
+    - ``clock``: the clock the health breaker measures the probe interval on.
+
+    Raises ``ValueError`` naming the parameter for an unparsable URL, a non-positive budget or
+    interval, or a prefix/label with characters that would break a key; ``TypeError`` for a
+    client of another type. Importing redis-py happens here (``ImportError`` with the extra to
+    install when it is missing: ``pip install stoic[redis]``).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str = "stoic",
+        budget: Seconds = 0.005,
+        probe_interval: Seconds = 1.0,
+        label: str = "redis",
+        clock: Clock | None = None,
+    ) -> None:
+        try:
+            import redis
+            import redis.asyncio
+        except ImportError as exc:  # pragma: no cover - the extra is installed in every test run
+            raise ImportError("stoic.fleet needs redis-py: pip install 'stoic[redis]'") from exc
+        self._prefix = check_key_part(prefix, "prefix")
+        self._label = check_key_part(label, "label")
+        self._budget_ns = to_ns(budget, "budget")
+        self._budget = self._budget_ns / 1e9
+        probe_ns = to_ns(probe_interval, "probe_interval")
+        self._clock = clock if clock is not None else current_clock()
+        self._async: Any = None
+        self._sync: Any = None
+        if isinstance(client, str):
+            self._async, self._sync = self._from_url(client, redis)
+        elif isinstance(client, redis.asyncio.Redis):
+            self._async = client
+        elif isinstance(client, redis.Redis):
+            self._sync = client
+        else:
+            raise TypeError(
+                f"client must be a redis.asyncio.Redis, a redis.Redis or a URL str, got {type(client).__name__}"
+            )
+        self._redis = redis
+        self._scripts = _scripts()
+        # The store's own health: one failure opens it for probe_interval (no jitter: the
+        # interval is the promise), then one call probes. Only unavailability counts.
+        self._health = CircuitBreaker(
+            label=f"{self._label}.health",
+            window=CountWindow(1),
+            minimum_calls=1,
+            failure_rate_threshold=1.0,
+            open_duration=OpenDuration.fixed(probe_ns / 1e9, jitter=0.0),
+            half_open_probes=1,
+            half_open_timeout=max(1.0, 10 * self._budget),
+            record_when=lambda error: isinstance(error, StoreError) and error.unavailable,
+            clock=self._clock,
+        )
+        self._failing_since: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._packed: dict[tuple[Any, ...], list[bytes]] = {}
+
+    def _from_url(self, url: str, redis: Any) -> tuple[Any, Any]:
+        try:
+            parts = urlsplit(url)
+            port = parts.port  # raises ValueError for a port that is not a number
+        except ValueError as exc:
+            raise ValueError(f"url cannot be parsed: {url!r} ({exc})") from None
+        if parts.scheme not in _SCHEMES or (parts.scheme != "unix" and not parts.hostname) or (
+            parts.scheme == "unix" and not parts.path
+        ):
+            raise ValueError(f"url must be redis://host[:port][/db], rediss://... or unix:///path, got {url!r}")
+        del port
+        import redis.asyncio.retry
+        import redis.backoff
+        import redis.retry
+
+        # The asyncio client gets no socket_timeout: every call already runs under
+        # asyncio.timeout(budget), and a second timer per read and per write is pure cost.
+        try:
+            return (
+                redis.asyncio.Redis.from_url(url, retry=redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0),
+                                             socket_connect_timeout=self._budget),
+                redis.Redis.from_url(url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
+                                     socket_timeout=self._budget, socket_connect_timeout=self._budget),
+            )
+        except ValueError as exc:
+            raise ValueError(f"url cannot be parsed: {url!r} ({exc})") from None
+
+    # ------------------------------------------------------------------ configuration
+    @property
+    def prefix(self) -> str:
+        """The first part of every key's hash tag."""
+        return self._prefix
+
+    @property
+    def label(self) -> str:
+        """The store's label (its events; its health breaker is ``<label>.health``)."""
+        return self._label
+
+    @property
+    def budget(self) -> float:
+        """Seconds one store call may take."""
+        return self._budget
+
+    @property
+    def health(self) -> CircuitBreaker:
+        """The breaker in front of the store (open: calls skip the store until it is probed)."""
+        return self._health
+
+    @property
+    def client(self) -> Any:
+        """The ``redis.asyncio.Redis`` client (``None`` when built from a sync client)."""
+        return self._async
+
+    @property
+    def sync_client(self) -> Any:
+        """The ``redis.Redis`` client (``None`` when built from an asyncio client)."""
+        return self._sync
+
+    def keys(self, label: str, *suffixes: str) -> list[str]:
+        """The keys of the policy ``label``: ``{prefix:label}:suffix`` each (one hash tag, so one
+        Redis Cluster slot)."""
+        return [f"{{{self._prefix}:{label}}}:{suffix}" for suffix in suffixes]
+
+    def __repr__(self) -> str:
+        return f"RedisStore(prefix={self._prefix!r}, budget={self._budget!r}, label={self._label!r})"
+
+    # ------------------------------------------------------------------ calls
+    async def call(
+        self, script: str, keys: Sequence[str], args: Sequence[int | float | str], *, repeat: bool = False,
+    ) -> list[Any]:
+        """Run ``script`` (by SHA, loading it on ``NOSCRIPT``) on ``keys`` with ``args``; return its
+        reply as a list. Raises :class:`StoreError` for anything but a list reply, within the budget;
+        :class:`stoic.CircuitOpen` is turned into a ``StoreError`` too (the store is resting after a
+        failure: the call costs nothing). Cancellation propagates (``asyncio.CancelledError``).
+        """
+        if self._async is None:
+            raise StoreError("the store was built from a sync client: use call_blocking", operation=script,
+                             unavailable=False)
+        try:
+            reply = await self._health.execute(self._timed, self._scripts[script], keys, args, repeat)
+        except CircuitOpen:
+            raise StoreError(f"store {self._label} is resting after a failure", operation=script,
+                             unavailable=True) from None
+        except StoreError as exc:
+            self.report(exc)
+            raise
+        self._recovered()
+        if not isinstance(reply, list):
+            wrong = StoreError(f"{script} answered {type(reply).__name__}, not a list", operation=script,
+                               unavailable=False)
+            self.report(wrong)
+            raise wrong
+        return reply
+
+    async def _timed(
+        self, script: _Script, keys: Sequence[str], args: Sequence[int | float | str], repeat: bool = False,
+    ) -> Any:
+        redis = self._redis
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        try:
+            async with asyncio.timeout(self._budget):
+                try:
+                    return await self._roundtrip(command, repeat)
+                except redis.exceptions.NoScriptError:
+                    await self._roundtrip(("SCRIPT", "LOAD", script.source), False)
+                    return await self._roundtrip(command, repeat)
+        except TimeoutError:
+            raise StoreError(f"{script.name} took longer than the {self._budget:g} s budget",
+                             operation=script.name, unavailable=True) from None
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+            raise StoreError(f"{script.name}: {type(exc).__name__}", operation=script.name,
+                             unavailable=True) from exc
+        except redis.exceptions.RedisError as exc:
+            raise StoreError(f"{script.name}: {type(exc).__name__}", operation=script.name,
+                             unavailable=False) from exc
+
+    async def _roundtrip(self, command: tuple[Any, ...], repeat: bool) -> Any:
+        pool = self._async.connection_pool
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            # Connections belong to the loop that opened them: under a later asyncio.run the old
+            # ones are dropped (their loop is gone) and new ones are opened on this loop.
+            if self._loop is not None:
+                pool.reset()
+            self._loop = loop
+        conn = await pool.get_connection()
+        try:
+            if repeat:
+                # The same command again and again (a limiter's one-permit take): packed once.
+                packed = self._packed.get(command)
+                if packed is None:
+                    if len(self._packed) >= 64:
+                        self._packed.clear()
+                    packed = self._packed[command] = conn.pack_command(*command)
+                await conn.send_packed_command(packed)
+            else:
+                await conn.send_command(*command)
+            return await conn.read_response()
+        except self._redis.exceptions.ResponseError:
+            raise  # an error reply was read in full: the connection is in step
+        except BaseException:
+            # Interrupted mid-command (a timeout, a cancellation, a dead socket): a reply may still
+            # be owed on this connection, so it is closed before it goes back to the pool.
+            await conn.disconnect(nowait=True)
+            raise
+        finally:
+            await pool.release(conn)
+
+    def call_blocking(self, script: str, keys: Sequence[str], args: Sequence[int | float | str]) -> list[Any]:
+        """:meth:`call` for threads, on the sync client (each read bounded by the budget)."""
+        if self._sync is None:
+            raise StoreError("the store was built from an asyncio client: use call", operation=script,
+                             unavailable=False)
+        try:
+            reply = self._health.call(self._timed_blocking, self._scripts[script], keys, args)
+        except CircuitOpen:
+            raise StoreError(f"store {self._label} is resting after a failure", operation=script,
+                             unavailable=True) from None
+        except StoreError as exc:
+            self.report(exc)
+            raise
+        self._recovered()
+        if not isinstance(reply, list):
+            wrong = StoreError(f"{script} answered {type(reply).__name__}, not a list", operation=script,
+                               unavailable=False)
+            self.report(wrong)
+            raise wrong
+        return reply
+
+    def _timed_blocking(self, script: _Script, keys: Sequence[str], args: Sequence[int | float | str]) -> Any:
+        redis = self._redis
+        give_up = time.monotonic() + self._budget
+        try:
+            try:
+                return self._roundtrip_blocking(give_up, "EVALSHA", script.sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                self._roundtrip_blocking(give_up, "SCRIPT", "LOAD", script.source)
+                return self._roundtrip_blocking(give_up, "EVALSHA", script.sha, len(keys), *keys, *args)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+            raise StoreError(f"{script.name}: {type(exc).__name__}", operation=script.name,
+                             unavailable=True) from exc
+        except redis.exceptions.RedisError as exc:
+            raise StoreError(f"{script.name}: {type(exc).__name__}", operation=script.name,
+                             unavailable=False) from exc
+
+    def _roundtrip_blocking(self, give_up: float, *command: Any) -> Any:
+        left = give_up - time.monotonic()
+        if left <= 0:
+            raise self._redis.exceptions.TimeoutError("store budget spent")
+        pool = self._sync.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_command(*command)
+            return conn.read_response(timeout=left)
+        except self._redis.exceptions.ResponseError:
+            raise
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
+
+    # ------------------------------------------------------------------ events
+    def report(self, exc: StoreError) -> None:
+        """Emit ``fleet.store_error`` for ``exc`` (policies call it for replies of the wrong shape)."""
+        now = self._clock.now_ns()
+        if self._failing_since is None:
+            self._failing_since = now
+        cause = exc.__cause__
+        if _metrics.state.enabled:
+            kind = type(cause).__qualname__ if cause is not None else type(exc).__qualname__
+            _metrics.count_shared("fleet", self._label, ("stoic.fleet.store.errors", kind))
+        if min_level() <= Level.WARNING:
+            emit("fleet.store_error", self._label, Level.WARNING, now, {
+                "operation": exc.operation,
+                "error.type": type(cause).__qualname__ if cause is not None else type(exc).__qualname__,
+                "unavailable": exc.unavailable,
+            })
+
+    def _recovered(self) -> None:
+        since = self._failing_since
+        if since is not None:
+            self._failing_since = None
+            now = self._clock.now_ns()
+            if _metrics.state.enabled:
+                _metrics.count_shared("fleet", self._label, ("stoic.fleet.store.recoveries",))
+            if min_level() <= Level.INFO:
+                emit("fleet.store_recovered", self._label, Level.INFO, now, {"outage": (now - since) / 1e9})
+
+    async def aclose(self) -> None:
+        """Close the clients this store built from a URL (a client passed in stays the caller's)."""
+        if self._owns_clients:
+            if self._async is not None:
+                await self._async.aclose()
+            if self._sync is not None:
+                self._sync.close()
+
+    @property
+    def _owns_clients(self) -> bool:
+        return self._async is not None and self._sync is not None
+
+
+__all__ = ["RedisStore", "StoreError", "check_key_part"]

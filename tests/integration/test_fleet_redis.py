@@ -1,0 +1,447 @@
+"""stoic.fleet against a real redis-server (issue 13, "Tests on a real Redis").
+
+One server per module (a fresh label per test keeps their keys apart); the kill/restart test
+gets its own. Replicas are either real processes (tests.integration._fleet_worker) or, where
+only their independent local copies matter, separate store/policy objects with their own
+connections in this process: a new object is exactly what a new process builds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+from redis_harness import RedisServer
+
+import stoic
+from stoic import CircuitOpen, OpenDuration, RateLimited
+from stoic.breaker import BreakerState, CountWindow
+from stoic.fleet import BlockingSharedRateLimiter, RedisStore, SharedCircuitBreaker, SharedRateLimiter
+from stoic.testing import RecordingSink
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+_labels = itertools.count()
+
+
+def fresh(name: str) -> str:
+    return f"{name}-{next(_labels)}-{time.monotonic_ns()}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    running = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+async def raw(server: RedisServer) -> AsyncIterator[redis.asyncio.Redis]:
+    client = redis.asyncio.Redis.from_url(server.url)
+    yield client
+    await client.aclose()
+
+
+def store_for(server: RedisServer, budget: float = 0.25, probe_interval: float = 0.2) -> RedisStore:
+    return RedisStore(server.url, budget=budget, probe_interval=probe_interval)
+
+
+def run_workers(args: list[list[str]], not_before: float = 0.0, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Start one replica process per argument list, wait until every one is set up, start them
+    together (0.2 s later, and not before ``not_before``), and return what each saw."""
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "tests.integration._fleet_worker", *a], cwd=ROOT,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for a in args
+    ]
+    for proc in procs:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line == "ready", (line, proc.stderr.read() if proc.stderr else "")
+    start_at = max(time.time() + 0.2, not_before)
+    for proc in procs:  # every replica is told before any is waited for
+        assert proc.stdin is not None
+        proc.stdin.write(f"{start_at}\n")
+        proc.stdin.close()
+    results = []
+    for proc in procs:
+        assert proc.stdout is not None and proc.stderr is not None
+        out, err = proc.stdout.read(), proc.stderr.read()
+        assert proc.wait(timeout=timeout) == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+# ---------------------------------------------------------------------------- rate limiter
+def test_four_processes_share_one_bucket(server: RedisServer) -> None:
+    label = fresh("share")
+    seconds = 5.0
+    results = run_workers([["limiter", server.url, label, str(seconds), "4"] for _ in range(4)])
+    assert all(r["grants"] for r in results), "every process got permits (none starved)"
+    # Each grant is (asked, answered): the server's decision lies between. A window of server
+    # time [a, a + w] certainly holds the grants asked at or after a and answered by a + w, and
+    # those may never exceed burst + rate x w: checked exactly, with no slack for latency.
+    grants = sorted((asked, answered) for r in results for asked, answered in r["grants"])
+    burst, rate = 100, 100.0
+    for i, (a, _) in enumerate(grants):
+        if i % 7:
+            continue  # every seventh start is plenty (and keeps this quadratic check fast)
+        for width in (0.05, 0.5, 1.0, 2.5):
+            inside = sum(1 for asked, answered in grants[i:] if answered <= a + width and asked >= a)
+            assert inside <= burst + rate * width, (width, inside)
+    span = max(answered for _, answered in grants) - min(asked for asked, _ in grants)
+    assert len(grants) <= burst + rate * span
+    # With enough demand, within 2 % of burst + rate x t over the run.
+    assert len(grants) >= 0.98 * (burst + rate * seconds), len(grants)
+
+
+async def test_refusal_carries_the_scripts_exact_wait(server: RedisServer) -> None:
+    store = store_for(server)
+    limiter = SharedRateLimiter(2, 1.0, store=store, label=fresh("exact"), queue_limit=0)
+    assert await limiter.try_acquire(2)
+    with pytest.raises(RateLimited) as info:
+        await limiter.acquire()
+    # Empty bucket, 2 permits per second: the next permit is at most 0.5 s away, and a few ms
+    # of it have already passed since the bucket was emptied.
+    assert info.value.retry_after is not None
+    assert 0.3 < info.value.retry_after <= 0.5
+    await store.aclose()
+
+
+async def test_queued_acquire_waits_for_the_computed_instant(server: RedisServer) -> None:
+    store = store_for(server)
+    limiter = SharedRateLimiter(20, 1.0, store=store, label=fresh("queue"))
+    for _ in range(20):
+        assert await limiter.try_acquire()
+    calls = 0
+    real_call = store.call
+
+    async def counting(*args: Any, **kwargs: Any) -> list[Any]:
+        nonlocal calls
+        calls += 1
+        return await real_call(*args, **kwargs)
+
+    store.call = counting  # type: ignore[method-assign]
+    start = time.monotonic()
+    await asyncio.gather(*(limiter.acquire() for _ in range(5)))
+    elapsed = time.monotonic() - start
+    # 5 permits at 20/s: 0.25 s; asked again only at each computed instant, never spinning.
+    assert 0.2 <= elapsed < 1.0
+    assert calls <= 5 + 5 * 3
+    await store.aclose()
+
+
+# ---------------------------------------------------------------------------- breaker
+def breaker(store: RedisStore, label: str, **kwargs: Any) -> SharedCircuitBreaker:
+    kwargs.setdefault("window", CountWindow(4))
+    kwargs.setdefault("minimum_calls", 4)
+    kwargs.setdefault("open_duration", OpenDuration.fixed(30.0, jitter=0.0))
+    kwargs.setdefault("refresh_interval", 0.1)
+    return SharedCircuitBreaker(label=label, store=store, **kwargs)
+
+
+async def fail() -> None:
+    raise ConnectionError("the dependency is down")
+
+
+async def ok() -> str:
+    return "ok"
+
+
+async def trip(shared: SharedCircuitBreaker) -> None:
+    """Fail calls until the breaker refuses one (the window holds 4 calls)."""
+    for _ in range(5):
+        try:
+            await shared.execute(fail)
+        except ConnectionError:
+            continue
+        except CircuitOpen:
+            return
+    raise AssertionError("never tripped")
+
+
+async def test_a_trip_in_one_replica_refuses_calls_in_the_others_within_the_refresh_interval(
+    server: RedisServer,
+) -> None:
+    label = fresh("trip")
+    stores = [store_for(server) for _ in range(4)]
+    replicas = [breaker(s, label) for s in stores]
+    for replica in replicas:
+        assert await replica.execute(ok) == "ok"
+    await trip(replicas[0])
+    tripped_at = time.monotonic()
+    with pytest.raises(CircuitOpen):
+        await replicas[0].execute(ok)
+    refused_after: list[float] = []
+    for replica in replicas[1:]:
+        while True:
+            try:
+                await replica.execute(ok)
+            except CircuitOpen as exc:
+                assert exc.retry_after is not None and 29.0 < exc.retry_after <= 30.0
+                refused_after.append(time.monotonic() - tripped_at)
+                break
+            await asyncio.sleep(0.005)
+            assert time.monotonic() - tripped_at < 2.0, "never refused"
+    assert max(refused_after) <= 0.1 + 0.15  # the refresh interval, plus scheduling slack
+    for s in stores:
+        await s.aclose()
+
+
+def test_exactly_one_probe_fleet_wide(server: RedisServer) -> None:
+    label = fresh("probe")
+
+    async def open_it() -> None:
+        store = store_for(server)
+        shared = breaker(store, label, open_duration=OpenDuration.fixed(1.0, jitter=0.0))
+        await trip(shared)
+        assert shared.state is BreakerState.OPEN
+        await store.aclose()
+
+    asyncio.run(open_it())
+    # Every replica set up and the 1 s open period over when the 200 calls arrive.
+    results = run_workers([["probe", server.url, label, "50"] for _ in range(4)], not_before=time.time() + 1.1)
+    assert sum(r["ran"] for r in results) == 1, results
+    assert sum(r["refused"] for r in results) == 199
+    assert not any(r["degraded"] for r in results)
+
+
+async def test_a_new_replica_never_resets_shared_state(server: RedisServer) -> None:
+    label = fresh("join")
+    first_store = store_for(server)
+    first = breaker(first_store, label, open_duration=OpenDuration.exponential(0.3, 2.0, 60.0, jitter=0.0))
+    await trip(first)
+    # A replica that starts now sees the open breaker and the fleet's trip count.
+    joiner_store = store_for(server)
+    joiner = breaker(joiner_store, label, open_duration=OpenDuration.exponential(0.3, 2.0, 60.0, jitter=0.0))
+    with pytest.raises(CircuitOpen):
+        await joiner.execute(ok)
+    assert joiner.trips == 1 and joiner.state is BreakerState.OPEN
+    await asyncio.sleep(0.35)
+    with pytest.raises(ConnectionError):
+        await joiner.execute(fail)  # the probe fails: the second trip opens for twice as long
+    with pytest.raises(CircuitOpen) as info:
+        await joiner.execute(ok)
+    assert info.value.retry_after is not None and 0.5 < info.value.retry_after <= 0.6
+    late_store = store_for(server)
+    late = breaker(late_store, label)
+    await late.refresh()
+    assert late.trips == 2 and late.state is BreakerState.OPEN
+    for s in (first_store, joiner_store, late_store):
+        await s.aclose()
+
+
+async def test_force_open_is_a_fleet_wide_kill_switch(server: RedisServer) -> None:
+    label = fresh("force")
+    a_store, b_store = store_for(server), store_for(server)
+    a, b = breaker(a_store, label), breaker(b_store, label)
+    assert await b.execute(ok) == "ok"
+    await a.force_open()
+    await asyncio.sleep(0.15)
+    with pytest.raises(CircuitOpen) as info:
+        await b.execute(ok)
+    assert info.value.retry_after is None
+    await b.force_closed()
+    await asyncio.sleep(0.15)
+    assert await a.execute(ok) == "ok"
+    await a_store.aclose()
+    await b_store.aclose()
+
+
+# ---------------------------------------------------------------------------- store failures
+async def test_redis_killed_then_restarted(tmp_path: Path) -> None:
+    own = RedisServer(tmp_path)
+    sink = RecordingSink()
+    try:
+        with stoic.use_sinks(sink):
+            # A 20 ms budget: tight, yet not flaky on a machine the whole suite is loading.
+            store = RedisStore(own.url, budget=0.02, probe_interval=0.3)
+            limiter = SharedRateLimiter(1000, 1.0, store=store, label=fresh("kill"))
+            shared = breaker(store, fresh("killbrk"), refresh_interval=0.05)
+            for _ in range(5):
+                assert await limiter.try_acquire()
+                assert await shared.execute(ok) == "ok"
+            own.kill()
+            slowest = 0.0
+            end = time.monotonic() + 1.0
+            calls = 0
+            while time.monotonic() < end:
+                start = time.monotonic()
+                await asyncio.wait_for(limiter.acquire(), 1.0)  # fails open to the local bucket
+                assert await asyncio.wait_for(shared.execute(ok), 1.0) == "ok"
+                slowest = max(slowest, time.monotonic() - start)
+                calls += 1
+                await asyncio.sleep(0.002)
+            assert slowest < 0.02 * 2 + 0.05  # two store budgets at most, plus scheduling slack
+            assert shared.degraded
+            errors = sink.of("fleet.store_error")
+            # One budget per probe interval (0.3 s) over 1 s, not one per call.
+            assert 1 <= len(errors) <= 8 < calls
+            assert all(e.attributes["unavailable"] for e in errors)
+            assert sink.of("fleet.fail_open")
+            own.start()
+            await asyncio.sleep(0.35)
+            give_up = time.monotonic() + 5.0
+            while shared.degraded or not sink.of("fleet.store_recovered"):
+                await limiter.acquire()
+                await shared.execute(ok)
+                await asyncio.sleep(0.02)
+                assert time.monotonic() < give_up, "the policies never went back to the store"
+            check = redis.Redis.from_url(own.url)
+            assert check.exists(*store.keys(limiter.label, "bucket")) == 1
+            check.close()
+            await store.aclose()
+    finally:
+        own.stop()
+    sink.assert_contract()
+
+
+async def test_script_flush_is_recovered(server: RedisServer, raw: redis.asyncio.Redis) -> None:
+    sink = RecordingSink()
+    with stoic.use_sinks(sink):
+        store = store_for(server)
+        limiter = SharedRateLimiter(10, 1.0, store=store, label=fresh("flush"))
+        assert await limiter.try_acquire()
+        await raw.script_flush()
+        assert await limiter.try_acquire()
+        assert (await raw.script_exists(store._scripts["limiter_take"].sha)) == [True]
+        await store.aclose()
+    assert not sink.of("fleet.store_error")
+
+
+async def test_every_key_expires(server: RedisServer, raw: redis.asyncio.Redis) -> None:
+    store = store_for(server)
+    limiter = SharedRateLimiter(10, 0.1, store=store, label=fresh("ttl"))
+    shared = breaker(store, fresh("ttlbrk"), half_open_timeout=1.0,
+                     open_duration=OpenDuration.exponential(0.2, 2.0, 1.0, jitter=0.0, reset_after=1.0))
+    assert await limiter.try_acquire()
+    await trip(shared)
+    bucket = store.keys(limiter.label, "bucket")[0]
+    state = store.keys(shared.label, "breaker")[0]
+    assert 0 < await raw.pttl(bucket) <= 1100  # refill time (0.1 s) + 1 s
+    assert 0 < await raw.pttl(state) <= 3000 + 200  # reset_after + probe timeout + 1 s + open period
+    await asyncio.sleep(1.25)
+    assert await raw.exists(bucket) == 0
+    await store.aclose()
+
+
+async def test_a_key_written_by_another_program_is_a_store_error(
+    server: RedisServer, raw: redis.asyncio.Redis,
+) -> None:
+    sink = RecordingSink()
+    with stoic.use_sinks(sink):
+        store = store_for(server)
+        label = fresh("foreign")
+        opened = SharedRateLimiter(3, 60.0, store=store, label=label)
+        closed = SharedRateLimiter(3, 60.0, store=store, label=label, fail_open_on_store_error=False)
+        key = store.keys(label, "bucket")[0]
+        await raw.set(key, "not a hash")  # WRONGTYPE for the script
+        assert await opened.try_acquire()  # fails open, to the local bucket of 3
+        assert not await closed.try_acquire()  # fails closed
+        await raw.delete(key)
+        await raw.hset(key, mapping={"c": "lots", "s": "yesterday"})  # a hash of nonsense
+        for _ in range(2):
+            assert await opened.try_acquire()
+        assert not await opened.try_acquire()  # still bounded: the local bucket is empty
+        with pytest.raises(RateLimited):
+            await closed.acquire()
+        await store.aclose()
+    errors = sink.of("fleet.store_error")
+    assert len(errors) >= 5 and not any(e.attributes["unavailable"] for e in errors)
+    assert {e.attributes["error.type"] for e in errors} == {"ResponseError"}
+    # Four decisions by the local bucket (three grants, one refusal), two refusals failing closed.
+    assert len(sink.of("fleet.fail_open")) == 4 and len(sink.of("fleet.fail_closed")) == 2
+    sink.assert_contract()
+
+
+async def test_a_cancelled_call_never_leaves_a_connection_mid_command(
+    server: RedisServer, raw: redis.asyncio.Redis,
+) -> None:
+    sink = RecordingSink()
+    with stoic.use_sinks(sink):
+        store = RedisStore(redis.asyncio.Redis.from_url(server.url, max_connections=1), budget=2.0)
+        limiter = SharedRateLimiter(5, 1.0, store=store, label=fresh("cancel"))
+        shared = breaker(store, fresh("cancelbrk"))
+        assert await shared.execute(ok) == "ok"
+        await raw.execute_command("CLIENT", "PAUSE", "300", "ALL")
+        pending = asyncio.create_task(limiter.try_acquire())
+        await asyncio.sleep(0.05)  # the command is sent; its reply is held back by the pause
+        pending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+        await asyncio.sleep(0.3)
+        # The one pooled connection must not deliver the cancelled call's reply to the next one.
+        await shared.refresh()
+        assert not shared.degraded
+        assert await limiter.try_acquire()
+        await store.client.aclose()
+    assert not sink.of("fleet.store_error")
+
+
+async def test_the_budget_bounds_a_paused_server(server: RedisServer, raw: redis.asyncio.Redis) -> None:
+    sink = RecordingSink()
+    with stoic.use_sinks(sink):
+        store = RedisStore(server.url, budget=0.1, probe_interval=0.3)
+        limiter = SharedRateLimiter(5, 1.0, store=store, label=fresh("pause"))
+        assert await limiter.try_acquire()
+        await raw.execute_command("CLIENT", "PAUSE", "600", "ALL")
+        start = time.monotonic()
+        assert await limiter.try_acquire()  # fails open after one budget
+        assert 0.1 <= time.monotonic() - start < 0.1 + 0.1
+        start = time.monotonic()
+        assert await limiter.try_acquire()  # the store is resting: no budget spent at all
+        assert time.monotonic() - start < 0.05
+        await asyncio.sleep(0.65)
+        assert await limiter.try_acquire()
+        await store.aclose()
+    assert len(sink.of("fleet.store_error")) == 1
+    assert sink.of("fleet.store_recovered")
+
+
+def test_blocking_calls_use_the_sync_client(server: RedisServer) -> None:
+    store = RedisStore(redis.Redis.from_url(server.url), budget=0.25)
+    label = fresh("sync")
+    key = store.keys(label, "bucket")
+    granted = [store.call_blocking("limiter_take", key, (1, 1, 1_000_000, 2_000_000, 3000))[0] for _ in range(3)]
+    assert granted == [1, 1, 0]
+
+
+def test_the_blocking_limiter_shares_the_bucket_across_threads(server: RedisServer) -> None:
+    import threading
+
+    store = RedisStore(redis.Redis.from_url(server.url), budget=0.25)
+    label = fresh("threads")
+    limiter = BlockingSharedRateLimiter(20, 1.0, burst=5, store=store, label=label)
+    other = BlockingSharedRateLimiter(20, 1.0, burst=5, store=RedisStore(server.url, budget=0.25), label=label)
+    granted: list[float] = []
+    lock = threading.Lock()
+    start = time.monotonic()
+
+    def worker(shared: BlockingSharedRateLimiter) -> None:
+        for _ in range(3):
+            with shared, lock:
+                granted.append(time.monotonic() - start)
+
+    threads = [threading.Thread(target=worker, args=(limiter if n % 2 else other,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(granted) == 12
+    # Five at once from the burst, then 20/s shared by both limiters: the 12th no sooner than 0.35 s.
+    assert max(granted) >= 0.35 - 0.01
+    assert not limiter.try_acquire(5)
+    with pytest.raises(RateLimited) as info:
+        limiter.acquire(5, timeout=0.01)
+    assert info.value.retry_after is not None and 0.01 <= info.value.retry_after <= 0.25

@@ -1,0 +1,189 @@
+"""stoic.fleet without a server: bad input at construction, replies of an unexpected shape, the
+store's health breaker on virtual time, and the core importing no redis (issue 13, "Bad input")."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from stoic import CircuitOpen, RateLimited
+from stoic.fleet import BlockingSharedRateLimiter, RedisStore, SharedCircuitBreaker, SharedRateLimiter, StoreError
+from stoic.fleet._store import _Script
+from stoic.testing import RecordingSink, VirtualClock
+
+URL = "redis://127.0.0.1:1/0"  # never connected to: these tests replace the round trip
+
+
+def test_neither_stoic_nor_stoic_fleet_imports_redis() -> None:
+    code = "import sys, stoic, stoic.fleet; assert 'redis' not in sys.modules, 'redis imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("url", ["http://localhost:6379", "redis://", "redis://host:notaport/0", "localhost:6379",
+                                 "unix://", "redis://host:99999"])
+def test_an_unparsable_url_names_the_parameter(url: str) -> None:
+    with pytest.raises(ValueError, match="url"):
+        RedisStore(url)
+
+
+@pytest.mark.parametrize(("name", "value"), [("budget", 0), ("budget", -0.001), ("probe_interval", 0),
+                                             ("budget", timedelta(0))])
+def test_non_positive_durations_name_the_parameter(name: str, value: Any) -> None:
+    with pytest.raises(ValueError, match=name):
+        RedisStore(URL, **{name: value})
+
+
+@pytest.mark.parametrize("label", ["a b", "{tag}", "a}b", "", "tab\tlabel", "new\nline", "x" * 201, "é"])
+def test_labels_that_would_break_a_key_are_refused(label: str) -> None:
+    store = RedisStore(URL)
+    with pytest.raises(ValueError, match="label"):
+        SharedRateLimiter(10, store=store, label=label)
+    with pytest.raises(ValueError, match="label"):
+        SharedCircuitBreaker(label=label, store=store)
+    with pytest.raises(ValueError, match="prefix"):
+        RedisStore(URL, prefix=label)
+
+
+def test_wrong_types_are_type_errors() -> None:
+    with pytest.raises(TypeError, match="client"):
+        RedisStore(6379)
+    with pytest.raises(TypeError, match="store"):
+        SharedRateLimiter(10, store="redis://x", label="a")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="label"):
+        SharedCircuitBreaker(label=3, store=RedisStore(URL))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="fail_open_on_store_error"):
+        SharedRateLimiter(10, store=RedisStore(URL), label="a", fail_open_on_store_error=1)  # type: ignore[arg-type]
+
+
+def test_non_positive_refresh_interval_and_bad_limits() -> None:
+    store = RedisStore(URL)
+    with pytest.raises(ValueError, match="refresh_interval"):
+        SharedCircuitBreaker(label="a", store=store, refresh_interval=0)
+    with pytest.raises(ValueError, match="half_open_probes"):
+        SharedCircuitBreaker(label="a", store=store, half_open_probes=0)
+    with pytest.raises(ValueError, match="rate"):
+        SharedRateLimiter(0, store=store, label="a")
+    with pytest.raises(ValueError, match="per"):
+        SharedRateLimiter(10, 1.0000005, store=store, label="a")  # finer than Redis TIME's microsecond
+    with pytest.raises(ValueError, match="2\\*\\*53"):
+        SharedRateLimiter(10**7, 3600.0 + 1e-6, burst=10**7, store=store, label="a")
+
+
+def test_keys_share_one_hash_tag() -> None:
+    store = RedisStore(URL, prefix="svc")
+    assert store.keys("payments", "breaker", "probes") == ["{svc:payments}:breaker", "{svc:payments}:probes"]
+
+
+def _answer(store: RedisStore, *replies: Any) -> list[int]:
+    """Replace the round trip with canned replies; returns the list counting calls."""
+    calls: list[int] = []
+    queue = list(replies)
+
+    async def timed(script: _Script, keys: Any, args: Any, *rest: Any) -> Any:
+        calls.append(1)
+        reply = queue.pop(0) if len(queue) > 1 else queue[0]
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    store._timed = timed  # type: ignore[method-assign]
+    return calls
+
+
+@pytest.mark.parametrize("reply", [b"OK", 7, [1], [b"1", b"0", b"5"], [2, 0, 0], [0, 0, 0], [1, 5, 0]])
+async def test_a_limiter_reply_of_unexpected_shape_fails_open_bounded(reply: Any) -> None:
+    sink = RecordingSink()
+    store = RedisStore(URL)
+    _answer(store, reply)
+    opened = SharedRateLimiter(2, 60.0, store=store, label="shape")
+    closed = SharedRateLimiter(2, 60.0, store=store, label="shape", fail_open_on_store_error=False)
+    from stoic import use_sinks
+    with use_sinks(sink):
+        assert await opened.try_acquire()
+        assert await opened.acquire() is None
+        assert not await opened.try_acquire()  # the local bucket of 2 is spent: never unbounded
+        with pytest.raises(RateLimited) as info:
+            await closed.acquire()
+        assert info.value.retry_after is None
+    errors = sink.of("fleet.store_error")
+    assert len(errors) == 4
+    assert all(e.attributes["operation"] == "limiter_take" and not e.attributes["unavailable"] for e in errors)
+    assert len(sink.of("fleet.fail_open")) == 3
+    assert len(sink.of("fleet.fail_closed")) == 1
+    sink.assert_contract()
+
+
+@pytest.mark.parametrize("reply", [[0, 0], [0, 0, -1, 1, 0, 0, None], [9, 0, -1, 1, 0, 0], [b"x"] * 6])
+async def test_a_breaker_reply_of_unexpected_shape_uses_the_fallback(reply: Any) -> None:
+    sink = RecordingSink()
+    store = RedisStore(URL)
+    _answer(store, reply)
+    opened = SharedCircuitBreaker(label="shape", store=store)
+    closed = SharedCircuitBreaker(label="shape", store=store, fail_open_on_store_error=False)
+
+    async def ok() -> int:
+        return 1
+
+    from stoic import use_sinks
+    with use_sinks(sink):
+        assert await opened.execute(ok) == 1
+        assert opened.degraded
+        with pytest.raises(CircuitOpen):
+            await closed.execute(ok)
+    assert sink.of("fleet.store_error")
+    assert sink.of("fleet.fail_open")[0].attributes["policy"] == "breaker"
+    assert sink.of("fleet.fail_closed")
+    sink.assert_contract()
+
+
+async def test_an_outage_costs_one_budget_per_probe_interval(clock: VirtualClock) -> None:
+    sink = RecordingSink()
+    store = RedisStore(URL, probe_interval=1.0, clock=clock)
+    calls = _answer(store, StoreError("down", operation="limiter_take", unavailable=True))
+    limiter = SharedRateLimiter(1000, store=store, label="outage", clock=clock)
+    from stoic import use_sinks
+    with use_sinks(sink):
+        for _ in range(50):
+            assert await limiter.try_acquire()
+        assert len(calls) == 1  # the store rests for probe_interval after a failure
+        await clock.advance(1.0)
+        for _ in range(50):
+            assert await limiter.try_acquire()
+        assert len(calls) == 2  # one probe per interval
+        _answer(store, [1, 0, 5])
+        await clock.advance(1.0)
+        assert await limiter.try_acquire()
+    assert len(sink.of("fleet.store_error")) == 2
+    recovered = sink.of("fleet.store_recovered")
+    assert len(recovered) == 1 and recovered[0].attributes["outage"] == pytest.approx(2.0)
+    sink.assert_contract()
+
+
+def test_each_limiter_needs_its_kind_of_client() -> None:
+    import redis
+    import redis.asyncio
+
+    with pytest.raises(TypeError, match=r"redis\.Redis"):
+        BlockingSharedRateLimiter(10, store=RedisStore(redis.asyncio.Redis()), label="a")
+    with pytest.raises(TypeError, match=r"redis\.asyncio\.Redis"):
+        SharedRateLimiter(10, store=RedisStore(redis.Redis()), label="a")
+    BlockingSharedRateLimiter(10, store=RedisStore(URL), label="a")  # a URL builds both
+
+
+def test_a_blocking_reply_of_unexpected_shape_fails_open_bounded() -> None:
+    sink = RecordingSink()
+    store = RedisStore(URL)
+    store._timed_blocking = lambda *args: [7, 7]  # type: ignore[method-assign]
+    limiter = BlockingSharedRateLimiter(2, 60.0, store=store, label="shape")
+    from stoic import use_sinks
+    with use_sinks(sink):
+        assert limiter.try_acquire()
+        limiter.acquire()
+        assert not limiter.try_acquire()  # the local bucket of 2 is spent
+    assert len(sink.of("fleet.store_error")) == 3
+    assert len(sink.of("fleet.fail_open")) == 3
+    sink.assert_contract()
