@@ -66,7 +66,7 @@ def _run(clock: VirtualClock, make: Callable[[], Any]) -> None:
             while not task.done():
                 await asyncio.sleep(0)
                 if not task.done():
-                    clock.advance(1.0)
+                    await clock.advance(1.0)
             task.result()
 
     asyncio.run(main())
@@ -79,6 +79,10 @@ def _use_breaker(breaker: Any, clock: VirtualClock) -> None:
 
 def _use_executor(policy: Any, clock: VirtualClock) -> None:
     _run(clock, lambda: policy.execute(_ok))
+
+
+def _use_hedge(hedge: Any, clock: VirtualClock) -> None:
+    _run(clock, lambda: hedge.execute(stoic.IDEMPOTENT, _ok))
 
 
 def _use_blocking(policy: Any, clock: VirtualClock) -> None:
@@ -132,7 +136,7 @@ def _cases(clock: VirtualClock) -> list[Case]:
         Case("Bulkhead", stoic.Bulkhead, dict(max_concurrent=2, queue_limit=0, label="k", clock=clock), _use_executor),
         Case("BlockingBulkhead", stoic.BlockingBulkhead, dict(max_concurrent=2, queue_limit=0, label="k",
                                                               clock=clock), _use_blocking),
-        Case("Hedge", stoic.Hedge, dict(delay=0.1, max_attempts=2, label="h", clock=clock), _use_executor),
+        Case("Hedge", stoic.Hedge, dict(delay=0.1, max_attempts=2, label="h", clock=clock), _use_hedge),
         Case("Retrying", stoic.Retrying, dict(schedule=Schedule.fixed(0.1).attempts(3), label="r", clock=clock),
              _use_executor),
         Case("RetryBudget", stoic.RetryBudget, dict(ratio=0.2, reserve_per_second=1.0, reserve_capacity=10,

@@ -65,8 +65,8 @@ class RetryBudget:
         if isinstance(reserve_per_second, bool) or not isinstance(reserve_per_second, (int, float)):
             raise TypeError(f"reserve_per_second must be tokens per second as a number, "
                             f"got {type(reserve_per_second).__name__}")
-        if not _finite(reserve_per_second) or reserve_per_second < 0:
-            raise ValueError(f"reserve_per_second must be a finite number >= 0 (tokens per second), "
+        if not _finite(reserve_per_second) or not 0 <= reserve_per_second <= _MAX_TOKENS:
+            raise ValueError(f"reserve_per_second must be a number in [0, {_MAX_TOKENS:.0e}] (tokens per second), "
                              f"got {reserve_per_second!r}")
         # Whole tokens only: a fractional capacity would turn the exact integer arithmetic into floats.
         check_int(reserve_capacity, "reserve_capacity", minimum=0, maximum=_MAX_TOKENS)

@@ -59,7 +59,7 @@ def _check_schedule(schedule: object) -> BoundedSchedule:
             f"retry needs a bounded schedule, got {schedule!r}: call .attempts(n) on it, or build one "
             "with Schedule.delays([...]) (an unbounded retry never ends under an outage)"
         )
-    raise TypeError(f"retry needs a BoundedSchedule as its first argument, got {type(schedule).__name__}")
+    raise TypeError(f"schedule must be a BoundedSchedule (retry's first argument), got {type(schedule).__name__}")
 
 
 # --- does the operation want an Attempt? -----------------------------------------------------

@@ -885,7 +885,7 @@ class Schedule:
         elif isinstance(kind, str):
             raise ValueError(f'jitter kind must be "full", "equal" or a fraction in [0, 1], got {kind!r}')
         else:
-            fraction = check_fraction(kind, "jitter", low_open=False)
+            fraction = check_fraction(kind, "kind (the jitter fraction)", low_open=False)
         return _wrap(_Jittered(self._node, fraction))  # type: ignore[return-value]
 
     def up_to(self: _S, elapsed: Seconds) -> _S:
