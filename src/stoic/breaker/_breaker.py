@@ -22,13 +22,13 @@ import sys
 import threading
 import time
 import types
-import warnings
 import weakref
 from bisect import bisect_left as _bisect_left
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
 
 from .. import _admission, _metrics, _random
+from .._callbacks import callback_failed
 from .._clock import Clock, SystemClock, current_clock
 from .._deadline import remaining_ns
 from .._durations import Seconds, check_int
@@ -105,31 +105,22 @@ def _counts_by_default(error: BaseException) -> bool:
     return any(isinstance(leaf, DeadlineExceeded) and leaf.timed_out for leaf in leaves(error))
 
 
-# Callbacks already reported as failing (kept alive so a new callback never reuses an id).
-_reported: dict[int, object] = {}
 
 
 def _report_callback(
     breaker: CircuitBreaker, callback: object, error: Exception, operation_error: BaseException,
 ) -> None:
-    """A ``record_when`` that raised: a configuration error, reported once per callback, loudly
-    (a ``RuntimeWarning`` and an error on the ``stoic`` logger). The operation's own error still
-    propagates; the callback's is noted on it."""
+    """A ``record_when`` that raised: a configuration error, reported once per callback, loudly,
+    by stoic's one rule for user callbacks (``stoic._callbacks.callback_failed``: chained as the
+    operation error's context, a ``RuntimeWarning`` and an error on the ``stoic`` logger). The
+    operation's own error still propagates; the callback's is also noted on it."""
     try:
         operation_error.add_note(f"stoic: record_when of breaker {breaker.label!r} raised "
                                  f"{type(error).__qualname__}: {error}")
     except Exception:  # an exception type that refuses notes keeps its error as it is
         pass
-    if id(callback) in _reported:
-        return
-    _reported[id(callback)] = callback
-    message = (f"record_when {callback!r} of breaker {breaker.label!r} raised {type(error).__qualname__}: "
-               f"{error}; every call it cannot judge is counted as a failure")
-    _log.error(message, exc_info=error)
-    try:
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
-    except Exception:  # warnings turned into errors must not replace the operation's error
-        pass
+    callback_failed(callback, f"record_when of breaker {breaker.label!r} (the call counts as a failure)",
+                    error, operation_error)
 
 
 class _Episode:
