@@ -245,18 +245,11 @@ class RedisStore:
         try:
             reply = await self._health.execute(self._timed, self._scripts[script], keys, args, repeat)
         except CircuitOpen:
-            raise StoreError(f"store {self._label} is resting after a failure", operation=script,
-                             unavailable=True) from None
+            raise self._resting(script) from None
         except StoreError as exc:
             self.report(exc)
             raise
-        self._recovered()
-        if not isinstance(reply, list):
-            wrong = StoreError(f"{script} answered {type(reply).__name__}, not a list", operation=script,
-                               unavailable=False)
-            self.report(wrong)
-            raise wrong
-        return reply
+        return self._answered(script, reply)
 
     async def _timed(
         self, script: _Script, keys: Sequence[str], args: Sequence[int | float | str], repeat: bool = False,
@@ -320,11 +313,18 @@ class RedisStore:
         try:
             reply = self._health.call(self._timed_blocking, self._scripts[script], keys, args)
         except CircuitOpen:
-            raise StoreError(f"store {self._label} is resting after a failure", operation=script,
-                             unavailable=True) from None
+            raise self._resting(script) from None
         except StoreError as exc:
             self.report(exc)
             raise
+        return self._answered(script, reply)
+
+    def _resting(self, script: str) -> StoreError:
+        """The error of a call skipped because the store's health breaker is open."""
+        return StoreError(f"store {self._label} is resting after a failure", operation=script, unavailable=True)
+
+    def _answered(self, script: str, reply: Any) -> list[Any]:
+        """A reply that came back (the store is healthy again): a list, or a store error of shape."""
         self._recovered()
         if not isinstance(reply, list):
             wrong = StoreError(f"{script} answered {type(reply).__name__}, not a list", operation=script,
