@@ -17,7 +17,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, ClassVar
 
-from ._clock import Clock, current_clock
+from ._clock import Clock, check_clock, current_clock
 from ._durations import _finite, check_fraction, check_int
 
 _UNIT = 10**15  # units per token
@@ -89,8 +89,6 @@ class RetryBudget:
         self._folded = 0
         self._reserve = self._reserve_cap
         if clock is not None:
-            from ._retry import check_clock  # (lazily: _retry imports this module)
-
             check_clock(clock)
         self._clock = clock if clock is not None else current_clock()
         self._last_ns = self._clock.now_ns()

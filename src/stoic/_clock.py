@@ -89,6 +89,24 @@ SYSTEM_CLOCK = SystemClock()
 _CLOCK_METHODS = ("now_ns", "call_at", "sleep_until", "sleep_until_blocking")
 
 
+_CLOCK_TYPES: set[type] = {SystemClock}  # types already checked: a hot call passing a clock pays a set lookup
+
+
+def check_clock(clock: object) -> Clock:
+    """``clock`` itself when it has every :class:`Clock` method, else ``TypeError`` naming ``clock``
+    (a wrong object fails where it is given rather than on first use)."""
+    kind = type(clock)
+    if kind not in _CLOCK_TYPES:
+        missing = [name for name in _CLOCK_METHODS if not callable(getattr(clock, name, None))]
+        if missing:
+            raise TypeError(
+                f"clock must be a stoic.Clock (with {', '.join(_CLOCK_METHODS)}); "
+                f"{kind.__name__} lacks {', '.join(missing)}"
+            )
+        _CLOCK_TYPES.add(kind)
+    return clock  # type: ignore[return-value]
+
+
 def resolve_clock(clock: object) -> Clock:
     """The clock a policy keeps for life: ``clock`` itself, validated, or for ``None`` the ambient
     clock now (:func:`current_clock`).
@@ -96,17 +114,7 @@ def resolve_clock(clock: object) -> Clock:
     Raises ``TypeError`` naming ``clock`` when it lacks one of the :class:`Clock` methods, so a
     wrong object fails at construction rather than on first use.
     """
-    if clock is None:
-        return current_clock()
-    if type(clock) is SystemClock:
-        return clock
-    missing = [name for name in _CLOCK_METHODS if not callable(getattr(clock, name, None))]
-    if missing:
-        raise TypeError(
-            f"clock must be a stoic.Clock (with {', '.join(_CLOCK_METHODS)}); "
-            f"{type(clock).__name__} lacks {', '.join(missing)}"
-        )
-    return clock  # type: ignore[return-value]
+    return current_clock() if clock is None else check_clock(clock)
 
 
 def same_clock(a: Clock, b: Clock) -> bool:

@@ -52,7 +52,7 @@ _current: ContextVar[_Scope | None] = ContextVar("stoic.deadline", default=None)
 ever_set = False
 
 
-class ClockMismatch(Defect):
+class ClockMismatch(Defect, ValueError):
     """A policy on one clock ran inside a ``stoic.timeout``/``stoic.deadline`` set on another.
 
     Their instants cannot be compared (virtual time moves without real time, and the reverse),
@@ -60,6 +60,20 @@ class ClockMismatch(Defect):
     a mistake in the program, never counted by a breaker nor retried. Fix it by giving both the
     same clock (``clock=``, or :func:`stoic.use_clock` around both).
     """
+
+
+def check_deadline_clocks(scope: _Scope | None, clock: Clock) -> None:
+    """Raise :class:`ClockMismatch` when ``scope`` (the ambient deadline) or one around it was set
+    on another clock than ``clock``, the clock of the policy asking: the one rule every policy
+    that compares its waits with a deadline applies."""
+    while scope is not None:
+        if scope.clock is not clock and not same_clock(scope.clock, clock):
+            raise ClockMismatch(
+                f"a stoic.timeout/deadline{f' ({scope.label})' if scope.label else ''} set on {scope.clock!r} "
+                f"encloses a policy measuring time on {clock!r}: their instants cannot be compared; a deadline "
+                "and the policies under it must use one clock (clock=, or stoic.use_clock around both)"
+            )
+        scope = scope.parent
 
 
 def remaining_ns(clock: Clock | None = None) -> int | None:
@@ -74,13 +88,9 @@ def remaining_ns(clock: Clock | None = None) -> int | None:
     if scope is None:
         return None
     best: int | None = None
+    if clock is not None:
+        check_deadline_clocks(scope, clock)
     while scope is not None:
-        if clock is not None and scope.clock is not clock and not same_clock(scope.clock, clock):
-            raise ClockMismatch(
-                f"a stoic.timeout/deadline{f' ({scope.label})' if scope.label else ''} set on {scope.clock!r} "
-                f"encloses a policy measuring time on {clock!r}: their instants cannot be compared; "
-                "give both the same clock (clock=, or stoic.use_clock around both)"
-            )
         left = scope.when_ns - scope.clock.now_ns()
         if best is None or left < best:
             best = left

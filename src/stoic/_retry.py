@@ -22,10 +22,10 @@ from ._attempt import Attempt
 from ._budget import _NO_OP, RetryBudget, _registry, _Site, site_of_frame
 from ._callbacks import callback_failed
 from ._classify import ClassifierLike, RetryClassifier, RetryDecision, RetryNesting, as_classifier
-from ._clock import SYSTEM_CLOCK, Clock, SystemClock, _ambient_clock, current_clock
+from ._clock import SYSTEM_CLOCK, Clock, _ambient_clock, check_clock, current_clock
 from ._deadline import Timeout, remaining_ns
 from ._deadline import _current as _deadline_scope
-from ._durations import Seconds, to_ns
+from ._durations import Seconds, check_label, to_ns
 from ._errors import is_defect
 from .events import Level, emit, error_type, min_level
 from .schedule import BoundedSchedule, Schedule
@@ -124,51 +124,6 @@ def _learn_op(holder: Any, fn: Callable[..., object]) -> bool:
 def _label_of(fn: Callable[..., object]) -> str:
     name = getattr(fn, "__qualname__", None) or getattr(fn, "stoic_label", None) or type(fn).__qualname__
     return str(name)
-
-
-def check_label(label: object) -> str:
-    """``label`` as given: a non-empty ``str`` (``TypeError`` / ``ValueError`` naming ``label``)."""
-    if not isinstance(label, str):
-        raise TypeError(f"label must be a str naming the call in events, got {type(label).__name__}")
-    if not label:
-        raise ValueError("label must be a non-empty str naming the call in events")
-    return label
-
-
-_CLOCK_METHODS = ("now_ns", "call_at", "sleep_until", "sleep_until_blocking")
-_CLOCK_TYPES: set[type] = {SystemClock}  # types already checked: a hot call passing a clock pays a set lookup
-
-
-def check_clock(clock: object) -> Clock:
-    """``clock`` if it has every :class:`stoic.Clock` method, else ``TypeError`` naming ``clock``."""
-    kind = type(clock)
-    if kind not in _CLOCK_TYPES:
-        missing = [name for name in _CLOCK_METHODS if not callable(getattr(clock, name, None))]
-        if missing:
-            raise TypeError(f"clock must be a stoic.Clock (with {', '.join(_CLOCK_METHODS)}), "
-                            f"got {kind.__name__} lacking {', '.join(missing)}")
-        _CLOCK_TYPES.add(kind)
-    return clock  # type: ignore[return-value]
-
-
-def _same_clock(a: Clock, b: Clock) -> bool:
-    return a is b or (type(a) is SystemClock and type(b) is SystemClock)
-
-
-def _check_deadline_clocks(scope: _deadline._Scope | None, clock: Clock, label: str) -> None:
-    """Refuse to run under an ambient deadline set on another clock than the retry's.
-
-    A retry sleeps on its clock and judges "can the next attempt finish before the deadline"
-    against the deadline's: with two clocks (a virtual one and the system's) the comparison
-    means nothing, and a ``timeout(5)`` around a virtual-clock retry would let an attempt start
-    at 7 s. So it is a configuration error, raised before the first attempt."""
-    while scope is not None:
-        if not _same_clock(scope.clock, clock):
-            raise ValueError(
-                f"retry {label!r} runs on {clock!r} but the ambient deadline"
-                f"{f' ({scope.label})' if scope.label else ''} was set on {scope.clock!r}: a deadline "
-                "and the retries under it must use one clock (pass clock= to both, or use_clock around both)")
-        scope = scope.parent
 
 
 # --- the engine after a failure --------------------------------------------------------------
@@ -330,7 +285,7 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
     next(bucket._deposits)  # the first attempt's deposit (RetryBudget.deposit, inlined)
     scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
     if scope is not None:
-        _check_deadline_clocks(scope, clock, label)
+        _deadline.check_deadline_clocks(scope, clock)
     if wants or attempt_ns is not None:
         return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
                                  clock, _in_attempt.get(), None, -1, cancels)
@@ -427,7 +382,7 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     next(bucket._deposits)
     scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
     if scope is not None:
-        _check_deadline_clocks(scope, clock, label)
+        _deadline.check_deadline_clocks(scope, clock)
     if wants:
         return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
                           _in_attempt.get(), None, -1)

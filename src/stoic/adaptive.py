@@ -21,14 +21,13 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
-from ._clock import Clock, SystemClock
+from ._clock import Clock, SystemClock, check_clock
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline
-from ._durations import Seconds, check_int, to_ns
+from ._durations import Seconds, check_int, check_label, to_ns
 from ._errors import DeadlineExceeded, Rejected
 from ._limits import AimdLimit, Change, Gradient2Limit
 from ._quantile import _check_quantile
-from ._retry import check_clock, check_label
 from ._waitqueue import ManagedQueue
 from .bulkhead import Bulkhead
 from .events import Level, emit, min_level

@@ -22,8 +22,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ._clock import Clock, current_clock
+from ._durations import check_label
 from .events import Level, emit, min_level
-from .keyed import Keyed, check_label, is_forced_open
+from .keyed import Keyed, is_forced_open
 
 __all__ = ["ControlPlane", "PolicyState", "UnknownPolicy"]
 

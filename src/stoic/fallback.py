@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ._callbacks import callback_failed
+from ._durations import check_label
 from ._errors import is_defect
 from ._policy import Policy
-from ._retry import check_label
 from .events import Level, emit, error_type, min_level
 
 __all__ = ["with_fallback"]

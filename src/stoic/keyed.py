@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any, Final, Generic, TypeVar
 
 from ._clock import Clock, current_clock
-from ._durations import Seconds, check_int, to_ns
+from ._durations import Seconds, check_int, check_label, to_ns
 from .events import Level, emit, min_level
 
 __all__ = ["OVERFLOW_KEY", "Keyed"]
@@ -41,15 +41,6 @@ OVERFLOW_KEY: Final = "_other"
 # Duck-typed readings that say a policy holds work: a bulkhead's slots and queue, a limiter's
 # waiters (the names of today's policies and of the adaptive ones).
 _BUSY_COUNTS: Final = ("in_use", "active_count", "queued", "queued_count", "waiters", "waiter_count")
-
-
-def check_label(label: object) -> str:
-    """A policy label: a non-empty ``str`` (``TypeError`` / ``ValueError`` otherwise)."""
-    if not isinstance(label, str):
-        raise TypeError(f"label must be a str, got {type(label).__name__}")
-    if not label:
-        raise ValueError("label must be a non-empty str")
-    return label
 
 
 def at_rest(policy: object) -> bool:

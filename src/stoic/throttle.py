@@ -36,9 +36,8 @@ from . import _metrics, _random
 from ._classify import ClassifierLike, RetryClassifier, as_classifier
 from ._clock import Clock, SystemClock, resolve_clock
 from ._deadline import cancelled_by_deadline
-from ._durations import Seconds, check_int, to_ns
+from ._durations import Seconds, check_int, check_label, to_ns
 from ._errors import DeadlineExceeded, Defect, Rejected, Throttled
-from ._retry import check_label
 from .events import Level, emit, min_level
 
 P = ParamSpec("P")

@@ -31,7 +31,7 @@ from .. import _admission, _metrics, _random
 from .._callbacks import callback_failed
 from .._clock import Clock, SystemClock, current_clock
 from .._deadline import remaining_ns
-from .._durations import Seconds, check_int
+from .._durations import Seconds, check_int, check_label
 from .._errors import CircuitOpen, DeadlineExceeded, Defect, is_defect, is_rejection, leaves
 from ..events import Level, emit
 from ..events._event import error_type
@@ -195,12 +195,8 @@ class CircuitBreaker:
         record_when: Callable[[Exception], bool] = _counts_by_default,
         clock: Clock | None = None,
     ) -> None:
-        if type(label) is not str:
-            if not isinstance(label, str):
-                raise TypeError(f"label must be a str, got {type(label).__name__}")
-            label = str(label)
-        if not label:
-            raise ValueError("label must be a non-empty str")
+        if type(label) is not str or not label:
+            label = str(check_label(label))  # (a str subclass is kept as a plain str)
         self.label = label
         if (
             minimum_calls is _D_MINIMUM and failure_rate_threshold is _D_FAILURE and slow_call_duration is _D_SLOW
