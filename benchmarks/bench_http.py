@@ -68,7 +68,7 @@ async def _async_rows(url: str) -> dict[str, httpx.AsyncClient]:
     breakers = Keyed(CircuitBreaker, label="bench")
     stack = AsyncResilientTransport(stages=[Keyed(CircuitBreaker, label="bench-stack"),
                                             Keyed(Bulkhead, label="bench-bh", max_concurrent=64)],
-                                    retry=Retrying(Schedule.fixed(0.01).attempts(3)))
+                                    retry=Retrying(Schedule.fixed(0.01).attempts(3), label="bench.retry"))
     return {
         "httpx.AsyncClient (bare)": httpx.AsyncClient(base_url=url),
         "+ transport, keyed breaker": httpx.AsyncClient(base_url=url,
@@ -123,7 +123,7 @@ def _in_process() -> dict[str, list[float]]:
         "+ transport, keyed breaker": AsyncResilientTransport(_Canned(), stages=[Keyed(CircuitBreaker, label="m")]),
         "+ retry, keyed breaker, bulkhead": AsyncResilientTransport(
             _Canned(), stages=[Keyed(CircuitBreaker, label="ms"), Keyed(Bulkhead, label="mb", max_concurrent=64)],
-            retry=Retrying(Schedule.fixed(0.01).attempts(3))),
+            retry=Retrying(Schedule.fixed(0.01).attempts(3), label="bench.retry")),
     }
 
     async def run() -> dict[str, list[float]]:

@@ -81,6 +81,7 @@ async def _time(make: Callable[[], Awaitable[object]]) -> float:
 
 async def _policies() -> dict[str, float]:
     rows = _rows()
+    was_enabled = _metrics.state.enabled
     best = {name: float("inf") for name, *_ in rows}
     for _name, enabled, _sink, make in rows:  # warm up every path once
         _metrics.state.enabled = enabled
@@ -96,7 +97,7 @@ async def _policies() -> dict[str, float]:
             finally:
                 if sink is not None:
                     stoic.remove_sink(sink)
-    _metrics.state.enabled = True
+    _metrics.state.enabled = was_enabled  # later rows (and later scripts) must not pay for metrics
     return best
 
 
