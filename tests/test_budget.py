@@ -3,13 +3,17 @@ shared and per-call-site buckets, validation."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
+from typing import Any
 
 import pytest
 
+import stoic
+import stoic.testing
 from stoic import RetryBudget
-from stoic.testing import VirtualClock, reset_budgets
+from stoic.testing import VirtualClock, fail_with, reset_budgets
 
 
 def spend_all(budget: RetryBudget, limit: int = 10_000) -> int:
@@ -167,3 +171,27 @@ def test_a_named_budget_asked_for_with_other_parameters_is_a_configuration_error
     assert RetryBudget.named("api.example.com", ratio=0.1) is first
     with pytest.raises(ValueError, match=r"api\.example\.com"):
         RetryBudget.named("api.example.com")
+
+
+def _site_policy() -> Any:
+    return stoic.Retrying(stoic.Schedule.fixed(0).attempts(100), label="site")  # one call site
+
+
+def test_a_site_bucket_follows_the_clock_of_the_policy_built_there_after_a_reset() -> None:
+    # A policy left over from an earlier test (on the system clock) re-resolves its site's bucket
+    # when budgets are reset; a policy built at the same site under a VirtualClock must then get
+    # a bucket refilling on that clock, not in real time while the test runs.
+    leftover = _site_policy()
+    stoic.testing.reset_budgets()
+    virtual = VirtualClock()
+    with stoic.use_clock(virtual):
+        policy = _site_policy()
+        op = fail_with(ConnectionError())
+        with pytest.raises(ConnectionError):
+            policy.call(op.sync)
+        assert op.calls == 11  # the reserve of 10, on a still clock
+        asyncio.run(virtual.advance(3.0))  # three tokens refill on the virtual clock
+        with pytest.raises(ConnectionError):
+            policy.call(op.sync)
+        assert op.calls == 11 + 4
+    assert leftover is not policy

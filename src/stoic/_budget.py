@@ -114,9 +114,20 @@ class RetryBudget:
         return budget
 
     @classmethod
-    def for_call_site(cls, site: str) -> RetryBudget:
-        """The default per-call-site budget for ``site`` (used when ``PER_CALL_SITE`` is given)."""
-        return _registry.get(f"site:{site}", lambda: cls(name=site))
+    def for_call_site(cls, site: str, clock: Clock | None = None) -> RetryBudget:
+        """The default per-call-site budget for ``site`` (used when ``PER_CALL_SITE`` is given).
+
+        With ``clock`` (the clock of the policy resolving it), the bucket refills on that clock
+        from now on: a site's bucket follows the clock of the policy most recently built there,
+        so a test on a :class:`stoic.testing.VirtualClock` never gets a bucket that a reset made
+        on the system clock for a policy left over from an earlier test (which would refill in
+        real time while the test runs)."""
+        budget = _registry.get(f"site:{site}", lambda: cls(name=site, clock=clock))
+        if clock is not None and budget._clock is not clock:
+            with budget._lock:
+                budget._clock = clock
+                budget._last_ns = clock.now_ns()
+        return budget
 
     def resolve(self, site: str) -> RetryBudget:
         """The bucket this budget means at ``site``: itself, or the site's own for ``PER_CALL_SITE``."""

@@ -621,7 +621,7 @@ class _Retrier:
         Retried if a reset ran meanwhile, so the bucket kept is never one a reset dropped."""
         while True:
             generation = _registry.generation
-            self.bucket = RetryBudget.for_call_site(self.site)
+            self.bucket = RetryBudget.for_call_site(self.site, self.clock or current_clock())
             if generation == _registry.generation:
                 return
 
