@@ -105,9 +105,11 @@ _SYNC_BODY = """\
 _REFUSED_BY_CALL = "type(stoic_result) in stoic_refused"
 _REFUSED_BY_WRAPPER = "type(stoic_result) is stoic_coroutine_type"
 
-# (*args, **kwargs) forwarding: kwargs is nearly always empty, and fn(*args) skips unpacking it.
+# (*args, **kwargs) forwarding: kwargs is nearly always empty, and fn(*args) skips unpacking it;
+# with no arguments either (a lambda, a partial), a plain fn() call skips CALL_FUNCTION_EX.
 _PACKED = ("*stoic_args, **stoic_kwargs",
-           "(stoic_fn(*stoic_args, **stoic_kwargs) if stoic_kwargs else stoic_fn(*stoic_args))")
+           "(stoic_fn(*stoic_args, **stoic_kwargs) if stoic_kwargs"
+           " else (stoic_fn(*stoic_args) if stoic_args else stoic_fn()))")
 _METHOD_PARAMS = "stoic_self, stoic_fn, /, *stoic_args, **stoic_kwargs"
 
 
