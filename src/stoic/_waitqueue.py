@@ -35,7 +35,12 @@ from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, to_ns, to_seconds
 from ._errors import DeadlineExceeded, Shed
 from ._wakeup import wake
-from .events import AttributeValue, Level, emit, min_level
+from .events import AttributeValue, Level, emit
+from .events._sinks import kind_floor
+
+# The sinks wanting bulkhead events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("bulkhead")
 
 if TYPE_CHECKING:
     from .bulkhead import Bulkhead, _Waiter
@@ -270,7 +275,7 @@ class ManagedQueue:
         wake(waiter.future)
 
     def _shed_event(self, bulkhead: Bulkhead, reason: str, sojourn_ns: int, tier: int) -> None:
-        if min_level() <= Level.INFO:
+        if _SINKS.wants(Level.INFO):
             attributes: dict[str, AttributeValue] = {
                 "reason": reason, "capacity": bulkhead._max, "sojourn": to_seconds(sojourn_ns),
                 "criticality": str(Criticality(tier)),

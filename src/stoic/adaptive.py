@@ -30,7 +30,12 @@ from ._limits import AimdLimit, Change, Gradient2Limit
 from ._quantile import _check_quantile
 from ._waitqueue import ManagedQueue
 from .bulkhead import Bulkhead
-from .events import Level, emit, min_level
+from .events import Level, emit
+from .events._sinks import kind_floor
+
+# The sinks wanting bulkhead events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("bulkhead")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -94,7 +99,7 @@ class _AdaptiveBulkhead(Bulkhead):
 
     def _apply(self, change: Change) -> None:
         self._max = change.new
-        if min_level() <= Level.INFO:
+        if _SINKS.wants(Level.INFO):
             emit("bulkhead.limit_changed", self._label, Level.INFO, self._clock.now_ns(),
                  {"old": change.old, "new": change.new, "cause": change.cause})
         if change.new > change.old:

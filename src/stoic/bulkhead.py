@@ -35,7 +35,12 @@ from ._durations import Seconds, check_int, check_label, to_ns
 from ._errors import BulkheadFull, DeadlineExceeded
 from ._waitqueue import ManagedQueue, check_queue_options
 from ._wakeup import completed, wake
-from .events import AttributeValue, Level, emit, min_level
+from .events import AttributeValue, Level, emit
+from .events._sinks import kind_floor
+
+# The sinks wanting bulkhead events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("bulkhead")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -127,7 +132,7 @@ class _Compartment:
     def _full(self, waiting: int) -> BulkheadFull:
         if _metrics.state.enabled:
             self._rec.count_locked(("stoic.bulkhead.rejections", "bulkhead_full"))
-        if min_level() <= Level.INFO:
+        if _SINKS.wants(Level.INFO):
             emit("bulkhead.rejected", self._label, Level.INFO, self._clock.now_ns(),
                  {"reason": "bulkhead_full", "capacity": self._max, "waiting": waiting})
         return BulkheadFull(label=self._label)
@@ -135,7 +140,7 @@ class _Compartment:
     def _left(self, reason: str) -> None:
         if _metrics.state.enabled:
             self._rec.count_locked(("stoic.bulkhead.rejections", reason))
-        if min_level() <= Level.INFO:
+        if _SINKS.wants(Level.INFO):
             attributes: dict[str, AttributeValue] = {"reason": reason, "capacity": self._max}
             emit("bulkhead.rejected", self._label, Level.INFO, self._clock.now_ns(), attributes)
 

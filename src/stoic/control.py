@@ -23,8 +23,13 @@ from typing import Any
 
 from ._clock import Clock, current_clock
 from ._durations import check_label
-from .events import Level, emit, min_level
+from .events import Level, emit
+from .events._sinks import kind_floor
 from .keyed import Keyed, is_forced_open
+
+# The sinks wanting control events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("control")
 
 __all__ = ["ControlPlane", "PolicyState", "UnknownPolicy"]
 
@@ -241,7 +246,7 @@ class ControlPlane:
 
     def _emit(self, name: str, policy: str, key: str | None, actor: str | None, attrs: dict[str, Any]) -> None:
         level = Level.WARNING if name == "control.forced_open" else Level.INFO
-        if min_level() <= level:
+        if _SINKS.wants(level):
             if key is not None:
                 attrs["key"] = key
             if actor is not None:

@@ -40,7 +40,12 @@ from ._errors import DeadlineExceeded, leaves
 from ._quantile import WindowedQuantile, _check_quantile, default_warmup
 from ._random import call_site
 from ._retry import wants_attempt
-from .events import Level, emit, error_type, min_level
+from .events import Level, emit, error_type
+from .events._sinks import kind_floor
+
+# The sinks wanting hedge events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("hedge")
 
 R = TypeVar("R")
 
@@ -402,11 +407,11 @@ class _Call:
         delay_ns = policy._delay_ns
         left = remaining_ns(clock)  # (the same clock as at the call's start, checked there)
         if left is not None and left < delay_ns:
-            if min_level() <= Level.INFO:
+            if _SINKS.wants(Level.INFO):
                 emit("hedge.deadline_skip", policy.label, Level.INFO, clock.now_ns(), {"attempts": self._started()})
             return
         if not policy._budget.try_spend():
-            if min_level() <= Level.WARNING:
+            if _SINKS.wants(Level.WARNING):
                 emit("hedge.budget_exhausted", policy.label, Level.WARNING, clock.now_ns(),
                      {"attempts": self._started()})
             return
@@ -425,7 +430,7 @@ class _Call:
         task.add_done_callback(self.on_done)
         if _metrics.state.enabled:
             policy._rec.count_locked(("stoic.hedge.attempts",))
-        if min_level() <= Level.INFO:
+        if _SINKS.wants(Level.INFO):
             emit("hedge.started", policy.label, Level.INFO, now,
                  {"attempt": number, "elapsed": (now - self.start) / 1e9})
         if number < policy.max_attempts:
@@ -481,7 +486,7 @@ class _Call:
     def _fail(self, number: int, error: BaseException) -> None:
         running = self._running()
         policy = self.policy
-        if min_level() <= Level.DEBUG:
+        if _SINKS.wants(Level.DEBUG):
             emit("hedge.attempt_failed", policy.label, Level.DEBUG, policy._clock.now_ns(),
                  {"attempt": number, "running": running, "error.type": error_type(error)})
         if self.error is None:
@@ -579,7 +584,7 @@ async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: 
             # No hedge ever started: the first attempt's outcome is the call's.
             if call.handle is not None:
                 call.handle.cancel()
-            if min_level() <= Level.DEBUG and isinstance(exc, Exception):
+            if _SINKS.wants(Level.DEBUG) and isinstance(exc, Exception):
                 emit("hedge.attempt_failed", policy.label, Level.DEBUG, clock.now_ns(),
                      {"attempt": 1, "running": 0, "error.type": error_type(exc)})
             raise
@@ -632,7 +637,7 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
         error = call.error
         assert error is not None
         call.error = None
-        if min_level() <= Level.WARNING:
+        if _SINKS.wants(Level.WARNING):
             emit("hedge.all_failed", policy.label, Level.WARNING, policy._clock.now_ns(),
                  {"attempts": call._started(), "error.type": error_type(error)})
         raise error
@@ -647,7 +652,7 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
         value = cast(R, hedges[call.winner - 2].result())
     if _metrics.state.enabled:
         policy._rec.count_locked(("stoic.hedge.wins", str(call.winner)))
-    if min_level() <= Level.INFO:
+    if _SINKS.wants(Level.INFO):
         emit("hedge.won", policy.label, Level.INFO, clock.now_ns(),
              {"attempt": call.winner, "started": len(hedges) + 1, "latency": (call.end - call.start) / 1e9})
     return value

@@ -37,7 +37,12 @@ from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import DeadlineExceeded, RateLimited
 from ._wakeup import wake
-from .events import AttributeValue, Level, emit, min_level
+from .events import AttributeValue, Level, emit
+from .events._sinks import kind_floor
+
+# The sinks wanting ratelimiter events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("ratelimiter")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -234,7 +239,7 @@ class _TokenBucket:
     def _oversized(self, permits: int) -> RateLimited:
         if _metrics.state.enabled:
             self._rec.count_locked(("stoic.ratelimiter.rejections", "oversized"))
-        if min_level() <= Level.WARNING:
+        if _SINKS.wants(Level.WARNING):
             emit("ratelimiter.oversized", self._label, Level.WARNING, self._now(),
                  {"permits": permits, "burst": self._burst})
         return RateLimited(
@@ -245,7 +250,7 @@ class _TokenBucket:
     def _reject(self, reason: str, permits: int, wait_ns: int | None) -> None:
         if _metrics.state.enabled:
             self._rec.count_locked(("stoic.ratelimiter.rejections", reason))
-        if min_level() <= Level.INFO:
+        if _SINKS.wants(Level.INFO):
             attributes: dict[str, AttributeValue] = {"reason": reason, "permits": permits}
             if wait_ns is not None:
                 attributes["retry_after"] = wait_ns / 1e9
@@ -254,7 +259,7 @@ class _TokenBucket:
     def _waited(self, permits: int, start_ns: int) -> None:
         if _metrics.state.enabled:
             self._rec.observe_locked(("stoic.ratelimiter.wait.duration",), self._now() - start_ns)
-        if min_level() <= Level.DEBUG:
+        if _SINKS.wants(Level.DEBUG):
             now = self._now()
             emit("ratelimiter.waited", self._label, Level.DEBUG, now,
                  {"permits": permits, "waited": (now - start_ns) / 1e9})

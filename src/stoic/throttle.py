@@ -38,7 +38,12 @@ from ._clock import Clock, SystemClock, resolve_clock
 from ._deadline import cancelled_by_deadline
 from ._durations import Seconds, check_int, check_label, to_ns
 from ._errors import DeadlineExceeded, Defect, Rejected, Throttled
-from .events import Level, emit, min_level
+from .events import Level, emit
+from .events._sinks import kind_floor
+
+# The sinks wanting throttle events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("throttle")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -182,7 +187,7 @@ class AdaptiveThrottle:
         if p > 0.0 and _random.stream(self._site).random() < p:
             self._requests[i] += 1
             self._total_requests += 1
-            if min_level() <= Level.INFO:
+            if _SINKS.wants(Level.INFO):
                 emit("throttle.rejected", self._label, Level.INFO, self._clock.now_ns(),
                      {"probability": p, "requests": self._total_requests, "accepts": self._total_accepts})
             raise Throttled(label=self._label)
