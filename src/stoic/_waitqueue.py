@@ -99,6 +99,13 @@ class ManagedQueue:
         # The bulkhead's waiters are its own _Waiter objects; what is queue-specific sits beside.
         self.parked: dict[int, _Parked] = {}
 
+    def retune(self, other: ManagedQueue) -> None:
+        """Take ``other``'s options (a bulkhead retuned live); what CoDel learnt restarts."""
+        self.target_ns, self.interval_ns, self.lifo, self.prioritized = (
+            other.target_ns, other.interval_ns, other.lifo, other.prioritized)
+        self.overloaded = False
+        self._interval_end_ns = self._min_sojourn_ns = None
+
     # --- CoDel ---
     def _observe(self, now_ns: int, sojourn_ns: int) -> None:
         """folly's rule: at the end of each interval, overloaded := the interval's minimum sojourn

@@ -21,6 +21,7 @@ Only idempotent work may be hedged, and the call site has to say so: the first a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import enum
 import itertools
@@ -35,11 +36,12 @@ from ._budget import RetryBudget
 from ._clock import Clock, SystemClock, TimerHandle, resolve_clock
 from ._deadline import _current as _deadline_scope
 from ._deadline import remaining_ns
-from ._durations import Seconds, check_int, check_label, to_ns
+from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import DeadlineExceeded, leaves
 from ._quantile import WindowedQuantile, _check_quantile, default_warmup
 from ._random import call_site
 from ._retry import wants_attempt
+from ._retune import validated
 from .events import Level, emit, error_type
 from .events._sinks import kind_floor
 
@@ -240,6 +242,24 @@ class Hedge:
     def budget(self) -> RetryBudget:
         """The (resolved) budget hedges spend from."""
         return self._budget
+
+    def _retune(self, **changes: Any) -> None:
+        """Swap ``delay``, ``max_attempts``, ``budget``, ``quantile``, ``delay_min``, ``delay_max``
+        and ``window`` live (stoic.ControlPlane.retune), validated by the constructor
+        (``ValueError`` naming the parameter; the hedge unchanged). The adaptive delay's estimate
+        starts afresh (the delay is ``delay`` until it has warmed up again); calls in flight
+        read the new delay and attempt count at their next decision."""
+        fresh = validated(self, {
+            "delay": to_seconds(self._fixed_ns), "max_attempts": self.max_attempts, "budget": self._budget,
+            "quantile": self.quantile, "delay_min": None if self._min_ns is None else to_seconds(self._min_ns),
+            "delay_max": None if self._max_ns is None else to_seconds(self._max_ns), "window": self.window,
+        }, changes)
+        # A lock once made is kept: a call in flight may be about to observe under it.
+        lock = self._lock = self._lock or fresh._lock
+        with lock if lock is not None else contextlib.nullcontext():
+            self._fixed_ns, self.max_attempts, self._budget = fresh._fixed_ns, fresh.max_attempts, fresh._budget
+            self._min_ns, self._max_ns, self.window = fresh._min_ns, fresh._max_ns, fresh.window
+            self.quantile, self._estimate, self._delay_ns = fresh.quantile, fresh._estimate, fresh._delay_ns
 
     def _observe(self, latency_ns: int) -> None:
         # Only called for a call whose first attempt won (seed 003: the primaries' latencies).
