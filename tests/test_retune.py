@@ -342,6 +342,37 @@ async def test_a_throttle_forgets_the_window_judged_under_the_old_configuration(
     assert throttle._bucket_ns * 12 == 60_000_000_000
 
 
+async def test_throttled_calls_in_flight_are_counted_in_the_new_window(clock: VirtualClock) -> None:
+    throttle = AdaptiveThrottle(label="t", min_throughput=1000, clock=clock)
+
+    async def timing_out() -> None:
+        raise TimeoutError
+
+    for _ in range(20):
+        with pytest.raises(TimeoutError):
+            await throttle.execute(timing_out)
+    tasks = [asyncio.create_task(throttle.execute(clock.sleep, 0.5)) for _ in range(300)]
+    await asyncio.sleep(0)
+    assert (throttle.requests, throttle.accepts) == (20, 0)
+    throttle._retune(min_throughput=5)
+    assert (throttle.requests, throttle.accepts) == (0, 0)  # judged under the old configuration: dropped
+    await clock.run_until_idle()
+    await asyncio.gather(*tasks)
+    assert (throttle.requests, throttle.accepts) == (300, 300) and throttle.probability == 0.0
+
+
+async def test_a_gradient_bulkhead_retuned_under_load_keeps_every_call(clock: VirtualClock) -> None:
+    bulkhead = GradientBulkhead(max_concurrent=4, queue_limit=None, label="g", clock=clock)
+    tasks = [asyncio.create_task(bulkhead.execute(clock.sleep, 0.01)) for _ in range(300)]
+    await asyncio.sleep(0)
+    assert bulkhead.in_use == 4
+    bulkhead._retune(max_concurrent=32, smoothing=0.5)
+    assert bulkhead.limit == 32 and bulkhead.in_use == 32 and bulkhead._algorithm.smoothing == 0.5
+    await clock.run_until_idle()
+    await asyncio.gather(*tasks)
+    assert bulkhead.in_use == 0 and bulkhead.queued == 0
+
+
 async def test_hedged_calls_in_flight_finish_across_a_retune(clock: VirtualClock) -> None:
     hedge = Hedge(0.1, label="h", clock=clock, quantile=0.9)
     starts = 0
