@@ -58,6 +58,10 @@ def test_inspect_force_open_clear_and_retune_over_http(client: httpx.Client, con
     r = client.post("/admin/policies/hosts/retune", json={"changes": {"minimum_calls": 3}})
     assert r.status_code == 200 and r.json()["retuned"] == 2
     assert control.get("hosts").config["minimum_calls"] == 3
+    r = client.post("/admin/policies/db/retune", json={"changes": {"max_concurrent": 5, "queue_limit": None}})
+    assert r.status_code == 200 and r.json() == {"policy": "db", "retuned": 1,
+                                                 "parameters": ["max_concurrent", "queue_limit"]}
+    assert control.get("db").max_concurrent == 5 and control.get("db").queue_limit is None
 
 
 @pytest.mark.parametrize(("method", "path", "body", "status", "says"), [
@@ -73,18 +77,21 @@ def test_inspect_force_open_clear_and_retune_over_http(client: httpx.Client, con
     ("post", "/admin/policies/hosts/force-open", {"key": "c.example"}, 404, "c.example"),
     ("get", "/admin/policies/nope", None, 404, "nope"),
     ("post", "/admin/policies/db/force-open", {}, 400, "cannot be forced open"),
-    ("post", "/admin/policies/db/retune", {"changes": {"max_concurrent": 3}}, 400, "cannot be retuned"),
+    ("post", "/admin/policies/db/retune", {"changes": {"max_concurrent": 0}}, 400, "max_concurrent"),
+    ("post", "/admin/policies/db/retune", {"changes": {"label": "x"}}, 400, "label"),
     ("get", "/admin/policies/hosts/retune", None, 405, "POST"),
     ("delete", "/admin/policies", None, 405, "GET"),
     ("get", "/elsewhere", None, 404, "not found"),
 ])
 def test_bad_input_gets_a_status_and_a_message(client, control, method, path, body, status, says):
     before = dict(control.get("hosts").config)
+    db = repr(control.get("db"))
     kwargs: dict[str, Any] = {} if body is None else {"json": body}
     r = client.request(method.upper(), path, **kwargs)
     assert r.status_code == status, r.text
     assert says in r.json()["error"]
     assert dict(control.get("hosts").config) == before  # nothing changed
+    assert repr(control.get("db")) == db
 
 
 def test_malformed_json_and_oversized_bodies(client):

@@ -144,12 +144,18 @@ def test_retune_validates_like_the_constructor_and_leaves_the_live_policy_unchan
     assert cp.retune("hosts", actor="carol", failure_rate_threshold=0.9, minimum_calls=3) == 1
     assert hosts.get("a") is not a and hosts.config["failure_rate_threshold"] == 0.9
     with pytest.raises(TypeError, match="cannot be retuned"):
-        cp.retune("db", max_concurrent=4)
+        cp.retune("shed", k=4)  # a stand-in with no _retune of its own
     with pytest.raises(UnknownPolicy):
         cp.retune("nope", x=1)
-    (event,) = sink.of("control.retuned")
-    assert dict(event.attributes) == {"policies": 1, "parameters": "failure_rate_threshold,minimum_calls",
+    with pytest.raises(ValueError, match="max_concurrent"):
+        cp.retune("db", max_concurrent=0)
+    assert cp.get("db").max_concurrent == 3
+    assert cp.retune("db", max_concurrent=4) == 1  # a plain policy, retuned in place
+    assert cp.get("db").max_concurrent == 4
+    first, second = sink.of("control.retuned")
+    assert dict(first.attributes) == {"policies": 1, "parameters": "failure_rate_threshold,minimum_calls",
                                       "actor": "carol"}
+    assert dict(second.attributes) == {"policies": 1, "parameters": "max_concurrent"}
 
 
 def test_registry_names(clock):

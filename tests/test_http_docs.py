@@ -19,7 +19,7 @@ BLOCK = re.compile(r"^## A runnable example\n.*?^```python\n(.*?)^```", re.M | r
     ("httpx.md", ["200 ok", "503 down", "failures=3"]),
     ("aiohttp.md", ["200 ok", "failures=1"]),
     ("asgi.md", ["served", "shed with 503"]),
-    ("control-plane.md", ["'forced_open': True", "refused: rate must be >= 1", "50 tenants:acme"]),
+    ("control-plane.md", ["'forced_open': True", "refused: rate must be >= 1", "50 tenants:acme", "2 18\n10 10\n0 0"]),
 ])
 def test_the_runnable_example_runs(page: str, says: list[str], tmp_path: Path) -> None:
     match = BLOCK.search((ROOT / "docs" / page).read_text(encoding="utf-8"))

@@ -23,7 +23,12 @@ from types import TracebackType
 from ._clock import Clock, TimerHandle, resolve_clock, same_clock
 from ._durations import Seconds, check_label, to_ns
 from ._errors import DeadlineExceeded, Defect, leaves
-from .events import Level, emit, min_level
+from .events import Level, emit
+from .events._sinks import kind_floor
+
+# The sinks wanting timeout events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("timeout")
 
 DEADLINE_CANCEL_MESSAGE = "stoic: deadline exceeded"
 
@@ -179,7 +184,7 @@ class Timeout:
         assert self._scope is not None and self._task is not None
         self._scope.fired = True
         self._task.cancel(DEADLINE_CANCEL_MESSAGE)
-        if min_level() <= Level.INFO:
+        if _SINKS.wants(Level.INFO):
             emit("timeout.expired", self._label or "timeout", Level.INFO, self._clock.now_ns(), {})
 
     async def __aexit__(

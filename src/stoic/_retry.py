@@ -27,8 +27,13 @@ from ._deadline import Timeout, remaining_ns
 from ._deadline import _current as _deadline_scope
 from ._durations import Seconds, check_label, to_ns
 from ._errors import is_defect
-from .events import Level, emit, error_type, min_level
+from .events import Level, emit, error_type
+from .events._sinks import kind_floor
 from .schedule import BoundedSchedule, Schedule
+
+# The sinks wanting retry events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("retry")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -161,12 +166,12 @@ class _Run:
         """
         if self.nested and self.single:
             self._count("stoic.retry.outcomes", "nested")
-            if min_level() <= Level.INFO:
+            if _SINKS.wants(Level.INFO):
                 self._event("retry.nested", Level.INFO, {"error.type": error_type(error)})
             return False
         if is_defect(error):
             self._count("stoic.retry.outcomes", "defect")
-            if min_level() <= Level.ERROR:
+            if _SINKS.wants(Level.ERROR):
                 self._event("retry.defect", Level.ERROR, {"attempt": number, "error.type": error_type(error)})
             return False
         try:
@@ -176,21 +181,21 @@ class _Run:
             decision = RetryDecision.STOP
         if not decision.retries:
             self._count("stoic.retry.outcomes", "permanent")
-            if min_level() <= Level.INFO:
+            if _SINKS.wants(Level.INFO):
                 self._event("retry.permanent", Level.INFO, {"attempt": number, "error.type": error_type(error)})
             return False
         now = self.clock.now_ns()
         delay = self.step.next(now - self.start_ns)
         if delay is None:
             self._count("stoic.retry.outcomes", "exhausted")
-            if min_level() <= Level.WARNING:
+            if _SINKS.wants(Level.WARNING):
                 self._event("retry.exhausted", Level.WARNING, {"attempts": number, "error.type": error_type(error)})
             return False
         after = decision._after_ns
         if after is not None:
             # Retry-After replaces the schedule's delay, not its bound (stepped above), budget or deadline.
             if after > RETRY_AFTER_CAP_NS:
-                if min_level() <= Level.WARNING:
+                if _SINKS.wants(Level.WARNING):
                     self._event("retry.after_capped", Level.WARNING,
                                 {"requested": after / 1e9, "capped": RETRY_AFTER_CAP_NS / 1e9})
                 after = RETRY_AFTER_CAP_NS
@@ -198,17 +203,17 @@ class _Run:
         left = remaining_ns()
         if left is not None and delay + (now - attempt_start_ns) >= left:
             self._count("stoic.retry.outcomes", "deadline_skip")
-            if min_level() <= Level.INFO:
+            if _SINKS.wants(Level.INFO):
                 self._event("retry.deadline_skip", Level.INFO, {"attempt": number, "error.type": error_type(error)})
             return False
         if not self.bucket.try_spend():
             self._count("stoic.retry.outcomes", "budget_exhausted")
-            if min_level() <= Level.WARNING:
+            if _SINKS.wants(Level.WARNING):
                 self._event("retry.budget_exhausted", Level.WARNING,
                             {"attempt": number, "error.type": error_type(error)})
             return False
         self._count("stoic.retry.retries", error_type(error))
-        if min_level() <= Level.INFO:
+        if _SINKS.wants(Level.INFO):
             self._event("retry.attempt_failed", Level.INFO, {
                 "attempt": number, "error.type": error_type(error),
                 "decision": "retry" if after is None else "retry_after", "next_delay": delay / 1e9,
@@ -218,7 +223,7 @@ class _Run:
 
     def succeeded(self, attempts: int) -> None:
         self._count("stoic.retry.outcomes", "succeeded")
-        if min_level() <= Level.INFO:
+        if _SINKS.wants(Level.INFO):
             self._event("retry.succeeded", Level.INFO, {"attempts": attempts})
 
 

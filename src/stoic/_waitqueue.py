@@ -35,7 +35,12 @@ from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, to_ns, to_seconds
 from ._errors import DeadlineExceeded, Shed
 from ._wakeup import wake
-from .events import AttributeValue, Level, emit, min_level
+from .events import AttributeValue, Level, emit
+from .events._sinks import kind_floor
+
+# The sinks wanting bulkhead events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("bulkhead")
 
 if TYPE_CHECKING:
     from .bulkhead import Bulkhead, _Waiter
@@ -93,6 +98,13 @@ class ManagedQueue:
         self._min_sojourn_ns: int | None = None
         # The bulkhead's waiters are its own _Waiter objects; what is queue-specific sits beside.
         self.parked: dict[int, _Parked] = {}
+
+    def retune(self, other: ManagedQueue) -> None:
+        """Take ``other``'s options (a bulkhead retuned live); what CoDel learnt restarts."""
+        self.target_ns, self.interval_ns, self.lifo, self.prioritized = (
+            other.target_ns, other.interval_ns, other.lifo, other.prioritized)
+        self.overloaded = False
+        self._interval_end_ns = self._min_sojourn_ns = None
 
     # --- CoDel ---
     def _observe(self, now_ns: int, sojourn_ns: int) -> None:
@@ -270,7 +282,7 @@ class ManagedQueue:
         wake(waiter.future)
 
     def _shed_event(self, bulkhead: Bulkhead, reason: str, sojourn_ns: int, tier: int) -> None:
-        if min_level() <= Level.INFO:
+        if _SINKS.wants(Level.INFO):
             attributes: dict[str, AttributeValue] = {
                 "reason": reason, "capacity": bulkhead._max, "sojourn": to_seconds(sojourn_ns),
                 "criticality": str(Criticality(tier)),

@@ -19,18 +19,24 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from ._clock import Clock, SystemClock, check_clock
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline
-from ._durations import Seconds, check_int, check_label, to_ns
+from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import DeadlineExceeded, Rejected
 from ._limits import AimdLimit, Change, Gradient2Limit
 from ._quantile import _check_quantile
+from ._retune import validated
 from ._waitqueue import ManagedQueue
 from .bulkhead import Bulkhead
-from .events import Level, emit, min_level
+from .events import Level, emit
+from .events._sinks import kind_floor
+
+# The sinks wanting bulkhead events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("bulkhead")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -92,9 +98,27 @@ class _AdaptiveBulkhead(Bulkhead):
         """The floor of the limit."""
         return self._floor
 
+    def _settings(self) -> dict[str, Any]:
+        return {**super()._settings(), "max_concurrent": self._ceiling, "min_concurrent": self._floor}
+
+    def _retune(self, **changes: Any) -> None:
+        """Swap the configuration live (stoic.ControlPlane.retune), validated by the constructor
+        (``ValueError`` naming the parameter; the bulkhead unchanged). The limit starts afresh
+        at ``max_concurrent`` with a new algorithm (what the old one learnt is dropped), emitting
+        ``bulkhead.limit_changed`` (cause ``retune``) when that moves it; calls running keep
+        their slots, and waiters get the slots a higher limit frees at once."""
+        fresh = validated(self, self._settings(), changes)
+        managed = self._managed
+        assert managed is not None and fresh._managed is not None
+        self._queue_limit = fresh._queue_limit
+        managed.retune(fresh._managed)
+        self._ceiling, self._floor, self._algorithm = fresh._ceiling, fresh._floor, fresh._algorithm
+        if fresh._max != self._max:
+            self._apply(Change(self._max, fresh._max, "retune"))
+
     def _apply(self, change: Change) -> None:
         self._max = change.new
-        if min_level() <= Level.INFO:
+        if _SINKS.wants(Level.INFO):
             emit("bulkhead.limit_changed", self._label, Level.INFO, self._clock.now_ns(),
                  {"old": change.old, "new": change.new, "cause": change.cause})
         if change.new > change.old:
@@ -186,6 +210,13 @@ class AdaptiveBulkhead(_AdaptiveBulkhead):
 
     __slots__ = ()
 
+    def _settings(self) -> dict[str, Any]:
+        aimd = self._algorithm
+        assert isinstance(aimd, AimdLimit)
+        return {**super()._settings(), "latency_threshold": to_seconds(aimd.threshold_ns),
+                "backoff_ratio": aimd.backoff_ratio, "increase_step": aimd.increase_step,
+                "cooldown": to_seconds(aimd.cooldown_ns), "latency_quantile": aimd.quantile}
+
     def __init__(
         self, *, latency_threshold: Seconds, max_concurrent: int, min_concurrent: int = 1,
         queue_limit: int | None = 0, backoff_ratio: float = 0.9, increase_step: float = 1.0,
@@ -231,6 +262,12 @@ class GradientBulkhead(_AdaptiveBulkhead):
     """
 
     __slots__ = ()
+
+    def _settings(self) -> dict[str, Any]:
+        gradient = self._algorithm
+        assert isinstance(gradient, Gradient2Limit)
+        return {**super()._settings(), "rtt_tolerance": gradient.rtt_tolerance, "smoothing": gradient.smoothing,
+                "long_window": gradient.long_window, "headroom": gradient.headroom}
 
     def __init__(
         self, *, max_concurrent: int, min_concurrent: int = 1, queue_limit: int | None = 0,

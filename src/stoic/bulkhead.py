@@ -24,18 +24,24 @@ import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from . import _deadline, _metrics
 from ._admission import admitted_after_wait
 from ._clock import Clock, resolve_clock, wait_seconds
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
-from ._durations import Seconds, check_int, check_label, to_ns
+from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import BulkheadFull, DeadlineExceeded
+from ._retune import validated
 from ._waitqueue import ManagedQueue, check_queue_options
 from ._wakeup import completed, wake
-from .events import AttributeValue, Level, emit, min_level
+from .events import AttributeValue, Level, emit
+from .events._sinks import kind_floor
+
+# The sinks wanting bulkhead events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("bulkhead")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -127,7 +133,7 @@ class _Compartment:
     def _full(self, waiting: int) -> BulkheadFull:
         if _metrics.state.enabled:
             self._rec.count_locked(("stoic.bulkhead.rejections", "bulkhead_full"))
-        if min_level() <= Level.INFO:
+        if _SINKS.wants(Level.INFO):
             emit("bulkhead.rejected", self._label, Level.INFO, self._clock.now_ns(),
                  {"reason": "bulkhead_full", "capacity": self._max, "waiting": waiting})
         return BulkheadFull(label=self._label)
@@ -135,7 +141,7 @@ class _Compartment:
     def _left(self, reason: str) -> None:
         if _metrics.state.enabled:
             self._rec.count_locked(("stoic.bulkhead.rejections", reason))
-        if min_level() <= Level.INFO:
+        if _SINKS.wants(Level.INFO):
             attributes: dict[str, AttributeValue] = {"reason": reason, "capacity": self._max}
             emit("bulkhead.rejected", self._label, Level.INFO, self._clock.now_ns(), attributes)
 
@@ -219,7 +225,7 @@ class Bulkhead(_Compartment):
         if self._managed is not None:
             return self._managed.release(self)
         waiters = self._waiters
-        while waiters:
+        while waiters and self._active <= self._max:  # above a limit retuned lower, the slot retires
             waiter = waiters.popleft()
             waiter.queued = False
             waiter.granted = True  # the slot changes hands; the active count does not change
@@ -228,6 +234,40 @@ class Bulkhead(_Compartment):
                 return
             waiter.granted = False  # its event loop is closed: nobody will run; try the next
         self._active -= 1
+
+    def _settings(self) -> dict[str, Any]:
+        """The constructor's keyword arguments that rebuild this configuration (for ``_retune``)."""
+        managed = self._managed
+        return {
+            "max_concurrent": self._max, "queue_limit": self.queue_limit,
+            "queue_target": None if managed is None or managed.target_ns is None else to_seconds(managed.target_ns),
+            "queue_interval": 0.1 if managed is None else to_seconds(managed.interval_ns),
+            "queue_adaptive_lifo": managed is not None and managed.lifo,
+            "prioritized": managed is not None and managed.prioritized,
+        }
+
+    def _retune(self, **changes: Any) -> None:
+        """Swap the configuration live (stoic.ControlPlane.retune), validated by the constructor
+        (``ValueError`` naming the parameter; the bulkhead unchanged). Calls running keep their
+        slots: a lower limit retires slots as they are released, a higher one hands the new free
+        slots to waiters at once. Queue management's learnt state restarts; turning it on or off
+        needs an empty queue (``ValueError`` naming ``queue_target`` otherwise)."""
+        fresh = validated(self, self._settings(), changes)
+        managed, new = self._managed, fresh._managed
+        if (managed is None) != (new is None) and self._waiters:
+            raise ValueError(f"queue_target, queue_adaptive_lifo and prioritized cannot turn queue management "
+                             f"on or off while {len(self._waiters)} callers wait")
+        self._max, self._queue_limit = fresh._max, fresh._queue_limit
+        if managed is not None and new is not None:
+            managed.retune(new)
+        else:
+            self._managed = new
+        if self._managed is not None:
+            self._managed.fill(self)
+        else:
+            while self._waiters and self._active < self._max:
+                self._active += 1
+                self._release()  # hands the new slot over (or gives it back if nobody can run)
 
     async def execute(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``await fn(*args, **kwargs)`` in a slot, waiting for one if the queue allows.
@@ -364,8 +404,17 @@ class BlockingBulkhead(_Compartment):
             raise
         return True
 
+    def _retune(self, **changes: Any) -> None:
+        """Swap ``max_concurrent`` and ``queue_limit`` live, as :meth:`Bulkhead._retune` does."""
+        fresh = validated(self, {"max_concurrent": self._max, "queue_limit": self.queue_limit}, changes)
+        with self._lock:
+            self._max, self._queue_limit = fresh._max, fresh._queue_limit
+            while self._waiters and self._active < self._max:
+                self._active += 1
+                self._release_locked()
+
     def _release_locked(self) -> None:
-        if self._waiters:
+        if self._waiters and self._active <= self._max:  # above a limit retuned lower, the slot retires
             waiter = self._waiters.popleft()
             waiter.queued = False
             waiter.granted = True

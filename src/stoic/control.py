@@ -4,7 +4,7 @@ A :class:`ControlPlane` is a registry of policies by name: plain policy objects 
 :class:`stoic.Keyed` families (state per ``(policy, key)``, the seed's ``(policy, route)``).
 :meth:`ControlPlane.inspect` reads :class:`PolicyState` snapshots; :meth:`~ControlPlane.force_open`
 / :meth:`~ControlPlane.clear_forced_open` are the manual kill switch; :meth:`~ControlPlane.retune`
-hot-swaps a family's configuration. Every control action is an event (``control.*``) carrying
+swaps a policy's (or a family's) configuration live. Every control action is an event (``control.*``) carrying
 the optional ``actor`` the caller names (who asked: an operator, a ticket).
 
 Policies are read by duck typing, so any policy with these properties fits (the adaptive
@@ -23,8 +23,13 @@ from typing import Any
 
 from ._clock import Clock, current_clock
 from ._durations import check_label
-from .events import Level, emit, min_level
+from .events import Level, emit
+from .events._sinks import kind_floor
 from .keyed import Keyed, is_forced_open
+
+# The sinks wanting control events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("control")
 
 __all__ = ["ControlPlane", "PolicyState", "UnknownPolicy"]
 
@@ -205,23 +210,31 @@ class ControlPlane:
         return count
 
     def retune(self, policy: str, *, actor: str | None = None, **changes: Any) -> int:
-        """Swap ``policy``'s configuration live (a :class:`stoic.Keyed` family, or any policy
-        with a ``retune(**changes)`` method): validated like the constructor, all or nothing,
-        dropping cached adaptive state; calls in flight finish where they were admitted.
-        Returns how many policies were rebuilt. Raises :class:`UnknownPolicy`; ``ValueError``
-        naming the parameter for a value out of range and ``TypeError`` for an unknown
-        parameter, leaving the live policy unchanged; ``TypeError`` when the policy cannot be
-        retuned (a plain policy object: register a family to retune it). Emits
-        ``control.retuned``."""
+        """Swap ``policy``'s configuration live, validated like the constructor, all or nothing.
+
+        A plain policy (:class:`stoic.CircuitBreaker`, :class:`stoic.RateLimiter`,
+        :class:`stoic.Bulkhead`, the adaptive bulkheads, :class:`stoic.AdaptiveThrottle`,
+        :class:`stoic.Hedge` and their blocking twins) is retuned in place by its own
+        ``_retune``: calls in flight keep their slots, permits and probes, and what it learnt
+        under the old configuration (windows, estimates, adaptive limits) is dropped (see each
+        kind's ``_retune``). A :class:`stoic.Keyed` family rebuilds every key's policy
+        (:meth:`stoic.Keyed.retune`). Returns how many policies were retuned.
+
+        Raises :class:`UnknownPolicy`; ``ValueError`` naming the parameter for a value out of
+        range (or none given) and ``TypeError`` for a parameter the policy does not take (``label``
+        and ``clock`` included), leaving the live policy unchanged; ``TypeError`` when the policy
+        cannot be retuned. Emits ``control.retuned``."""
         entry = self.get(policy)
         if not changes:
             raise ValueError("retune needs at least one parameter to change")
-        retune = getattr(entry, "retune", None)
-        if not callable(retune):
-            raise TypeError(f"{policy!r} is a {type(entry).__name__} object, which cannot be retuned: "
-                            "register a stoic.Keyed family to retune it")
-        result = retune(**changes)
-        count = result if isinstance(result, int) else 1
+        if isinstance(entry, Keyed):
+            count = entry.retune(**changes)
+        else:
+            retune = getattr(entry, "_retune", None)
+            if not callable(retune):
+                raise TypeError(f"{policy!r} is a {type(entry).__name__}, which cannot be retuned")
+            retune(**changes)
+            count = 1
         self._emit("control.retuned", policy, None, actor,
                    {"policies": count, "parameters": ",".join(sorted(changes))})
         return count
@@ -241,7 +254,7 @@ class ControlPlane:
 
     def _emit(self, name: str, policy: str, key: str | None, actor: str | None, attrs: dict[str, Any]) -> None:
         level = Level.WARNING if name == "control.forced_open" else Level.INFO
-        if min_level() <= level:
+        if _SINKS.wants(level):
             if key is not None:
                 attrs["key"] = key
             if actor is not None:

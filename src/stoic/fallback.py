@@ -19,7 +19,12 @@ from ._callbacks import callback_failed
 from ._durations import check_label
 from ._errors import is_defect
 from ._policy import Policy
-from .events import Level, emit, error_type, min_level
+from .events import Level, emit, error_type
+from .events._sinks import kind_floor
+
+# The sinks wanting fallback events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("fallback")
 
 __all__ = ["with_fallback"]
 
@@ -70,7 +75,7 @@ async def with_fallback(
                 handle = False
         if not handle:
             raise
-        if min_level() <= Level.INFO:
+        if _SINKS.wants(Level.INFO):
             emit("fallback.substituted", label, Level.INFO, time.monotonic_ns(), {"error.type": error_type(error)})
         substitute = fallback(error)
         if inspect.isawaitable(substitute):

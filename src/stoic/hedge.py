@@ -21,6 +21,7 @@ Only idempotent work may be hedged, and the call site has to say so: the first a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import enum
 import itertools
@@ -35,12 +36,18 @@ from ._budget import RetryBudget
 from ._clock import Clock, SystemClock, TimerHandle, resolve_clock
 from ._deadline import _current as _deadline_scope
 from ._deadline import remaining_ns
-from ._durations import Seconds, check_int, check_label, to_ns
+from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import DeadlineExceeded, leaves
 from ._quantile import WindowedQuantile, _check_quantile, default_warmup
 from ._random import call_site
 from ._retry import wants_attempt
-from .events import Level, emit, error_type, min_level
+from ._retune import validated
+from .events import Level, emit, error_type
+from .events._sinks import kind_floor
+
+# The sinks wanting hedge events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("hedge")
 
 R = TypeVar("R")
 
@@ -236,6 +243,24 @@ class Hedge:
         """The (resolved) budget hedges spend from."""
         return self._budget
 
+    def _retune(self, **changes: Any) -> None:
+        """Swap ``delay``, ``max_attempts``, ``budget``, ``quantile``, ``delay_min``, ``delay_max``
+        and ``window`` live (stoic.ControlPlane.retune), validated by the constructor
+        (``ValueError`` naming the parameter; the hedge unchanged). The adaptive delay's estimate
+        starts afresh (the delay is ``delay`` until it has warmed up again); calls in flight
+        read the new delay and attempt count at their next decision."""
+        fresh = validated(self, {
+            "delay": to_seconds(self._fixed_ns), "max_attempts": self.max_attempts, "budget": self._budget,
+            "quantile": self.quantile, "delay_min": None if self._min_ns is None else to_seconds(self._min_ns),
+            "delay_max": None if self._max_ns is None else to_seconds(self._max_ns), "window": self.window,
+        }, changes)
+        # A lock once made is kept: a call in flight may be about to observe under it.
+        lock = self._lock = self._lock or fresh._lock
+        with lock if lock is not None else contextlib.nullcontext():
+            self._fixed_ns, self.max_attempts, self._budget = fresh._fixed_ns, fresh.max_attempts, fresh._budget
+            self._min_ns, self._max_ns, self.window = fresh._min_ns, fresh._max_ns, fresh.window
+            self.quantile, self._estimate, self._delay_ns = fresh.quantile, fresh._estimate, fresh._delay_ns
+
     def _observe(self, latency_ns: int) -> None:
         # Only called for a call whose first attempt won (seed 003: the primaries' latencies).
         estimate = self._estimate
@@ -402,11 +427,11 @@ class _Call:
         delay_ns = policy._delay_ns
         left = remaining_ns(clock)  # (the same clock as at the call's start, checked there)
         if left is not None and left < delay_ns:
-            if min_level() <= Level.INFO:
+            if _SINKS.wants(Level.INFO):
                 emit("hedge.deadline_skip", policy.label, Level.INFO, clock.now_ns(), {"attempts": self._started()})
             return
         if not policy._budget.try_spend():
-            if min_level() <= Level.WARNING:
+            if _SINKS.wants(Level.WARNING):
                 emit("hedge.budget_exhausted", policy.label, Level.WARNING, clock.now_ns(),
                      {"attempts": self._started()})
             return
@@ -425,7 +450,7 @@ class _Call:
         task.add_done_callback(self.on_done)
         if _metrics.state.enabled:
             policy._rec.count_locked(("stoic.hedge.attempts",))
-        if min_level() <= Level.INFO:
+        if _SINKS.wants(Level.INFO):
             emit("hedge.started", policy.label, Level.INFO, now,
                  {"attempt": number, "elapsed": (now - self.start) / 1e9})
         if number < policy.max_attempts:
@@ -481,7 +506,7 @@ class _Call:
     def _fail(self, number: int, error: BaseException) -> None:
         running = self._running()
         policy = self.policy
-        if min_level() <= Level.DEBUG:
+        if _SINKS.wants(Level.DEBUG):
             emit("hedge.attempt_failed", policy.label, Level.DEBUG, policy._clock.now_ns(),
                  {"attempt": number, "running": running, "error.type": error_type(error)})
         if self.error is None:
@@ -579,7 +604,7 @@ async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: 
             # No hedge ever started: the first attempt's outcome is the call's.
             if call.handle is not None:
                 call.handle.cancel()
-            if min_level() <= Level.DEBUG and isinstance(exc, Exception):
+            if _SINKS.wants(Level.DEBUG) and isinstance(exc, Exception):
                 emit("hedge.attempt_failed", policy.label, Level.DEBUG, clock.now_ns(),
                      {"attempt": 1, "running": 0, "error.type": error_type(exc)})
             raise
@@ -632,7 +657,7 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
         error = call.error
         assert error is not None
         call.error = None
-        if min_level() <= Level.WARNING:
+        if _SINKS.wants(Level.WARNING):
             emit("hedge.all_failed", policy.label, Level.WARNING, policy._clock.now_ns(),
                  {"attempts": call._started(), "error.type": error_type(error)})
         raise error
@@ -647,7 +672,7 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
         value = cast(R, hedges[call.winner - 2].result())
     if _metrics.state.enabled:
         policy._rec.count_locked(("stoic.hedge.wins", str(call.winner)))
-    if min_level() <= Level.INFO:
+    if _SINKS.wants(Level.INFO):
         emit("hedge.won", policy.label, Level.INFO, clock.now_ns(),
              {"attempt": call.winner, "started": len(hedges) + 1, "latency": (call.end - call.start) / 1e9})
     return value

@@ -28,7 +28,12 @@ from typing import Any, Final, Generic, TypeVar
 
 from ._clock import Clock, current_clock
 from ._durations import Seconds, check_int, check_label, to_ns
-from .events import Level, emit, min_level
+from .events import Level, emit
+from .events._sinks import kind_floor
+
+# The sinks wanting keyed events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("keyed")
 
 __all__ = ["OVERFLOW_KEY", "Keyed"]
 
@@ -274,7 +279,7 @@ class Keyed(Generic[P]):
 
     def _emit(self, events: list[tuple[str, Level, dict[str, Any]]], now: int) -> None:
         if events:
-            level = min_level()
+            level = _SINKS.level()
             for name, lvl, attrs in events:
                 if level <= lvl:
                     emit(name, self._label, lvl, now, attrs)

@@ -36,8 +36,14 @@ from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import DeadlineExceeded, RateLimited
+from ._retune import validated
 from ._wakeup import wake
-from .events import AttributeValue, Level, emit, min_level
+from .events import AttributeValue, Level, emit
+from .events._sinks import kind_floor
+
+# The sinks wanting ratelimiter events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("ratelimiter")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -226,6 +232,31 @@ class _TokenBucket:
             head.queued = False
             self._queued -= head.permits
 
+    # --- the control plane ---
+    def _retune(self, **changes: Any) -> None:
+        """Swap ``rate``, ``per``, ``burst`` and ``queue_limit`` live (stoic.ControlPlane.retune),
+        validated by the constructor (``ValueError`` naming the parameter; the limiter unchanged).
+
+        The credit earned at the old rate up to now is kept as the same number of permits (capped
+        at the new burst); waiters keep their places and pay the new price when served (a head
+        already asleep wakes at the instant it computed, then recomputes). A burst that follows the
+        rate (built without ``burst``, or equal to ``rate``) keeps following it. ``ValueError``
+        naming ``burst`` when a queued request asks more permits than the new burst could hold.
+        """
+        burst = None if self._burst == self._rate else self._burst
+        fresh = validated(self, {"rate": self._rate, "per": to_seconds(self._per_ns), "burst": burst,
+                                 "queue_limit": self._queue_limit}, changes)
+        with self._lock:
+            largest = max((w.permits for w in self._waiters), default=0)
+            if largest > fresh._burst:
+                raise ValueError(f"burst must be >= {largest} while a request for {largest} permits waits, "
+                                 f"got {fresh._burst}")
+            self._take(self._now(), 0)  # earned at the old rate up to this instant
+            old_per = self._per_ns
+            self._rate, self._per_ns, self._burst = fresh._rate, fresh._per_ns, fresh._burst
+            self._queue_limit, self._capacity = fresh._queue_limit, fresh._capacity
+            self._credit = min(self._credit * self._per_ns // old_per, self._capacity)
+
     # --- validation and events ---
     def _check_permits(self, permits: int) -> None:
         if isinstance(permits, bool) or not isinstance(permits, int) or permits < 1:
@@ -234,7 +265,7 @@ class _TokenBucket:
     def _oversized(self, permits: int) -> RateLimited:
         if _metrics.state.enabled:
             self._rec.count_locked(("stoic.ratelimiter.rejections", "oversized"))
-        if min_level() <= Level.WARNING:
+        if _SINKS.wants(Level.WARNING):
             emit("ratelimiter.oversized", self._label, Level.WARNING, self._now(),
                  {"permits": permits, "burst": self._burst})
         return RateLimited(
@@ -245,7 +276,7 @@ class _TokenBucket:
     def _reject(self, reason: str, permits: int, wait_ns: int | None) -> None:
         if _metrics.state.enabled:
             self._rec.count_locked(("stoic.ratelimiter.rejections", reason))
-        if min_level() <= Level.INFO:
+        if _SINKS.wants(Level.INFO):
             attributes: dict[str, AttributeValue] = {"reason": reason, "permits": permits}
             if wait_ns is not None:
                 attributes["retry_after"] = wait_ns / 1e9
@@ -254,7 +285,7 @@ class _TokenBucket:
     def _waited(self, permits: int, start_ns: int) -> None:
         if _metrics.state.enabled:
             self._rec.observe_locked(("stoic.ratelimiter.wait.duration",), self._now() - start_ns)
-        if min_level() <= Level.DEBUG:
+        if _SINKS.wants(Level.DEBUG):
             now = self._now()
             emit("ratelimiter.waited", self._label, Level.DEBUG, now,
                  {"permits": permits, "waited": (now - start_ns) / 1e9})
@@ -365,7 +396,7 @@ class RateLimiter(_TokenBucket):
             # late wake-up or a departed waiter never leaves earned credit unspent.
             while True:
                 now = self._now()
-                wait = self._serve_head(now, cost)
+                wait = self._serve_head(now, permits * self._per_ns)  # (per may be retuned meanwhile)
                 if not wait:
                     self._leave(waiter)
                     break
@@ -509,7 +540,6 @@ class BlockingRateLimiter(_TokenBucket):
         if limit is None or (ambient is not None and ambient < limit):
             limit = ambient
         give_up = None if limit is None else start + limit
-        cost = permits * self._per_ns
         waiter = _Waiter(permits)
         waiter.cond = threading.Condition(self._lock)
         waiter.head = not self._waiters
@@ -528,7 +558,7 @@ class BlockingRateLimiter(_TokenBucket):
                     waiter.cond.wait(wait_seconds(left))  # (capped: threading refuses longer waits)
             while True:
                 now = self._now()
-                wait = self._serve_head(now, cost)
+                wait = self._serve_head(now, permits * self._per_ns)  # (per may be retuned meanwhile)
                 if not wait:
                     self._leave(waiter)
                     return now

@@ -30,15 +30,21 @@ import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from . import _metrics, _random
 from ._classify import ClassifierLike, RetryClassifier, as_classifier
 from ._clock import Clock, SystemClock, resolve_clock
 from ._deadline import cancelled_by_deadline
-from ._durations import Seconds, check_int, check_label, to_ns
+from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import DeadlineExceeded, Defect, Rejected, Throttled
-from .events import Level, emit, min_level
+from ._retune import validated
+from .events import Level, emit
+from .events._sinks import kind_floor
+
+# The sinks wanting throttle events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("throttle")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -115,6 +121,20 @@ class AdaptiveThrottle:
         """The label carried by every event of this throttle."""
         return self._label
 
+    def _retune(self, **changes: Any) -> None:
+        """Swap ``k``, ``min_throughput``, ``window``, ``max_probability`` and ``classify`` live
+        (stoic.ControlPlane.retune), validated by the constructor (``ValueError`` naming the
+        parameter; the throttle unchanged). The window's counts start afresh (they were judged
+        under the old configuration); calls running are counted in the new window."""
+        fresh = validated(self, {
+            "k": self.k, "min_throughput": self.min_throughput, "window": to_seconds(self._bucket_ns * BUCKETS),
+            "max_probability": self.max_probability, "classify": self._classify}, changes)
+        self.k, self.min_throughput, self.max_probability = fresh.k, fresh.min_throughput, fresh.max_probability
+        self._classify, self._bucket_ns = fresh._classify, fresh._bucket_ns
+        self._requests, self._accepts = [0] * BUCKETS, [0] * BUCKETS
+        self._total_requests = self._total_accepts = 0
+        self._epoch = self._clock.now_ns() // self._bucket_ns
+
     def _roll(self) -> int:
         """Advance to the current bucket, clearing the buckets that fell out of the window."""
         epoch = self._now_ns() // self._bucket_ns
@@ -182,7 +202,7 @@ class AdaptiveThrottle:
         if p > 0.0 and _random.stream(self._site).random() < p:
             self._requests[i] += 1
             self._total_requests += 1
-            if min_level() <= Level.INFO:
+            if _SINKS.wants(Level.INFO):
                 emit("throttle.rejected", self._label, Level.INFO, self._clock.now_ns(),
                      {"probability": p, "requests": self._total_requests, "accepts": self._total_accepts})
             raise Throttled(label=self._label)

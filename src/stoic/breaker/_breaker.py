@@ -31,8 +31,9 @@ from .. import _admission, _metrics, _random
 from .._callbacks import callback_failed
 from .._clock import Clock, SystemClock, current_clock
 from .._deadline import remaining_ns
-from .._durations import Seconds, check_int, check_label
+from .._durations import Seconds, check_int, check_label, to_seconds
 from .._errors import CircuitOpen, DeadlineExceeded, Defect, is_defect, is_rejection, leaves
+from .._retune import validated
 from ..events import Level, emit
 from ..events._event import error_type
 from ..events._sinks import kind_floor
@@ -779,6 +780,29 @@ class CircuitBreaker:
             self._trips = 0
         pending.append(("breaker.reset", _INFO, {}))
         self._flush(pending, now)
+
+    def _retune(self, **changes: Any) -> None:
+        """Swap the configuration live (stoic.ControlPlane.retune): any constructor parameter but
+        ``label`` and ``clock``, validated by the constructor (``ValueError`` naming the parameter;
+        the breaker unchanged). A closed breaker starts an empty window under the new thresholds
+        (calls in flight finish as stale, as after :meth:`force_closed`); an open or half-open one
+        keeps its state, period and probes, and the new configuration applies from its next
+        transition. The trip count is kept."""
+        fresh = validated(self, {
+            "window": self._window_kind, "minimum_calls": self._minimum,
+            "failure_rate_threshold": self._fppm / 1e6, "slow_call_rate_threshold": self._sppm / 1e6,
+            "slow_call_duration": to_seconds(self._slow_ns), "open_duration": self._open_duration,
+            "half_open_probes": self._probes, "half_open_timeout": to_seconds(self._probe_timeout_ns),
+            "record_when": self._record_when,
+        }, changes)
+        with self._lock:
+            self._window_kind, self._minimum, self._fppm, self._sppm = (
+                fresh._window_kind, fresh._minimum, fresh._fppm, fresh._sppm)
+            self._slow_ns, self._open_duration, self._probes = fresh._slow_ns, fresh._open_duration, fresh._probes
+            self._probe_timeout_ns, self._record_when = fresh._probe_timeout_ns, fresh._record_when
+            if self._state is _CLOSED and self._epoch is not None:
+                self._enter(_CLOSED)  # a new epoch: what the old window judged is dropped with it
+                self._window = None
 
     def __reduce_ex__(self, protocol: object) -> Any:
         """Refused: ``copy``, ``deepcopy`` and ``pickle`` all raise ``TypeError``. A breaker is the

@@ -139,8 +139,9 @@ _SPECS: tuple[EventSpec, ...] = (
     EventSpec("bulkhead.limit_changed", Level.INFO, "An adaptive bulkhead's admission limit moved.", {
         "old": _a("int", "the limit before"),
         "new": _a("int", "the limit after"),
-        "cause": _a("str", "backoff (a breach or a drop), increase (additive, or Gradient2 headroom) or "
-                    "gradient (Gradient2 contracting with the latency gradient)"),
+        "cause": _a("str", "backoff (a breach or a drop), increase (additive, or Gradient2 headroom), "
+                    "gradient (Gradient2 contracting with the latency gradient) or retune (reset to "
+                    "max_concurrent by ControlPlane.retune)"),
     }),
     # --- adaptive throttle (seed 003, Adaptive throttle) ---
     EventSpec("throttle.rejected", Level.INFO, "The adaptive throttle shed a call locally.", {

@@ -73,8 +73,9 @@ def _level_for(entries: tuple[_Entry, ...], kind: str) -> int:
 
 class KindFloor:
     """The floor of one policy kind: no ambient sink in any context wants an event of this kind
-    below ``floor``. A policy module holds its kind's object and reads ``.floor`` (one attribute,
-    no context variable) before asking :func:`min_level` with its kind."""
+    below ``floor``. A policy module holds its kind's object (:func:`kind_floor`) and guards each
+    emit with :meth:`wants`; a per-call path reads ``.floor`` inline first (one attribute, no
+    context variable, no call) and asks :meth:`wants` only when it is low enough to matter."""
 
     __slots__ = ("floor", "kind", "process")
 
@@ -82,6 +83,15 @@ class KindFloor:
         self.kind = kind
         self.process = _OFF  # the lowest level of process-wide sinks wanting this kind
         self.floor = _OFF
+
+    def level(self) -> int:
+        """The lowest level any ambient sink (process-wide or in scope here) wants for this kind."""
+        return _lowest(self.process, _scoped.get(), self.kind)
+
+    def wants(self, level: int) -> bool:
+        """Whether an event of this kind at ``level`` would reach any ambient sink: ``False`` from
+        the floor alone while no sink anywhere wants it (the context variable is not read)."""
+        return self.floor <= level and _lowest(self.process, _scoped.get(), self.kind) <= level
 
 
 class _Registry:
@@ -159,10 +169,13 @@ def min_level(kind: str | None = None) -> int:
             return _process.min_level
         return scoped[1] if scoped[1] < _process.min_level else _process.min_level
     floor = _process.kinds.get(kind)
-    process = floor.process if floor is not None else _level_for(_process.entries, kind)
-    if scoped is None:
-        return process
-    if scoped[1] >= process:
+    return _lowest(floor.process if floor is not None else _level_for(_process.entries, kind), scoped, kind)
+
+
+def _lowest(process: int, scoped: tuple[tuple[_Entry, ...], int] | None, kind: str) -> int:
+    """The lowest level wanted for ``kind``: ``process`` (the process-wide sinks') or lower, by
+    the sinks in scope (``scoped``) that want that kind."""
+    if scoped is None or scoped[1] >= process:
         return process
     return min(process, _level_for(scoped[0], kind))
 

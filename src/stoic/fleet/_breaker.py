@@ -32,8 +32,8 @@ from .._errors import CircuitOpen, Rejected, is_defect
 from ..breaker import BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
 from ..breaker._config import threshold_ppm
 from ..breaker._window import FAILED, NEVER, SLOW, CountRing, TimeBuckets
-from ..events import Level, emit, min_level
-from ..events._sinks import _process as _sinks
+from ..events import Level, emit
+from ..events._sinks import kind_floor
 from ._limiter import fail_event, ints
 from ._store import RedisStore, StoreError, check_key_part
 
@@ -46,6 +46,8 @@ _OPEN: Final = 1
 _HALF_OPEN: Final = 2
 _FORCED: Final = 3
 _DEBUG_INT: Final = int(Level.DEBUG)
+# The sinks wanting breaker events (stoic.events._sinks.KindFloor): the success path reads its floor.
+_SINKS: Final = kind_floor("breaker")
 _STATES: Final = (BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN, BreakerState.OPEN)
 
 
@@ -232,16 +234,16 @@ class SharedCircuitBreaker:
 
     def _announce(self, event: str, trips: int, open_for_us: int, now: int) -> None:
         name, _, detail = event.partition(":")
-        if name == "opened" and min_level() <= Level.WARNING:
+        if name == "opened" and _SINKS.wants(Level.WARNING):
             calls, failures, slow = self._counts if detail in ("failure_rate", "slow_calls") else (0, 0, 0)
             attrs: dict[str, Any] = {"trigger": detail, "calls": calls, "failures": failures, "slow_calls": slow,
                                      "trips": trips}
             if detail != "forced":
                 attrs["open_for"] = open_for_us / 1e6
             emit("breaker.opened", self.label, Level.WARNING, now, attrs)
-        elif name == "half_open" and min_level() <= Level.INFO:
+        elif name == "half_open" and _SINKS.wants(Level.INFO):
             emit("breaker.half_open", self.label, Level.INFO, now, {"probes": self._probes})
-        elif name == "closed" and min_level() <= Level.INFO:
+        elif name == "closed" and _SINKS.wants(Level.INFO):
             emit("breaker.closed", self.label, Level.INFO, now, {"reason": detail})
             if detail == "reset":
                 emit("breaker.reset", self.label, Level.INFO, now, {})
@@ -292,7 +294,7 @@ class SharedCircuitBreaker:
             self._quick += 1
         elif gen == self._gen and self._success(end):
             await self._trip(end)
-        if _sinks.floor <= _DEBUG_INT and min_level() <= _DEBUG_INT:
+        if _SINKS.floor <= _DEBUG_INT and _SINKS.wants(_DEBUG_INT):
             self._recorded("success", False, start, end)
         return result
 
@@ -325,7 +327,7 @@ class SharedCircuitBreaker:
         retry_after = None
         if self._st == _OPEN and self._until > now:
             retry_after = (self._until - now) / 1e9
-        if min_level() <= Level.DEBUG:
+        if _SINKS.wants(Level.DEBUG):
             attrs: dict[str, Any] = {"state": self.state.value}
             if retry_after is not None:
                 attrs["retry_after"] = retry_after
@@ -337,13 +339,13 @@ class SharedCircuitBreaker:
         if not isinstance(exc, Exception) or _caller_cancelling():
             return None
         if is_defect(exc):
-            if min_level() <= Level.ERROR:
+            if _SINKS.wants(Level.ERROR):
                 emit("breaker.defect", self.label, Level.ERROR, self._now(), {})
             return None
         try:
             counts = bool(self._record_when(exc))
         except Exception:
-            if min_level() <= Level.ERROR:
+            if _SINKS.wants(Level.ERROR):
                 emit("breaker.defect", self.label, Level.ERROR, self._now(), {})
             return None
         if not counts and isinstance(exc, Rejected):
@@ -368,7 +370,7 @@ class SharedCircuitBreaker:
             await self._record(gen, start, end, False)
         elif gen == self._gen and self._st == _CLOSED and self._success(end):
             await self._trip(end)
-        if min_level() <= _DEBUG_INT:
+        if _SINKS.wants(_DEBUG_INT):
             self._recorded("success", False, start, end)
         return result
 
@@ -393,7 +395,7 @@ class SharedCircuitBreaker:
         if gen != self._gen or self._st != _CLOSED:
             return  # stale: the shared state moved on while it ran
         slow = end - start > self._slow_ns
-        if min_level() <= _DEBUG_INT:
+        if _SINKS.wants(_DEBUG_INT):
             self._recorded("failure" if failed else "success", slow, start, end)
         self._defer_until = NEVER
         if self._fold() | self._window.add(end, (FAILED if failed else 0) | (SLOW if slow else 0)):

@@ -27,7 +27,8 @@ from .._deadline import cancelled_by_deadline, remaining_ns
 from .._durations import Seconds, to_ns
 from .._errors import DeadlineExceeded, RateLimited
 from .._wakeup import wake
-from ..events import AttributeValue, Level, emit, min_level
+from ..events import AttributeValue, Level, emit
+from ..events._sinks import kind_floor
 from ..ratelimiter import BlockingRateLimiter, RateLimiter
 from ._store import RedisStore, StoreError, check_key_part
 
@@ -35,6 +36,9 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 _EXACT: Final = 1 << 53
+# The sinks wanting fleet / ratelimiter events (stoic.events._sinks.KindFloor).
+_FLEET_SINKS: Final = kind_floor("fleet")
+_SINKS: Final = kind_floor("ratelimiter")
 
 
 def fail_event(label: str, policy: str, admitted: bool, exc: StoreError, now: int) -> None:
@@ -43,9 +47,9 @@ def fail_event(label: str, policy: str, admitted: bool, exc: StoreError, now: in
     if _metrics.state.enabled:
         _metrics.count_shared("fleet", label, ("stoic.fleet.fallbacks", "fail_open" if admitted else "fail_closed"))
     if admitted:
-        if min_level() <= Level.INFO:
+        if _FLEET_SINKS.wants(Level.INFO):
             emit("fleet.fail_open", label, Level.INFO, now, {"policy": policy, "unavailable": exc.unavailable})
-    elif min_level() <= Level.WARNING:
+    elif _FLEET_SINKS.wants(Level.WARNING):
         emit("fleet.fail_closed", label, Level.WARNING, now, {"policy": policy, "unavailable": exc.unavailable})
 
 
@@ -177,7 +181,7 @@ class _SharedBucket:
         if isinstance(permits, bool) or not isinstance(permits, int) or permits < 1:
             raise ValueError(f"permits must be an integer >= 1, got {permits!r}")
         if permits > self._burst:
-            if min_level() <= Level.WARNING:
+            if _SINKS.wants(Level.WARNING):
                 emit("ratelimiter.oversized", self._label, Level.WARNING, self._clock.now_ns(), {})
             raise RateLimited(
                 f"rate limited ({self._label}): {permits} permits can never be granted by a bucket of {self._burst}",
@@ -185,7 +189,7 @@ class _SharedBucket:
             )
 
     def _reject(self, reason: str, permits: int, wait_ns: int | None) -> RateLimited:
-        if min_level() <= Level.INFO:
+        if _SINKS.wants(Level.INFO):
             attributes: dict[str, AttributeValue] = {"reason": reason, "permits": permits}
             if wait_ns is not None:
                 attributes["retry_after"] = wait_ns / 1e9
@@ -326,7 +330,7 @@ class SharedRateLimiter(_SharedBucket):
             raise
         finally:
             self._leave(future)
-        if min_level() <= Level.DEBUG:
+        if _SINKS.wants(Level.DEBUG):
             now = clock.now_ns()
             emit("ratelimiter.waited", self._label, Level.DEBUG, now,
                  {"permits": permits, "waited": (now - start) / 1e9})
@@ -473,7 +477,7 @@ class BlockingSharedRateLimiter(_SharedBucket):
                         waiters.remove(ticket)
                     except ValueError:
                         pass
-        if min_level() <= Level.DEBUG:
+        if _SINKS.wants(Level.DEBUG):
             now = clock.now_ns()
             emit("ratelimiter.waited", self._label, Level.DEBUG, now,
                  {"permits": permits, "waited": (now - start) / 1e9})

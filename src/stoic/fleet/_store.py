@@ -30,7 +30,12 @@ from .._clock import Clock, current_clock
 from .._durations import Seconds, to_ns
 from .._errors import CircuitOpen
 from ..breaker import CircuitBreaker, CountWindow, OpenDuration
-from ..events import Level, emit, min_level
+from ..events import Level, emit
+from ..events._sinks import kind_floor
+
+# The sinks wanting fleet events (stoic.events._sinks.KindFloor): a sink that wants none of
+# them leaves these events unbuilt.
+_SINKS = kind_floor("fleet")
 
 _KEY_PART: Final = re.compile(r"[A-Za-z0-9_.:/@+=-]{1,200}")
 _SCHEMES: Final = ("redis", "rediss", "unix")
@@ -376,7 +381,7 @@ class RedisStore:
         if _metrics.state.enabled:
             kind = type(cause).__qualname__ if cause is not None else type(exc).__qualname__
             _metrics.count_shared("fleet", self._label, ("stoic.fleet.store.errors", kind))
-        if min_level() <= Level.WARNING:
+        if _SINKS.wants(Level.WARNING):
             emit("fleet.store_error", self._label, Level.WARNING, now, {
                 "operation": exc.operation,
                 "error.type": type(cause).__qualname__ if cause is not None else type(exc).__qualname__,
@@ -390,7 +395,7 @@ class RedisStore:
             now = self._clock.now_ns()
             if _metrics.state.enabled:
                 _metrics.count_shared("fleet", self._label, ("stoic.fleet.store.recoveries",))
-            if min_level() <= Level.INFO:
+            if _SINKS.wants(Level.INFO):
                 emit("fleet.store_recovered", self._label, Level.INFO, now, {"outage": (now - since) / 1e9})
 
     async def aclose(self) -> None:
