@@ -509,3 +509,35 @@ def test_both_kinds_follow_the_reference_model_of_priority_queueing(form: str, c
         blocking_model_run(capacity, queue_limit, ops)
     finally:
         bulkhead_module.threading = threading
+
+
+def test_shed_waiters_are_counted_by_reason_in_both_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stoic import _metrics
+
+    monkeypatch.setattr(_metrics.state, "enabled", True)
+    key = ("stoic.bulkhead.rejections", "priority")
+    blocking = BlockingBulkhead(1, queue_limit=1, prioritized=True, label="m", clock=VirtualClock())
+    gate = Gate()
+    first = arrive(blocking, gate, "first")
+    low = arrive(blocking, gate, "low", Criticality.BEST_EFFORT)
+    crit = Caller(blocking, gate, "crit", Criticality.CRITICAL)
+    crit.start()
+    low.join(10)
+    assert isinstance(low.error, Shed)
+    finish(first, crit)
+    assert blocking._rec.counters.get(key) == 1
+
+    async def displace() -> int:
+        bulkhead = Bulkhead(1, queue_limit=1, prioritized=True, label="m")
+        release = asyncio.Event()
+        tasks = []
+        for tier in (Criticality.NORMAL, Criticality.BEST_EFFORT, Criticality.CRITICAL):
+            with stoic.bind_criticality(tier):
+                tasks.append(asyncio.create_task(bulkhead.execute(release.wait)))
+            await settle()
+        release.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(results[1], Shed)
+        return bulkhead._rec.counters.get(key, 0)
+
+    assert asyncio.run(displace()) == 1
