@@ -31,6 +31,7 @@ update is the dearest step of a call); the warm-up of a fresh epoch takes every 
 backoff is still followed by a full warm-up's worth of fresh evidence."""
 
 _NEVER = sys.maxsize  # an in-flight count no call reaches
+_CLOSED = -sys.maxsize  # an instant before any clock's: the end of no window
 
 WINDOW_MIN_SAMPLES = 10
 WINDOW_NS = 1_000_000_000
@@ -219,7 +220,7 @@ class Gradient2Limit:
         self._total_ns = 0
         self._drops = 0
         self._in_flight = 0
-        self._window_end_ns = 0
+        self._window_end_ns = _CLOSED  # no window open: the next sample opens one
         # (As for AimdLimit: no successful sample may skip sample(), each one fills the window.)
         self.fast_ns = -1
         self.grow_from = 0
@@ -231,19 +232,29 @@ class Gradient2Limit:
 
     def sample(self, now_ns: int, latency_ns: int, in_flight: int, dropped: bool = False) -> Change | None:
         """Take one completed call; when it closes a window, update and return the change."""
-        count = self._count = self._count + 1
-        if count == 1:
-            self._window_end_ns = now_ns + self.window_ns
         if dropped:
             self._drops += 1
         else:
             self._total_ns += latency_ns
+        self._count += 1
         if in_flight > self._in_flight:
             self._in_flight = in_flight
-        if count < self.window_min_samples or now_ns < self._window_end_ns:
+        if now_ns < self._window_end_ns:
+            return None  # the common case: the window's second has not passed
+        return self._close(now_ns)
+
+    def _close(self, now_ns: int) -> Change | None:
+        """Past the open window's end (or with no window open): open one, or close it."""
+        count = self._count
+        if count == 1:  # this sample is the window's first: it opens the window
+            self._window_end_ns = now_ns + self.window_ns
+            if now_ns < self._window_end_ns:
+                return None
+        if count < self.window_min_samples:
             return None
         drops, total, most = self._drops, self._total_ns, self._in_flight
         self._count = self._total_ns = self._drops = self._in_flight = 0
+        self._window_end_ns = _CLOSED
         return self.update(count - drops, total, most, drops > 0)
 
     def _add_long(self, short: float) -> float:
