@@ -245,6 +245,24 @@ def test_a_full_prioritized_queue_admits_a_higher_tier_by_shedding_the_lowest(si
     assert (bulkhead.in_use, bulkhead.queued) == (0, 0)
 
 
+def test_an_arrival_that_may_not_wait_displaces_nobody() -> None:
+    bulkhead = BlockingBulkhead(1, queue_limit=1, prioritized=True, label="p", clock=VirtualClock())
+    gate = Gate()
+    first = arrive(bulkhead, gate, "first")
+    low = arrive(bulkhead, gate, "low", Criticality.BEST_EFFORT)
+    with stoic.bind_criticality(Criticality.CRITICAL):
+        with pytest.raises(BulkheadFull):
+            bulkhead.acquire(timeout=0)  # as the plain queue: full, and nobody was shed for it
+        low_queue = BlockingBulkhead(1, queue_limit=1, prioritized=True, label="q", clock=VirtualClock())
+        low_queue.acquire()
+        with pytest.raises(DeadlineExceeded):
+            low_queue.acquire(timeout=0)  # room to wait, but no time to
+        low_queue.release()
+    assert low.is_alive() and bulkhead.queued == 1
+    finish(first, low)
+    assert low.error is None and gate.started == ["first", "low"]
+
+
 # --- deadlines at wake, and the grant/interrupt race ---
 
 

@@ -397,13 +397,14 @@ class BlockingBulkhead(_Compartment):
                     return
                 now = clock.now_ns()
                 waiting = len(waiters)
-                if waiting >= self._queue_limit:
+                may_wait = limit is None or limit > 0  # (one that may not wait displaces nobody)
+                if may_wait and waiting >= self._queue_limit:
                     victim = rules.displaceable(waiters, tier)
                     if victim is not None:
                         waiters.remove(victim)
                         victim.queued = False
                         self._drop_locked(now, victim, rules.parked[id(victim)], "priority")
-                if waiting < self._queue_limit or victim is not None:
+                if may_wait and (waiting < self._queue_limit or victim is not None):
                     parked = rules.park(waiters, (waiter := _Waiter()), now, tier,
                                         NO_DEADLINE if limit is None else now + limit)
                     try:
@@ -420,7 +421,7 @@ class BlockingBulkhead(_Compartment):
             admitted_after_wait(clock, clock.now_ns())
             return
         if parked is None:
-            raise self._full(waiting)
+            raise self._full(waiting) if waiting >= self._queue_limit else self._late()
         if parked.error is not None:
             shed_event(self, self._reason(parked.error), parked.dropped_ns - parked.since_ns, parked.tier)
             raise parked.error
