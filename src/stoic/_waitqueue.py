@@ -1,4 +1,4 @@
-"""Queue management for the asyncio bulkheads (seed 003, "Queue management").
+"""Queue management for every bulkhead kind (seed 003, "Queue management").
 
 A managed queue replaces the bulkhead's plain FIFO hand-over when any of these is configured
 (the adaptive bulkheads always use it, because their limit moves):
@@ -20,7 +20,12 @@ A managed queue replaces the bulkhead's plain FIFO hand-over when any of these i
 Every managed queue also skips a waiter whose deadline passed before it could be served (it is
 failed with ``DeadlineExceeded``, never handed a slot) and never hands a slot while the
 bulkhead is at or over its limit (an adaptive limit that shrank gates admission without
-evicting anything). The decisions contain no ``await``: atomic on the event loop.
+evicting anything).
+
+The decisions are :class:`QueueRules`, one implementation for both kinds: :class:`ManagedQueue`
+adds the asyncio hand-over (futures; the decisions contain no ``await``, so they are atomic on
+the event loop), and :class:`stoic.BlockingBulkhead` calls the same rules under its lock and
+wakes its waiters' conditions.
 """
 
 from __future__ import annotations
