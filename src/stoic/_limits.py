@@ -3,8 +3,8 @@
 
 The split follows Netflix's concurrency-limits library: an *algorithm* turns samples into a
 limit, a *limiter* (the adaptive bulkheads in :mod:`stoic.adaptive`) gates admission with it,
-and a *sample window* (:class:`_Window`, Netflix's ``WindowedLimit``) batches samples so the
-Gradient2 update runs per window rather than per call. Nothing here touches an event loop or a
+and a *sample window* (Netflix's ``WindowedLimit``, kept inside :class:`Gradient2Limit`) batches
+samples so the Gradient2 update runs per window rather than per call. Nothing here touches an event loop or a
 clock: instants and latencies come in as integer nanoseconds, so every rule is testable with
 plain numbers.
 
@@ -15,6 +15,8 @@ limiter never passes them in.
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import NamedTuple
 
 from ._quantile import WindowedQuantile, default_warmup
@@ -22,6 +24,14 @@ from ._quantile import WindowedQuantile, default_warmup
 QUANTILE_WINDOW = 200
 """Observations per epoch of AIMD's ``latency_quantile`` estimate (a new epoch also starts on
 every backoff, so a quantile measured before the backoff never decides the next one)."""
+
+QUANTILE_STRIDE = 8
+"""Once AIMD's quantile estimate is trusted, one sample in this many updates it (a P-squared
+update is the dearest step of a call); the warm-up of a fresh epoch takes every sample, so a
+backoff is still followed by a full warm-up's worth of fresh evidence."""
+
+_NEVER = sys.maxsize  # an in-flight count no call reaches
+_CLOSED = -sys.maxsize  # an instant before any clock's: the end of no window
 
 WINDOW_MIN_SAMPLES = 10
 WINDOW_NS = 1_000_000_000
@@ -60,10 +70,20 @@ class AimdLimit:
     slot per ``limit`` in-budget completions), but only when the sample's in-flight count was at
     least half the limit: a limit that is not being used gives no evidence it could be higher.
     The limit stays in [``minimum``, ``maximum``]. Arguments are validated by the caller.
+
+    The quantile estimate takes every sample until it can be trusted (the warm-up of a fresh
+    epoch), then one sample in :data:`QUANTILE_STRIDE`; the samples in between are judged
+    against the estimate as it stands.
+
+    For the limiter's success path, :attr:`fast_ns` and :attr:`grow_from` describe where a
+    sample that is not a drop changes nothing (a latency at most ``fast_ns`` and an in-flight
+    count below ``grow_from``), so the limiter may skip :meth:`sample` there. ``grow_from`` may
+    lag below the exact bound while the limit grows (the limiter then calls :meth:`sample`,
+    which decides), never above it.
     """
 
-    __slots__ = ("_estimate", "_int", "_last_backoff_ns", "backoff_ratio", "cooldown_ns", "increase_step",
-                 "maximum", "minimum", "quantile", "threshold_ns", "value")
+    __slots__ = ("_estimate", "_feed_in", "_int", "_last_backoff_ns", "_quantile_ns", "backoff_ratio", "cooldown_ns",
+                 "fast_ns", "grow_from", "increase_step", "maximum", "minimum", "quantile", "threshold_ns", "value")
 
     def __init__(self, *, threshold_ns: int, maximum: int, minimum: int = 1, backoff_ratio: float = 0.9,
                  increase_step: float = 1.0, cooldown_ns: int = 1_000_000_000,
@@ -78,9 +98,16 @@ class AimdLimit:
         self.value = float(maximum)
         self._int = maximum  # int(value): the value never drops below the (integer) floor
         self._last_backoff_ns: int | None = None
+        # With a quantile every sample may have to update the estimate: none skips sample().
+        self.fast_ns = threshold_ns if quantile is None else -1
+        self.grow_from = _NEVER  # at the ceiling: no sample grows the limit
+        self._quantile_ns: float | None = None  # the estimate after its last update
+        self._feed_in = 0  # samples to judge before the next update of the estimate
         self._estimate = self._fresh_epoch()
 
     def _fresh_epoch(self) -> WindowedQuantile | None:
+        self._quantile_ns = None
+        self._feed_in = 0
         if self.quantile is None:
             return None
         return WindowedQuantile(self.quantile, QUANTILE_WINDOW, default_warmup(self.quantile, QUANTILE_WINDOW))
@@ -92,13 +119,18 @@ class AimdLimit:
 
     def _set(self, value: float, cause: str) -> Change | None:
         self.value = value
+        # A sample grows the limit when 2 * in_flight >= value, i.e. in_flight >= ceil(value / 2).
+        self.grow_from = _NEVER if value >= self.maximum else math.ceil(value / 2.0)
         old = self._int
         new = self._int = int(value)
         return Change(old, new, cause) if new != old else None
 
     def sample(self, now_ns: int, latency_ns: int, in_flight: int, dropped: bool = False) -> Change | None:
         """Take one completed call; return the change of :attr:`limit` it caused, if any."""
-        if self._estimate is None and not dropped and latency_ns <= self.threshold_ns:
+        estimate = self._estimate
+        if estimate is None:
+            if dropped or latency_ns > self.threshold_ns:
+                return self._decide(now_ns, in_flight, True)
             # The common case, kept cheap: an in-budget sample without a quantile.
             value = self.value
             if in_flight * 2 < value or value >= self.maximum:
@@ -107,27 +139,27 @@ class AimdLimit:
             if value > self.maximum:
                 value = float(self.maximum)
             if value < self._int + 1:
-                self.value = value
+                self.value = value  # (grow_from may now lag below the exact bound: allowed)
                 return None
             return self._set(value, "increase")
-        return self._sample(now_ns, latency_ns, in_flight, dropped)
-
-    def _sample(self, now_ns: int, latency_ns: int, in_flight: int, dropped: bool) -> Change | None:
-        estimate = self._estimate
-        slow = latency_ns > self.threshold_ns
-        if estimate is None:
-            breach = dropped or slow
+        quantile = self._quantile_ns
+        if quantile is not None and self._feed_in > 0:
+            self._feed_in -= 1  # judged against the estimate as it stands
+            if quantile <= self.threshold_ns and in_flight < self.grow_from and not dropped:
+                return None  # no breach, and no evidence for more (the common case, kept cheap)
         else:
             estimate.add(float(latency_ns))
-            value = estimate.value
-            if value is None:
-                # Warming up a fresh epoch: no quantile to breach yet, and only a sample that is
-                # itself in budget may grow the limit.
-                breach = dropped
-                if slow and not dropped:
-                    return None
-            else:
-                breach = dropped or value > self.threshold_ns
+            quantile = self._quantile_ns = estimate.value
+            self._feed_in = QUANTILE_STRIDE - 1
+        if quantile is None:
+            # Warming up a fresh epoch: no quantile to breach yet, and only a sample that is
+            # itself in budget may grow the limit.
+            if not dropped and latency_ns > self.threshold_ns:
+                return None
+            return self._decide(now_ns, in_flight, dropped)
+        return self._decide(now_ns, in_flight, dropped or quantile > self.threshold_ns)
+
+    def _decide(self, now_ns: int, in_flight: int, breach: bool) -> Change | None:
         if breach:
             last = self._last_backoff_ns
             if last is not None and now_ns - last < self.cooldown_ns:
@@ -140,23 +172,11 @@ class AimdLimit:
         return self._set(min(float(self.maximum), self.value + self.increase_step / self.value), "increase")
 
 
-class _Window:
-    """One sample window: successful latencies summed, drops flagged, the highest in-flight."""
-
-    __slots__ = ("count", "dropped", "in_flight", "start_ns", "total_ns")
-
-    def __init__(self, start_ns: int) -> None:
-        self.start_ns = start_ns
-        self.count = 0  # every sample, drops included (a stream of timeouts must fill windows too)
-        self.total_ns = 0
-        self.dropped = 0
-        self.in_flight = 0
-
-
 class Gradient2Limit:
     """Netflix's Gradient2 with two faults fixed (seed 003, "Gradient").
 
-    Per window of at least ``window_min_samples`` samples lasting at least ``window_ns``:
+    Per window of at least ``window_min_samples`` samples lasting at least ``window_ns`` (from
+    the window's first sample):
 
     - a window that saw a drop multiplies the limit by 0.9 (Netflix's ``Gradient2Limit``
       ignores drops, so a stream of timeouts, which never records a slow success, let the
@@ -170,12 +190,15 @@ class Gradient2Limit:
       when the gradient is 1 (Netflix always adds it, so a gradient held near 0.8 by modest
       overload converged on ``headroom / (1 - gradient)``, creeping up regardless of capacity).
 
-    The limit starts at ``maximum`` and stays in [``minimum``, ``maximum``]. Arguments are
-    validated by the caller.
+    A sample only accumulates into the open window (a count, a sum, a maximum: no allocation);
+    the update runs when the window closes, so no sample skips :meth:`sample` (:attr:`fast_ns`
+    is -1, :attr:`grow_from` 0; see :class:`AimdLimit`). The limit starts at ``maximum`` and stays in
+    [``minimum``, ``maximum``]. Arguments are validated by the caller.
     """
 
-    __slots__ = ("_long_count", "_window", "headroom", "long_ns", "long_window", "maximum", "minimum",
-                 "rtt_tolerance", "smoothing", "value", "window_min_samples", "window_ns")
+    __slots__ = ("_count", "_drops", "_in_flight", "_long_count", "_total_ns", "_window_end_ns", "fast_ns",
+                 "grow_from", "headroom", "long_ns", "long_window", "maximum", "minimum", "rtt_tolerance", "smoothing",
+                 "value", "window_min_samples", "window_ns")
 
     def __init__(self, *, maximum: int, minimum: int = 1, rtt_tolerance: float = 1.5, smoothing: float = 0.2,
                  long_window: int = 600, headroom: float = 4.0, window_min_samples: int = WINDOW_MIN_SAMPLES,
@@ -191,7 +214,16 @@ class Gradient2Limit:
         self.value = float(maximum)
         self.long_ns: float | None = None
         self._long_count = 0
-        self._window: _Window | None = None
+        # The open window: every sample counted (drops included: a stream of timeouts must fill
+        # windows too), successful latencies summed, drops counted, the highest in-flight kept.
+        self._count = 0
+        self._total_ns = 0
+        self._drops = 0
+        self._in_flight = 0
+        self._window_end_ns = _CLOSED  # no window open: the next sample opens one
+        # (As for AimdLimit: no successful sample may skip sample(), each one fills the window.)
+        self.fast_ns = -1
+        self.grow_from = 0
 
     @property
     def limit(self) -> int:
@@ -200,20 +232,30 @@ class Gradient2Limit:
 
     def sample(self, now_ns: int, latency_ns: int, in_flight: int, dropped: bool = False) -> Change | None:
         """Take one completed call; when it closes a window, update and return the change."""
-        window = self._window
-        if window is None:
-            window = self._window = _Window(now_ns)
-        count = window.count = window.count + 1
         if dropped:
-            window.dropped += 1
+            self._drops += 1
         else:
-            window.total_ns += latency_ns
-        if in_flight > window.in_flight:
-            window.in_flight = in_flight
-        if count < self.window_min_samples or now_ns - window.start_ns < self.window_ns:
+            self._total_ns += latency_ns
+        self._count += 1
+        if in_flight > self._in_flight:
+            self._in_flight = in_flight
+        if now_ns < self._window_end_ns:
+            return None  # the common case: the window's second has not passed
+        return self._close(now_ns)
+
+    def _close(self, now_ns: int) -> Change | None:
+        """Past the open window's end (or with no window open): open one, or close it."""
+        count = self._count
+        if count == 1:  # this sample is the window's first: it opens the window
+            self._window_end_ns = now_ns + self.window_ns
+            if now_ns < self._window_end_ns:
+                return None
+        if count < self.window_min_samples:
             return None
-        self._window = None
-        return self.update(window.count - window.dropped, window.total_ns, window.in_flight, window.dropped > 0)
+        drops, total, most = self._drops, self._total_ns, self._in_flight
+        self._count = self._total_ns = self._drops = self._in_flight = 0
+        self._window_end_ns = _CLOSED
+        return self.update(count - drops, total, most, drops > 0)
 
     def _add_long(self, short: float) -> float:
         self._long_count += 1

@@ -1,4 +1,4 @@
-"""Queue management for the asyncio bulkheads (seed 003, "Queue management").
+"""Queue management for every bulkhead kind (seed 003, "Queue management").
 
 A managed queue replaces the bulkhead's plain FIFO hand-over when any of these is configured
 (the adaptive bulkheads always use it, because their limit moves):
@@ -20,15 +20,23 @@ A managed queue replaces the bulkhead's plain FIFO hand-over when any of these i
 Every managed queue also skips a waiter whose deadline passed before it could be served (it is
 failed with ``DeadlineExceeded``, never handed a slot) and never hands a slot while the
 bulkhead is at or over its limit (an adaptive limit that shrank gates admission without
-evicting anything). The decisions contain no ``await``: atomic on the event loop.
+evicting anything).
+
+The decisions are :class:`QueueRules`, one implementation for both kinds: :class:`ManagedQueue`
+adds the asyncio hand-over (futures; the decisions contain no ``await``, so they are atomic on
+the event loop), and :class:`stoic.BlockingBulkhead` calls the same rules under its lock and
+wakes its waiters' conditions.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from . import _metrics
 from ._admission import admitted_after_wait
 from ._criticality import Criticality, current_criticality
 from ._deadline import cancelled_by_deadline, remaining_ns
@@ -43,22 +51,25 @@ from .events._sinks import kind_floor
 _SINKS = kind_floor("bulkhead")
 
 if TYPE_CHECKING:
-    from .bulkhead import Bulkhead, _Waiter
+    from .bulkhead import Bulkhead, _Compartment, _Waiter
 
 _NORMAL = int(Criticality.NORMAL)
-_NO_DEADLINE = -1
+NO_DEADLINE = -1
 
 
-class _Parked:
-    """What a managed queue knows of a waiter besides the bulkhead's own bookkeeping."""
+class Parked:
+    """What a managed queue knows of a waiter besides the bulkhead's own bookkeeping: when it
+    arrived, its tier, its deadline (``NO_DEADLINE``: none), and once the rules drop it, the
+    error it raises and when it was dropped."""
 
-    __slots__ = ("deadline_ns", "error", "since_ns", "tier")
+    __slots__ = ("deadline_ns", "dropped_ns", "error", "since_ns", "tier")
 
     def __init__(self, since_ns: int, tier: int, deadline_ns: int) -> None:
         self.since_ns = since_ns
         self.tier = tier
         self.deadline_ns = deadline_ns
         self.error: BaseException | None = None
+        self.dropped_ns = 0
 
 
 def check_queue_options(queue_limit: int | None, queue_target: Seconds | None, queue_interval: Seconds,
@@ -82,8 +93,12 @@ def check_queue_options(queue_limit: int | None, queue_target: Seconds | None, q
     return target_ns, interval_ns, queue_adaptive_lifo, prioritized
 
 
-class ManagedQueue:
-    """The managed hand-over of one asyncio bulkhead (see the module docstring)."""
+class QueueRules:
+    """The decisions of a managed queue, shared by the asyncio and the blocking bulkheads (see
+    the module docstring): CoDel's state, the tier of an arrival, which waiter a full queue
+    displaces, and which waiter a released slot goes to. Pure bookkeeping on the bulkhead's
+    deque of waiters and on what is parked beside them; the caller serialises every call (the
+    event loop, or the blocking bulkhead's lock) and does the waking."""
 
     __slots__ = ("_interval_end_ns", "_min_sojourn_ns", "interval_ns", "lifo", "overloaded", "parked",
                  "prioritized", "target_ns")
@@ -97,7 +112,7 @@ class ManagedQueue:
         self._interval_end_ns: int | None = None
         self._min_sojourn_ns: int | None = None
         # The bulkhead's waiters are its own _Waiter objects; what is queue-specific sits beside.
-        self.parked: dict[int, _Parked] = {}
+        self.parked: dict[int, Parked] = {}
 
     def retune(self, other: ManagedQueue) -> None:
         """Take ``other``'s options (a bulkhead retuned live); what CoDel learnt restarts."""
@@ -132,97 +147,50 @@ class ManagedQueue:
         return allowance
 
     # --- arrival ---
-    async def enter(self, bulkhead: Bulkhead) -> None:
-        """The slow path of admission: take a free slot, or park (possibly displacing a lower
-        tier), or refuse. Raises what :meth:`Bulkhead.execute` documents, plus ``Shed``."""
-        left = remaining_ns(bulkhead._clock)
-        if left is not None and left <= 0:
-            raise bulkhead._late()
-        waiters = bulkhead._waiters
-        if bulkhead._active < bulkhead._max and not waiters:
-            bulkhead._active += 1
-            return
-        clock = bulkhead._clock
-        now = clock.now_ns()
-        tier = int(current_criticality()) if self.prioritized else _NORMAL
-        if len(waiters) >= bulkhead._queue_limit and not (self.prioritized and self._displace(bulkhead, tier, now)):
-            raise bulkhead._full(len(waiters))
+    def tier_now(self) -> int:
+        """The tier an arrival parks with: the caller's criticality when prioritized."""
+        return int(current_criticality()) if self.prioritized else _NORMAL
+
+    def park(self, waiters: deque[_Waiter], waiter: _Waiter, now: int, tier: int, deadline_ns: int) -> Parked:
+        """Queue ``waiter`` (at the back) with what the rules need to know of it."""
         if not waiters and self.target_ns is not None:
             self._observe(now, 0)  # the queue was empty until now
-        from .bulkhead import _Waiter  # here: bulkhead imports this module
-
-        waiter = _Waiter()
-        waiter.future = asyncio.get_running_loop().create_future()
-        parked = _Parked(now, tier, _NO_DEADLINE if left is None else now + left)
-        self.parked[id(waiter)] = parked
+        parked = self.parked[id(waiter)] = Parked(now, tier, deadline_ns)
         waiters.append(waiter)
-        try:
-            await waiter.future
-        except BaseException as exc:
-            if waiter.granted:
-                bulkhead._release()  # granted in the same instant it was cancelled: pass it on
-            elif waiter.queued:
-                waiter.queued = False
-                waiters.remove(waiter)
-            self.parked.pop(id(waiter), None)
-            if isinstance(exc, asyncio.CancelledError):
-                bulkhead._left("deadline_exceeded" if cancelled_by_deadline() else "cancelled")
-            raise
-        self.parked.pop(id(waiter), None)
-        if parked.error is not None:
-            raise parked.error
-        if parked.deadline_ns != _NO_DEADLINE and clock.now_ns() >= parked.deadline_ns:
-            # Woken with a slot after its deadline (the release ran first in that instant).
-            bulkhead._release()
-            self._shed_event(bulkhead, "deadline_exceeded", clock.now_ns() - parked.since_ns, parked.tier)
-            raise DeadlineExceeded(f"deadline exceeded before a bulkhead slot ({bulkhead._label})",
-                                   label=bulkhead._label)
-        # Admitted after waiting: an outer breaker times the call from here, not from arrival.
-        admitted_after_wait(clock, clock.now_ns())
+        return parked
 
-    def _displace(self, bulkhead: Bulkhead, tier: int, now: int) -> bool:
-        """Shed the newest waiter of the lowest tier when it is below ``tier``; True if done."""
+    def displaceable(self, waiters: deque[_Waiter], tier: int) -> _Waiter | None:
+        """For a full queue: the newest waiter of the lowest tier, when that tier is below
+        ``tier`` and the queue is prioritized; else None (the arrival is refused)."""
+        if not self.prioritized:
+            return None
         victim = None
         low = tier
-        for waiter in reversed(bulkhead._waiters):
-            parked = self.parked[id(waiter)]
-            if parked.tier < low:
-                low = parked.tier
+        parked = self.parked
+        for waiter in reversed(waiters):
+            info = parked[id(waiter)]
+            if info.tier < low:
+                low = info.tier
                 victim = waiter
-        if victim is None:
-            return False
-        self._shed(bulkhead, victim, "priority", now)
-        return True
+        return victim
 
     # --- departure ---
-    def release(self, bulkhead: Bulkhead) -> None:
-        """Give back one slot: hand it to the next waiter the rules pick, unless the bulkhead is
-        over its (possibly shrunk) limit, in which case the slot is retired."""
-        if bulkhead._active <= bulkhead._max and bulkhead._waiters:
-            now = bulkhead._clock.now_ns()
-            while (waiter := self._next(bulkhead, now)) is not None:
-                waiter.queued = False
-                waiter.granted = True  # the slot changes hands; the active count does not change
-                assert waiter.future is not None
-                if wake(waiter.future):
-                    return
-                waiter.granted = False  # its event loop is closed: nobody will run; try the next
-        bulkhead._active -= 1
+    def next_waiter(self, waiters: deque[_Waiter], now: int,
+                    drop: Callable[[_Waiter, Parked, str], None]) -> _Waiter | None:
+        """Remove and return the waiter a released slot goes to, or None when none is left.
 
-    def fill(self, bulkhead: Bulkhead) -> None:
-        """After the limit grew: hand the new free slots to waiters."""
-        while bulkhead._waiters and bulkhead._active < bulkhead._max:
-            bulkhead._active += 1
-            self.release(bulkhead)
-
-    def _next(self, bulkhead: Bulkhead, now: int) -> _Waiter | None:
-        waiters = bulkhead._waiters
+        On the way, a waiter past its CoDel allowance (while overloaded) or past its deadline is
+        removed and handed to ``drop(waiter, parked, reason)`` (``"sojourn"`` or
+        ``"deadline_exceeded"``), which fails and wakes it."""
         parked = self.parked
         while waiters:
             if self.target_ns is not None:
                 self._observe(now, now - parked[id(waiters[0])].since_ns)
                 if self.overloaded:
-                    self._shed_stale(bulkhead, now)
+                    for stale in self._stale(waiters, now):
+                        waiters.remove(stale)
+                        stale.queued = False
+                        drop(stale, parked[id(stale)], "sojourn")
                     if not waiters:
                         return None
             congested = self.lifo and (
@@ -233,14 +201,10 @@ class ManagedQueue:
                 waiters.remove(waiter)
             else:
                 waiter = waiters.pop() if congested else waiters.popleft()
+            waiter.queued = False
             info = parked[id(waiter)]
-            if info.deadline_ns != _NO_DEADLINE and now >= info.deadline_ns:
-                waiter.queued = False
-                info.error = DeadlineExceeded(f"deadline exceeded before a bulkhead slot ({bulkhead._label})",
-                                              label=bulkhead._label)
-                self._shed_event(bulkhead, "deadline_exceeded", now - info.since_ns, info.tier)
-                assert waiter.future is not None
-                wake(waiter.future)
+            if info.deadline_ns != NO_DEADLINE and now >= info.deadline_ns:
+                drop(waiter, info, "deadline_exceeded")
                 continue
             return waiter
         return None
@@ -256,35 +220,117 @@ class ManagedQueue:
         assert best is not None
         return best
 
-    def _shed_stale(self, bulkhead: Bulkhead, now: int) -> None:
-        """While overloaded, shed every waiter that has waited past its allowance."""
+    def _stale(self, waiters: deque[_Waiter], now: int) -> list[_Waiter]:
+        """While overloaded: every waiter that has waited past its allowance."""
         parked = self.parked
         if self.prioritized:
-            stale = [w for w in bulkhead._waiters
-                     if now - parked[id(w)].since_ns > self._allowance_ns(parked[id(w)].tier)]
-        else:
-            allowance = self._allowance_ns(_NORMAL)
-            stale = []
-            for w in bulkhead._waiters:  # oldest first: stop at the first that is young enough
-                if now - parked[id(w)].since_ns <= allowance:
-                    break
-                stale.append(w)
-        for w in stale:
-            self._shed(bulkhead, w, "sojourn", now)
+            return [w for w in waiters if now - parked[id(w)].since_ns > self._allowance_ns(parked[id(w)].tier)]
+        allowance = self._allowance_ns(_NORMAL)
+        stale = []
+        for w in waiters:  # oldest first: stop at the first that is young enough
+            if now - parked[id(w)].since_ns <= allowance:
+                break
+            stale.append(w)
+        return stale
 
-    def _shed(self, bulkhead: Bulkhead, waiter: _Waiter, cause: str, now: int) -> None:
-        info = self.parked[id(waiter)]
-        bulkhead._waiters.remove(waiter)
-        waiter.queued = False
-        info.error = Shed(cause=cause, label=bulkhead._label)
-        self._shed_event(bulkhead, cause, now - info.since_ns, info.tier)
+
+def shed_error(reason: str, label: str) -> Shed | DeadlineExceeded:
+    """What a waiter dropped by the rules raises: ``Shed`` for ``sojourn``/``priority``,
+    ``DeadlineExceeded`` for ``deadline_exceeded``."""
+    if reason == "deadline_exceeded":
+        return DeadlineExceeded(f"deadline exceeded before a bulkhead slot ({label})", label=label)
+    return Shed(cause=reason, label=label)
+
+
+def shed_event(bulkhead: _Compartment, reason: str, sojourn_ns: int, tier: int) -> None:
+    """Report a waiter the rules dropped: counted by reason, and ``bulkhead.rejected`` with its
+    sojourn and criticality."""
+    if _metrics.state.enabled:
+        bulkhead._rec.count_locked(("stoic.bulkhead.rejections", reason))
+    if _SINKS.wants(Level.INFO):
+        attributes: dict[str, AttributeValue] = {
+            "reason": reason, "capacity": bulkhead._max, "sojourn": to_seconds(sojourn_ns),
+            "criticality": str(Criticality(tier)),
+        }
+        emit("bulkhead.rejected", bulkhead._label, Level.INFO, bulkhead._clock.now_ns(), attributes)
+
+
+class ManagedQueue(QueueRules):
+    """The managed hand-over of one asyncio bulkhead (see the module docstring)."""
+
+    __slots__ = ()
+
+    async def enter(self, bulkhead: Bulkhead) -> None:
+        """The slow path of admission: take a free slot, or park (possibly displacing a lower
+        tier), or refuse. Raises what :meth:`Bulkhead.execute` documents, plus ``Shed``."""
+        left = remaining_ns(bulkhead._clock)
+        if left is not None and left <= 0:
+            raise bulkhead._late()
+        waiters = bulkhead._waiters
+        if bulkhead._active < bulkhead._max and not waiters:
+            bulkhead._active += 1
+            return
+        clock = bulkhead._clock
+        now = clock.now_ns()
+        tier = self.tier_now()
+        if len(waiters) >= bulkhead._queue_limit:
+            victim = self.displaceable(waiters, tier)
+            if victim is None:
+                raise bulkhead._full(len(waiters))
+            waiters.remove(victim)
+            victim.queued = False
+            self._drop(bulkhead, now, victim, self.parked[id(victim)], "priority")
+        from .bulkhead import _Waiter  # here: bulkhead imports this module
+
+        waiter = _Waiter()
+        waiter.future = asyncio.get_running_loop().create_future()
+        parked = self.park(waiters, waiter, now, tier, NO_DEADLINE if left is None else now + left)
+        try:
+            await waiter.future
+        except BaseException as exc:
+            if waiter.granted:
+                bulkhead._release()  # granted in the same instant it was cancelled: pass it on
+            elif waiter.queued:
+                waiter.queued = False
+                waiters.remove(waiter)
+            self.parked.pop(id(waiter), None)
+            if isinstance(exc, asyncio.CancelledError):
+                bulkhead._left("deadline_exceeded" if cancelled_by_deadline() else "cancelled")
+            raise
+        self.parked.pop(id(waiter), None)
+        if parked.error is not None:
+            raise parked.error
+        if parked.deadline_ns != NO_DEADLINE and clock.now_ns() >= parked.deadline_ns:
+            # Woken with a slot after its deadline (the release ran first in that instant).
+            bulkhead._release()
+            shed_event(bulkhead, "deadline_exceeded", clock.now_ns() - parked.since_ns, parked.tier)
+            raise shed_error("deadline_exceeded", bulkhead._label)
+        # Admitted after waiting: an outer breaker times the call from here, not from arrival.
+        admitted_after_wait(clock, clock.now_ns())
+
+    def release(self, bulkhead: Bulkhead) -> None:
+        """Give back one slot: hand it to the next waiter the rules pick, unless the bulkhead is
+        over its (possibly shrunk) limit, in which case the slot is retired."""
+        if bulkhead._active <= bulkhead._max and bulkhead._waiters:
+            now = bulkhead._clock.now_ns()
+            drop = functools.partial(self._drop, bulkhead, now)
+            while (waiter := self.next_waiter(bulkhead._waiters, now, drop)) is not None:
+                waiter.granted = True  # the slot changes hands; the active count does not change
+                assert waiter.future is not None
+                if wake(waiter.future):
+                    return
+                waiter.granted = False  # its event loop is closed: nobody will run; try the next
+        bulkhead._active -= 1
+
+    def fill(self, bulkhead: Bulkhead) -> None:
+        """After the limit grew: hand the new free slots to waiters."""
+        while bulkhead._waiters and bulkhead._active < bulkhead._max:
+            bulkhead._active += 1
+            self.release(bulkhead)
+
+    def _drop(self, bulkhead: Bulkhead, now: int, waiter: _Waiter, info: Parked, reason: str) -> None:
+        """Fail a waiter the rules removed from the queue, report it, and wake it."""
+        info.error = shed_error(reason, bulkhead._label)
+        shed_event(bulkhead, reason, now - info.since_ns, info.tier)
         assert waiter.future is not None
         wake(waiter.future)
-
-    def _shed_event(self, bulkhead: Bulkhead, reason: str, sojourn_ns: int, tier: int) -> None:
-        if _SINKS.wants(Level.INFO):
-            attributes: dict[str, AttributeValue] = {
-                "reason": reason, "capacity": bulkhead._max, "sojourn": to_seconds(sojourn_ns),
-                "criticality": str(Criticality(tier)),
-            }
-            emit("bulkhead.rejected", bulkhead._label, Level.INFO, bulkhead._clock.now_ns(), attributes)

@@ -16,11 +16,14 @@ while the bulkhead is over its new limit is retired instead of handed on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
+import types
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
+from . import _deadline
 from ._clock import Clock, SystemClock, check_clock
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline
@@ -40,6 +43,7 @@ _SINKS = kind_floor("bulkhead")
 
 P = ParamSpec("P")
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _is_drop(error: BaseException) -> bool | None:
@@ -51,6 +55,17 @@ def _is_drop(error: BaseException) -> bool | None:
     if isinstance(error, Rejected):
         return None  # an inner policy refused: nothing ran
     return True if isinstance(error, TimeoutError) else None
+
+
+def _own_copy(method: F) -> F:
+    """``method`` with a code object of its own. CPython specialises each attribute access of a
+    code object for the one type it meets; the success path shared by both adaptive bulkheads
+    would meet two (and two limit algorithms) and run unspecialised, so each class gets a copy."""
+    assert isinstance(method, types.FunctionType)
+    copy = types.FunctionType(method.__code__.replace(), method.__globals__, method.__name__,
+                              method.__defaults__, method.__closure__)
+    functools.update_wrapper(copy, method)
+    return cast(F, copy)
 
 
 def _check_number(value: float, name: str, low: float, high: float | None, *, low_open: bool,
@@ -134,33 +149,42 @@ class _AdaptiveBulkhead(Bulkhead):
         however it ends. Raises ``BulkheadFull``, ``Shed`` or ``DeadlineExceeded`` (``fn`` never
         ran) when refused.
         """
-        if self._active < self._max and not self._waiters and _deadline_scope.get() is None:
+        if self._active < self._max and not self._waiters and (not _deadline.ever_set or _deadline_scope.get() is None):
             self._active += 1
         else:
             await self._enter_slow()
-        now_ns = self._now_ns
         in_flight = self._active
+        now_ns = self._now_ns
         start = now_ns()
         try:
             result = await fn(*args, **kwargs)
         except BaseException as exc:
-            dropped = _is_drop(exc)
-            if dropped is not None:
-                now = now_ns()
-                change = self._algorithm.sample(now, now - start, in_flight, True)
-                if change is not None:
-                    self._apply(change)
-            self._exit()
+            self._failed(exc, start, in_flight)
             raise
         now = now_ns()
-        change = self._algorithm.sample(now, now - start, in_flight, False)
-        if change is not None:
-            self._apply(change)
-        if self._waiters:  # _exit, inlined on the success path
+        algorithm = self._algorithm
+        # Where a success changes nothing (AIMD: in budget, no evidence for growth) the sample is
+        # skipped; Gradient2 takes every one (it accumulates into its window).
+        if now - start > algorithm.fast_ns or in_flight >= algorithm.grow_from:
+            change = algorithm.sample(now, now - start, in_flight)
+            if change is not None:
+                self._apply(change)
+        if self._waiters:
             self._release()
         else:
             self._active -= 1
         return result
+
+    def _failed(self, error: BaseException, start: int, in_flight: int) -> None:
+        """The operation raised: feed a drop to the limit if it was one, then give the slot back."""
+        try:
+            if _is_drop(error):
+                now = self._now_ns()
+                change = self._algorithm.sample(now, now - start, in_flight, True)
+                if change is not None:
+                    self._apply(change)
+        finally:
+            self._exit()
 
     def _exit(self) -> None:
         if self._waiters:
@@ -237,6 +261,8 @@ class AdaptiveBulkhead(_AdaptiveBulkhead):
             quantile=None if latency_quantile is None else _check_quantile(latency_quantile, "latency_quantile"),
         )
 
+    execute = _own_copy(_AdaptiveBulkhead.execute)
+
 
 class GradientBulkhead(_AdaptiveBulkhead):
     """A bulkhead whose limit follows the latency gradient: Gradient2 (seed 003, "Gradient";
@@ -286,6 +312,8 @@ class GradientBulkhead(_AdaptiveBulkhead):
             long_window=check_int(long_window, "long_window", minimum=1),
             headroom=_check_number(headroom, "headroom", 0.0, None, low_open=False, high_open=False),
         )
+
+    execute = _own_copy(_AdaptiveBulkhead.execute)
 
 
 __all__ = ["AdaptiveBulkhead", "GradientBulkhead"]

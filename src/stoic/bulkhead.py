@@ -32,9 +32,9 @@ from ._clock import Clock, resolve_clock, wait_seconds
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
-from ._errors import BulkheadFull, DeadlineExceeded
+from ._errors import BulkheadFull, DeadlineExceeded, Shed
 from ._retune import validated
-from ._waitqueue import ManagedQueue, check_queue_options
+from ._waitqueue import NO_DEADLINE, ManagedQueue, Parked, QueueRules, check_queue_options, shed_error, shed_event
 from ._wakeup import completed, wake
 from .events import AttributeValue, Level, emit
 from .events._sinks import kind_floor
@@ -334,16 +334,28 @@ class BlockingBulkhead(_Compartment):
     """The same bulkhead for threads: ``call(fn, *args, **kwargs)``, ``@bulkhead`` on a plain
     function, ``with bulkhead:``, or ``acquire(timeout=None)`` / ``release()``.
 
-    Same constructor and rules as :class:`Bulkhead`. A waiting thread holds no lock (it waits
-    on its own condition); a slot is handed to the first waiter under the lock.
+    ``BlockingBulkhead(max_concurrent, *, queue_limit=0, label, clock=None, queue_target=None,
+    queue_interval=0.1, queue_adaptive_lifo=False, prioritized=False)``: the same constructor,
+    rules and queue management as :class:`Bulkhead` (the decisions are the same code,
+    ``stoic._waitqueue.QueueRules``; ``prioritized`` reads the criticality bound in the calling
+    thread's context). A waiting thread holds no lock (it waits on its own condition); a slot
+    is handed over under the lock, and every event is emitted outside it by the thread it
+    concerns (a shed waiter reports its own shedding when it wakes).
     """
 
-    __slots__ = ("_lock",)
+    __slots__ = ("_lock", "_rules")
 
     def __init__(
-        self, max_concurrent: int, *, queue_limit: int | None = 0, label: str, clock: Clock | None = None
+        self, max_concurrent: int, *, queue_limit: int | None = 0, label: str, clock: Clock | None = None,
+        queue_target: Seconds | None = None, queue_interval: Seconds = 0.1, queue_adaptive_lifo: bool = False,
+        prioritized: bool = False,
     ) -> None:
         super().__init__(max_concurrent, queue_limit=queue_limit, label=label, clock=clock)
+        target_ns, interval_ns, lifo, prio = check_queue_options(
+            queue_limit, queue_target, queue_interval, queue_adaptive_lifo, prioritized)
+        # None keeps the plain FIFO hand-over (the common case, and the cheapest).
+        self._rules: QueueRules | None = (
+            QueueRules(target_ns, interval_ns, lifo, prio) if target_ns is not None or lifo or prio else None)
         self._lock = threading.Lock()
 
     def acquire(self, timeout: Seconds | None = None) -> None:
@@ -351,9 +363,10 @@ class BlockingBulkhead(_Compartment):
 
         Raises ``BulkheadFull`` when every slot and queue place is taken; ``DeadlineExceeded``
         when the ambient deadline already passed, or ``timeout`` (measured on the bulkhead's
-        clock) or the ambient deadline ran out while waiting (the waiter left without a slot);
-        ``ValueError`` for a negative ``timeout``. Pair every successful ``acquire`` with one
-        :meth:`release`.
+        clock) or the ambient deadline ran out while waiting (the waiter left without a slot,
+        also when one was handed to it as its time ran out); ``Shed`` when queue management
+        dropped the waiter; ``ValueError`` for a negative ``timeout``. Pair every successful
+        ``acquire`` with one :meth:`release`.
         """
         limit = None if timeout is None else to_ns(timeout, "timeout", allow_zero=True)
         left = remaining_ns(self._clock)
@@ -362,6 +375,8 @@ class BlockingBulkhead(_Compartment):
                 raise self._late()
             if limit is None or left < limit:
                 limit = left  # an ambient deadline bounds the wait like a timeout
+        if self._rules is not None:
+            return self._acquire_managed(self._rules, limit)
         with self._lock:
             waiters = self._waiters
             if self._active < self._max and not waiters:
@@ -402,6 +417,9 @@ class BlockingBulkhead(_Compartment):
                 waiter.queued = False
                 self._waiters.remove(waiter)
             raise
+        if give_up is not None and self._clock.now_ns() >= give_up:
+            self._release_locked()  # handed a slot as its time ran out: fail at wake, pass it on
+            return False
         return True
 
     def _retune(self, **changes: Any) -> None:
@@ -413,12 +431,111 @@ class BlockingBulkhead(_Compartment):
                 self._active += 1
                 self._release_locked()
 
+    def _acquire_managed(self, rules: QueueRules, limit: int | None) -> None:
+        """:meth:`acquire` past the checks of the ambient deadline, under queue management."""
+        tier = rules.tier_now()  # the calling thread's criticality
+        clock = self._clock
+        parked: Parked | None = None
+        victim: _Waiter | None = None
+        admitted = False
+        try:
+            with self._lock:
+                waiters = self._waiters
+                if self._active < self._max and not waiters:
+                    self._active += 1
+                    return
+                now = clock.now_ns()
+                waiting = len(waiters)
+                may_wait = limit is None or limit > 0  # (one that may not wait displaces nobody)
+                if may_wait and waiting >= self._queue_limit:
+                    victim = rules.displaceable(waiters, tier)
+                    if victim is not None:
+                        waiters.remove(victim)
+                        victim.queued = False
+                        self._drop_locked(now, victim, rules.parked[id(victim)], "priority")
+                if may_wait and (waiting < self._queue_limit or victim is not None):
+                    parked = rules.park(waiters, (waiter := _Waiter()), now, tier,
+                                        NO_DEADLINE if limit is None else now + limit)
+                    try:
+                        admitted = self._wait_managed_locked(waiter, parked)
+                    finally:
+                        rules.parked.pop(id(waiter), None)
+        except BaseException:
+            if parked is not None and parked.error is not None:
+                shed_event(self, self._reason(parked.error), parked.dropped_ns - parked.since_ns, parked.tier)
+            raise
+        # Events are emitted outside the lock: a sink never runs inside the critical section.
+        if admitted:
+            # Admitted after waiting: an outer breaker times the call from here, not from arrival.
+            admitted_after_wait(clock, clock.now_ns())
+            return
+        if parked is None:
+            raise self._full(waiting) if waiting >= self._queue_limit else self._late()
+        if parked.error is not None:
+            shed_event(self, self._reason(parked.error), parked.dropped_ns - parked.since_ns, parked.tier)
+            raise parked.error
+        raise self._late()
+
+    def _wait_managed_locked(self, waiter: _Waiter, parked: Parked) -> bool:
+        """Wait for a slot until granted (True), dropped by the rules (False, ``parked.error``
+        set) or out of time (False)."""
+        cond = waiter.cond = threading.Condition(self._lock)
+        clock = self._clock
+        deadline = parked.deadline_ns
+        try:
+            while not waiter.granted and parked.error is None:
+                if deadline == NO_DEADLINE:
+                    cond.wait()
+                    continue
+                left = deadline - clock.now_ns()
+                if left <= 0:
+                    waiter.queued = False
+                    self._waiters.remove(waiter)
+                    return False
+                cond.wait(wait_seconds(left))  # (capped: threading refuses longer waits)
+        except BaseException:
+            if waiter.granted:
+                self._release_locked()  # granted in the same instant it was interrupted: pass it on
+            elif waiter.queued:
+                waiter.queued = False
+                self._waiters.remove(waiter)
+            raise
+        if parked.error is not None:
+            return False
+        if deadline != NO_DEADLINE and (now := clock.now_ns()) >= deadline:
+            # Woken with a slot after its deadline (handed over as its time ran out): pass it on.
+            self._release_locked()
+            self._drop_locked(now, None, parked, "deadline_exceeded")
+            return False
+        return True
+
+    def _drop_locked(self, now: int, waiter: _Waiter | None, parked: Parked, reason: str) -> None:
+        """Fail a waiter the rules removed from the queue and wake it (it reports itself)."""
+        parked.error = shed_error(reason, self._label)
+        parked.dropped_ns = now
+        if waiter is not None:
+            assert waiter.cond is not None
+            waiter.cond.notify()
+
+    @staticmethod
+    def _reason(error: BaseException) -> str:
+        return error.cause if isinstance(error, Shed) else "deadline_exceeded"
+
     def _release_locked(self) -> None:
-        if self._waiters and self._active <= self._max:  # above a limit retuned lower, the slot retires
-            waiter = self._waiters.popleft()
+        waiters = self._waiters
+        if waiters and self._active <= self._max:  # above a limit retuned lower, the slot retires
+            rules = self._rules
+            if rules is None:
+                waiter: _Waiter | None = waiters.popleft()
+            else:
+                now = self._clock.now_ns()
+                waiter = rules.next_waiter(waiters, now, functools.partial(self._drop_locked, now))
+                if waiter is None:  # every waiter was dropped: the slot is free
+                    self._active -= 1
+                    return
+            assert waiter is not None and waiter.cond is not None
             waiter.queued = False
             waiter.granted = True
-            assert waiter.cond is not None
             waiter.cond.notify()
         else:
             self._active -= 1
