@@ -429,11 +429,13 @@ class Demo:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), timeout=0.05)
 
-    async def sample(self, bulkhead: stoic.AdaptiveBulkhead, throttle: stoic.AdaptiveThrottle) -> None:
-        """The adaptive bulkhead's limit and the throttle's probability, every 50 ms, for the summary."""
+    async def sample(self, bulkheads: stoic.Keyed[stoic.AdaptiveBulkhead],
+                     throttles: stoic.Keyed[stoic.AdaptiveThrottle]) -> None:
+        """The adaptive bulkhead's limit and the throttle's probability, every 50 ms, for the summary
+        (read through the families: a retune from the admin endpoint replaces the policies)."""
         while not self.stop.is_set():
-            self.stats.limits.append(bulkhead.limit)
-            self.stats.probabilities.append(throttle.probability)
+            self.stats.limits.append(bulkheads.get(WORK).limit)
+            self.stats.probabilities.append(throttles.get(WORK).probability)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), timeout=0.05)
 
@@ -471,10 +473,10 @@ class Demo:
         search_bulkheads, hedge = t.search_bulkheads(), t.hedge()
         # Built now, so their gauges exist from the first scrape and the stream is subscribed to
         # before any call (it never replays the current state).
-        breaker, throttle, bulkhead = breakers.get(WORK), throttles.get(WORK), bulkheads.get(WORK)
-        breakers.get(SEARCH)
-        limiters.get(WORK)
-        search_bulkheads.get(SEARCH)
+        breaker = breakers.get(WORK)
+        for family, key in ((breakers, SEARCH), (throttles, WORK), (limiters, WORK), (bulkheads, WORK),
+                            (search_bulkheads, SEARCH)):
+            family.get(key)
         # The control plane, served on loopback (no token: loopback only): docs/demo.md shows
         # force-opening the breaker with curl while the story runs.
         control = ControlPlane()
@@ -526,7 +528,7 @@ class Demo:
                     httpx.AsyncClient(base_url=self.base_url, timeout=timeout) as plain:
                 watchers.append(asyncio.create_task(self.watch_breaker(breaker, breaker.state_changes())))
                 watchers.append(asyncio.create_task(self.watch_dependency(plain)))
-                watchers.append(asyncio.create_task(self.sample(bulkhead, throttle)))
+                watchers.append(asyncio.create_task(self.sample(bulkheads, throttles)))
                 workers.extend(asyncio.create_task(self.worker(work, tracer)) for _ in range(args.workers))
                 workers.extend(asyncio.create_task(self.reader(search, tracer)) for _ in range(2))
                 if console.is_terminal:
@@ -561,7 +563,7 @@ class Demo:
         final = str(breaker.state)
         self.stats.time_in[final] += self.elapsed() - (self.stats.transitions[-1][0] if self.stats.transitions else 0)
         console.rule(style="dim")
-        console.print(self.summary(breaker.label, final, tally, bulkhead, throttle))
+        console.print(self.summary(breaker.label, final, tally, bulkheads.get(WORK), throttles.get(WORK)))
         if self.stats.transitions:
             console.print(self.transition_table())
         return 0
@@ -588,8 +590,8 @@ class Demo:
         table.add_row("slow calls", str(s.slow))
         table.add_row("rejections", by(s.rejections))
         table.add_row("fallbacks", by(s.fallbacks) + "  (a stale answer: the breaker or the throttle refused)")
-        table.add_row("hedged reads", f"{s.searches} reads, {events['hedge.started']} hedges started, "
-                                      f"{events['hedge.won']} won by a hedge")
+        table.add_row("hedged reads", f"{s.searches} reads, {events['hedge.started']} hedges started "
+                                      f"(hedge.won ×{events['hedge.won']})")
         table.add_row("retries", f"{events['retry.attempt_failed']} retried, {events['retry.succeeded']} then "
                                  f"succeeded; ended by: " + ", ".join(
                                      f"{name.removeprefix('retry.')} ×{n}" for name, n in sorted(events.items())
@@ -663,7 +665,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pace", type=float, default=0.05, help="each worker's pause between calls, s")
     parser.add_argument("--admin-port", type=int, default=0,
                         help="the admin endpoint's port on 127.0.0.1 (default: free)")
-    parser.add_argument("--label", default="inventory-api", help="the breaker's label (stoic_label in metrics)")
+    parser.add_argument("--label", default="inventory-api", help="the breakers' family label: each route's breaker is LABEL:GET /work, LABEL:GET /search "
+                             "(stoic_label in metrics; the policy name for the admin endpoint)")
     args = parser.parse_args(argv)
     if args.time_scale is None:
         args.time_scale = 1.0 if args.duration is None or args.serve else args.duration / STORY_SECONDS
