@@ -665,8 +665,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pace", type=float, default=0.05, help="each worker's pause between calls, s")
     parser.add_argument("--admin-port", type=int, default=0,
                         help="the admin endpoint's port on 127.0.0.1 (default: free)")
-    parser.add_argument("--label", default="inventory-api", help="the breakers' family label: each route's breaker is LABEL:GET /work, LABEL:GET /search "
-                             "(stoic_label in metrics; the policy name for the admin endpoint)")
+    parser.add_argument("--label", default="inventory-api",
+                        help="the breakers' family label: each route's breaker is LABEL:GET /work, "
+                             "LABEL:GET /search (stoic_label in metrics; the policy name for the admin endpoint)")
     args = parser.parse_args(argv)
     if args.time_scale is None:
         args.time_scale = 1.0 if args.duration is None or args.serve else args.duration / STORY_SECONDS
