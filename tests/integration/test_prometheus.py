@@ -54,6 +54,7 @@ def prometheus(metrics_port: int, tmp_path: Path) -> Iterator[Prometheus]:
     workdir.mkdir()
     with running_prometheus(binary, workdir, [f"127.0.0.1:{metrics_port}"]) as running:
         running.wait_ready(timeout=15)
+        running.wait_scraping(timeout=15)  # the target (not listening yet) is scraped: the demo's first second is kept
         yield running
 
 
@@ -177,6 +178,10 @@ def _render_figures(prometheus: Prometheus, start: float, end: float, into: Path
     import matplotlib.pyplot as plt
 
     into.mkdir(parents=True, exist_ok=True)
+    # Time 0 is the first scrape that saw the demo's policies (they exist before the story
+    # starts), not the test's start: the demo's start-up takes a few seconds on a busy machine.
+    origin = min((float(series["values"][0][0]) for series in prometheus.query_range("stoic_breaker_state", start, end)
+                  if series["values"]), default=start)
     written = []
     for name in FILES:
         dashboard = load(name)
@@ -193,14 +198,15 @@ def _render_figures(prometheus: Prometheus, start: float, end: float, into: Path
             drawn = 0
             for query in targets:
                 for series in prometheus.query_range(query.promql, start, end):
-                    points = [(float(t) - start, float(v)) for t, v in series["values"] if v not in ("NaN", "+Inf")]
+                    points = [(float(t) - origin, float(v)) for t, v in series["values"]
+                              if v not in ("NaN", "+Inf") and float(t) >= origin]
                     if points:
                         xs, ys = zip(*points, strict=True)
                         legend = _legend(legends.get((title, query.ref_id), ""), series["metric"])
                         ax.plot(xs, ys, marker="." if len(xs) < 3 else None, label=legend)
                         drawn += 1
             ax.set_title(title, fontsize=10)
-            ax.set_xlabel("seconds into the demo", fontsize=8)
+            ax.set_xlabel("seconds since the demo's policies were first scraped", fontsize=8)
             ax.tick_params(labelsize=8)
             ax.grid(alpha=0.3)
             if drawn:
