@@ -24,6 +24,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _post(url: str, body: str) -> tuple[int, str]:
+    request = urllib.request.Request(url, data=body.encode(), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
 def _get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
@@ -56,6 +65,12 @@ def test_demo_tells_the_whole_story_and_serves_metrics_while_running(tmp_path: P
                 time.sleep(0.2)
             # The admin endpoint (loopback, no token) serves the breaker's state while it runs.
             admin_status, policies = _get(f"http://127.0.0.1:{admin_port}/policies")
+            # docs/demo.md's curl session: force the GET /work breaker open, read it, lift the trip.
+            admin = f"http://127.0.0.1:{admin_port}/policies/inventory-api"
+            forced = _post(f"{admin}/force-open", '{"key": "GET /work", "actor": "test"}')
+            _, one = _get(admin)
+            cleared = _post(f"{admin}/clear", '{"key": "GET /work", "actor": "test"}')
+            unknown = _post(f"{admin}/force-open", '{"key": "GET /nope"}')
             rc = proc.wait(timeout=60)
         finally:
             if proc.poll() is None:
@@ -73,6 +88,13 @@ def test_demo_tells_the_whole_story_and_serves_metrics_while_running(tmp_path: P
     assert '"policy":"inventory-bulkhead","key":"GET /work"' in policies and '"limit":' in policies, policies
     assert '"policy":"inventory-throttle"' in policies and '"probability":' in policies, policies
     assert f"admin       http://127.0.0.1:{admin_port}/policies" in text
+    assert forced == (200, '{"policy":"inventory-api","key":"GET /work","forced_open":1}'), forced
+    assert '"key":"GET /work","label":"inventory-api:GET /work","kind":"CircuitBreaker","state":"open",' \
+           '"forced_open":true' in one, one
+    assert cleared == (200, '{"policy":"inventory-api","key":"GET /work","cleared":1}'), cleared
+    assert unknown[0] == 404, unknown
+    assert "trigger=forced" in text and "control.forced_open" in text and "actor=test" in text, text
+    assert "reason=forced" in text and "control.cleared" in text, text
     # The live transitions (from state_changes()), in story order.
     live = re.findall(r"breaker inventory-api:GET /work: (\w+) → (\w+)", text)
     assert live[0] == ("closed", "open"), text
@@ -86,7 +108,8 @@ def test_demo_tells_the_whole_story_and_serves_metrics_while_running(tmp_path: P
     # The summary table.
     assert "Summary: breaker 'inventory-api:GET /work'" in text
     for row in ("calls run", "successes", "failures", "rejections", "fallbacks", "hedged reads", "retries",
-                "time open", "latency p50", "latency p99", "transitions", "closed→open ×1", "final state",
+                "time open", "latency p50", "latency p99", "transitions", "closed→open ×", "open→closed ×1",
+                "final state",
                 "adaptive limit", "throttle"):
         assert row in text, (row, text)
     # The calls went through the transport: a 503 is the last response (HTTP 503), never an exception.
