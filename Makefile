@@ -10,7 +10,7 @@ FLOOR := .venv-otel-floor
 FLOOR_STAMP := $(FLOOR)/.installed-stamp
 OTEL_TESTS := tests/test_otel_metrics.py tests/test_otel_logs.py tests/test_otel_spans.py tests/test_otel_global.py
 
-.PHONY: demo test lint typecheck pytest bench dashboards clean otel-floor mutation
+.PHONY: demo figures test lint typecheck pytest bench dashboards clean otel-floor mutation
 
 $(STAMP): requirements-dev.txt pyproject.toml $(addsuffix /pyproject.toml,$(INSTRUMENTATION))
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ $(STAMP): requirements-dev.txt pyproject.toml $(addsuffix /pyproject.toml,$(INST
 
 demo: $(STAMP)
 	$(BIN)/python -m examples.demo $(ARGS)
+
+# Redraw docs/figures/dashboard-*.png: the demo scraped by a real Prometheus, every dashboard's
+# panels plotted (tests/integration/test_prometheus.py; `make test` draws them into a temp dir).
+figures: $(STAMP)
+	STOIC_WRITE_FIGURES=1 $(BIN)/python -m pytest tests/integration/test_prometheus.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

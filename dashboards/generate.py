@@ -1,7 +1,8 @@
 """Generate the Grafana dashboards from code: ``python -m dashboards.generate``.
 
 Writes one dashboard per policy kind (``stoic-breakers.json``, ``stoic-ratelimiters.json``,
-``stoic-bulkheads.json``, ``stoic-hedges.json``, ``stoic-retries.json``) and ``stoic-overview.json``,
+``stoic-bulkheads.json`` (fixed and adaptive), ``stoic-throttles.json``, ``stoic-hedges.json``,
+``stoic-retries.json``) and ``stoic-overview.json``,
 each with data source, job and instance variables. The JSON is committed;
 ``tests/test_dashboards.py`` fails when it differs from what this module builds now, and
 ``tests/integration/test_prometheus.py`` evaluates every panel query against a real Prometheus
@@ -230,24 +231,55 @@ def ratelimiters() -> Dashboard:
 
 
 def bulkheads() -> Dashboard:
-    """Bulkheads: slots in use, queue, refusals."""
+    """Bulkheads, fixed and adaptive: the admission limit, slots in use, queue, refusals and sheds."""
     v = "bulkhead"
     return (
         _base("Stoic bulkheads", "stoic-bulkheads",
-              "Concurrency, queues and refusals of every stoic Bulkhead (stoic.bulkhead.* metrics).")
+              "Limits, concurrency, queues, refusals and sheds of every stoic Bulkhead, AdaptiveBulkhead and "
+              "GradientBulkhead (stoic.bulkhead.* metrics).")
         .with_variable(_policy_variable(v, "Bulkhead", "stoic_bulkhead_active"))
         .with_row(Row("Concurrency"))
         .with_panel(_timeseries(
-            "Active and queued calls", "short", "Calls running and calls waiting for a slot.",
-            _q(f"sum by (stoic_label) (stoic_bulkhead_active{_sel(v)})", "{{stoic_label}} active", "A"),
-            _q(f"sum by (stoic_label) (stoic_bulkhead_queued{_sel(v)})", "{{stoic_label}} queued", "B"),
+            "Limit and in use", "short",
+            "The admission limit (max_concurrent for a fixed bulkhead; it moves for an adaptive one) and the "
+            "calls running (stoic_bulkhead_limit, stoic_bulkhead_active).",
+            _q(f"max by (stoic_label) (stoic_bulkhead_limit{_sel(v)})", "{{stoic_label}} limit", "A"),
+            _q(f"sum by (stoic_label) (stoic_bulkhead_active{_sel(v)})", "{{stoic_label}} in use", "B"),
         ))
         .with_panel(_timeseries(
-            "Rejections by reason", "reqps",
-            "bulkhead_full, cancelled, deadline_exceeded (stoic_bulkhead_rejections_total).",
+            "Queued calls", "short", "Calls waiting for a slot (stoic_bulkhead_queued).",
+            _q(f"sum by (stoic_label) (stoic_bulkhead_queued{_sel(v)})", "{{stoic_label}} queued"),
+        ))
+        .with_row(Row("Refusals"))
+        .with_panel(_timeseries(
+            "Rejections and sheds by reason", "reqps",
+            "bulkhead_full, cancelled, deadline_exceeded, and the queue management's sheds: sojourn, priority "
+            "(stoic_bulkhead_rejections_total).",
             _q(_rate_by("stoic_bulkhead_rejections_total", _sel(v), "stoic_label, reason"),
                "{{stoic_label}} {{reason}}"),
         ))
+        .with_panel(_stat("Lowest limit", "none",
+                          "The lowest admission limit now: an adaptive bulkhead below its ceiling is backing off.",
+                          _q(f"min(stoic_bulkhead_limit{_sel(v)})", "limit")))
+    )
+
+
+def throttles() -> Dashboard:
+    """Adaptive throttles: the shed probability (each shed call is also a throttle.rejected event)."""
+    v = "throttle"
+    return (
+        _base("Stoic adaptive throttles", "stoic-throttles",
+              "Client-side shedding of every stoic AdaptiveThrottle (stoic.throttle.* metrics).")
+        .with_variable(_policy_variable(v, "Throttle", "stoic_throttle_probability"))
+        .with_row(Row("Shedding"))
+        .with_panel(_timeseries(
+            "Shed probability", "percentunit",
+            "The probability the throttle sheds the next call, from its window of requests and accepts "
+            "(stoic_throttle_probability). Each shed call is a throttle.rejected event.",
+            _q(f"max by (stoic_label) (stoic_throttle_probability{_sel(v)})", "{{stoic_label}}"),
+        ).min(0).max(1))
+        .with_panel(_stat("Highest shed probability", "percentunit", "The highest shed probability now.",
+                          _q(f"max(stoic_throttle_probability{_sel(v)})", "probability"), red_at=0.5, span=12))
     )
 
 
@@ -301,7 +333,7 @@ def overview() -> Dashboard:
     v = "policy"
     return (
         _base("Stoic resilience overview", "stoic-overview",
-              "Breakers, rate limiters, bulkheads, hedges and retries of a stoic service at a glance "
+              "Breakers, rate limiters, bulkheads, throttles, hedges and retries of a stoic service at a glance "
               "(stoic.* metrics).")
         .with_variable(_policy_variable(v, "Policy", '{__name__=~"stoic_.+"}'))
         .with_row(Row("At a glance"))
@@ -317,6 +349,12 @@ def overview() -> Dashboard:
                           _q(f"sum(rate(stoic_retry_retries_total{_sel(v)}[{RATE}]))", "retries"), span=4))
         .with_panel(_stat("Hedged attempts", "reqps", "Hedged attempts started per second.",
                           _q(f"sum(rate(stoic_hedge_attempts_total{_sel(v)}[{RATE}]))", "hedges"), span=4))
+        .with_panel(_stat("Lowest bulkhead limit", "none",
+                          "The lowest admission limit of any bulkhead now (an adaptive one backing off).",
+                          _q(f"min(stoic_bulkhead_limit{_sel(v)})", "limit"), span=12))
+        .with_panel(_stat("Highest throttle probability", "percentunit",
+                          "The highest shed probability of any adaptive throttle now.",
+                          _q(f"max(stoic_throttle_probability{_sel(v)})", "probability"), red_at=0.5, span=12))
         .with_row(Row("Traffic"))
         .with_panel(_timeseries(
             "Breaker calls by outcome", "reqps", "Calls every breaker recorded, per second, by outcome.",
@@ -336,6 +374,7 @@ DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
     "stoic-breakers.json": breakers,
     "stoic-ratelimiters.json": ratelimiters,
     "stoic-bulkheads.json": bulkheads,
+    "stoic-throttles.json": throttles,
     "stoic-hedges.json": hedges,
     "stoic-retries.json": retries,
 }

@@ -15,7 +15,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 FILES = ("stoic-overview.json", "stoic-breakers.json", "stoic-ratelimiters.json", "stoic-bulkheads.json",
-         "stoic-hedges.json", "stoic-retries.json")
+         "stoic-throttles.json", "stoic-hedges.json", "stoic-retries.json")
 
 _VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 

@@ -26,7 +26,8 @@ METRIC_FAMILIES = {
     "stoic_breaker_transitions_total", "stoic_breaker_call_duration_seconds",
     "stoic_ratelimiter_permits_available", "stoic_ratelimiter_waiters", "stoic_ratelimiter_wait_duration_seconds",
     "stoic_ratelimiter_rejections_total",
-    "stoic_bulkhead_active", "stoic_bulkhead_queued", "stoic_bulkhead_rejections_total",
+    "stoic_bulkhead_active", "stoic_bulkhead_queued", "stoic_bulkhead_rejections_total", "stoic_bulkhead_limit",
+    "stoic_throttle_probability",
     "stoic_hedge_attempts_total", "stoic_hedge_wins_total", "stoic_hedge_delay_seconds",
     "stoic_retry_retries_total", "stoic_retry_outcomes_total",
 }
@@ -80,7 +81,7 @@ def test_breakers_dashboard_covers_state_outcomes_failures_rejections_latency_tr
         assert needed in exprs, needed
 
 
-@pytest.mark.parametrize("kind", ["ratelimiter", "bulkhead", "hedge", "retry"])
+@pytest.mark.parametrize("kind", ["ratelimiter", "bulkhead", "throttle", "hedge", "retry"])
 def test_each_policy_kind_has_a_dashboard_covering_all_its_metrics(kind: str) -> None:
     exprs = " ".join(q.expr for q in panel_queries(f"stoic-{kind.replace('retry', 'retrie')}s.json"))
     for family in METRIC_FAMILIES:
@@ -95,7 +96,7 @@ def test_no_query_hides_missing_data_behind_a_fallback() -> None:
 
 def test_the_overview_touches_every_policy_kind() -> None:
     exprs = " ".join(q.expr for q in panel_queries("stoic-overview.json"))
-    for kind in ("breaker", "ratelimiter", "bulkhead", "hedge", "retry"):
+    for kind in ("breaker", "ratelimiter", "bulkhead", "throttle", "hedge", "retry"):
         assert f"stoic_{kind}_" in exprs, kind
 
 

@@ -24,6 +24,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _post(url: str, body: str) -> tuple[int, str]:
+    request = urllib.request.Request(url, data=body.encode(), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
 def _get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
@@ -56,6 +65,12 @@ def test_demo_tells_the_whole_story_and_serves_metrics_while_running(tmp_path: P
                 time.sleep(0.2)
             # The admin endpoint (loopback, no token) serves the breaker's state while it runs.
             admin_status, policies = _get(f"http://127.0.0.1:{admin_port}/policies")
+            # docs/demo.md's curl session: force the GET /work breaker open, read it, lift the trip.
+            admin = f"http://127.0.0.1:{admin_port}/policies/inventory-api"
+            forced = _post(f"{admin}/force-open", '{"key": "GET /work", "actor": "test"}')
+            _, one = _get(admin)
+            cleared = _post(f"{admin}/clear", '{"key": "GET /work", "actor": "test"}')
+            unknown = _post(f"{admin}/force-open", '{"key": "GET /nope"}')
             rc = proc.wait(timeout=60)
         finally:
             if proc.poll() is None:
@@ -65,12 +80,23 @@ def test_demo_tells_the_whole_story_and_serves_metrics_while_running(tmp_path: P
     assert rc == 0, text
     assert time.monotonic() - started < 40, "the demo finishes by itself, promptly"
     # The endpoint served the breaker's metrics, with its label, while the demo ran.
-    assert re.search(r'stoic_breaker_calls_total\{[^}]*stoic_label="inventory-api"', scraped), scraped[-2000:]
+    # Keyed by route: the family's label, ":", the key.
+    assert re.search(r'stoic_breaker_calls_total\{[^}]*stoic_label="inventory-api:GET /work"', scraped), scraped[-2000:]
     assert "stoic_breaker_state{" in scraped
     assert admin_status == 200 and '"policy":"inventory-api"' in policies and '"forced_open":' in policies, policies
+    # The other families are served too: the adaptive bulkhead's limit, the throttle's probability.
+    assert '"policy":"inventory-bulkhead","key":"GET /work"' in policies and '"limit":' in policies, policies
+    assert '"policy":"inventory-throttle"' in policies and '"probability":' in policies, policies
     assert f"admin       http://127.0.0.1:{admin_port}/policies" in text
+    assert forced == (200, '{"policy":"inventory-api","key":"GET /work","forced_open":1}'), forced
+    assert '"key":"GET /work","label":"inventory-api:GET /work","kind":"CircuitBreaker","state":"open",' \
+           '"forced_open":true' in one, one
+    assert cleared == (200, '{"policy":"inventory-api","key":"GET /work","cleared":1}'), cleared
+    assert unknown[0] == 404, unknown
+    assert "trigger=forced" in text and "control.forced_open" in text and "actor=test" in text, text
+    assert "reason=forced" in text and "control.cleared" in text, text
     # The live transitions (from state_changes()), in story order.
-    live = re.findall(r"breaker inventory-api: (\w+) → (\w+)", text)
+    live = re.findall(r"breaker inventory-api:GET /work: (\w+) → (\w+)", text)
     assert live[0] == ("closed", "open"), text
     assert ("open", "half_open") in live and ("half_open", "open") in live, text
     assert live[-1] == ("half_open", "closed"), text
@@ -80,10 +106,18 @@ def test_demo_tells_the_whole_story_and_serves_metrics_while_running(tmp_path: P
     assert "breaker.opened" in text and "trigger=failure_rate" in text, text
     assert "breaker.closed" in text and "reason=probes_succeeded" in text, text
     # The summary table.
-    assert "Summary: breaker 'inventory-api'" in text
-    for row in ("calls run", "successes", "failures", "rejections", "time open", "latency p50", "latency p99",
-                "transitions", "closed→open ×1", "final state"):
+    assert "Summary: breaker 'inventory-api:GET /work'" in text
+    for row in ("calls run", "successes", "failures", "rejections", "fallbacks", "hedged reads", "retries",
+                "time open", "latency p50", "latency p99", "transitions", "closed→open ×", "open→closed ×1",
+                "final state",
+                "adaptive limit", "throttle"):
         assert row in text, (row, text)
+    # The calls went through the transport: a 503 is the last response (HTTP 503), never an exception.
+    assert re.search(r"failures\s*│\s*\d+\s+\([^)]*HTTP 503 ×\d", text), text
+    assert re.search(r"fallbacks\s*│\s*\d+\s+\([^)]*circuit_open ×\d", text), text
+    assert re.search(r"adaptive limit\s*│\s*'inventory-bulkhead:GET /work': 4 at start, lowest [123],", text), text
+    # A local refusal is not a permanent failure: the retry honours it or skips it (deadline_skip).
+    assert "retry.permanent" not in text, text
     assert re.search(r"final state\s*│\s*closed", text), text
     assert re.search(r"span events\s*│[^│]*breaker\.opened ×\d", text), text
 

@@ -1,16 +1,19 @@
 """The traced demo service.
 
 Starts the scripted dependency (:mod:`examples.demo.dependency`) in its own process, then runs a
-few concurrent workers that call it over HTTP (httpx) through the stack a real service runs, each
-call inside an OpenTelemetry span:
+few concurrent workers that call it over HTTP through httpx clients whose transport is
+:class:`stoic.httpx.AsyncResilientTransport`: the resilience lives in the client, keyed by route
+(``GET /work``, ``GET /search``), and every call site is a plain ``client.get``:
 
-    with_fallback(  Retrying -> CircuitBreaker -> RateLimiter -> Bulkhead -> attempt timeout -> GET /work  )
+    with_fallback(  client.get("/work")  )   under the caller's deadline, the client's transport running
+        Retrying -> CircuitBreaker -> AdaptiveThrottle -> RateLimiter -> AdaptiveBulkhead (AIMD) -> attempt timeout
 
-(a stale answer when the breaker is open), and a reader that hedges ``GET /search`` (a read with a
-slow tail) with an adaptive :class:`stoic.Hedge`. Every HTTP request goes through one method,
-:meth:`Demo.request`. stoic's events go to OpenTelemetry (span events) and structlog; the
-``stoic.*`` metrics are read from the policies when Prometheus scrapes. The breaker's
-``state_changes()`` stream is printed live; a summary table closes the run.
+(a stale answer when the breaker or the throttle refuses), and two readers whose client hedges
+``GET /search`` (a read with a slow tail) with an adaptive :class:`stoic.Hedge` through a
+breaker and a fixed :class:`stoic.Bulkhead`. stoic's events go to OpenTelemetry (span events)
+and structlog; the ``stoic.*`` metrics are read from the policies when Prometheus scrapes. The
+admin endpoint (the control plane) is served on loopback. The breaker's ``state_changes()``
+stream is printed live; a summary table closes the run.
 
 The story, at ``--time-scale 1`` (36 s): the dependency is healthy for 6 s, answers 503 for 9 s,
 answers slowly for 9 s, then recovers. The breaker is tuned to tell it in that time: a 5 s
@@ -29,7 +32,7 @@ import signal
 import statistics
 import sys
 import time
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,10 +56,12 @@ from stoic_structlog import StructlogSink
 import stoic
 from stoic import CircuitBreaker, ControlPlane, OpenDuration, TimeWindow
 from stoic.admin import serve_admin
+from stoic.httpx import AsyncResilientTransport, by_route
 
 from .dependency import Phase, format_phases
 
 ROOT = Path(__file__).resolve().parents[2]
+NO_POLICY = stoic.Pipeline()  # with_fallback's policy: the stack is in the client's transport
 
 # The story at time scale 1; the last phase lasts until the end of the run.
 STORY: tuple[Phase, ...] = (Phase("healthy", 6.0), Phase("failing", 9.0), Phase("slow", 9.0), Phase("recovered", None))
@@ -64,15 +69,41 @@ STORY_SECONDS = 36.0  # long enough after "recovered" begins for a probe to clos
 MIN_SCALE = 0.2  # below this, loopback HTTP latency is no longer small next to the slow-call duration
 DEFAULT_METRICS_PORT = 9464  # the OpenTelemetry Prometheus exporter's customary port (used with --serve)
 
+# How a retried call can end other than by success (the catalog's retry.* events).
+_RETRY_ENDS = frozenset({"retry.exhausted", "retry.budget_exhausted", "retry.deadline_skip", "retry.permanent",
+                         "retry.defect", "retry.nested"})
+
 STATE_STYLE = {"closed": "green", "open": "bold red", "half_open": "yellow"}
 
 
-class DependencyError(Exception):
-    """The dependency answered with a server error (HTTP 5xx): the breaker counts it."""
+WORK, SEARCH = "GET /work", "GET /search"  # the keys: one policy of each family per route
+_ROUTES = by_route("/work", "/search")
 
-    def __init__(self, status: int) -> None:
-        super().__init__(f"HTTP {status}")
-        self.status = status
+
+def route_key(request: httpx.Request) -> str:
+    """``"GET /work"``: :func:`stoic.httpx.by_route` without the host part (each client talks to one
+    dependency, whose port changes every run: labels stay the same from run to run)."""
+    return _ROUTES(request).split(" ", 1)[1]
+
+
+class AttemptTimeout(httpx.AsyncBaseTransport):
+    """The innermost stage: each attempt (up to its response headers) inside ``stoic.timeout``.
+
+    An httpx transport wrapping the one that sends, so the policies above it see a timed-out
+    attempt as a ``DeadlineExceeded`` (a timeout the breaker counts as a failure, the retry
+    retries, the adaptive bulkhead and the throttle take as a drop) rather than as httpx's own
+    ``ReadTimeout``, which none of them could tell from any other transport error.
+    """
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, seconds: float, *, label: str) -> None:
+        self._inner, self._seconds, self._label = inner, seconds, label
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        async with stoic.timeout(self._seconds, label=self._label):
+            return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 @dataclass
@@ -93,10 +124,11 @@ class Tuning:
             phases.append(Phase(phase.name, None if seconds is None else seconds * self.scale))
         return phases
 
-    def breaker(self, label: str) -> CircuitBreaker:
+    def breakers(self, label: str) -> stoic.Keyed[CircuitBreaker]:
+        """One breaker per route (``inventory-api:GET /work``, ``inventory-api:GET /search``)."""
         s = self.scale
-        return CircuitBreaker(
-            label=label,
+        return stoic.Keyed(
+            CircuitBreaker, label=label,
             window=TimeWindow(5.0 * s),
             minimum_calls=5,
             failure_rate_threshold=0.5,
@@ -107,20 +139,35 @@ class Tuning:
             half_open_timeout=5.0 * s,
         )
 
-    def retrying(self, label: str) -> stoic.Retrying:
-        # What is worth another attempt: a 5xx, a transport error, an attempt that timed out. An
-        # open breaker, a full bulkhead or the limiter are local refusals: not retried here.
-        return stoic.Retrying(stoic.Schedule.fixed(0.05 * self.scale).attempts(2),
-                              classify=(DependencyError, httpx.TransportError, stoic.DeadlineExceeded),
-                              label=f"{label}-retry")
+    def retrying(self) -> stoic.Retrying:
+        # The standard classifier, as the transport expects: a 5xx (its Retry-After honoured), a
+        # transport error and a timed-out attempt are retried; a refusal is retried after its
+        # retry_after when the caller's deadline leaves room for it, and skipped otherwise.
+        return stoic.Retrying(stoic.Schedule.fixed(0.05 * self.scale).attempts(2), label="inventory-retry")
 
-    def limiter(self, label: str) -> stoic.RateLimiter:
+    def throttles(self) -> stoic.Keyed[stoic.AdaptiveThrottle]:
+        # Sheds locally once more than half the requests of the last 2 s failed (k=2): early in
+        # the failing phase, while the breaker's 5 s window still holds the healthy calls.
+        return stoic.Keyed(stoic.AdaptiveThrottle, label="inventory-throttle", k=2.0, min_throughput=10,
+                           window=2.0 * self.scale)
+
+    def limiters(self) -> stoic.Keyed[stoic.RateLimiter]:
         # Below what four workers ask for when the dependency is fast: some calls wait, a few are refused.
-        return stoic.RateLimiter(30, 1.0, burst=3, queue_limit=1, label=f"{label}-limiter")
+        return stoic.Keyed(stoic.RateLimiter, label="inventory-limiter", rate=35, per=1.0, burst=3, queue_limit=1)
 
-    def bulkhead(self, label: str) -> stoic.Bulkhead:
-        # Two calls at a time and no queue: bursts and the slow phase fill it.
-        return stoic.Bulkhead(2, queue_limit=0, label=f"{label}-bulkhead")
+    def adaptive_bulkheads(self) -> stoic.Keyed[stoic.AdaptiveBulkhead]:
+        # AIMD on latency: four calls at a time while answers come in under the slow-call
+        # duration; each slow or timed-out answer takes a quarter off (at most once per
+        # cooldown); a queue of two whose waits are shed when they stay above 50 ms (CoDel).
+        s = self.scale
+        return stoic.Keyed(stoic.AdaptiveBulkhead, label="inventory-bulkhead", latency_threshold=0.3 * s,
+                           max_concurrent=4, min_concurrent=1, backoff_ratio=0.75, cooldown=0.5 * s,
+                           queue_limit=2, queue_target=0.05 * s, queue_interval=0.2 * s)
+
+    def search_bulkheads(self) -> stoic.Keyed[stoic.Bulkhead]:
+        # Three attempts at a time for two hedging readers (up to four attempts): a hedge is
+        # sometimes refused (bulkhead_full), and the primary attempt goes on.
+        return stoic.Keyed(stoic.Bulkhead, label="search-bulkhead", max_concurrent=3, queue_limit=0)
 
     def hedge(self) -> stoic.Hedge:
         return stoic.Hedge(0.03 * self.scale, label="search-hedge", quantile=0.9, window=50,
@@ -129,6 +176,16 @@ class Tuning:
     @property
     def attempt_timeout(self) -> float:
         return 0.56 * self.scale  # the slow phase's answers take 0.5-0.6 s: about half time out
+
+    @property
+    def call_deadline(self) -> float:
+        return 1.5 * self.scale  # the caller's budget for one call: two attempts and a short wait
+
+    @property
+    def retry_after_cap(self) -> float:
+        # The longest Retry-After honoured inside a request: the dependency's "Retry-After: 1"
+        # on a 503 is clamped to this (a caller with a 1.5 s budget cannot wait a second).
+        return 0.1 * self.scale
 
     @property
     def latency(self) -> float:
@@ -150,13 +207,15 @@ class Stats:
     calls: int = 0
     successes: int = 0
     failures: Counter[str] = field(default_factory=Counter)
-    rejections: Counter[str] = field(default_factory=Counter)
-    fallbacks: int = 0
+    rejections: Counter[str] = field(default_factory=Counter)  # by RejectionReason
+    fallbacks: Counter[str] = field(default_factory=Counter)  # by the refusal's reason
     searches: int = 0
     slow: int = 0
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=200_000))
     transitions: list[tuple[float, str, str]] = field(default_factory=list)
-    time_in: Counter[str] = field(default_factory=Counter)
+    time_in: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    limits: list[int] = field(default_factory=list)  # the adaptive bulkhead's limit, sampled
+    probabilities: list[float] = field(default_factory=list)  # the throttle's, sampled
 
 
 class SpanTally(SpanExporter):
@@ -266,62 +325,58 @@ class Demo:
 
     # --- the service ------------------------------------------------------------------------
 
-    async def request(self, path: str) -> httpx.Response:
-        """Every HTTP request of the demo goes through here (one place to swap the transport)."""
-        assert self.client is not None
-        return await self.client.get(path)
-
-    async def worker(self, pipeline: stoic.Pipeline, breaker: CircuitBreaker, tracer: Any) -> None:
+    async def worker(self, client: httpx.AsyncClient, tracer: Any) -> None:
+        """``GET /work`` in a loop: the stack is in the client's transport; here, the caller's
+        deadline and the fallback around the call."""
         stats, slow_after, t = self.stats, self.tuning.scale * 0.3, self.tuning
 
-        async def fetch() -> Any:
-            async with stoic.timeout(t.attempt_timeout, label="inventory-attempt"):
-                response = await self.request("/work")
-            if response.status_code >= 500:
-                raise DependencyError(response.status_code)
-            return response.json()
-
         def stale(error: Exception) -> Any:
-            stats.rejections[str(breaker.state)] += 1
-            stats.fallbacks += 1
-            return {"phase": "unknown", "ok": False, "stale": True}
+            stats.fallbacks[str(getattr(error, "reason", type(error).__name__))] += 1
+            return None  # a stale answer from a cache, in a real service
 
-        def breaker_refused(error: Exception) -> bool:
-            return isinstance(error, stoic.CircuitOpen)
+        def known_bad(error: Exception) -> bool:
+            # The breaker or the throttle refused: the dependency is known to be failing.
+            return isinstance(error, (stoic.CircuitOpen, stoic.Throttled))
 
         while not self.stop.is_set():
-            with tracer.start_as_current_span("GET /work", kind=SpanKind.CLIENT) as span:
+            with tracer.start_as_current_span(WORK, kind=SpanKind.CLIENT) as span:
                 span.set_attribute("server.address", "127.0.0.1")
                 started = time.perf_counter()
                 try:
-                    result = await stoic.with_fallback(pipeline, fetch, label="work", fallback=stale,
-                                                       should_handle=breaker_refused)
-                except (DependencyError, httpx.HTTPError, stoic.DeadlineExceeded) as exc:
-                    stats.calls += 1
-                    stats.failures[type(exc).__name__ if not isinstance(exc, DependencyError) else str(exc)] += 1
-                    self._timed(started, slow_after)
-                    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                    async with stoic.timeout(t.call_deadline, label="inventory-call"):
+                        response = await stoic.with_fallback(NO_POLICY, client.get, "/work",
+                                                             label="inventory-fallback", fallback=stale,
+                                                             should_handle=known_bad)
+                except stoic.DeadlineExceeded as exc:  # an attempt timeout, or the caller's deadline
+                    self._failed(started, slow_after, type(exc).__name__, span)
                 except stoic.Rejected as exc:  # the limiter or the bulkhead said no
-                    stats.rejections[type(exc).__name__] += 1
+                    stats.rejections[str(exc.reason)] += 1
                     span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                except httpx.HTTPError as exc:
+                    self._failed(started, slow_after, type(exc).__name__, span)
                 else:
-                    if not result.get("stale"):
-                        stats.calls += 1
-                        stats.successes += 1
-                        self._timed(started, slow_after)
+                    if response is not None:  # None: the fallback answered
+                        if response.status_code >= 500:  # the last attempt's response, retries over
+                            self._failed(started, slow_after, f"HTTP {response.status_code}", span)
+                        else:
+                            stats.calls += 1
+                            stats.successes += 1
+                            self._timed(started, slow_after)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), timeout=self.args.pace)
 
-    async def reader(self, hedge: stoic.Hedge, tracer: Any) -> None:
-        """Hedged reads of the endpoint with a slow tail."""
+    def _failed(self, started: float, slow_after: float, what: str, span: Any) -> None:
+        self.stats.calls += 1
+        self.stats.failures[what] += 1
+        self._timed(started, slow_after)
+        span.set_status(Status(StatusCode.ERROR, what))
 
-        async def search(attempt: stoic.Attempt) -> Any:
-            return (await self.request("/search")).json()
-
+    async def reader(self, client: httpx.AsyncClient, tracer: Any) -> None:
+        """Reads of the endpoint with a slow tail: the client's transport hedges them."""
         while not self.stop.is_set():
-            with tracer.start_as_current_span("GET /search", kind=SpanKind.CLIENT), \
-                    contextlib.suppress(httpx.HTTPError):
-                await hedge.execute(stoic.IDEMPOTENT, search)
+            with tracer.start_as_current_span(SEARCH, kind=SpanKind.CLIENT), \
+                    contextlib.suppress(httpx.HTTPError, stoic.Rejected):
+                (await client.get("/search")).json()
                 self.stats.searches += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), timeout=self.args.pace)
@@ -374,6 +429,16 @@ class Demo:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), timeout=0.05)
 
+    async def sample(self, bulkheads: stoic.Keyed[stoic.AdaptiveBulkhead],
+                     throttles: stoic.Keyed[stoic.AdaptiveThrottle]) -> None:
+        """The adaptive bulkhead's limit and the throttle's probability, every 50 ms, for the summary
+        (read through the families: a retune from the admin endpoint replaces the policies)."""
+        while not self.stop.is_set():
+            self.stats.limits.append(bulkheads.get(WORK).limit)
+            self.stats.probabilities.append(throttles.get(WORK).probability)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), timeout=0.05)
+
     async def run(self) -> int:
         args, console = self.args, self.console
         loop = asyncio.get_running_loop()
@@ -398,16 +463,26 @@ class Demo:
             tracer_provider=tracer_provider, meter_provider=meter_provider, prometheus_registry=registry)
         # The terminal tells the breaker's story; the other decisions are in the spans and metrics.
         log_sink = StructlogSink(structlog.get_logger("stoic"), level=stoic.Level.INFO, event_names=(
-            "breaker.opened", "breaker.half_open", "breaker.closed", "timeout.expired"))
+            "breaker.opened", "breaker.half_open", "breaker.closed", "control.forced_open", "control.cleared",
+            "control.retuned"))
         stoic.add_sink(log_sink)
         t = self.tuning
-        breaker = t.breaker(args.label)
-        pipeline = stoic.Pipeline(t.retrying(args.label), breaker, t.limiter(args.label), t.bulkhead(args.label))
-        hedge = t.hedge()
+        # The policies, as families keyed by route; the breakers' family serves both clients.
+        breakers = t.breakers(args.label)
+        throttles, limiters, bulkheads = t.throttles(), t.limiters(), t.adaptive_bulkheads()
+        search_bulkheads, hedge = t.search_bulkheads(), t.hedge()
+        # Built now, so their gauges exist from the first scrape and the stream is subscribed to
+        # before any call (it never replays the current state).
+        breaker = breakers.get(WORK)
+        for family, key in ((breakers, SEARCH), (throttles, WORK), (limiters, WORK), (bulkheads, WORK),
+                            (search_bulkheads, SEARCH)):
+            family.get(key)
         # The control plane, served on loopback (no token: loopback only): docs/demo.md shows
         # force-opening the breaker with curl while the story runs.
         control = ControlPlane()
-        control.register(breaker)
+        for family in (breakers, throttles, limiters, bulkheads, search_bulkheads):
+            control.register(family)
+        control.register(hedge)
         admin_port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         tracer = tracer_provider.get_tracer("examples.demo")
 
@@ -418,17 +493,19 @@ class Demo:
             await self.start_dependency()
             admin_url = f"http://127.0.0.1:{await asyncio.wait_for(asyncio.shield(admin_port), timeout=15)}"
             story = format_phases(self.tuning.phases).replace(",", " → ") + (" → …" if args.repeat else "")
-            console.print(Text.assemble(("stoic demo", "bold"), f"  (time scale {self.tuning.scale:g}; ",
+            s = self.tuning.scale
+            console.print(Text.assemble(("stoic demo", "bold"), f"  (time scale {s:g}; ",
                                         f"{'until Ctrl-C' if args.serve else f'{args.duration:g} s'})"))
             console.print(f"  dependency  {self.base_url}/work  script: {story}", highlight=False)
             console.print(f"  metrics     {metrics_url}", highlight=False)
             console.print(f"  admin       {admin_url}/policies  (docs/demo.md: force the breaker open with curl)",
                           highlight=False)
-            console.print(f"  breaker     {args.label!r}: window {5 * self.tuning.scale:g} s, minimum 5 calls, "
-                          f"open {3 * self.tuning.scale:g} s, slow after {0.3 * self.tuning.scale:g} s; "
-                          f"{args.workers} workers", highlight=False)
-            console.print("  stack       with_fallback(retry → breaker → rate limiter 30/s → bulkhead 2 → "
-                          f"attempt timeout {self.tuning.attempt_timeout:g} s → GET /work); hedged GET /search",
+            console.print(f"  breaker     {breaker.label!r}: window {5 * s:g} s, minimum 5 calls, "
+                          f"open {3 * s:g} s, slow after {0.3 * s:g} s; {args.workers} workers", highlight=False)
+            console.print(f"  GET /work   with_fallback(client.get) within {t.call_deadline:g} s; the transport: "
+                          f"retry → breaker → throttle → rate limiter 35/s → AIMD bulkhead ≤4 → "
+                          f"attempt timeout {t.attempt_timeout:g} s", highlight=False)
+            console.print("  GET /search the transport: hedge (adaptive, p90) → breaker → bulkhead 3; 2 readers",
                           highlight=False)
             if args.serve:
                 after = "the story replays" if args.repeat else "after the story the dependency stays healthy"
@@ -436,17 +513,24 @@ class Demo:
                               highlight=False)
             console.rule(style="dim")
             self.t0 = time.monotonic()
-            # Room for every worker, the reader's hedged pair and the phase watcher.
-            limits = httpx.Limits(max_connections=args.workers + 4, max_keepalive_connections=args.workers + 4)
-            async with httpx.AsyncClient(base_url=self.base_url, timeout=self.tuning.request_timeout,
-                                         limits=limits) as client:
-                self.client = client
-                # Subscribe before any call: the stream never replays the current state.
+            # Room for every worker, the readers' hedged pairs and the phase watcher.
+            limits = httpx.Limits(max_connections=args.workers + 6, max_keepalive_connections=args.workers + 6)
+            work_transport = AsyncResilientTransport(
+                AttemptTimeout(httpx.AsyncHTTPTransport(limits=limits), t.attempt_timeout, label="inventory-attempt"),
+                stages=[breakers, throttles, limiters, bulkheads], retry=t.retrying(), key=route_key,
+                retry_after_cap=t.retry_after_cap)
+            search_transport = AsyncResilientTransport(
+                httpx.AsyncHTTPTransport(limits=limits), stages=[breakers, search_bulkheads], hedge=hedge,
+                key=route_key)
+            timeout = self.tuning.request_timeout
+            async with httpx.AsyncClient(base_url=self.base_url, transport=work_transport, timeout=timeout) as work, \
+                    httpx.AsyncClient(base_url=self.base_url, transport=search_transport, timeout=timeout) as search, \
+                    httpx.AsyncClient(base_url=self.base_url, timeout=timeout) as plain:
                 watchers.append(asyncio.create_task(self.watch_breaker(breaker, breaker.state_changes())))
-                watchers.append(asyncio.create_task(self.watch_dependency(client)))
-                workers.extend(
-                    asyncio.create_task(self.worker(pipeline, breaker, tracer)) for _ in range(args.workers))
-                workers.append(asyncio.create_task(self.reader(hedge, tracer)))
+                watchers.append(asyncio.create_task(self.watch_dependency(plain)))
+                watchers.append(asyncio.create_task(self.sample(bulkheads, throttles)))
+                workers.extend(asyncio.create_task(self.worker(work, tracer)) for _ in range(args.workers))
+                workers.extend(asyncio.create_task(self.reader(search, tracer)) for _ in range(2))
                 if console.is_terminal:
                     watchers.append(asyncio.create_task(self.show_status()))
                 if args.serve:
@@ -479,45 +563,60 @@ class Demo:
         final = str(breaker.state)
         self.stats.time_in[final] += self.elapsed() - (self.stats.transitions[-1][0] if self.stats.transitions else 0)
         console.rule(style="dim")
-        console.print(self.summary(final, tally))
+        console.print(self.summary(breaker.label, final, tally, bulkheads.get(WORK), throttles.get(WORK)))
         if self.stats.transitions:
             console.print(self.transition_table())
         return 0
 
     # --- the closing tables ------------------------------------------------------------------
 
-    def summary(self, final: str, tally: SpanTally) -> Table:
+    def summary(self, label: str, final: str, tally: SpanTally, bulkhead: stoic.AdaptiveBulkhead,
+                throttle: stoic.AdaptiveThrottle) -> Table:
         s = self.stats
         latencies = list(s.latencies)
         seen = Counter(f"{a}→{b}" for _, a, b in s.transitions)
-        table = Table(title=f"Summary: breaker {self.args.label!r}", title_justify="left", show_header=False)
+        events = tally.event_names
+
+        def by(counts: Counter[str]) -> str:
+            total = sum(counts.values())
+            return f"{total}" + (f"  ({', '.join(f'{k} ×{v}' for k, v in counts.most_common())})" if total else "")
+
+        table = Table(title=f"Summary: breaker {label!r}", title_justify="left", show_header=False)
         table.add_column("what", style="bold")
         table.add_column("value")
-        failures = sum(s.failures.values())
         table.add_row("calls run", str(s.calls))
         table.add_row("successes", str(s.successes))
-        table.add_row("failures", f"{failures}" + (f"  ({', '.join(f'{k} ×{v}' for k, v in s.failures.items())})"
-                                                   if failures else ""))
+        table.add_row("failures", by(s.failures))
         table.add_row("slow calls", str(s.slow))
-        rejected = sum(s.rejections.values())
-        table.add_row("rejections", f"{rejected}" + (
-            f"  ({', '.join(f'{k} ×{v}' for k, v in s.rejections.items())})" if rejected else ""))
-        table.add_row("fallbacks", f"{s.fallbacks} (a stale answer while the breaker refused)")
-        table.add_row("hedged reads", str(s.searches))
+        table.add_row("rejections", by(s.rejections))
+        table.add_row("fallbacks", by(s.fallbacks) + "  (a stale answer: the breaker or the throttle refused)")
+        table.add_row("hedged reads", f"{s.searches} reads, {events['hedge.started']} hedges started "
+                                      f"(hedge.won ×{events['hedge.won']})")
+        table.add_row("retries", f"{events['retry.attempt_failed']} retried, {events['retry.succeeded']} then "
+                                 f"succeeded; ended by: " + ", ".join(
+                                     f"{name.removeprefix('retry.')} ×{n}" for name, n in sorted(events.items())
+                                     if name in _RETRY_ENDS) or "nothing else")
         table.add_row("time open", f"{s.time_in['open']:.1f} s (half-open {s.time_in['half_open']:.1f} s)")
         table.add_row("latency p50", _ms(_percentile(latencies, 0.50)))
         table.add_row("latency p99", _ms(_percentile(latencies, 0.99)))
         table.add_row("transitions", ", ".join(f"{k} ×{v}" for k, v in seen.items()) or "none")
         table.add_row("final state", final)
+        if s.limits:
+            table.add_row("adaptive limit", f"{bulkhead.label!r}: {bulkhead.max_concurrent} at start, lowest "
+                                            f"{min(s.limits)}, {bulkhead.limit} at the end "
+                                            f"({events['bulkhead.limit_changed']} changes)")
+        if s.probabilities:
+            table.add_row("throttle", f"{throttle.label!r}: shed probability up to {max(s.probabilities):.2f}, "
+                                      f"{throttle.probability:.2f} at the end ({events['throttle.rejected']} shed)")
         table.add_row("spans", f"{tally.spans} ({tally.with_events} with stoic span events)")
-        table.add_row("span events", ", ".join(f"{k} ×{v}" for k, v in sorted(tally.event_names.items())) or "none")
+        table.add_row("span events", ", ".join(f"{k} ×{v}" for k, v in sorted(events.items())) or "none")
         if tally.first_trip is not None:
             span = tally.first_trip
-            events = "; ".join(
+            described = "; ".join(
                 " ".join([e.name, *(f"{k}={_short(v)}" for k, v in (e.attributes or {}).items() if k != "stoic.label")])
                 for e in span.events)
             trace_id = f"{span.context.trace_id:032x}" if span.context is not None else "?"
-            table.add_row("tripping span", f"{span.name} trace {trace_id[:12]}…: {events}")
+            table.add_row("tripping span", f"{span.name} trace {trace_id[:12]}…: {described}")
         return table
 
     def transition_table(self) -> Table:
@@ -566,7 +665,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pace", type=float, default=0.05, help="each worker's pause between calls, s")
     parser.add_argument("--admin-port", type=int, default=0,
                         help="the admin endpoint's port on 127.0.0.1 (default: free)")
-    parser.add_argument("--label", default="inventory-api", help="the breaker's label (stoic_label in metrics)")
+    parser.add_argument("--label", default="inventory-api",
+                        help="the breakers' family label: each route's breaker is LABEL:GET /work, "
+                             "LABEL:GET /search (stoic_label in metrics; the policy name for the admin endpoint)")
     args = parser.parse_args(argv)
     if args.time_scale is None:
         args.time_scale = 1.0 if args.duration is None or args.serve else args.duration / STORY_SECONDS

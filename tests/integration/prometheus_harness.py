@@ -111,6 +111,19 @@ class Prometheus:
             time.sleep(0.2)
         raise AssertionError(f"scrape targets not up within {timeout} s: {last}")
 
+    def wait_scraping(self, timeout: float) -> None:
+        """Until every target has been scraped once (up or down). Prometheus applies its first
+        target set some five seconds after it is ready (the scrape manager's reload tick): a
+        process started before that loses its first seconds of samples."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            last = self.api("targets")["data"]["activeTargets"]
+            if last and all(t["health"] != "unknown" for t in last):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"scrape targets never scraped within {timeout} s: {last}")
+
     def api(self, path: str, **params: str) -> Any:
         url = f"{self.url}/api/v1/{path}"
         if params:
