@@ -142,7 +142,7 @@ def test_retune_validates_like_the_constructor_and_leaves_the_live_policy_unchan
     with pytest.raises(ValueError, match="initial"):
         cp.retune("adaptive", initial=0)
     assert cp.retune("hosts", actor="carol", failure_rate_threshold=0.9, minimum_calls=3) == 1
-    assert hosts.get("a") is not a and hosts.config["failure_rate_threshold"] == 0.9
+    assert hosts.get("a") is a and hosts.config["failure_rate_threshold"] == 0.9
     with pytest.raises(TypeError, match="cannot be retuned"):
         cp.retune("shed", k=4)  # a stand-in with no _retune of its own
     with pytest.raises(UnknownPolicy):

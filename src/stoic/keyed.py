@@ -354,14 +354,20 @@ class Keyed(Generic[P]):
         return slot
 
     def retune(self, **changes: Any) -> int:
-        """Swap the configuration: every key gets a new policy built from the old configuration
-        updated with ``changes`` (adaptive state, windows and counts start afresh; a forced-open
-        breaker stays forced). Calls in flight finish on the policy that admitted them.
+        """Swap the configuration of every key, and of the keys built later.
+
+        A family of one of stoic's policy classes (``Keyed(CircuitBreaker, ...)``) retunes each
+        key's policy in place, by that policy's own ``_retune`` (as :meth:`stoic.ControlPlane.retune`
+        does for a plain policy: calls in flight keep their slots, permits and probes, state
+        streams stay subscribed, what was learnt under the old configuration is dropped). A
+        family built by any other factory gets a new policy per key, built from the old
+        configuration updated with ``changes`` (a forced-open breaker stays forced); calls in
+        flight finish on the policy that admitted them.
 
         All or nothing: ``TypeError`` for a parameter the factory does not take (or ``label`` /
         ``clock``), the factory's ``ValueError`` naming the parameter for a value out of range,
         and then the live policies and configuration are unchanged. Returns how many keys were
-        rebuilt."""
+        retuned."""
         for name in ("label", "clock"):
             if name in changes:
                 raise TypeError(f"{name} cannot be retuned (build another family)")
@@ -369,18 +375,24 @@ class Keyed(Generic[P]):
         with self._lock:
             config = {**self._config, **changes}
             factory, clock = self._factory, self._clock
-            rebuilt: list[tuple[_Slot[P], P, bool]] = []
+            factory(label=self._label, clock=clock, **config)  # validates: raises before anything changes
             slots = list(self._slots.values()) + ([self._overflow] if self._overflow is not None else [])
-            for slot in slots:
-                rebuilt.append((slot, factory(label=slot.label, clock=clock, **config), is_forced_open(slot.policy)))
-            if not slots:
-                factory(label=self._label, clock=clock, **config)  # validate even with no key held
+            in_place = isinstance(factory, type) and callable(getattr(factory, "_retune", None))
+            rebuilt: list[tuple[_Slot[P], P, bool]] = []
+            if not in_place:
+                for slot in slots:
+                    rebuilt.append((slot, factory(label=slot.label, clock=clock, **config),
+                                    is_forced_open(slot.policy)))
             self._config = config
+            if in_place:
+                for slot in slots:
+                    retune: Callable[..., None] = slot.policy._retune  # type: ignore[attr-defined]
+                    retune(**changes)
             for slot, policy, forced in rebuilt:
                 if forced or self._forced_all:
                     _force(policy, self._label)
                 slot.policy = policy
-        return len(rebuilt)
+        return len(slots)
 
     def __repr__(self) -> str:
         name = getattr(self._factory, "__qualname__", type(self._factory).__qualname__)

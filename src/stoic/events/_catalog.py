@@ -241,7 +241,7 @@ _SPECS: tuple[EventSpec, ...] = (
         "actor": _a("str", "who asked, as the caller names it", optional=True),
     }),
     EventSpec("control.retuned", Level.INFO, "An operator swapped a policy's configuration live.", {
-        "policies": _a("int", "policies rebuilt with the new configuration"),
+        "policies": _a("int", "policies retuned (in place, or rebuilt for a family with its own factory)"),
         "parameters": _a("str", "the parameters changed, comma-separated (never their values)"),
         "actor": _a("str", "who asked, as the caller names it", optional=True),
     }),
