@@ -278,6 +278,10 @@ def throttles() -> Dashboard:
             "(stoic_throttle_probability). Each shed call is a throttle.rejected event.",
             _q(f"max by (stoic_label) (stoic_throttle_probability{_sel(v)})", "{{stoic_label}}"),
         ).min(0).max(1))
+        .with_panel(_timeseries(
+            "Shed calls", "reqps", "Calls each throttle shed locally, per second (stoic_throttle_rejections_total).",
+            _q(_rate_by("stoic_throttle_rejections_total", _sel(v), "stoic_label"), "{{stoic_label}}"),
+        ))
         .with_panel(_stat("Highest shed probability", "percentunit", "The highest shed probability now.",
                           _q(f"max(stoic_throttle_probability{_sel(v)})", "probability"), red_at=0.5, span=12))
     )
@@ -365,6 +369,7 @@ def overview() -> Dashboard:
             _q(_rate_by("stoic_breaker_rejections_total", _sel(v), "stoic_label"), "{{stoic_label}} breaker", "A"),
             _q(_rate_by("stoic_ratelimiter_rejections_total", _sel(v), "stoic_label"), "{{stoic_label}} limiter", "B"),
             _q(_rate_by("stoic_bulkhead_rejections_total", _sel(v), "stoic_label"), "{{stoic_label}} bulkhead", "C"),
+            _q(_rate_by("stoic_throttle_rejections_total", _sel(v), "stoic_label"), "{{stoic_label}} throttle", "D"),
         ))
     )
 

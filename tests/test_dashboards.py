@@ -27,7 +27,7 @@ METRIC_FAMILIES = {
     "stoic_ratelimiter_permits_available", "stoic_ratelimiter_waiters", "stoic_ratelimiter_wait_duration_seconds",
     "stoic_ratelimiter_rejections_total",
     "stoic_bulkhead_active", "stoic_bulkhead_queued", "stoic_bulkhead_rejections_total", "stoic_bulkhead_limit",
-    "stoic_throttle_probability",
+    "stoic_throttle_probability", "stoic_throttle_rejections_total",
     "stoic_hedge_attempts_total", "stoic_hedge_wins_total", "stoic_hedge_delay_seconds",
     "stoic_retry_retries_total", "stoic_retry_outcomes_total",
 }

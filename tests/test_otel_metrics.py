@@ -4,6 +4,7 @@ time, with the exact names, units, attributes and buckets the table fixes; bound
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import tracemalloc
@@ -118,6 +119,13 @@ async def _drive_everything(clock: VirtualClock, p: str) -> dict[str, object]:
     _metrics.count_shared("fleet", f"{p}fleet", ("stoic.fleet.store.recoveries",))
     throttle = stoic.AdaptiveThrottle(label=f"{p}throttle", clock=clock)
     await run(throttle.execute(ok))
+
+    async def down_hard() -> str:
+        raise ConnectionError("down")
+
+    for _ in range(200):  # the dependency fails: the throttle starts shedding (seeded draws)
+        with contextlib.suppress(ConnectionError, stoic.Throttled):
+            await throttle.execute(down_hard)
     return {"breaker": breaker, "limiter": limiter, "bulkhead": bulkhead, "hedge": hedge, "holder": holder,
             "gate": gate, "throttle": throttle}
 

@@ -283,6 +283,8 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
     # --- adaptive throttle ---
     _m("stoic.throttle.probability", "gauge", "1", "throttle", (), "property `.probability` of each live throttle",
        "The probability the adaptive throttle sheds the next call.", ("probability",)),
+    _m("stoic.throttle.rejections", "counter", "{call}", "throttle", (), "every call the throttle shed",
+       "Calls the adaptive throttle shed locally (each a `Throttled` refusal)."),
     _m("stoic.hedge.attempts", "counter", "{attempt}", "hedge", (), "every hedged attempt started",
        "Hedged attempts started (the first attempt of a call is not counted)."),
     _m("stoic.hedge.wins", "counter", "{call}", "hedge", ("attempt",), "every call won after a hedge started",

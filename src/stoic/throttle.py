@@ -202,6 +202,8 @@ class AdaptiveThrottle:
         if p > 0.0 and _random.stream(self._site).random() < p:
             self._requests[i] += 1
             self._total_requests += 1
+            if _metrics.state.enabled:
+                self._rec.count_locked(("stoic.throttle.rejections",))
             if _SINKS.wants(Level.INFO):
                 emit("throttle.rejected", self._label, Level.INFO, self._clock.now_ns(),
                      {"probability": p, "requests": self._total_requests, "accepts": self._total_accepts})
