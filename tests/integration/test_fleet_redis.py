@@ -27,7 +27,7 @@ import stoic
 from stoic import CircuitOpen, OpenDuration, RateLimited
 from stoic.breaker import BreakerState, CountWindow
 from stoic.fleet import BlockingSharedRateLimiter, RedisStore, SharedCircuitBreaker, SharedRateLimiter
-from stoic.testing import RecordingSink
+from stoic.testing import RecordingSink, VirtualClock
 
 pytestmark = pytest.mark.integration
 
@@ -445,3 +445,133 @@ def test_the_blocking_limiter_shares_the_bucket_across_threads(server: RedisServ
     with pytest.raises(RateLimited) as info:
         limiter.acquire(5, timeout=0.01)
     assert info.value.retry_after is not None and 0.01 <= info.value.retry_after <= 0.25
+
+
+# ---------------------------------------------------------------------------- latency signal
+def _exact_quantile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, int(p * len(ordered)) - 1)]
+
+
+async def test_two_replicas_with_different_latencies_converge_on_the_merged_quantile(server: RedisServer) -> None:
+    import random
+
+    from stoic.fleet import SharedLatency
+
+    label = fresh("latency")
+    clock = VirtualClock()
+    stores = [store_for(server), store_for(server)]
+    digests = [SharedLatency(store=s, label=label, interval=0.5, clock=clock) for s in stores]
+    fast, slow = (d.estimator(0.25, window=1000) for d in digests)
+    rng = random.Random(7)
+    seen: list[float] = []
+    for _ in range(4):
+        for _ in range(250):
+            a, b = rng.uniform(10e6, 20e6), rng.uniform(30e6, 40e6)  # ns: 10-20 ms and 30-40 ms
+            fast.add(a)
+            slow.add(b)
+            seen += (a, b)
+        await clock.advance(0.5)
+        for digest in digests:
+            assert await digest.flush()
+    for digest in digests:  # one more read each, so both hold every push
+        assert await digest.flush()
+    merged = _exact_quantile(seen, 0.25)  # about 15 ms: the fast replica's median
+    local_fast, local_slow = fast.local.value, slow.local.value
+    assert local_fast is not None and local_slow is not None
+    assert local_fast < 14e6 and local_slow > 30e6  # each replica alone is far from the fleet's
+    for estimate in (fast, slow):
+        value = estimate.value
+        assert value is not None
+        assert abs(value - merged) / merged < 0.07, (value, merged)  # within half a bucket
+    assert abs(digests[0].samples - 2000) < 20  # every sample of both counted once (a little decay)
+    for s in stores:
+        await s.aclose()
+
+
+async def test_pushes_are_batched_one_round_trip_per_interval(server: RedisServer) -> None:
+    from stoic import AdaptiveBulkhead
+    from stoic.fleet import SharedLatency
+
+    clock = VirtualClock()
+    store = store_for(server)
+    calls = 0
+    real_call = store.call
+
+    async def counting(*args: Any, **kwargs: Any) -> list[Any]:
+        nonlocal calls
+        calls += 1
+        return await real_call(*args, **kwargs)
+
+    store.call = counting  # type: ignore[method-assign]
+    digest = SharedLatency(store=store, label=fresh("batch"), interval=1.0, clock=clock)
+    bulkhead = AdaptiveBulkhead(latency_threshold=0.5, max_concurrent=50, latency_quantile=0.9, label="aimd",
+                                clock=clock, latency_digest=digest)
+
+    async def work() -> None:
+        await clock.sleep(0.01)
+
+    for _ in range(5):
+        await clock.run(asyncio.gather(*(bulkhead.execute(work) for _ in range(40))))
+        await clock.advance(1.0)
+        await asyncio.sleep(0.05)  # let the push task run against the real server
+    assert 4 <= calls <= 6  # 200 samples, one push per interval, none per call
+    assert digest.samples >= 150
+    await store.aclose()
+
+
+async def test_a_hedge_follows_the_fleets_latency(server: RedisServer) -> None:
+    from stoic import Hedge
+    from stoic.fleet import SharedLatency
+
+    label = fresh("hedge")
+    clock = VirtualClock()
+    here_store, there_store = store_for(server), store_for(server)
+    there = SharedLatency(store=there_store, label=label, interval=0.1, clock=clock).estimator(0.5)
+    for _ in range(300):
+        there.add(80e6)  # the other replica sees 80 ms
+    assert await there._digest.flush()
+    here = SharedLatency(store=here_store, label=label, interval=0.1, clock=clock)
+    policy = Hedge(0.05, label="h", quantile=0.5, latency_digest=here, clock=clock)
+
+    async def quick() -> str:
+        await clock.sleep(0.01)
+        return "ok"
+
+    for _ in range(30):
+        assert await clock.run(policy.execute(stoic.IDEMPOTENT, quick)) == "ok"
+        await asyncio.sleep(0.02)  # a due push runs on the real server
+    # 300 samples at 80 ms elsewhere, 30 at 10 ms here: the fleet's median is the slow one.
+    assert policy.current_delay > 0.07
+    await here_store.aclose()
+    await there_store.aclose()
+
+
+async def test_a_dead_store_leaves_the_local_estimate_working(tmp_path: Path) -> None:
+    from stoic._quantile import WindowedQuantile
+    from stoic.fleet import SharedLatency
+
+    own = RedisServer(tmp_path)
+    clock = VirtualClock()
+    sink = RecordingSink()
+    with stoic.use_sinks(sink):
+        store = RedisStore(own.url, budget=0.05, probe_interval=0.2)
+        digest = SharedLatency(store=store, label=fresh("dead"), interval=0.1, clock=clock)
+        estimate = digest.estimator(0.9, window=200)
+        reference = WindowedQuantile(0.9, 200, estimate._warmup)
+        for n in range(100):
+            estimate.add(float(n) * 1e6)
+            reference.add(float(n) * 1e6)
+        assert await digest.flush()
+        own.kill()
+        for n in range(300):
+            estimate.add(float(n % 50) * 1e6)
+            reference.add(float(n % 50) * 1e6)
+            if n % 50 == 0:
+                await clock.advance(0.1)
+                assert not await digest.flush()
+        assert digest.degraded
+        assert estimate.value == reference.value  # the replica's own estimate, unchanged
+        await store.aclose()
+    own.stop()
+    assert sink.of("fleet.store_error")

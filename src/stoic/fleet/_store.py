@@ -83,7 +83,7 @@ def _load_script(name: str, prelude: str = "") -> _Script:
 
 def _scripts() -> dict[str, _Script]:
     common = resources.files("stoic.fleet").joinpath("scripts", "breaker_common.lua").read_text(encoding="utf-8")
-    scripts = {"limiter_take": _load_script("limiter_take")}
+    scripts = {name: _load_script(name) for name in ("limiter_take", "latency_push")}
     for name in ("breaker_refresh", "breaker_trip", "breaker_probe", "breaker_done", "breaker_force"):
         scripts[name] = _load_script(name, common + "\n")
     return scripts
