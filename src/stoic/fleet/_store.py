@@ -171,6 +171,11 @@ class RedisStore:
         )
         self._failing_since: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Connections this store took from the asyncio client's pool and keeps for its own calls
+        # (as many as its concurrent calls at the peak): the pool's get/release (a lock, a
+        # liveness poll, observability hooks) would cost more than the script; aclose() gives
+        # them back.
+        self._idle: list[Any] = []
         self._packed: dict[tuple[Any, ...], list[bytes]] = {}
 
     def _from_url(self, url: str, redis: Any) -> tuple[Any, Any]:
@@ -188,12 +193,13 @@ class RedisStore:
         import redis.backoff
         import redis.retry
 
-        # The asyncio client gets no socket_timeout: every call already runs under
-        # asyncio.timeout(budget), and a second timer per read and per write is pure cost.
+        # The asyncio client gets no socket_timeout (redis-py 8 defaults it to 5 s): every call
+        # already runs under asyncio.timeout(budget), and a second timer per read and per write
+        # (a wait_for task around each send) is pure cost.
         try:
             return (
                 redis.asyncio.Redis.from_url(url, retry=redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0),
-                                             socket_connect_timeout=self._budget),
+                                             socket_timeout=None, socket_connect_timeout=self._budget),
                 redis.Redis.from_url(url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
                                      socket_timeout=self._budget, socket_connect_timeout=self._budget),
             )
@@ -306,15 +312,16 @@ class RedisStore:
             return await client.execute_command(*command)
 
     async def _roundtrip(self, command: tuple[Any, ...], repeat: bool) -> Any:
-        pool = self._async.connection_pool
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             # Connections belong to the loop that opened them: under a later asyncio.run the old
             # ones are dropped (their loop is gone) and new ones are opened on this loop.
             if self._loop is not None:
-                pool.reset()
+                self._idle.clear()
+                self._async.connection_pool.reset()
             self._loop = loop
-        conn = await pool.get_connection()
+        idle = self._idle
+        conn = idle.pop() if idle else await self._async.connection_pool.get_connection()
         try:
             if repeat:
                 # The same command again and again (a limiter's one-permit take): packed once.
@@ -335,7 +342,7 @@ class RedisStore:
             await conn.disconnect(nowait=True)
             raise
         finally:
-            await pool.release(conn)
+            idle.append(conn)  # a closed one reconnects on its next command
 
     def call_blocking(self, script: str, keys: Sequence[str], args: Sequence[int | float | str]) -> list[Any]:
         """:meth:`call` for threads, on the sync client (each read bounded by the budget)."""
@@ -442,11 +449,15 @@ class RedisStore:
 
     async def aclose(self) -> None:
         """Close the clients this store built from a URL (a client passed in stays the caller's)."""
+        idle, self._idle = self._idle, []
         if self._owns_clients:
             if self._async is not None:
                 await self._async.aclose()
             if self._sync is not None:
                 self._sync.close()
+        elif self._async is not None and not self._cluster and self._loop is asyncio.get_running_loop():
+            for conn in idle:
+                await self._async.connection_pool.release(conn)
 
     @property
     def _owns_clients(self) -> bool:
