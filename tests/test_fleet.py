@@ -274,3 +274,17 @@ async def test_a_sketch_reply_of_unexpected_shape_keeps_the_local_estimate(reply
     assert digest.degraded and digest.samples == 0.0
     assert estimate.value == estimate.local.value is not None
     assert sink.of("fleet.store_error")
+
+
+def test_call_without_a_store_goes_through_the_fallback_or_refuses() -> None:
+    sink = RecordingSink()
+    with stoic.use_sinks(sink):
+        opened = SharedCircuitBreaker(label="sync-open", store=RedisStore(URL, budget=0.05))
+        closed = SharedCircuitBreaker(label="sync-closed", store=RedisStore(URL, budget=0.05),
+                                      fail_open_on_store_error=False)
+        assert opened.call(lambda: "ok") == "ok"
+        assert opened.degraded and opened.snapshot == opened.fallback.snapshot
+        with pytest.raises(CircuitOpen) as info:
+            closed.call(lambda: "never")
+        assert info.value.retry_after is None
+    assert sink.of("fleet.fail_open") and sink.of("fleet.fail_closed")

@@ -24,7 +24,7 @@ import redis.asyncio
 from redis_harness import RedisServer
 
 import stoic
-from stoic import CircuitOpen, OpenDuration, RateLimited
+from stoic import CircuitBreaker, CircuitOpen, OpenDuration, RateLimited
 from stoic.breaker import BreakerState, CountWindow
 from stoic.fleet import BlockingSharedRateLimiter, RedisStore, SharedCircuitBreaker, SharedRateLimiter
 from stoic.testing import RecordingSink, VirtualClock
@@ -575,3 +575,110 @@ async def test_a_dead_store_leaves_the_local_estimate_working(tmp_path: Path) ->
         await store.aclose()
     own.stop()
     assert sink.of("fleet.store_error")
+
+
+# ---------------------------------------------------------------------------- breaker parity
+def test_call_runs_plain_functions_from_threads_and_shares_the_trip(server: RedisServer) -> None:
+    import threading
+
+    label = fresh("sync-breaker")
+    store = RedisStore(server.url, budget=0.25)
+    shared = breaker(store, label, window=CountWindow(8), minimum_calls=8, failure_rate_threshold=1.0,
+                     open_duration=OpenDuration.fixed(0.3, jitter=0.0))
+    results: list[str] = []
+    lock = threading.Lock()
+
+    def quick() -> str:
+        return "ok"
+
+    def worker() -> None:
+        for _ in range(20):
+            value = shared.call(quick)
+            with lock:
+                results.append(value)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert results == ["ok"] * 160
+    assert shared.snapshot.state is BreakerState.CLOSED and shared.snapshot.failures == 0
+
+    def broken() -> None:
+        raise ConnectionError("down")
+
+    for _ in range(8):
+        with pytest.raises(ConnectionError):
+            shared.call(broken)
+    with pytest.raises(CircuitOpen) as info:
+        shared.call(quick)
+    assert info.value.retry_after is not None and 0.2 < info.value.retry_after <= 0.3
+    snap = shared.snapshot
+    assert (snap.state, snap.calls, snap.failures, snap.failure_rate, snap.trips) == (BreakerState.OPEN, 8, 8, 1.0, 1)
+
+    async def seen_by_an_asyncio_replica() -> None:
+        other_store = store_for(server)
+        other = breaker(other_store, label)
+        with pytest.raises(CircuitOpen):
+            await other.execute(ok)
+        await other_store.aclose()
+
+    asyncio.run(seen_by_an_asyncio_replica())
+    time.sleep(0.35)
+    assert shared.call(quick) == "ok"  # the one probe, through the lease; it closes the breaker
+    assert shared.state is BreakerState.CLOSED
+    with pytest.raises(TypeError, match="plain"):
+        shared.call(ok)  # type: ignore[arg-type]
+    asyncio_only = breaker(RedisStore(redis.asyncio.Redis.from_url(server.url)), label)
+    with pytest.raises(TypeError, match=r"redis\.Redis"):
+        asyncio_only.call(quick)
+
+
+async def test_snapshot_has_the_local_breakers_shape(server: RedisServer) -> None:
+    from stoic import BreakerSnapshot
+
+    store = store_for(server)
+    shared = breaker(store, fresh("snap"), window=CountWindow(10), minimum_calls=4)
+    local = CircuitBreaker(label="snap-local", window=CountWindow(10), minimum_calls=4,
+                           open_duration=OpenDuration.fixed(30.0, jitter=0.0))
+    for policy in (shared, local):
+        for _ in range(3):
+            await policy.execute(ok)
+        with pytest.raises(ConnectionError):
+            await policy.execute(fail)
+    a, b = shared.snapshot, local.snapshot
+    assert isinstance(a, BreakerSnapshot)
+    assert (a.state, a.calls, a.failures, a.slow_calls, a.failure_rate, a.trips, a.retry_after) == (
+        b.state, b.calls, b.failures, b.slow_calls, b.failure_rate, b.trips, b.retry_after) == (
+        BreakerState.CLOSED, 4, 1, 0, 0.25, 0, None)
+    await store.aclose()
+
+
+async def test_state_changes_streams_what_this_replica_observes(server: RedisServer) -> None:
+    label = fresh("stream")
+    a_store, b_store = store_for(server), store_for(server)
+    a = breaker(a_store, label, open_duration=OpenDuration.fixed(0.2, jitter=0.0), refresh_interval=0.05)
+    b = breaker(b_store, label, open_duration=OpenDuration.fixed(0.2, jitter=0.0), refresh_interval=0.05)
+    assert await b.execute(ok) == "ok"
+    seen: list[BreakerState] = []
+
+    async def consume() -> None:
+        async with b.state_changes() as changes:
+            async for state in changes:
+                seen.append(state)
+                if state is BreakerState.CLOSED:
+                    return
+
+    consumer = asyncio.create_task(consume())
+    await asyncio.sleep(0)
+    await trip(a)  # the trip is a's; b sees it at its next refresh
+    await asyncio.sleep(0.06)
+    with pytest.raises(CircuitOpen):
+        await b.execute(ok)
+    await asyncio.sleep(0.2)
+    assert await b.execute(ok) == "ok"  # b's call is the probe: half-open, then closed
+    await asyncio.wait_for(consumer, 2.0)
+    assert seen == [BreakerState.OPEN, BreakerState.HALF_OPEN, BreakerState.CLOSED]
+    await a_store.aclose()
+    await b_store.aclose()
