@@ -155,7 +155,11 @@ class SharedLatency:
         with self._lock:
             pending = self._pending
             pending[i] = pending.get(i, 0) + 1
-            if now < self._due or self._busy:
+            if now < self._due:
+                return
+            task = self._task
+            # Busy unless the push task is over (one whose loop closed before it ran never clears it).
+            if self._busy and (task is None or not task.done()):
                 return
             self._due = now + self._interval_ns
             self._busy = True
