@@ -682,3 +682,47 @@ async def test_state_changes_streams_what_this_replica_observes(server: RedisSer
     assert seen == [BreakerState.OPEN, BreakerState.HALF_OPEN, BreakerState.CLOSED]
     await a_store.aclose()
     await b_store.aclose()
+
+
+async def test_old_latencies_age_out_and_the_sketch_is_rescaled(
+    server: RedisServer, raw: redis.asyncio.Redis,
+) -> None:
+    from stoic.fleet import SharedLatency
+
+    store = store_for(server)
+    digest = SharedLatency(store=store, label=fresh("decay"), interval=0.01, half_life=0.01)
+    estimate = digest.estimator(0.5, window=1000)
+    for _ in range(200):
+        estimate.add(80e6)
+    assert await digest.flush()
+    key = store.keys(digest.label, "latency")[0]
+    assert 0 < await raw.pttl(key) <= 1100  # 10 half-lives (0.1 s) + 1 s
+    # 40 half-lives of server time later the slow samples weigh 2**-40: the next push rescales
+    # the sketch to a new landmark and drops their bucket.
+    await asyncio.sleep(0.4)
+    for _ in range(50):
+        estimate.add(5e6)
+    assert await digest.flush()
+    value = digest.quantile(0.99)
+    assert value is not None and 4.5e6 < value < 5.5e6
+    fields = await raw.hkeys(key)
+    assert len(fields) == 2  # the landmark and the fast bucket
+    assert 45 < digest.samples <= 50
+    await store.aclose()
+
+
+def test_a_thread_pushes_inline_on_a_sync_store(server: RedisServer) -> None:
+    from stoic.fleet import SharedLatency
+
+    store = RedisStore(redis.Redis.from_url(server.url), budget=0.25)
+    label = fresh("sync-latency")
+    digest = SharedLatency(store=store, label=label, interval=0.05)
+    estimate = digest.estimator(0.5, window=100)
+    for _ in range(30):
+        estimate.add(20e6)  # the first sample pushes at once, from this thread (no loop running)
+    time.sleep(0.06)
+    estimate.add(20e6)  # due again: pushes the other 30 and reads the sum back
+    assert 30 <= digest.samples <= 31
+    assert digest.flush_blocking()
+    value = estimate.value
+    assert value is not None and 18e6 < value < 22e6
