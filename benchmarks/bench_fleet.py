@@ -22,6 +22,7 @@ the script runs, not what it measures).
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import re
@@ -32,12 +33,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._harness import Result, report, time_async, verdict
+from benchmarks._harness import Result, report, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = os.environ.get("STOIC_BENCH_SMOKE") == "1"
-DECISIONS = 50 if SMOKE else 3000
-ROUNDS = 1 if SMOKE else 2
+DECISIONS = 50 if SMOKE else 4000
+ROUNDS = 1 if SMOKE else 3
 BREAKER_CALLS = 500 if SMOKE else 20_000
 HUGE = 10**6  # permits per second (and burst): never refused over a run
 _CALLED = re.compile(r"redis\.call\('([A-Za-z]+)'")
@@ -68,9 +69,11 @@ async def _limits_setup(url: str, label: str, strategy: str) -> Any:
     return decide
 
 
-def _worker(kind: str, url: str, label: str, count: int, start_at: float) -> None:
+def _worker(kind: str, url: str, label: str, count: int) -> None:
     async def run() -> tuple[list[int], int, int]:
         decide = await (_stoic_setup(url, label) if kind == "stoic" else _limits_setup(url, label, kind))
+        print("ready", flush=True)  # set up: the parent counts commands from here on
+        start_at = float(await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline))
         await asyncio.sleep(max(0.0, start_at - time.time()))
         out = []
         clock = time.perf_counter_ns
@@ -117,14 +120,27 @@ def _commands(url: str) -> tuple[int, int]:
 
 def _limiter_row(kind: str, url: str, processes: int, round_no: int) -> dict[str, Any]:
     label = f"bench-{kind}-{processes}-{round_no}-{time.monotonic_ns()}"
-    start_at = time.time() + (1.0 if SMOKE else 2.5)  # every process set up by then
     procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.bench_fleet", "--worker", kind, url, label,
-                               str(DECISIONS), str(start_at)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+                               str(DECISIONS)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
              for _ in range(processes)]
-    # Counted from just before the timed decisions (the set-up's commands are not the decisions').
-    time.sleep(max(0.0, start_at - 0.3 - time.time()))
+    for proc in procs:  # every process set up (imports, connection, script load) ...
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"a {kind} worker failed to set up")
+    # ... so the commands counted from here are the decisions' own.
     before = _commands(url)
-    results = [json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in procs]
+    start_at = time.time() + 0.2
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(f"{start_at}\n")
+        proc.stdin.close()
+    results = []
+    for proc in procs:
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        if proc.wait(timeout=120) != 0:
+            raise RuntimeError(f"a {kind} worker failed")
+        results.append(json.loads(out.strip().splitlines()[-1]))
     after = _commands(url)
     latencies = sorted(v for r in results for v in r["latencies"])
     span = (max(r["last"] for r in results) - min(r["first"] for r in results)) / 1e9
@@ -174,15 +190,29 @@ def _breaker_table(url: str) -> None:
     async def op() -> int:
         return 1
 
-    local = CircuitBreaker(label="bench-local")
-    store = RedisStore(url, budget=0.5)
-    shared = SharedCircuitBreaker(label=f"bench-shared-{time.monotonic_ns()}", store=store)
-    samples: dict[str, list[float]] = {"bare call": [], "CircuitBreaker": [], "SharedCircuitBreaker": []}
-    makers = {"bare call": op, "CircuitBreaker": lambda: local.execute(op),
-              "SharedCircuitBreaker": lambda: shared.execute(op)}
-    for _ in range(2 if SMOKE else 4):
-        for name, make in makers.items():
-            samples[name].append(time_async(make, calls=BREAKER_CALLS, repeats=1))
+    async def run() -> dict[str, list[float]]:
+        # One loop for every row (a new loop would reconnect the store), warmed up before each
+        # timed batch; rows interleaved, the best batch kept.
+        local = CircuitBreaker(label="bench-local")
+        store = RedisStore(url, budget=0.5)
+        shared = SharedCircuitBreaker(label=f"bench-shared-{time.monotonic_ns()}", store=store)
+        makers = {"bare call": op, "CircuitBreaker": lambda: local.execute(op),
+                  "SharedCircuitBreaker": lambda: shared.execute(op)}
+        samples: dict[str, list[float]] = {name: [] for name in makers}
+        clock = time.perf_counter_ns
+        for _ in range(2 if SMOKE else 4):
+            for name, make in makers.items():
+                for _ in range(100):
+                    await make()
+                gc.collect()
+                start = clock()
+                for _ in range(BREAKER_CALLS):
+                    await make()
+                samples[name].append((clock() - start) / BREAKER_CALLS)
+        await store.aclose()
+        return samples
+
+    samples = asyncio.run(run())
     results = [Result(name, min(values)) for name, values in samples.items()]
     report("breaker closed-state success (refresh_interval 0.1 s: one refresh round trip per 0.1 s)", results,
            baseline="bare call", reference="SharedCircuitBreaker")
@@ -206,6 +236,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        _worker(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), float(sys.argv[6]))
+        _worker(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     else:
         main()
