@@ -166,3 +166,23 @@ async def test_the_latency_sketch_merges_on_the_cluster(cluster: RedisClusterSer
 def test_the_type_error_names_the_cluster_clients() -> None:
     with pytest.raises(TypeError, match="RedisCluster"):
         RedisStore(object())
+
+
+def test_the_shared_breakers_call_on_the_sync_cluster_client(cluster: RedisClusterServer) -> None:
+    label = fresh("sync-trip")
+    a, b = (SharedCircuitBreaker(label=label, store=RedisStore(sync_client(cluster), budget=0.5),
+                                 window=CountWindow(4), minimum_calls=4,
+                                 open_duration=OpenDuration.fixed(30.0, jitter=0.0), refresh_interval=0.05)
+            for _ in range(2))
+
+    def broken() -> None:
+        raise ConnectionError("down")
+
+    assert b.call(lambda: "ok") == "ok"
+    for _ in range(4):
+        with pytest.raises(ConnectionError):
+            a.call(broken)
+    time.sleep(0.06)
+    with pytest.raises(CircuitOpen):
+        b.call(lambda: "ok")
+    assert not a.degraded and not b.degraded and b.snapshot.trips == 1
