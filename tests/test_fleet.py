@@ -9,9 +9,20 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+import stoic
 from stoic import CircuitOpen, RateLimited
-from stoic.fleet import BlockingSharedRateLimiter, RedisStore, SharedCircuitBreaker, SharedRateLimiter, StoreError
+from stoic.fleet import (
+    BlockingSharedRateLimiter,
+    RedisStore,
+    SharedCircuitBreaker,
+    SharedLatency,
+    SharedRateLimiter,
+    StoreError,
+)
+from stoic.fleet._latency import BUCKETS, bucket_bounds, bucket_of, quantile_of
 from stoic.fleet._store import _Script
 from stoic.testing import RecordingSink, VirtualClock
 
@@ -187,3 +198,93 @@ def test_a_blocking_reply_of_unexpected_shape_fails_open_bounded() -> None:
     assert len(sink.of("fleet.store_error")) == 3
     assert len(sink.of("fleet.fail_open")) == 3
     sink.assert_contract()
+
+
+# ---------------------------------------------------------------------------- latency sketch
+@given(st.floats(min_value=1024.0, max_value=2.0**37 - 1))
+def test_a_value_falls_inside_its_bucket_and_buckets_are_at_most_an_eighth_wide(ns: float) -> None:
+    i = bucket_of(ns)
+    low, high = bucket_bounds(i)
+    assert low <= ns < high
+    assert (high - low) / low <= 0.125 + 1e-12
+    assert 0 <= i < BUCKETS
+
+
+def test_values_out_of_range_land_in_the_end_buckets() -> None:
+    assert bucket_of(0.0) == bucket_of(5.0) == 0
+    assert bucket_of(1e15) == BUCKETS - 1
+
+
+@given(st.lists(st.floats(min_value=2e3, max_value=1e10), min_size=20, max_size=300),
+       st.floats(min_value=0.01, max_value=0.99))
+def test_the_sketch_quantile_is_within_one_bucket_of_the_exact_one(values: list[float], p: float) -> None:
+    weights: dict[int, float] = {}
+    for v in values:
+        weights[bucket_of(v)] = weights.get(bucket_of(v), 0.0) + 1.0
+    got = quantile_of(weights, float(len(values)), p)
+    ordered = sorted(values)
+    exact = ordered[max(0, -(-int(p * len(values) * 1e9) // 10**9) - 1)]
+    assert got is not None
+    # The reference model: the exact rank's value; the sketch may be off by the buckets around it.
+    low = bucket_bounds(bucket_of(ordered[max(0, int(p * len(values)) - 1)]))[0]
+    high = bucket_bounds(bucket_of(ordered[min(len(values) - 1, int(p * len(values)))]))[1]
+    assert low <= got <= high, (got, exact)
+
+
+def test_latency_digest_needs_a_quantile_and_the_right_type() -> None:
+    from stoic import AdaptiveBulkhead, Hedge
+
+    digest = SharedLatency(store=RedisStore(URL), label="lat")
+    with pytest.raises(ValueError, match="quantile"):
+        Hedge(0.1, label="h", latency_digest=digest)
+    with pytest.raises(ValueError, match="latency_quantile"):
+        AdaptiveBulkhead(latency_threshold=0.1, max_concurrent=4, label="a", latency_digest=digest)
+    with pytest.raises(TypeError, match="latency_digest"):
+        Hedge(0.1, label="h", quantile=0.9, latency_digest=object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="latency_digest"):
+        AdaptiveBulkhead(latency_threshold=0.1, max_concurrent=4, latency_quantile=0.9, label="a",
+                         latency_digest="redis")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="interval"):
+        SharedLatency(store=RedisStore(URL), label="lat", interval=0)
+    with pytest.raises(ValueError, match="half_life"):
+        SharedLatency(store=RedisStore(URL), label="lat", half_life=-1)
+    with pytest.raises(ValueError, match="label"):
+        SharedLatency(store=RedisStore(URL), label="a b")
+    with pytest.raises(TypeError, match="store"):
+        SharedLatency(store="redis://x", label="lat")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("reply", [["x"], [0, b"3"], [0, b"L", b"1", b"999", b"1.0"], [0, b"4", b"-1"],
+                                   [0, b"nope", b"1.0"], "text"])
+async def test_a_sketch_reply_of_unexpected_shape_keeps_the_local_estimate(reply: Any) -> None:
+    sink = RecordingSink()
+    clock = VirtualClock()
+    store = RedisStore(URL, clock=clock)
+
+    async def answer(*args: Any, **kwargs: Any) -> Any:
+        return reply
+
+    store._timed = answer  # type: ignore[method-assign]
+    digest = SharedLatency(store=store, label="lat", clock=clock)
+    estimate = digest.estimator(0.5, window=50)
+    with stoic.use_sinks(sink):
+        for n in range(40):
+            estimate.add(1e6 * (n + 1))
+        assert not await digest.flush()
+    assert digest.degraded and digest.samples == 0.0
+    assert estimate.value == estimate.local.value is not None
+    assert sink.of("fleet.store_error")
+
+
+def test_call_without_a_store_goes_through_the_fallback_or_refuses() -> None:
+    sink = RecordingSink()
+    with stoic.use_sinks(sink):
+        opened = SharedCircuitBreaker(label="sync-open", store=RedisStore(URL, budget=0.05))
+        closed = SharedCircuitBreaker(label="sync-closed", store=RedisStore(URL, budget=0.05),
+                                      fail_open_on_store_error=False)
+        assert opened.call(lambda: "ok") == "ok"
+        assert opened.degraded and opened.snapshot == opened.fallback.snapshot
+        with pytest.raises(CircuitOpen) as info:
+            closed.call(lambda: "never")
+        assert info.value.retry_after is None
+    assert sink.of("fleet.fail_open") and sink.of("fleet.fail_closed")

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ._quantile import WindowedQuantile, default_warmup
+
+if TYPE_CHECKING:
+    from .fleet import SharedLatency, SharedQuantile
 
 QUANTILE_WINDOW = 200
 """Observations per epoch of AIMD's ``latency_quantile`` estimate (a new epoch also starts on
@@ -82,12 +85,13 @@ class AimdLimit:
     which decides), never above it.
     """
 
-    __slots__ = ("_estimate", "_feed_in", "_int", "_last_backoff_ns", "_quantile_ns", "backoff_ratio", "cooldown_ns",
-                 "fast_ns", "grow_from", "increase_step", "maximum", "minimum", "quantile", "threshold_ns", "value")
+    __slots__ = ("_digest", "_estimate", "_feed_in", "_int", "_last_backoff_ns", "_quantile_ns", "backoff_ratio",
+                 "cooldown_ns", "fast_ns", "grow_from", "increase_step", "maximum", "minimum", "quantile",
+                 "threshold_ns", "value")
 
     def __init__(self, *, threshold_ns: int, maximum: int, minimum: int = 1, backoff_ratio: float = 0.9,
                  increase_step: float = 1.0, cooldown_ns: int = 1_000_000_000,
-                 quantile: float | None = None) -> None:
+                 quantile: float | None = None, digest: SharedLatency | None = None) -> None:
         self.threshold_ns = threshold_ns
         self.maximum = maximum
         self.minimum = minimum
@@ -95,6 +99,7 @@ class AimdLimit:
         self.increase_step = increase_step
         self.cooldown_ns = cooldown_ns
         self.quantile = quantile
+        self._digest = digest  # the fleet's sketch: each epoch's estimator reads its quantile
         self.value = float(maximum)
         self._int = maximum  # int(value): the value never drops below the (integer) floor
         self._last_backoff_ns: int | None = None
@@ -105,12 +110,15 @@ class AimdLimit:
         self._feed_in = 0  # samples to judge before the next update of the estimate
         self._estimate = self._fresh_epoch()
 
-    def _fresh_epoch(self) -> WindowedQuantile | None:
+    def _fresh_epoch(self) -> WindowedQuantile | SharedQuantile | None:
         self._quantile_ns = None
         self._feed_in = 0
         if self.quantile is None:
             return None
-        return WindowedQuantile(self.quantile, QUANTILE_WINDOW, default_warmup(self.quantile, QUANTILE_WINDOW))
+        warmup = default_warmup(self.quantile, QUANTILE_WINDOW)
+        if self._digest is not None:
+            return self._digest.estimator(self.quantile, QUANTILE_WINDOW, warmup)
+        return WindowedQuantile(self.quantile, QUANTILE_WINDOW, warmup)
 
     @property
     def limit(self) -> int:

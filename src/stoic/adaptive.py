@@ -21,7 +21,7 @@ import time
 import types
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from . import _deadline
 from ._clock import Clock, SystemClock, check_clock
@@ -40,6 +40,9 @@ from .events._sinks import kind_floor
 # The sinks wanting bulkhead events (stoic.events._sinks.KindFloor): a sink that wants none of
 # them leaves these events unbuilt.
 _SINKS = kind_floor("bulkhead")
+
+if TYPE_CHECKING:
+    from .fleet import SharedLatency
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -212,7 +215,7 @@ class AdaptiveBulkhead(_AdaptiveBulkhead):
     ``AdaptiveBulkhead(*, latency_threshold, max_concurrent, min_concurrent=1, queue_limit=0,
     backoff_ratio=0.9, increase_step=1.0, cooldown=1.0, latency_quantile=None, label,
     clock=None, queue_target=None, queue_interval=0.1, queue_adaptive_lifo=False,
-    prioritized=False)``
+    prioritized=False, latency_digest=None)``
 
     - ``latency_threshold`` (seconds > 0): a completion slower than this is congestion.
     - ``max_concurrent`` (int >= 1): the ceiling and the initial limit.
@@ -224,6 +227,9 @@ class AdaptiveBulkhead(_AdaptiveBulkhead):
     - ``latency_quantile`` (in (0, 1), or None): when set, a breach is the windowed P-squared
       estimate of that quantile exceeding the threshold (200 samples per epoch; a backoff starts
       a fresh epoch), so a single outlier cannot halve the limit.
+    - ``latency_digest``: a :class:`stoic.fleet.SharedLatency` (requires ``latency_quantile``):
+      the quantile is the fleet's, merged from every replica's samples in the store, and this
+      replica's own estimate only while the fleet's is unknown (docs/fleet.md, "Latency signal").
     - ``queue_limit`` and the queue options: as for :class:`stoic.Bulkhead`.
 
     Read-only: ``limit`` (int, admission limit now), ``in_use``, ``queued``. Use ``await
@@ -246,12 +252,18 @@ class AdaptiveBulkhead(_AdaptiveBulkhead):
         queue_limit: int | None = 0, backoff_ratio: float = 0.9, increase_step: float = 1.0,
         cooldown: Seconds = 1.0, latency_quantile: float | None = None, label: str, clock: Clock | None = None,
         queue_target: Seconds | None = None, queue_interval: Seconds = 0.1, queue_adaptive_lifo: bool = False,
-        prioritized: bool = False,
+        prioritized: bool = False, latency_digest: SharedLatency | None = None,
     ) -> None:
         super().__init__(max_concurrent, queue_limit=queue_limit, label=label, clock=clock,
                          queue_target=queue_target, queue_interval=queue_interval,
                          queue_adaptive_lifo=queue_adaptive_lifo, prioritized=prioritized)
         self._setup(max_concurrent, min_concurrent, clock)
+        if latency_digest is not None:
+            from .fleet._latency import check_digest
+
+            if latency_quantile is None:
+                raise ValueError("latency_digest requires latency_quantile (it shares the quantile's samples)")
+            check_digest(latency_digest, "latency_digest")
         self._algorithm = AimdLimit(
             threshold_ns=to_ns(latency_threshold, "latency_threshold"), maximum=max_concurrent,
             minimum=self._floor,
@@ -259,6 +271,7 @@ class AdaptiveBulkhead(_AdaptiveBulkhead):
             increase_step=_check_number(increase_step, "increase_step", 0.0, None, low_open=True, high_open=False),
             cooldown_ns=to_ns(cooldown, "cooldown"),
             quantile=None if latency_quantile is None else _check_quantile(latency_quantile, "latency_quantile"),
+            digest=latency_digest,
         )
 
     execute = _own_copy(_AdaptiveBulkhead.execute)

@@ -28,7 +28,7 @@ import itertools
 import os
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import _deadline, _metrics
 from ._attempt import Attempt
@@ -48,6 +48,9 @@ from .events._sinks import kind_floor
 # The sinks wanting hedge events (stoic.events._sinks.KindFloor): a sink that wants none of
 # them leaves these events unbuilt.
 _SINKS = kind_floor("hedge")
+
+if TYPE_CHECKING:
+    from .fleet import SharedLatency, SharedQuantile
 
 R = TypeVar("R")
 
@@ -136,7 +139,7 @@ class Hedge:
     """A reusable hedging policy; keeps its adaptive delay across calls.
 
     ``Hedge(delay, *, label, max_attempts=2, budget=RetryBudget.PER_CALL_SITE,
-    quantile=None, delay_min=None, delay_max=None, window=1000, clock=None)``
+    quantile=None, delay_min=None, delay_max=None, window=1000, clock=None, latency_digest=None)``
 
     - ``delay``: seconds (float or timedelta, >= 0) to wait after the latest start before
       starting the next attempt. With ``quantile`` set it is the delay used until the estimate
@@ -150,6 +153,9 @@ class Hedge:
       [``delay_min``, ``delay_max``]. The estimate restarts every ``window`` observations and
       keeps the previous epoch's value until the new epoch has enough samples, so it follows
       current traffic. ``delay_min``/``delay_max`` (seconds, >= 0) require ``quantile``.
+    - ``latency_digest``: a :class:`stoic.fleet.SharedLatency` (requires ``quantile``): the
+      quantile is the fleet's, merged from every replica's samples in the store, and this
+      estimate only while the fleet's is unknown (docs/fleet.md, "Latency signal").
     - ``clock``: the clock for timers and latencies; default the ambient clock at construction.
 
     Raises ``ValueError`` for a negative, non-finite or too long delay (the range of every
@@ -189,9 +195,10 @@ class Hedge:
         delay_max: Seconds | None = None,
         window: int = 1000,
         clock: Clock | None = None,
+        latency_digest: SharedLatency | None = None,
     ) -> None:
         self._setup(delay, max_attempts, budget, label, quantile, delay_min, delay_max, window, clock,
-                    call_site(1) if budget is RetryBudget.PER_CALL_SITE else "")
+                    call_site(1) if budget is RetryBudget.PER_CALL_SITE else "", latency_digest)
 
     def _setup(
         self,
@@ -205,6 +212,7 @@ class Hedge:
         window: int,
         clock: Clock | None,
         site: str,
+        digest: SharedLatency | None = None,
     ) -> None:
         self.label = check_label(label)
         self._fixed_ns = to_ns(delay, "delay", allow_zero=True)
@@ -218,16 +226,24 @@ class Hedge:
         if isinstance(window, bool) or not isinstance(window, int) or window < 5:
             raise ValueError(f"window must be an integer >= 5, got {window!r}")
         self.window = window
-        self._estimate: WindowedQuantile | None = None
+        self._estimate: WindowedQuantile | SharedQuantile | None = None
         if quantile is None:
             self.quantile: float | None = None
             if self._min_ns is not None or self._max_ns is not None:
                 raise ValueError("delay_min and delay_max require quantile (they bound the adaptive delay)")
+            if digest is not None:
+                raise ValueError("latency_digest requires quantile (it shares the adaptive delay's samples)")
         else:
             self.quantile = _check_quantile(quantile)
             if self._min_ns is not None and self._max_ns is not None and self._min_ns > self._max_ns:
                 raise ValueError(f"delay_min must be <= delay_max, got {delay_min!r} > {delay_max!r}")
-            self._estimate = WindowedQuantile(self.quantile, window, default_warmup(self.quantile, window))
+            warmup = default_warmup(self.quantile, window)
+            if digest is None:
+                self._estimate = WindowedQuantile(self.quantile, window, warmup)
+            else:
+                from .fleet._latency import check_digest
+
+                self._estimate = check_digest(digest, "latency_digest").estimator(self.quantile, window, warmup)
         self._delay_ns = self._fixed_ns
         # Only an adaptive hedge has state shared across calls (and threads) to guard.
         self._lock = threading.Lock() if self._estimate is not None else None

@@ -24,10 +24,10 @@ import redis.asyncio
 from redis_harness import RedisServer
 
 import stoic
-from stoic import CircuitOpen, OpenDuration, RateLimited
+from stoic import CircuitBreaker, CircuitOpen, OpenDuration, RateLimited
 from stoic.breaker import BreakerState, CountWindow
 from stoic.fleet import BlockingSharedRateLimiter, RedisStore, SharedCircuitBreaker, SharedRateLimiter
-from stoic.testing import RecordingSink
+from stoic.testing import RecordingSink, VirtualClock
 
 pytestmark = pytest.mark.integration
 
@@ -445,3 +445,291 @@ def test_the_blocking_limiter_shares_the_bucket_across_threads(server: RedisServ
     with pytest.raises(RateLimited) as info:
         limiter.acquire(5, timeout=0.01)
     assert info.value.retry_after is not None and 0.01 <= info.value.retry_after <= 0.25
+
+
+# ---------------------------------------------------------------------------- latency signal
+def _exact_quantile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, int(p * len(ordered)) - 1)]
+
+
+async def test_two_replicas_with_different_latencies_converge_on_the_merged_quantile(server: RedisServer) -> None:
+    import random
+
+    from stoic.fleet import SharedLatency
+
+    label = fresh("latency")
+    clock = VirtualClock()
+    stores = [store_for(server), store_for(server)]
+    digests = [SharedLatency(store=s, label=label, interval=0.5, clock=clock) for s in stores]
+    fast, slow = (d.estimator(0.25, window=1000) for d in digests)
+    rng = random.Random(7)
+    seen: list[float] = []
+    for _ in range(4):
+        for _ in range(250):
+            a, b = rng.uniform(10e6, 20e6), rng.uniform(30e6, 40e6)  # ns: 10-20 ms and 30-40 ms
+            fast.add(a)
+            slow.add(b)
+            seen += (a, b)
+        await clock.advance(0.5)
+        for digest in digests:
+            assert await digest.flush()
+    for digest in digests:  # one more read each, so both hold every push
+        assert await digest.flush()
+    merged = _exact_quantile(seen, 0.25)  # about 15 ms: the fast replica's median
+    local_fast, local_slow = fast.local.value, slow.local.value
+    assert local_fast is not None and local_slow is not None
+    assert local_fast < 14e6 and local_slow > 30e6  # each replica alone is far from the fleet's
+    for estimate in (fast, slow):
+        value = estimate.value
+        assert value is not None
+        assert abs(value - merged) / merged < 0.07, (value, merged)  # within half a bucket
+    assert abs(digests[0].samples - 2000) < 20  # every sample of both counted once (a little decay)
+    for s in stores:
+        await s.aclose()
+
+
+async def test_pushes_are_batched_one_round_trip_per_interval(server: RedisServer) -> None:
+    from stoic import AdaptiveBulkhead
+    from stoic.fleet import SharedLatency
+
+    clock = VirtualClock()
+    store = store_for(server)
+    calls = 0
+    real_call = store.call
+
+    async def counting(*args: Any, **kwargs: Any) -> list[Any]:
+        nonlocal calls
+        calls += 1
+        return await real_call(*args, **kwargs)
+
+    store.call = counting  # type: ignore[method-assign]
+    digest = SharedLatency(store=store, label=fresh("batch"), interval=1.0, clock=clock)
+    bulkhead = AdaptiveBulkhead(latency_threshold=0.5, max_concurrent=50, latency_quantile=0.9, label="aimd",
+                                clock=clock, latency_digest=digest)
+
+    async def work() -> None:
+        await clock.sleep(0.01)
+
+    for _ in range(5):
+        await clock.run(asyncio.gather(*(bulkhead.execute(work) for _ in range(40))))
+        await clock.advance(1.0)
+        await asyncio.sleep(0.05)  # let the push task run against the real server
+    assert 4 <= calls <= 6  # 200 samples, one push per interval, none per call
+    # The estimator takes every sample of its warm-up (50 for p90), then one in QUANTILE_STRIDE
+    # (stoic._limits), and so does the sketch behind it: about 50 + 150 / 8 = 69, less decay.
+    from stoic._limits import QUANTILE_STRIDE
+    from stoic._quantile import default_warmup
+
+    warmup = default_warmup(0.9, 200)
+    expected = warmup + (200 - warmup) / QUANTILE_STRIDE
+    assert 0.85 * expected <= digest.samples <= expected + 1
+    await store.aclose()
+
+
+async def test_a_hedge_follows_the_fleets_latency(server: RedisServer) -> None:
+    from stoic import Hedge
+    from stoic.fleet import SharedLatency
+
+    label = fresh("hedge")
+    clock = VirtualClock()
+    here_store, there_store = store_for(server), store_for(server)
+    there = SharedLatency(store=there_store, label=label, interval=0.1, clock=clock).estimator(0.5)
+    for _ in range(300):
+        there.add(80e6)  # the other replica sees 80 ms
+    assert await there._digest.flush()
+    here = SharedLatency(store=here_store, label=label, interval=0.1, clock=clock)
+    policy = Hedge(0.05, label="h", quantile=0.5, latency_digest=here, clock=clock)
+
+    async def quick() -> str:
+        await clock.sleep(0.01)
+        return "ok"
+
+    for _ in range(30):
+        assert await clock.run(policy.execute(stoic.IDEMPOTENT, quick)) == "ok"
+        await asyncio.sleep(0.02)  # a due push runs on the real server
+    # 300 samples at 80 ms elsewhere, 30 at 10 ms here: the fleet's median is the slow one.
+    assert policy.current_delay > 0.07
+    await here_store.aclose()
+    await there_store.aclose()
+
+
+async def test_a_dead_store_leaves_the_local_estimate_working(tmp_path: Path) -> None:
+    from stoic._quantile import WindowedQuantile
+    from stoic.fleet import SharedLatency
+
+    own = RedisServer(tmp_path)
+    clock = VirtualClock()
+    sink = RecordingSink()
+    with stoic.use_sinks(sink):
+        store = RedisStore(own.url, budget=0.05, probe_interval=0.2)
+        digest = SharedLatency(store=store, label=fresh("dead"), interval=0.1, clock=clock)
+        estimate = digest.estimator(0.9, window=200)
+        reference = WindowedQuantile(0.9, 200, estimate._warmup)
+        for n in range(100):
+            estimate.add(float(n) * 1e6)
+            reference.add(float(n) * 1e6)
+        assert await digest.flush()
+        own.kill()
+        for n in range(300):
+            estimate.add(float(n % 50) * 1e6)
+            reference.add(float(n % 50) * 1e6)
+            if n % 50 == 0:
+                await clock.advance(0.1)
+                assert not await digest.flush()
+        assert digest.degraded
+        assert estimate.value == reference.value  # the replica's own estimate, unchanged
+        await store.aclose()
+    own.stop()
+    assert sink.of("fleet.store_error")
+
+
+# ---------------------------------------------------------------------------- breaker parity
+def test_call_runs_plain_functions_from_threads_and_shares_the_trip(server: RedisServer) -> None:
+    import threading
+
+    label = fresh("sync-breaker")
+    store = RedisStore(server.url, budget=0.25)
+    shared = breaker(store, label, window=CountWindow(8), minimum_calls=8, failure_rate_threshold=1.0,
+                     open_duration=OpenDuration.fixed(0.3, jitter=0.0))
+    results: list[str] = []
+    lock = threading.Lock()
+
+    def quick() -> str:
+        return "ok"
+
+    def worker() -> None:
+        for _ in range(20):
+            value = shared.call(quick)
+            with lock:
+                results.append(value)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert results == ["ok"] * 160
+    assert shared.snapshot.state is BreakerState.CLOSED and shared.snapshot.failures == 0
+
+    def broken() -> None:
+        raise ConnectionError("down")
+
+    for _ in range(8):
+        with pytest.raises(ConnectionError):
+            shared.call(broken)
+    with pytest.raises(CircuitOpen) as info:
+        shared.call(quick)
+    assert info.value.retry_after is not None and 0.2 < info.value.retry_after <= 0.3
+    snap = shared.snapshot
+    assert (snap.state, snap.calls, snap.failures, snap.failure_rate, snap.trips) == (BreakerState.OPEN, 8, 8, 1.0, 1)
+
+    async def seen_by_an_asyncio_replica() -> None:
+        other_store = store_for(server)
+        other = breaker(other_store, label)
+        with pytest.raises(CircuitOpen):
+            await other.execute(ok)
+        await other_store.aclose()
+
+    asyncio.run(seen_by_an_asyncio_replica())
+    time.sleep(0.35)
+    assert shared.call(quick) == "ok"  # the one probe, through the lease; it closes the breaker
+    assert shared.state is BreakerState.CLOSED
+    with pytest.raises(TypeError, match="plain"):
+        shared.call(ok)  # type: ignore[arg-type]
+    asyncio_only = breaker(RedisStore(redis.asyncio.Redis.from_url(server.url)), label)
+    with pytest.raises(TypeError, match=r"redis\.Redis"):
+        asyncio_only.call(quick)
+
+
+async def test_snapshot_has_the_local_breakers_shape(server: RedisServer) -> None:
+    from stoic import BreakerSnapshot
+
+    store = store_for(server)
+    shared = breaker(store, fresh("snap"), window=CountWindow(10), minimum_calls=4)
+    local = CircuitBreaker(label="snap-local", window=CountWindow(10), minimum_calls=4,
+                           open_duration=OpenDuration.fixed(30.0, jitter=0.0))
+    for policy in (shared, local):
+        for _ in range(3):
+            await policy.execute(ok)
+        with pytest.raises(ConnectionError):
+            await policy.execute(fail)
+    a, b = shared.snapshot, local.snapshot
+    assert isinstance(a, BreakerSnapshot)
+    assert (a.state, a.calls, a.failures, a.slow_calls, a.failure_rate, a.trips, a.retry_after) == (
+        b.state, b.calls, b.failures, b.slow_calls, b.failure_rate, b.trips, b.retry_after) == (
+        BreakerState.CLOSED, 4, 1, 0, 0.25, 0, None)
+    await store.aclose()
+
+
+async def test_state_changes_streams_what_this_replica_observes(server: RedisServer) -> None:
+    label = fresh("stream")
+    a_store, b_store = store_for(server), store_for(server)
+    a = breaker(a_store, label, open_duration=OpenDuration.fixed(0.2, jitter=0.0), refresh_interval=0.05)
+    b = breaker(b_store, label, open_duration=OpenDuration.fixed(0.2, jitter=0.0), refresh_interval=0.05)
+    assert await b.execute(ok) == "ok"
+    seen: list[BreakerState] = []
+
+    async def consume() -> None:
+        async with b.state_changes() as changes:
+            async for state in changes:
+                seen.append(state)
+                if state is BreakerState.CLOSED:
+                    return
+
+    consumer = asyncio.create_task(consume())
+    await asyncio.sleep(0)
+    await trip(a)  # the trip is a's; b sees it at its next refresh
+    await asyncio.sleep(0.06)
+    with pytest.raises(CircuitOpen):
+        await b.execute(ok)
+    await asyncio.sleep(0.2)
+    assert await b.execute(ok) == "ok"  # b's call is the probe: half-open, then closed
+    await asyncio.wait_for(consumer, 2.0)
+    assert seen == [BreakerState.OPEN, BreakerState.HALF_OPEN, BreakerState.CLOSED]
+    await a_store.aclose()
+    await b_store.aclose()
+
+
+async def test_old_latencies_age_out_and_the_sketch_is_rescaled(
+    server: RedisServer, raw: redis.asyncio.Redis,
+) -> None:
+    from stoic.fleet import SharedLatency
+
+    store = store_for(server)
+    digest = SharedLatency(store=store, label=fresh("decay"), interval=0.01, half_life=0.01)
+    estimate = digest.estimator(0.5, window=1000)
+    for _ in range(200):
+        estimate.add(80e6)
+    assert await digest.flush()
+    key = store.keys(digest.label, "latency")[0]
+    assert 0 < await raw.pttl(key) <= 1100  # 10 half-lives (0.1 s) + 1 s
+    # 40 half-lives of server time later the slow samples weigh 2**-40: the next push rescales
+    # the sketch to a new landmark and drops their bucket.
+    await asyncio.sleep(0.4)
+    for _ in range(50):
+        estimate.add(5e6)
+    assert await digest.flush()
+    value = digest.quantile(0.99)
+    assert value is not None and 4.5e6 < value < 5.5e6
+    fields = await raw.hkeys(key)
+    assert len(fields) == 2  # the landmark and the fast bucket
+    assert 45 < digest.samples <= 50
+    await store.aclose()
+
+
+def test_a_thread_pushes_inline_on_a_sync_store(server: RedisServer) -> None:
+    from stoic.fleet import SharedLatency
+
+    store = RedisStore(redis.Redis.from_url(server.url), budget=0.25)
+    label = fresh("sync-latency")
+    digest = SharedLatency(store=store, label=label, interval=0.05)
+    estimate = digest.estimator(0.5, window=100)
+    for _ in range(30):
+        estimate.add(20e6)  # the first sample pushes at once, from this thread (no loop running)
+    time.sleep(0.06)
+    estimate.add(20e6)  # due again: pushes the other 30 and reads the sum back
+    assert 30 <= digest.samples <= 31
+    assert digest.flush_blocking()
+    value = estimate.value
+    assert value is not None and 18e6 < value < 22e6

@@ -9,7 +9,11 @@ Needs the ``redis`` extra (``pip install 'stoic[redis]'``); redis-py is imported
 """
 
 from ._breaker import SharedCircuitBreaker
+from ._latency import SharedLatency, SharedQuantile
 from ._limiter import BlockingSharedRateLimiter, SharedRateLimiter
 from ._store import RedisStore, StoreError
 
-__all__ = ["BlockingSharedRateLimiter", "RedisStore", "SharedCircuitBreaker", "SharedRateLimiter", "StoreError"]
+__all__ = [
+    "BlockingSharedRateLimiter", "RedisStore", "SharedCircuitBreaker", "SharedLatency", "SharedQuantile",
+    "SharedRateLimiter", "StoreError",
+]

@@ -21,7 +21,9 @@ import asyncio
 import functools
 import inspect
 import os
+import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, ParamSpec, TypeVar
 
@@ -29,8 +31,9 @@ from .. import _random
 from .._clock import Clock, SystemClock, current_clock
 from .._durations import Seconds, check_int, to_ns
 from .._errors import CircuitOpen, Rejected, is_defect
-from ..breaker import BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
+from ..breaker import BreakerSnapshot, BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
 from ..breaker._config import threshold_ppm
+from ..breaker._stream import StateStream
 from ..breaker._window import FAILED, NEVER, SLOW, CountRing, TimeBuckets
 from ..events import Level, emit
 from ..events._sinks import kind_floor
@@ -52,7 +55,10 @@ _STATES: Final = (BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
 
 
 def _caller_cancelling() -> bool:
-    task = asyncio.current_task()
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # a plain call() from a thread with no loop: nothing to cancel it
+        return False
     return task is not None and task.cancelling() > 0
 
 
@@ -83,8 +89,12 @@ class SharedCircuitBreaker:
       calls go through a local :class:`stoic.CircuitBreaker` with the same configuration
       (:attr:`fallback`); False refuses them (``CircuitOpen``, ``retry_after`` None).
 
-    The window is per replica (see the module text). Asyncio only: ``await breaker.execute(fn,
-    ...)`` or ``@breaker`` on an async function. Raises what :meth:`execute` documents.
+    The window is per replica (see the module text). ``await breaker.execute(fn, ...)`` or
+    ``@breaker`` on an async function; ``breaker.call(fn, ...)`` for a plain function, on the
+    store's sync client (a store built from a URL or a ``redis.Redis``), safe from many
+    threads. One breaker serves either one event loop or threads through ``call()``, not
+    both at once. Raises what :meth:`execute` documents. Observation as
+    :class:`stoic.CircuitBreaker`'s: :attr:`state`, :attr:`snapshot`, :meth:`state_changes`.
     """
 
     def __init__(
@@ -155,9 +165,13 @@ class SharedCircuitBreaker:
         self._refreshed: asyncio.Future[None] | None = None
         self._degraded = False  # the store could not be used at the last contact
         self._counts = (0, 0, 0)
+        self._counted_gen = -2  # the epoch whose opening self._counts explains
         self._quick = 0  # quick successes not yet folded into the window
         self._defer_until = NEVER  # before this instant a quick success may skip the window
         self._why = StoreError("not yet used", operation="breaker_refresh", unavailable=True)
+        self._seen = BreakerState.CLOSED  # the state last published to state_changes() streams
+        self._streams: weakref.WeakSet[StateStream] | None = None
+        self._sync = threading.Lock()  # serialises call() from threads around the shared copy
 
     # ------------------------------------------------------------------ observation
     @property
@@ -167,10 +181,65 @@ class SharedCircuitBreaker:
         used, the fallback breaker's state."""
         if self._degraded:
             return self._local.state
+        return self._observe(self._now())
+
+    def _observe(self, now: int) -> BreakerState:
+        """The shared state as this replica sees it now, published to the streams on a change."""
         st = self._st
-        if st == _OPEN and self._now() >= self._until:
-            return BreakerState.HALF_OPEN
-        return _STATES[st]
+        state = BreakerState.HALF_OPEN if st == _OPEN and now >= self._until else _STATES[st]
+        if state is not self._seen:
+            self._seen = state
+            streams = self._streams
+            if streams:
+                for stream in list(streams):
+                    stream.publish(state)
+        return state
+
+    @property
+    def snapshot(self) -> BreakerSnapshot:
+        """A :class:`stoic.BreakerSnapshot` of this replica's copy now (the shapes of
+        ``CircuitBreaker.snapshot``): closed, the counts of this replica's window; open, the
+        evidence of the trip this replica made (zeros for a trip made elsewhere); half-open,
+        zeros (the probes are counted in the store). ``trips`` is the fleet's count as last read,
+        ``retry_after`` the seconds left of the open period (``None`` when forced open or not
+        open). While the store cannot be used, the fallback breaker's snapshot."""
+        if self._degraded:
+            return self._local.snapshot
+        now = self._now()
+        state = self._observe(now)
+        retry_after: float | None = None
+        if state is BreakerState.CLOSED:
+            calls, failures, slow = self._window.counts(now)
+            calls += self._quick  # quick successes not yet folded in
+        elif state is BreakerState.OPEN:
+            calls, failures, slow = self._counts if self._gen == self._counted_gen else (0, 0, 0)
+            if self._st == _OPEN:
+                retry_after = max(0.0, (self._until - now) / 1e9)
+        else:
+            calls = failures = slow = 0
+        return BreakerSnapshot(
+            state=state, calls=calls, failures=failures, slow_calls=slow,
+            failure_rate=failures / calls if calls else 0.0, slow_call_rate=slow / calls if calls else 0.0,
+            trips=self._trips, retry_after=retry_after,
+        )
+
+    def state_changes(self) -> StateStream:
+        """A new async iterator of every transition this replica observes from now on, in order
+        (``CircuitBreaker.state_changes``'s stream: the newest 16 kept, the current state never
+        replayed). A transition made elsewhere is seen at this replica's next refresh (within
+        ``refresh_interval`` of a call); open -> half-open when a call or a state read finds the
+        open period over. While the store cannot be used, the fallback's own stream
+        (:attr:`fallback`) reports its transitions. Unsubscribes on ``aclose()``, when its
+        consumer is cancelled, or when dropped."""
+        stream = StateStream(self._unsubscribe)
+        if self._streams is None:
+            self._streams = weakref.WeakSet()
+        self._streams.add(stream)
+        return stream
+
+    def _unsubscribe(self, stream: StateStream) -> None:
+        if self._streams is not None:
+            self._streams.discard(stream)
 
     @property
     def trips(self) -> int:
@@ -194,19 +263,37 @@ class SharedCircuitBreaker:
     async def _call(self, script: str, *extra: int | str) -> list[Any] | None:
         """Run a breaker script and apply its reply to the local copy; None when the store could
         not be used (the copy is then marked degraded)."""
-        draw = _random.stream(self._site).random() if self._config[5] else 0.0
         try:
-            reply = await self._store.call(script, self._keys, (*self._config, draw, *extra))
+            reply = await self._store.call(script, self._keys, self._args(extra))
         except StoreError as exc:
-            self._degraded = True
-            self._why = exc
+            self._lost(exc)
             return None
+        return self._took(script, reply)
+
+    def _call_blocking(self, script: str, *extra: int | str) -> list[Any] | None:
+        """:meth:`_call` on the store's sync client (for :meth:`call`)."""
+        try:
+            reply = self._store.call_blocking(script, self._keys, self._args(extra))
+        except StoreError as exc:
+            self._lost(exc)
+            return None
+        return self._took(script, reply)
+
+    def _args(self, extra: tuple[int | str, ...]) -> tuple[int | float | str, ...]:
+        draw = _random.stream(self._site).random() if self._config[5] else 0.0
+        return (*self._config, draw, *extra)
+
+    def _lost(self, exc: StoreError) -> None:
+        self._degraded = True
+        self._why = exc
+        return None
+
+    def _took(self, script: str, reply: list[Any]) -> list[Any] | None:
         try:
             self._apply(reply, script)
         except StoreError as exc:
             self._store.report(exc)
-            self._degraded = True
-            self._why = exc
+            self._lost(exc)
             return None
         return reply
 
@@ -228,6 +315,7 @@ class SharedCircuitBreaker:
         self._until = now + remaining * 1000 if remaining >= 0 else 0
         self._degraded = False
         self._due = now + self._refresh_ns
+        self._observe(now)
         for event in events:
             assert event is not None
             self._announce(event, trips, open_for, now)
@@ -309,6 +397,7 @@ class SharedCircuitBreaker:
         st = self._st
         if st == _CLOSED:
             return await self._run(fn, args, kwargs)
+        self._observe(self._now())  # an open period that has ended is seen (and published) as half-open
         if st == _FORCED or self._now() < self._until:
             raise self._reject(self._now())
         return await self._probe(fn, args, kwargs)
@@ -391,24 +480,33 @@ class SharedCircuitBreaker:
         self._defer_until = min(window.defer_until(), end + 1_000_000)
         return tripped
 
-    async def _record(self, gen: int, start: int, end: int, failed: bool) -> None:
+    def _note(self, gen: int, start: int, end: int, failed: bool) -> bool:
+        """Put an outcome in the window; True when that trips it."""
         if gen != self._gen or self._st != _CLOSED:
-            return  # stale: the shared state moved on while it ran
+            return False  # stale: the shared state moved on while it ran
         slow = end - start > self._slow_ns
         if _SINKS.wants(_DEBUG_INT):
             self._recorded("failure" if failed else "success", slow, start, end)
         self._defer_until = NEVER
-        if self._fold() | self._window.add(end, (FAILED if failed else 0) | (SLOW if slow else 0)):
+        return self._fold() | self._window.add(end, (FAILED if failed else 0) | (SLOW if slow else 0))
+
+    async def _record(self, gen: int, start: int, end: int, failed: bool) -> None:
+        if self._note(gen, start, end, failed):
             await self._trip(end)
 
-    async def _trip(self, now: int) -> None:
+    def _tripping(self, now: int) -> str:
+        """Empty the window that tripped, keeping its evidence; the trigger to send."""
         window = self._window
         self._fold()
         trigger = window.tripped() or "failure_rate"
         self._counts = window.counts(now)
+        self._counted_gen = self._gen + 1  # the epoch this trip opens, if it is the one that does
         window.clear()
         self._defer_until = NEVER
-        await self._call("breaker_trip", trigger)
+        return trigger
+
+    async def _trip(self, now: int) -> None:
+        await self._call("breaker_trip", self._tripping(now))
 
     async def _probe(self, fn: Callable[..., Awaitable[R]], args: Any, kwargs: Any) -> R:
         token = os.urandom(9).hex()
@@ -432,6 +530,87 @@ class SharedCircuitBreaker:
             await self._call("breaker_done", token, outcome)
             raise
         await self._call("breaker_done", token, "slow" if self._now() - start > self._slow_ns else "ok")
+        return result
+
+    # ------------------------------------------------------------------ plain functions
+    def call(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the plain function ``fn(*args, **kwargs)`` through the shared breaker (from any
+        thread) and return its result: :meth:`execute` for threads, on the store's sync client.
+
+        Raises as :meth:`execute` (``CircuitOpen`` when refused; ``fn``'s own exception
+        unchanged); ``TypeError`` for an async function, or a store without a sync client (build
+        it from a URL or a ``redis.Redis``). A refresh due, a trip or a probe's report is one
+        round trip on the calling thread, bounded by the store's budget.
+        """
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError(f"SharedCircuitBreaker.call runs plain functions, not {fn!r}: use execute()")
+        if self._store.sync_client is None:
+            raise TypeError("SharedCircuitBreaker.call needs a store built from a URL or a redis.Redis client")
+        now = self._now
+        with self._sync:
+            start = now()
+            if start >= self._due or self._gen < 0:
+                self._call_blocking("breaker_refresh")
+                self._due = now() + self._refresh_ns
+            st, gen, degraded = self._st, self._gen, self._degraded
+            if not degraded and st != _CLOSED and (st == _FORCED or now() < self._until):
+                raise self._reject(now())
+        if degraded:
+            fail_event(self.label, "breaker", self._fail_open, self._why, now())
+            if not self._fail_open:
+                raise CircuitOpen(f"circuit open ({self.label}): the store could not decide", label=self.label)
+            return self._local.call(fn, *args, **kwargs)
+        if st != _CLOSED:
+            return self._probe_blocking(fn, args, kwargs)
+        start = now()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            verdict = self._judge(exc)
+            if verdict is not None:
+                with self._sync:
+                    if self._note(gen, start, now(), verdict):
+                        self._call_blocking("breaker_trip", self._tripping(now()))
+            raise
+        end = now()
+        with self._sync:
+            if end - start > self._slow_ns:
+                tripped = self._note(gen, start, end, False)
+            else:
+                tripped = gen == self._gen and self._st == _CLOSED and self._success(end)
+            if tripped:
+                self._call_blocking("breaker_trip", self._tripping(end))
+        if _SINKS.wants(_DEBUG_INT):
+            self._recorded("success", False, start, end)
+        return result
+
+    def _probe_blocking(self, fn: Callable[..., R], args: Any, kwargs: Any) -> R:
+        token = os.urandom(9).hex()
+        with self._sync:
+            reply = self._call_blocking("breaker_probe", token)
+            closed = self._st == _CLOSED
+        if reply is None:
+            fail_event(self.label, "breaker", self._fail_open, self._why, self._now())
+            if not self._fail_open:
+                raise CircuitOpen(f"circuit open ({self.label}): the store could not decide", label=self.label)
+            return self._local.call(fn, *args, **kwargs)
+        if not reply[4]:
+            if closed:
+                return self.call(fn, *args, **kwargs)
+            raise self._reject(self._now())
+        start = self._now()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            verdict = self._judge(exc)
+            outcome = "none" if verdict is None else ("failed" if verdict else "ok")
+            if outcome == "ok" and self._now() - start > self._slow_ns:
+                outcome = "slow"
+            with self._sync:
+                self._call_blocking("breaker_done", token, outcome)
+            raise
+        with self._sync:
+            self._call_blocking("breaker_done", token, "slow" if self._now() - start > self._slow_ns else "ok")
         return result
 
     def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:

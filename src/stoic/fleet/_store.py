@@ -88,7 +88,7 @@ def _load_script(name: str, prelude: str = "") -> _Script:
 
 def _scripts() -> dict[str, _Script]:
     common = resources.files("stoic.fleet").joinpath("scripts", "breaker_common.lua").read_text(encoding="utf-8")
-    scripts = {"limiter_take": _load_script("limiter_take")}
+    scripts = {name: _load_script(name) for name in ("limiter_take", "latency_push")}
     for name in ("breaker_refresh", "breaker_trip", "breaker_probe", "breaker_done", "breaker_force"):
         scripts[name] = _load_script(name, common + "\n")
     return scripts
@@ -102,7 +102,10 @@ class RedisStore:
     - ``client``: a ``redis.asyncio.Redis`` (for the asyncio policies), a ``redis.Redis``
       (for :meth:`call_blocking`), or a URL string (``redis://``, ``rediss://``, ``unix://``)
       from which both are built with ``socket_timeout`` and ``socket_connect_timeout`` set to
-      the budget and redis-py's retries off;
+      the budget and redis-py's retries off; or a Redis Cluster client,
+      ``redis.asyncio.RedisCluster`` (asyncio) or ``redis.cluster.RedisCluster`` (blocking):
+      every script's keys share one hash tag, so each call goes to the one node owning its
+      slot, routed (and re-routed after ``MOVED``) by the cluster client within the budget;
     - ``prefix``: the first part of every key's hash tag ``{prefix:label}``;
     - ``budget``: seconds (float or timedelta, > 0, default 0.005 = 5 ms) one store call may take,
       connecting included; past it the call is a store error and the policy fails open/closed;
@@ -140,15 +143,21 @@ class RedisStore:
         self._clock = clock if clock is not None else current_clock()
         self._async: Any = None
         self._sync: Any = None
+        import redis.asyncio.cluster
+        import redis.cluster
+
+        # A cluster client routes each call by its keys' slot; a plain one is used directly.
+        self._cluster = isinstance(client, (redis.asyncio.cluster.RedisCluster, redis.cluster.RedisCluster))
         if isinstance(client, str):
             self._async, self._sync = self._from_url(client, redis)
-        elif isinstance(client, redis.asyncio.Redis):
+        elif isinstance(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)):
             self._async = client
-        elif isinstance(client, redis.Redis):
+        elif isinstance(client, (redis.Redis, redis.cluster.RedisCluster)):
             self._sync = client
         else:
             raise TypeError(
-                f"client must be a redis.asyncio.Redis, a redis.Redis or a URL str, got {type(client).__name__}"
+                "client must be a redis.asyncio.Redis, a redis.Redis, a redis.asyncio.RedisCluster, a "
+                f"redis.cluster.RedisCluster or a URL str, got {type(client).__name__}"
             )
         self._redis = redis
         self._scripts = _scripts()
@@ -167,6 +176,11 @@ class RedisStore:
         )
         self._failing_since: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Connections this store took from the asyncio client's pool and keeps for its own calls
+        # (as many as its concurrent calls at the peak): the pool's get/release (a lock, a
+        # liveness poll, observability hooks) would cost more than the script; aclose() gives
+        # them back.
+        self._idle: list[Any] = []
         self._packed: dict[tuple[Any, ...], list[bytes]] = {}
 
     def _from_url(self, url: str, redis: Any) -> tuple[Any, Any]:
@@ -184,12 +198,13 @@ class RedisStore:
         import redis.backoff
         import redis.retry
 
-        # The asyncio client gets no socket_timeout: every call already runs under
-        # asyncio.timeout(budget), and a second timer per read and per write is pure cost.
+        # The asyncio client gets no socket_timeout (redis-py 8 defaults it to 5 s): every call
+        # already runs under asyncio.timeout(budget), and a second timer per read and per write
+        # (a wait_for task around each send) is pure cost.
         try:
             return (
                 redis.asyncio.Redis.from_url(url, retry=redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0),
-                                             socket_connect_timeout=self._budget),
+                                             socket_timeout=None, socket_connect_timeout=self._budget),
                 redis.Redis.from_url(url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
                                      socket_timeout=self._budget, socket_connect_timeout=self._budget),
             )
@@ -263,6 +278,8 @@ class RedisStore:
         command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         try:
             async with asyncio.timeout(self._budget):
+                if self._cluster:
+                    return await self._cluster_roundtrip(script, keys, command)
                 try:
                     return await self._roundtrip(command, repeat)
                 except redis.exceptions.NoScriptError:
@@ -271,23 +288,45 @@ class RedisStore:
         except TimeoutError:
             raise StoreError(f"{script.name} took longer than the {self._budget:g} s budget",
                              operation=script.name, unavailable=True) from None
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
-            raise StoreError(f"{script.name}: {type(exc).__name__}", operation=script.name,
-                             unavailable=True) from exc
-        except redis.exceptions.RedisError as exc:
-            raise StoreError(f"{script.name}: {type(exc).__name__}", operation=script.name,
-                             unavailable=False) from exc
+        except Exception as exc:
+            failure = self._failure(script, exc)
+            if failure is exc:
+                raise
+            raise failure from exc
+
+    def _failure(self, script: _Script, exc: Exception) -> Exception:
+        """The StoreError for a redis-py exception (connection trouble, a cluster without a node
+        for the slot: unavailable; an error reply: not); anything else is not the store's."""
+        errors = self._redis.exceptions
+        if isinstance(exc, (errors.ConnectionError, errors.TimeoutError, OSError, errors.ClusterError,
+                            errors.RedisClusterException)):
+            return StoreError(f"{script.name}: {type(exc).__name__}", operation=script.name, unavailable=True)
+        if isinstance(exc, errors.RedisError):
+            return StoreError(f"{script.name}: {type(exc).__name__}", operation=script.name, unavailable=False)
+        return exc
+
+    async def _cluster_roundtrip(self, script: _Script, keys: Sequence[str], command: tuple[Any, ...]) -> Any:
+        # The cluster client picks the node owning the keys' slot and follows MOVED/ASK; the
+        # asyncio timeout around it bounds its own retries to the budget.
+        client = self._async
+        try:
+            return await client.execute_command(*command)
+        except self._redis.exceptions.NoScriptError:
+            node = client.get_node_from_key(keys[0])
+            await client.execute_command("SCRIPT LOAD", script.source, target_nodes=node)
+            return await client.execute_command(*command)
 
     async def _roundtrip(self, command: tuple[Any, ...], repeat: bool) -> Any:
-        pool = self._async.connection_pool
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             # Connections belong to the loop that opened them: under a later asyncio.run the old
             # ones are dropped (their loop is gone) and new ones are opened on this loop.
             if self._loop is not None:
-                pool.reset()
+                self._idle.clear()
+                self._async.connection_pool.reset()
             self._loop = loop
-        conn = await pool.get_connection()
+        idle = self._idle
+        conn = idle.pop() if idle else await self._async.connection_pool.get_connection()
         try:
             if repeat:
                 # The same command again and again (a limiter's one-permit take): packed once.
@@ -308,7 +347,7 @@ class RedisStore:
             await conn.disconnect(nowait=True)
             raise
         finally:
-            await pool.release(conn)
+            idle.append(conn)  # a closed one reconnects on its next command
 
     def call_blocking(self, script: str, keys: Sequence[str], args: Sequence[int | float | str]) -> list[Any]:
         """:meth:`call` for threads, on the sync client (each read bounded by the budget)."""
@@ -341,18 +380,33 @@ class RedisStore:
     def _timed_blocking(self, script: _Script, keys: Sequence[str], args: Sequence[int | float | str]) -> Any:
         redis = self._redis
         give_up = time.monotonic() + self._budget
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         try:
+            if self._cluster:
+                return self._cluster_blocking(script, keys, command, give_up)
             try:
-                return self._roundtrip_blocking(give_up, "EVALSHA", script.sha, len(keys), *keys, *args)
+                return self._roundtrip_blocking(give_up, *command)
             except redis.exceptions.NoScriptError:
                 self._roundtrip_blocking(give_up, "SCRIPT", "LOAD", script.source)
-                return self._roundtrip_blocking(give_up, "EVALSHA", script.sha, len(keys), *keys, *args)
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
-            raise StoreError(f"{script.name}: {type(exc).__name__}", operation=script.name,
-                             unavailable=True) from exc
-        except redis.exceptions.RedisError as exc:
-            raise StoreError(f"{script.name}: {type(exc).__name__}", operation=script.name,
-                             unavailable=False) from exc
+                return self._roundtrip_blocking(give_up, *command)
+        except Exception as exc:
+            failure = self._failure(script, exc)
+            if failure is exc:
+                raise
+            raise failure from exc
+
+    def _cluster_blocking(self, script: _Script, keys: Sequence[str], command: tuple[Any, ...],
+                          give_up: float) -> Any:
+        # Each read is bounded by the client's socket_timeout (build it with the budget and
+        # retry=Retry(NoBackoff(), 0), see docs/fleet.md); a retry past the budget is refused here.
+        client = self._sync
+        try:
+            return client.execute_command(*command)
+        except self._redis.exceptions.NoScriptError:
+            if time.monotonic() >= give_up:
+                raise self._redis.exceptions.TimeoutError("store budget spent") from None
+            client.execute_command("SCRIPT LOAD", script.source, target_nodes=client.get_node_from_key(keys[0]))
+            return client.execute_command(*command)
 
     def _roundtrip_blocking(self, give_up: float, *command: Any) -> Any:
         left = give_up - time.monotonic()
@@ -400,15 +454,24 @@ class RedisStore:
 
     async def aclose(self) -> None:
         """Close the clients this store built from a URL (a client passed in stays the caller's)."""
+        idle, self._idle = self._idle, []
         if self._owns_clients:
             if self._async is not None:
                 await self._async.aclose()
             if self._sync is not None:
                 self._sync.close()
+        elif self._async is not None and not self._cluster and self._loop is asyncio.get_running_loop():
+            for conn in idle:
+                await self._async.connection_pool.release(conn)
 
     @property
     def _owns_clients(self) -> bool:
         return self._async is not None and self._sync is not None
+
+    @property
+    def cluster(self) -> bool:
+        """True when the store's client is a Redis Cluster client."""
+        return self._cluster
 
 
 __all__ = ["RedisStore", "StoreError", "check_key_part"]
