@@ -1,10 +1,12 @@
 """The rate limiter: an exact token bucket with a bounded FIFO queue (seed 000, "RateLimiter").
 
 ``rate`` permits per ``per`` seconds, a bucket of ``burst`` permits (default ``rate``), full at
-creation. The bucket is an integer credit in units of permit x nanosecond / ``per``-nanoseconds:
-one permit costs ``per_ns`` units and each elapsed nanosecond earns ``rate`` units, so refill is
-one multiplication with no rounding, and the time to afford a request is one ceiling division.
-Refill is computed lazily from the elapsed time on the limiter's clock; nothing ticks.
+creation. The bucket is kept in integer units: one permit costs ``per_ns / g`` units and each
+elapsed nanosecond earns ``rate / g`` units (``g`` their greatest common divisor, which keeps the
+numbers small), so refill is one multiplication with no rounding, and the time to afford a
+request is one ceiling division. What is stored is the *deficit*, the units missing from a full
+bucket at the last refill: a bucket that was full needs no refill at all. Refill is computed
+lazily from the elapsed time on the limiter's (monotonic) clock; nothing ticks.
 
 Invariant (what the tests check): permits granted by time ``t`` after creation never exceed
 ``burst + rate * t / per``, and equal it (to the permit) while demand never lets the bucket idle.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import math
 import threading
 import time
 from collections import deque
@@ -63,8 +66,8 @@ class _TokenBucket:
     """The arithmetic and the queue shared by the asyncio and the blocking limiter."""
 
     __slots__ = (
-        "__weakref__", "_burst", "_capacity", "_clock", "_credit", "_label", "_lock", "_now", "_per_ns",
-        "_queue_limit", "_queued", "_rate", "_rec", "_stamp", "_waiters",
+        "__weakref__", "_burst", "_capacity", "_clock", "_cost", "_deficit", "_earn", "_label", "_lock", "_now",
+        "_per_ns", "_queue_limit", "_queued", "_rate", "_rec", "_stamp", "_waiters",
     )
 
     def __init__(
@@ -85,8 +88,11 @@ class _TokenBucket:
         self._clock: Clock = resolve_clock(clock)
         # The system clock is read directly: one call less on every acquire.
         self._now: Callable[[], int] = time.monotonic_ns if type(self._clock) is SystemClock else self._clock.now_ns
-        self._capacity = self._burst * self._per_ns
-        self._credit = self._capacity  # full at creation
+        unit = math.gcd(self._rate, self._per_ns)
+        self._earn = self._rate // unit  # units earned per nanosecond
+        self._cost = self._per_ns // unit  # units one permit costs
+        self._capacity = self._burst * self._cost
+        self._deficit = 0  # full at creation
         self._stamp = self._now()
         self._waiters: deque[_Waiter] = deque()
         self._queued = 0  # permits asked for by everyone in the queue
@@ -124,7 +130,7 @@ class _TokenBucket:
         """Whole permits in the bucket now (credit a queued head is saving up included)."""
         with self._lock:
             self._take(self._now(), 0)  # refilling early changes nothing: the rule is additive
-            return self._credit // self._per_ns
+            return (self._capacity - self._deficit) // self._cost
 
     @property
     def waiter_count(self) -> int:
@@ -139,32 +145,37 @@ class _TokenBucket:
 
     # --- arithmetic (the blocking limiter's callers hold its lock) ---
     def _take(self, now: int, cost: int) -> bool:
-        """The refill rule, and the one grant made at ``now``: earn ``rate`` units per elapsed
-        nanosecond, capped at the bucket's size, then take ``cost`` units if the bucket holds
-        them. True when taken (``cost`` 0 only refills). Every path that grants at once (the
-        asyncio and blocking ``acquire``, ``try_acquire``, ``execute``, ``call``) calls this.
+        """The refill rule, and the one grant made at ``now``: earn ``_earn`` units per elapsed
+        nanosecond, capped at the bucket's size, then take ``cost`` units (at most the bucket's
+        size) if the bucket holds them. True when taken (``cost`` 0 only refills). Every path
+        that grants at once (the asyncio and blocking ``acquire``, ``try_acquire``, ``execute``,
+        ``call``) calls this.
         """
-        # (Each attribute read or written once: this runs on every granted call.)
-        stamp = self._stamp
-        if now > stamp:
-            credit = self._credit + (now - stamp) * self._rate
-            capacity = self._capacity
-            if credit > capacity:
-                credit = capacity
-            self._stamp = now
+        # (The fewest operations: this runs on every granted call. A bucket full at the last
+        # refill stays full, whatever the time since; one refilled to full holds just ``cost``
+        # less, without adding the overshoot the cap throws away.)
+        deficit = self._deficit
+        if deficit:
+            deficit -= (now - self._stamp) * self._earn
+            if deficit > 0:
+                deficit += cost
+                if deficit > self._capacity:
+                    self._deficit = deficit - cost
+                    self._stamp = now
+                    return False
+            else:
+                deficit = cost
         else:
-            credit = self._credit
-        if credit >= cost:
-            self._credit = credit - cost
-            return True
-        self._credit = credit
-        return False
+            deficit = cost
+        self._deficit = deficit
+        self._stamp = now
+        return True
 
     def _wait_ns(self, permits: int) -> int:
         """Nanoseconds until a request joining the queue now would be served: the cost of
-        everyone ahead plus its own, less the credit, at ``rate`` units per nanosecond."""
-        deficit = (self._queued + permits) * self._per_ns - self._credit
-        return -(-deficit // self._rate) if deficit > 0 else 0
+        everyone ahead plus its own, less the credit, at ``_earn`` units per nanosecond."""
+        missing = (self._queued + permits) * self._cost - self._capacity + self._deficit
+        return -(-missing // self._earn) if missing > 0 else 0
 
     def _serve_head(self, now: int, cost: int) -> int:
         """Serve the head of the queue if its ``cost`` (units) is affordable at ``now``: returns 0
@@ -178,17 +189,15 @@ class _TokenBucket:
         are served at ``burst + rate * t / per`` exactly. (Until its cost is earned the credit is
         below the cost, hence below the cap, so the cap cannot have bound in between.)
         """
-        raw = self._credit
-        elapsed = now - self._stamp
-        if elapsed > 0:
-            raw += elapsed * self._rate
-            self._stamp = now
-        if raw >= cost:
-            raw -= cost
-            self._credit = raw if raw < self._capacity else self._capacity
+        raw = self._deficit - (now - self._stamp) * self._earn  # below 0: earned beyond the cap
+        self._stamp = now
+        missing = raw + cost - self._capacity
+        if missing <= 0:
+            raw += cost
+            self._deficit = raw if raw > 0 else 0
             return 0
-        self._credit = raw  # below the cost, so below the cap
-        return -(-(cost - raw) // self._rate)
+        self._deficit = raw  # short of the cost, so the bucket is below the cap
+        return -(-missing // self._earn)
 
     def _leave(self, waiter: _Waiter) -> None:
         """Take ``waiter`` out of the queue; if it was the head, wake the next one."""
@@ -297,7 +306,7 @@ class RateLimiter(_TokenBucket):
         # Nobody may be overtaken, but a head on a closed loop is nobody.
         if self._waiters and not (self._drop_abandoned_head() and not self._waiters):
             return False
-        return self._take(self._now(), permits * self._per_ns)
+        return self._take(self._now(), permits * self._cost)
 
     async def acquire(self, permits: int = 1) -> None:
         """Take ``permits`` (an int >= 1), waiting in FIFO order if needed.
@@ -322,7 +331,7 @@ class RateLimiter(_TokenBucket):
         if (
             not self._waiters
             and (not _deadline.ever_set or _deadline_scope.get() is None)
-            and self._take(self._now(), permits * self._per_ns)
+            and self._take(self._now(), permits * self._cost)
         ):
             return
         await self._acquire_slow(permits)
@@ -332,7 +341,7 @@ class RateLimiter(_TokenBucket):
         if left is not None and left <= 0:
             self._reject("deadline_exceeded", permits, None)
             raise DeadlineExceeded(f"deadline exceeded before acquiring ({self._label})", label=self._label)
-        cost = permits * self._per_ns
+        cost = permits * self._cost
         loop = asyncio.get_running_loop()
         reason = ""
         now = self._now()
@@ -397,7 +406,7 @@ class RateLimiter(_TokenBucket):
         if (
             not self._waiters
             and (not _deadline.ever_set or _deadline_scope.get() is None)
-            and self._take(self._now(), self._per_ns)
+            and self._take(self._now(), self._cost)
         ):
             return fn(*args, **kwargs)
         return self._execute_queued(fn, args, kwargs)
@@ -456,7 +465,7 @@ class BlockingRateLimiter(_TokenBucket):
                 self._oversized(permits)
                 return False
         with self._lock:
-            return not self._waiters and self._take(self._now(), permits * self._per_ns)
+            return not self._waiters and self._take(self._now(), permits * self._cost)
 
     def acquire(self, permits: int = 1, timeout: Seconds | None = None) -> None:
         """Take ``permits`` (an int >= 1), blocking in FIFO order for at most ``timeout`` seconds.
@@ -477,7 +486,7 @@ class BlockingRateLimiter(_TokenBucket):
         if ambient is not None and ambient <= 0:
             self._reject("deadline_exceeded", permits, None)
             raise DeadlineExceeded(f"deadline exceeded before acquiring ({self._label})", label=self._label)
-        cost = permits * self._per_ns
+        cost = permits * self._cost
         reason = ""
         served = -1
         with self._lock:
@@ -509,7 +518,7 @@ class BlockingRateLimiter(_TokenBucket):
         if limit is None or (ambient is not None and ambient < limit):
             limit = ambient
         give_up = None if limit is None else start + limit
-        cost = permits * self._per_ns
+        cost = permits * self._cost
         waiter = _Waiter(permits)
         waiter.cond = threading.Condition(self._lock)
         waiter.head = not self._waiters
@@ -552,7 +561,7 @@ class BlockingRateLimiter(_TokenBucket):
         ``fn``'s exceptions propagate unchanged; a refusal raises what :meth:`acquire` raises.
         """
         with self._lock:
-            taken = not self._waiters and _deadline_scope.get() is None and self._take(self._now(), self._per_ns)
+            taken = not self._waiters and _deadline_scope.get() is None and self._take(self._now(), self._cost)
         if not taken:
             self.acquire(1)
         return fn(*args, **kwargs)
