@@ -46,6 +46,9 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 _NO_ATTRIBUTES: MappingProxyType[str, AttributeValue] = MappingProxyType({})
+# The common request is one permit: ``permits is _ONE`` (CPython's one small int 1) lets it skip
+# the type and range checks in one identity test; anything else equal to 1 takes the checked path.
+_ONE = 1
 
 
 class _Waiter:
@@ -298,7 +301,7 @@ class RateLimiter(_TokenBucket):
         is queued, even if the bucket could afford it. A request above ``burst`` returns False
         (and emits ``ratelimiter.oversized``). Raises ``ValueError`` for ``permits`` < 1.
         """
-        if type(permits) is not int or permits != 1:  # 1.0 and True equal 1 but are refused
+        if permits is not _ONE:  # 1.0, True and int subclasses are checked (1.0 and True are refused)
             self._check_permits(permits)
             if permits > self._burst:
                 self._oversized(permits)
@@ -324,7 +327,7 @@ class RateLimiter(_TokenBucket):
         A waiter that is cancelled (or cut by a deadline) leaves without consuming anything and
         re-raises ``asyncio.CancelledError``.
         """
-        if type(permits) is not int or permits != 1:  # 1.0 and True equal 1 but are refused
+        if permits is not _ONE:  # 1.0, True and int subclasses are checked (1.0 and True are refused)
             self._check_permits(permits)
             if permits > self._burst:
                 raise self._oversized(permits)
@@ -408,7 +411,7 @@ class RateLimiter(_TokenBucket):
             and (not _deadline.ever_set or _deadline_scope.get() is None)
             and self._take(self._now(), self._cost)
         ):
-            return fn(*args, **kwargs)
+            return fn(*args, **kwargs) if kwargs else fn(*args)  # type: ignore[call-arg]  # (no dict to build)
         return self._execute_queued(fn, args, kwargs)
 
     async def _execute_queued(
@@ -459,7 +462,7 @@ class BlockingRateLimiter(_TokenBucket):
         is queued, even if the bucket could afford it. A request above ``burst`` returns False
         (and emits ``ratelimiter.oversized``). Raises ``ValueError`` for ``permits`` < 1.
         """
-        if type(permits) is not int or permits != 1:  # 1.0 and True equal 1 but are refused
+        if permits is not _ONE:  # 1.0, True and int subclasses are checked (1.0 and True are refused)
             self._check_permits(permits)
             if permits > self._burst:
                 self._oversized(permits)
@@ -477,7 +480,7 @@ class BlockingRateLimiter(_TokenBucket):
         waiter is still unserved at its timeout (possible only if earlier waiters' threads were
         not scheduled in time). ``ValueError`` for ``permits`` < 1 or a negative ``timeout``.
         """
-        if type(permits) is not int or permits != 1:  # 1.0 and True equal 1 but are refused
+        if permits is not _ONE:  # 1.0, True and int subclasses are checked (1.0 and True are refused)
             self._check_permits(permits)
             if permits > self._burst:
                 raise self._oversized(permits)
