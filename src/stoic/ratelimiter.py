@@ -467,8 +467,12 @@ class BlockingRateLimiter(_TokenBucket):
             if permits > self._burst:
                 self._oversized(permits)
                 return False
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # (acquire/release: half the cost of ``with lock`` on CPython 3.11)
+        try:
             return not self._waiters and self._take(self._now(), permits * self._cost)
+        finally:
+            lock.release()
 
     def acquire(self, permits: int = 1, timeout: Seconds | None = None) -> None:
         """Take ``permits`` (an int >= 1), blocking in FIFO order for at most ``timeout`` seconds.
@@ -563,11 +567,17 @@ class BlockingRateLimiter(_TokenBucket):
 
         ``fn``'s exceptions propagate unchanged; a refusal raises what :meth:`acquire` raises.
         """
-        with self._lock:
-            taken = not self._waiters and _deadline_scope.get() is None and self._take(self._now(), self._cost)
+        taken = False
+        if not _deadline.ever_set or _deadline_scope.get() is None:
+            lock = self._lock
+            lock.acquire()  # (as in try_acquire)
+            try:
+                taken = not self._waiters and self._take(self._now(), self._cost)
+            finally:
+                lock.release()
         if not taken:
             self.acquire(1)
-        return fn(*args, **kwargs)
+        return fn(*args, **kwargs) if kwargs else fn(*args)  # type: ignore[call-arg]
 
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
         """Decorate a plain function so every call takes one permit first (blocking)."""
