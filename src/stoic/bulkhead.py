@@ -239,8 +239,12 @@ class Bulkhead(_Compartment):
         however it ends. Raises ``BulkheadFull`` or ``DeadlineExceeded`` (``fn`` never ran) when
         refused.
         """
-        if self._active < self._max and not self._waiters and (not _deadline.ever_set or _deadline_scope.get() is None):
-            self._active += 1
+        # A free slot also says that nobody waits: a caller queues only when every slot is
+        # taken, and a slot given back while anyone waits is handed over, never freed (the max
+        # is fixed; the adaptive bulkheads, whose limit moves, have their own fast path).
+        active = self._active
+        if active < self._max and (not _deadline.ever_set or _deadline_scope.get() is None):
+            self._active = active + 1
         else:
             await self._enter_slow()
         try:
@@ -270,8 +274,9 @@ class Bulkhead(_Compartment):
     # suspending. A completed future is never scheduled, so one made on an earlier event loop
     # serves any later loop too (only ``async with`` awaits them: never handed to gather & co).
     def __aenter__(self) -> Awaitable[Bulkhead]:
-        if self._active < self._max and not self._waiters and (not _deadline.ever_set or _deadline_scope.get() is None):
-            self._active += 1
+        active = self._active
+        if active < self._max and (not _deadline.ever_set or _deadline_scope.get() is None):  # (as in execute)
+            self._active = active + 1
             entered = self._entered
             return entered if entered is not None else self._completed()
         return self._aenter_slow()
