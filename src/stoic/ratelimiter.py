@@ -155,19 +155,19 @@ class _TokenBucket:
         ``call``) calls this.
         """
         # (The fewest operations: this runs on every granted call. A bucket full at the last
-        # refill stays full, whatever the time since; one refilled to full holds just ``cost``
-        # less, without adding the overshoot the cap throws away.)
+        # refill stays full, whatever the time since; one that earned its deficit back is full,
+        # so it then holds ``cost`` less, without the arithmetic of the cap.)
         deficit = self._deficit
         if deficit:
-            deficit -= (now - self._stamp) * self._earn
-            if deficit > 0:
-                deficit += cost
+            earned = (now - self._stamp) * self._earn
+            if earned < deficit:
+                deficit += cost - earned
                 if deficit > self._capacity:
                     self._deficit = deficit - cost
                     self._stamp = now
                     return False
             else:
-                deficit = cost
+                deficit = cost  # full again: what was earned beyond the cap is not added
         else:
             deficit = cost
         self._deficit = deficit
@@ -327,14 +327,16 @@ class RateLimiter(_TokenBucket):
         A waiter that is cancelled (or cut by a deadline) leaves without consuming anything and
         re-raises ``asyncio.CancelledError``.
         """
+        cost = self._cost
         if permits is not _ONE:  # 1.0, True and int subclasses are checked (1.0 and True are refused)
             self._check_permits(permits)
             if permits > self._burst:
                 raise self._oversized(permits)
+            cost *= permits
         if (
             not self._waiters
             and (not _deadline.ever_set or _deadline_scope.get() is None)
-            and self._take(self._now(), permits * self._cost)
+            and self._take(self._now(), cost)
         ):
             return
         await self._acquire_slow(permits)
