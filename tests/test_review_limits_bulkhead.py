@@ -173,3 +173,20 @@ def test_async_with_works_across_event_loops_returns_the_bulkhead_and_never_swal
     asyncio.run(use())
     asyncio.run(use())  # a second loop: the completed futures of the first still serve
     assert (bulkhead.active_count, bulkhead.queued_count) == (0, 0)
+
+
+def test_async_with_outside_an_asyncio_loop_takes_no_slot() -> None:
+    # The completed futures async with awaits are made on the first entry, on the running loop;
+    # with none (another async library, or a direct call) the entry fails before taking a slot.
+    bulkhead = Bulkhead(1, label="no-loop")
+    with pytest.raises(RuntimeError):
+        bulkhead.__aenter__()
+    assert bulkhead.active_count == 0
+
+    async def use() -> Bulkhead:
+        async with bulkhead as entered:
+            assert bulkhead.active_count == 1
+            return entered
+
+    assert asyncio.run(use()) is bulkhead
+    assert bulkhead.active_count == 0

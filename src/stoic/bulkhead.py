@@ -276,9 +276,11 @@ class Bulkhead(_Compartment):
     def __aenter__(self) -> Awaitable[Bulkhead]:
         active = self._active
         if active < self._max and (not _deadline.ever_set or _deadline_scope.get() is None):  # (as in execute)
-            self._active = active + 1
             entered = self._entered
-            return entered if entered is not None else self._completed()
+            if entered is None:
+                entered = self._completed()  # (outside an asyncio loop this raises before a slot is taken)
+            self._active = active + 1
+            return entered
         return self._aenter_slow()
 
     async def _aenter_slow(self) -> Bulkhead:
