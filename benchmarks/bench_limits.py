@@ -1,29 +1,37 @@
 """Rate limiter and bulkhead: success-path overhead beside peer libraries, and wake-ups per refill.
 
-Run: ``python -m benchmarks limits`` (after ``pip install -r requirements-bench.txt``).
+Run: ``python -m benchmarks limits`` (after ``pip install -r requirements-bench.txt``). With
+``STOIC_BENCH_SMOKE=1`` every row and verdict runs with tiny counts (a check that the script
+works, not a measurement).
 
 Overhead is ns per call above a bare call, measured in one process on one loop. Every limiter
 is given a rate so large that it never waits, so only the bookkeeping is measured. Rows are
 timed round by round (interleaved). Targets (issue 10): stoic's limiter at most 0.4x
 aiolimiter's ``acquire``; stoic's bulkhead at most 0.6x ``asyncio.Semaphore``'s
-acquire/release (its fastest form); O(1) wake-ups per refill with 10,000 waiters. The script
-ends with a table: target, measured, met.
+acquire/release (its fastest form); O(1) wake-ups per refill with 10,000 waiters. Each target
+is a ``benchmarks._harness.verdict``, so ``python -m benchmarks`` ends with all of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import time
 import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from benchmarks._harness import Result, report, time_async, time_sync
+from benchmarks._harness import Result, report, time_async, time_sync, verdict
 from stoic import BlockingBulkhead, BlockingRateLimiter, Bulkhead, RateLimiter
 
+SMOKE = os.environ.get("STOIC_BENCH_SMOKE") == "1"
 HUGE = 10**12  # permits per second: never waits
-CALLS = 100_000
+CALLS = 400 if SMOKE else 100_000
+SHORT = 100 if SMOKE else 20_000  # rows whose peer keeps every hit in memory
+SHORTEST = 50 if SMOKE else 5_000
+HERD = 200 if SMOKE else 10_000  # waiters in the wake-up measurements
+HERD_SECONDS = 0.05 if SMOKE else 0.5
 
 
 async def _op() -> int:
@@ -36,8 +44,8 @@ def _op_sync() -> int:
 
 # Rows are timed round-robin, a little at a time, and each row's best sample kept: on a shared
 # machine a busy stretch then costs every row one sample, not one row all of its samples.
-ROUNDS = 8
-REPEATS = 2
+ROUNDS = 2 if SMOKE else 8
+REPEATS = 1 if SMOKE else 2
 
 
 def _rows(rows: list[tuple[str, Callable[[], Any], int]], *, is_async: bool) -> list[Result]:
@@ -54,7 +62,8 @@ def _rows(rows: list[tuple[str, Callable[[], Any], int]], *, is_async: bool) -> 
 
 def _ratio(results: list[Result], baseline: str, mine: str, theirs: str) -> float:
     by = {r.name: r.ns_per_call for r in results}
-    return (by[mine] - by[baseline]) / (by[theirs] - by[baseline])
+    theirs_ns = by[theirs] - by[baseline]
+    return (by[mine] - by[baseline]) / theirs_ns if theirs_ns > 0 else float("inf")  # (noise, in a smoke run)
 
 
 def bench_async_limiters() -> list[Result]:
@@ -95,7 +104,7 @@ def bench_async_limiters() -> list[Result]:
         ("aiolimiter async with", with_aiolimiter, CALLS),
         ("aiolimiter acquire(); await", aiolimiter_acquire, CALLS),
         # pyrate-limiter keeps every hit of the window in memory: fewer calls keep it honest.
-        ("pyrate-limiter try_acquire_async", with_pyrate, 20_000),
+        ("pyrate-limiter try_acquire_async", with_pyrate, SHORT),
     ], is_async=True)
 
 
@@ -129,9 +138,9 @@ def bench_sync_limiters() -> list[Result]:
         ("bare call", _op_sync, CALLS),
         ("stoic BlockingRateLimiter.call", lambda: blocking.call(_op_sync), CALLS),
         ("stoic try_acquire(); call", call_try, CALLS),
-        ("pyrate-limiter try_acquire", call_pyrate, 20_000),
+        ("pyrate-limiter try_acquire", call_pyrate, SHORT),
         # The moving window keeps one entry per hit: a short run, or it measures its own growth.
-        ("limits moving window hit", call_moving, 5_000),
+        ("limits moving window hit", call_moving, SHORTEST),
         ("limits fixed window hit", call_fixed, CALLS),
     ], is_async=False)
 
@@ -198,8 +207,8 @@ class _CountingReady(collections.deque[Any]):
 
 
 def _herd(name: str, make_acquire: Callable[[], Callable[[], Awaitable[object]]],
-          waiters: int = 10_000, seconds: float = 0.5) -> tuple[str, float, float, int]:
-    """10,000 waiters at 100 permits/s for ``seconds`` on the real clock: callbacks the loop ran
+          waiters: int = HERD, seconds: float = HERD_SECONDS) -> tuple[str, float, float, int]:
+    """``waiters`` at 100 permits/s for ``seconds`` on the real clock: callbacks the loop ran
     per permit served, and the worst lateness of a 10 ms ticker."""
 
     async def main() -> tuple[float, float, int]:
@@ -244,7 +253,7 @@ def _herd(name: str, make_acquire: Callable[[], Callable[[], Awaitable[object]]]
     return name, per_permit, worst_ms, permits
 
 
-def _virtual_wakeups(waiters: int = 10_000, seconds: float = 1.0) -> tuple[int, int, int]:
+def _virtual_wakeups(waiters: int = HERD, seconds: float = 1.0) -> tuple[int, int, int]:
     """On the virtual clock: (permits served, waiters woken, timers fired) in ``seconds``."""
     import stoic.ratelimiter as module
     from stoic.testing import VirtualClock, settle
@@ -296,7 +305,7 @@ def _virtual_wakeups(waiters: int = 10_000, seconds: float = 1.0) -> tuple[int, 
         module.wake = real_wake  # type: ignore[assignment]
 
 
-def bench_wakeups() -> None:
+def bench_wakeups() -> tuple[int, int, int]:
     import aiolimiter
 
     def stoic_factory() -> Callable[[], Awaitable[object]]:
@@ -307,7 +316,7 @@ def bench_wakeups() -> None:
         limiter = aiolimiter.AsyncLimiter(1, 0.01)  # 100 per second, a bucket of one
         return limiter.acquire
 
-    print("\n## 10,000 waiters at 100 permits/s for 0.5 s (real clock)")
+    print(f"\n## {HERD:,} waiters at 100 permits/s for {HERD_SECONDS:g} s (real clock)")
     print(f"{'':<34}{'permits':>10}{'callbacks/permit':>18}{'ticker late (ms)':>18}")
     for name, factory in (("stoic RateLimiter", stoic_factory), ("aiolimiter", aiolimiter_factory)):
         label, per_permit, worst_ms, permits = _herd(name, factory)
@@ -317,6 +326,7 @@ def bench_wakeups() -> None:
     served, woken, fired = _virtual_wakeups()
     print(f"stoic on the virtual clock, 1 s: {served} permits served, {woken} waiters woken, "
           f"{fired} timers fired: {woken / served:.2f} wake-ups and {fired / served:.2f} timers per refill")
+    return served, woken, fired
 
 
 def main() -> None:
@@ -333,32 +343,27 @@ def main() -> None:
     report("bulkhead, asyncio (ns per call)", bulkheads, baseline="bare await", reference="stoic Bulkhead.execute")
     report("bulkhead, threads (ns per call)", bench_sync_bulkhead(), baseline="bare call",
            reference="stoic BlockingBulkhead.call")
-    bench_wakeups()
+    served, woken, fired = bench_wakeups()
     # Each peer in its fastest form: aiolimiter's acquire() skips the context manager's exit.
-    fastest_aiolimiter = min(("aiolimiter async with", "aiolimiter acquire(); await"),
-                             key=lambda name: next(r.ns_per_call for r in async_limiters if r.name == name))
-    execute = _ratio(async_limiters, "bare await", "stoic RateLimiter.execute", fastest_aiolimiter)
-    acquire = _ratio(async_limiters, "bare await", "stoic acquire(); await", fastest_aiolimiter)
-    fastest_semaphore = min(("asyncio.Semaphore async with", "asyncio.Semaphore acquire/release"),
-                            key=lambda name: next(r.ns_per_call for r in bulkheads if r.name == name))
-    bulk = _ratio(bulkheads, "bare await", "stoic Bulkhead.execute", fastest_semaphore)
-    bulk_with = _ratio(bulkheads, "bare await", "stoic async with bulkhead", fastest_semaphore)
-    target_table([
-        (f"RateLimiter.execute / aiolimiter ({fastest_aiolimiter})", 0.4, execute),
-        (f"RateLimiter.acquire / aiolimiter ({fastest_aiolimiter})", 0.4, acquire),
-        (f"Bulkhead.execute / {fastest_semaphore}", 0.6, bulk),
-        (f"async with Bulkhead / {fastest_semaphore}", 0.6, bulk_with),
-    ])
+    fastest_aiolimiter = _fastest(async_limiters, "aiolimiter async with", "aiolimiter acquire(); await")
+    fastest_semaphore = _fastest(bulkheads, "asyncio.Semaphore async with", "asyncio.Semaphore acquire/release")
+    print()
+    for target, mine, theirs, limit, results in (
+        ("RateLimiter.execute", "stoic RateLimiter.execute", fastest_aiolimiter, 0.4, async_limiters),
+        ("await RateLimiter.acquire()", "stoic acquire(); await", fastest_aiolimiter, 0.4, async_limiters),
+        ("Bulkhead.execute", "stoic Bulkhead.execute", fastest_semaphore, 0.6, bulkheads),
+        ("async with Bulkhead", "stoic async with bulkhead", fastest_semaphore, 0.6, bulkheads),
+    ):
+        verdict(f"{target} overhead / {theirs} overhead", _ratio(results, "bare await", mine, theirs), limit)
+    verdict(f"RateLimiter waiters woken per permit served ({HERD:,} waiting, virtual clock)",
+            woken / max(served, 1), 1.0, "")
+    verdict(f"RateLimiter timers fired per permit served ({HERD:,} waiting, virtual clock)",
+            fired / max(served, 1), 1.0, "")
 
 
-def target_table(rows: list[tuple[str, float, float]]) -> None:
-    """The closing table: each target (an overhead ratio, lower is better), what this run
-    measured, and whether it is met."""
-    print("\n## targets (overhead ratio, lower is better)")
-    print(f"{'':<60}{'target':>8}{'measured':>10}{'met':>6}")
-    for name, target, measured in rows:
-        met = "yes" if measured <= target else "NO"
-        print(f"{name:<60}{'<= ' + format(target, '.2f'):>8}{measured:>9.2f}x{met:>6}")
+def _fastest(results: list[Result], *names: str) -> str:
+    by = {r.name: r.ns_per_call for r in results}
+    return min(names, key=by.__getitem__)
 
 
 if __name__ == "__main__":

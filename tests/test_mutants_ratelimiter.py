@@ -525,3 +525,18 @@ def test_a_blocking_call_refills_a_partly_filled_bucket_exactly_and_never_beyond
     assert clock.slept_until == []
     clock.step(3600)
     assert [limiter.call(clock.now) for _ in range(3)] == [START + 3600.25] * 2 + [START + 3600.5]
+
+
+@pytest.mark.parametrize("kind", [RateLimiter, BlockingRateLimiter])
+async def test_a_bucket_one_nanosecond_short_of_full_is_not_full(kind: type[RateLimiter | BlockingRateLimiter]) -> None:
+    # The refill takes a shortcut when the time since the last refill has earned the whole
+    # deficit back; one unit short (the nanosecond before) must still be counted exactly.
+    clock = VirtualClock(START)
+    limiter = kind(1, per=1.0, burst=2, label="edge", clock=clock)
+    assert limiter.try_acquire()  # the bucket is one permit short: earned back in exactly 1 s
+    await clock.advance(0.999_999_999)
+    assert not limiter.try_acquire(2)
+    assert limiter.available_permits == 1
+    await clock.advance(0.000_000_001)
+    assert limiter.try_acquire(2)
+    assert limiter.available_permits == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 
 import pytest
@@ -73,6 +74,8 @@ async def test_deadlines_and_cancellations_among_300_callers_never_leak_a_slot(
             await clock.advance(rng.choice([0.0, rng.uniform(0, 1)]))
         assert running <= capacity and bulkhead.active_count <= capacity
         assert bulkhead.active_count >= running
+        # What the fast paths rely on: nobody waits while a slot is free.
+        assert not bulkhead.queued_count or bulkhead.active_count == capacity
     await clock.run_until_idle()
     await settle()
     assert all(task.done() for task in tasks), "a caller still waits with every operation finished"
@@ -83,6 +86,56 @@ async def test_deadlines_and_cancellations_among_300_callers_never_leak_a_slot(
         assert result is None or isinstance(result, (BulkheadFull, DeadlineExceeded, asyncio.CancelledError))
     reasons = {e.attributes["reason"] for e in sink.of("bulkhead.rejected")}
     assert reasons <= {"bulkhead_full", "cancelled", "deadline_exceeded"}
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_with_queue_management_nobody_waits_while_a_slot_is_free(clock: VirtualClock, seed: int) -> None:
+    # execute and async with admit at once on a free slot without looking at the queue: that is
+    # right only if a waiter exists only while every slot is taken, whatever sheds or skips it.
+    rng = random.Random(seed)
+    capacity = rng.randint(1, 4)
+    bulkhead = Bulkhead(capacity, queue_limit=rng.choice([2, 50]), label="managed", clock=clock,
+                        queue_target=rng.choice([None, 0.05]), queue_adaptive_lifo=rng.random() < 0.5,
+                        prioritized=rng.random() < 0.5)
+    running = 0
+
+    async def op(seconds: float) -> None:
+        nonlocal running
+        running += 1
+        try:
+            await clock.sleep_until(clock.now_ns() + round(seconds * 1e9))
+        finally:
+            running -= 1
+
+    async def caller(seconds: float, deadline: float | None, as_context: bool, tier: stoic.Criticality) -> None:
+        with stoic.bind_criticality(tier):
+            scope = contextlib.nullcontext() if deadline is None else stoic.timeout(deadline)
+            async with scope:
+                if as_context:
+                    async with bulkhead:
+                        await op(seconds)
+                else:
+                    await bulkhead.execute(op, seconds)
+
+    tasks: list[asyncio.Task[None]] = []
+    for _ in range(300):
+        roll = rng.random()
+        if roll < 0.6:
+            task = asyncio.create_task(caller(rng.uniform(0, 0.3), rng.choice([None, rng.uniform(0, 0.4)]),
+                                              rng.random() < 0.5, rng.choice(list(stoic.Criticality))))
+            tasks.append(task)
+            if rng.random() < 0.2:
+                clock.call_at(clock.now_ns() + round(rng.uniform(0, 0.2) * 1e9), task.cancel)
+        elif roll < 0.7:
+            await settle()
+        else:
+            await clock.advance(rng.uniform(0, 0.1))
+        assert running <= bulkhead.active_count <= capacity
+        assert not bulkhead.queued_count or bulkhead.active_count == capacity
+    await clock.run_until_idle()
+    await settle()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert (bulkhead.active_count, bulkhead.queued_count) == (0, 0)
 
 
 def test_async_with_works_across_event_loops_returns_the_bulkhead_and_never_swallows_errors() -> None:
@@ -120,3 +173,20 @@ def test_async_with_works_across_event_loops_returns_the_bulkhead_and_never_swal
     asyncio.run(use())
     asyncio.run(use())  # a second loop: the completed futures of the first still serve
     assert (bulkhead.active_count, bulkhead.queued_count) == (0, 0)
+
+
+def test_async_with_outside_an_asyncio_loop_takes_no_slot() -> None:
+    # The completed futures async with awaits are made on the first entry, on the running loop;
+    # with none (another async library, or a direct call) the entry fails before taking a slot.
+    bulkhead = Bulkhead(1, label="no-loop")
+    with pytest.raises(RuntimeError):
+        bulkhead.__aenter__()
+    assert bulkhead.active_count == 0
+
+    async def use() -> Bulkhead:
+        async with bulkhead as entered:
+            assert bulkhead.active_count == 1
+            return entered
+
+    assert asyncio.run(use()) is bulkhead
+    assert bulkhead.active_count == 0

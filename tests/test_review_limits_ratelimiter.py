@@ -24,7 +24,7 @@ async def test_permits_equal_to_one_but_not_an_int_are_a_value_error(bad: object
         with pytest.raises(ValueError, match="permits"):
             limiter.try_acquire(bad)  # type: ignore[arg-type]
         assert limiter.available_permits == 5
-        assert type(limiter._credit) is int
+        assert type(limiter._deficit) is int
 
 
 def test_try_acquire_is_not_blocked_by_a_head_abandoned_on_a_closed_loop() -> None:

@@ -35,7 +35,7 @@ from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import BulkheadFull, DeadlineExceeded, Shed
 from ._retune import validated
 from ._waitqueue import NO_DEADLINE, ManagedQueue, Parked, QueueRules, check_queue_options, shed_error, shed_event
-from ._wakeup import completed, wake
+from ._wakeup import wake
 from .events import AttributeValue, Level, emit
 from .events._sinks import kind_floor
 
@@ -172,7 +172,7 @@ class Bulkhead(_Compartment):
     that is cancelled leaves without a slot and re-raises ``asyncio.CancelledError``.
     """
 
-    __slots__ = ("_entered", "_managed")
+    __slots__ = ("_entered", "_exited", "_managed")
 
     def __init__(
         self, max_concurrent: int, *, queue_limit: int | None = 0, label: str, clock: Clock | None = None,
@@ -185,7 +185,10 @@ class Bulkhead(_Compartment):
         # None keeps the plain FIFO hand-over below (the common case, and the cheapest).
         self._managed: ManagedQueue | None = (
             ManagedQueue(target_ns, interval_ns, lifo, prio) if target_ns is not None or lifo or prio else None)
-        self._entered: asyncio.Future[Bulkhead] | None = None  # what a granted ``async with`` awaits
+        # What ``async with`` awaits when it takes a slot at once, and when it gives one back: made
+        # together by the first ``__aenter__`` (they need a running loop), in _completed.
+        self._entered: asyncio.Future[Bulkhead] | None = None
+        self._exited: asyncio.Future[None]
 
     async def _enter_slow(self) -> None:
         if self._managed is not None:
@@ -276,12 +279,16 @@ class Bulkhead(_Compartment):
         however it ends. Raises ``BulkheadFull`` or ``DeadlineExceeded`` (``fn`` never ran) when
         refused.
         """
-        if self._active < self._max and not self._waiters and (not _deadline.ever_set or _deadline_scope.get() is None):
-            self._active += 1
+        # A free slot also says that nobody waits: a caller queues only when every slot is
+        # taken, and a slot given back while anyone waits is handed over, never freed (the max
+        # is fixed; the adaptive bulkheads, whose limit moves, have their own fast path).
+        active = self._active
+        if active < self._max and (not _deadline.ever_set or _deadline_scope.get() is None):
+            self._active = active + 1
         else:
             await self._enter_slow()
         try:
-            return await fn(*args, **kwargs)
+            return await (fn(*args, **kwargs) if kwargs else fn(*args))  # type: ignore[call-arg]  # (no dict to build)
         finally:
             if self._waiters:
                 self._release()
@@ -304,21 +311,31 @@ class Bulkhead(_Compartment):
 
     # ``async with`` awaits what __aenter__/__aexit__ return. A slot taken (or given back) at once
     # needs no coroutine: they return an already-completed future, which ``await`` reads without
-    # suspending (about a third of the overhead of two coroutines). A completed future is never
-    # scheduled, so one made on an earlier event loop serves any later loop too.
+    # suspending. A completed future is never scheduled, so one made on an earlier event loop
+    # serves any later loop too (only ``async with`` awaits them: never handed to gather & co).
     def __aenter__(self) -> Awaitable[Bulkhead]:
-        if self._active < self._max and not self._waiters and (not _deadline.ever_set or _deadline_scope.get() is None):
-            self._active += 1
+        active = self._active
+        if active < self._max and (not _deadline.ever_set or _deadline_scope.get() is None):  # (as in execute)
             entered = self._entered
             if entered is None:
-                entered = self._entered = asyncio.get_running_loop().create_future()
-                entered.set_result(self)
+                entered = self._completed()  # (outside an asyncio loop this raises before a slot is taken)
+            self._active = active + 1
             return entered
         return self._aenter_slow()
 
     async def _aenter_slow(self) -> Bulkhead:
         await self._enter_slow()
+        if self._entered is None:
+            self._completed()
         return self
+
+    def _completed(self) -> asyncio.Future[Bulkhead]:
+        loop = asyncio.get_running_loop()
+        self._exited = loop.create_future()
+        self._exited.set_result(None)  # None: __aexit__ never suppresses the block's exception
+        entered = self._entered = loop.create_future()
+        entered.set_result(self)
+        return entered
 
     def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -327,7 +344,7 @@ class Bulkhead(_Compartment):
             self._release()
         else:
             self._active -= 1
-        return completed()
+        return self._exited  # (an attribute read: a third of a call to _wakeup.completed)
 
 
 class BlockingBulkhead(_Compartment):
