@@ -29,20 +29,3 @@ def wake(future: asyncio.Future[None]) -> bool:
     except RuntimeError:  # the waiter's loop has been closed: nobody will ever resume it
         return False
     return True
-
-
-_COMPLETED: list[asyncio.Future[None]] = []  # made once, on the first loop that asks
-
-
-def completed() -> asyncio.Future[None]:
-    """An already-completed future (result ``None``) for a step that finished at once: ``await``
-    reads it without suspending and without a coroutine of its own. A completed future is never
-    scheduled, so the one made on an earlier event loop serves any later loop too, when it is
-    only awaited (``async with`` awaits ``__aexit__``'s result). Never return it where a caller
-    may hand it to ``gather``/``ensure_future``: those would bind to the future's own loop."""
-    if _COMPLETED:
-        return _COMPLETED[0]
-    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    done.set_result(None)
-    _COMPLETED.append(done)
-    return done
