@@ -32,14 +32,14 @@ from typing import Any, TypeVar, cast
 from . import _deadline, _metrics
 from ._attempt import Attempt
 from ._budget import RetryBudget
-from ._clock import Clock, SystemClock, TimerHandle, resolve_clock
+from ._clock import Clock, SystemClock, TimerHandle, current_clock, resolve_clock
 from ._deadline import _current as _deadline_scope
 from ._deadline import remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns
 from ._errors import DeadlineExceeded, leaves
 from ._quantile import WindowedQuantile, _check_quantile, default_warmup
 from ._random import call_site
-from ._retry import wants_attempt
+from ._retry import _getframe, _site, wants_attempt
 from .events import Level, emit, error_type, min_level
 
 R = TypeVar("R")
@@ -316,10 +316,20 @@ def hedge(
     is wrapped in a task or ``gather``. Awaiting it returns or raises as :meth:`Hedge.execute`.
     """
     _check_idempotency(idempotency)
-    policy = Hedge.__new__(Hedge)
-    policy._setup(delay, max_attempts, budget, label, None, None, None, 1000, clock,
-                  call_site(1) if budget is RetryBudget.PER_CALL_SITE else "")
-    return _race(policy, fn, (), {})
+    # The policy built from these arguments is kept at the call site and reused while the same
+    # objects come again (on the same ambient clock, for clock=None): building one per call
+    # (validation, the budget's lookup, a metrics recorder) was most of hedge()'s cost. Identity,
+    # not equality: an argument that would fail validation can never match one that passed.
+    site = _site(_getframe(1))
+    made = site.made
+    if (made is None or made[0] is not delay or made[1] is not label or made[2] is not max_attempts
+            or made[3] is not budget or made[4] is not clock
+            or (clock is None and made[5]._clock is not current_clock())):
+        policy = Hedge.__new__(Hedge)
+        policy._setup(delay, max_attempts, budget, label, None, None, None, 1000, clock,
+                      site.name if budget is RetryBudget.PER_CALL_SITE else "")
+        made = site.made = (delay, label, max_attempts, budget, clock, policy)
+    return _race(made[5], fn, (), {})
 
 
 # --- the engine ---------------------------------------------------------------------------------
