@@ -250,6 +250,22 @@ _RUNNING_TASKS: dict[Any, Any] | None = (
     getattr(asyncio.tasks, "_current_tasks", None) if sys.version_info < (3, 12) else None)
 
 
+def _caller_task() -> asyncio.Task[Any] | None:
+    """The task running the caller, through the one-entry read above when it applies (else
+    :func:`_current_task`; ``None`` outside a task or a loop)."""
+    running = _RUNNING_TASKS
+    if running is not None and len(running) == 1:
+        try:
+            for task in running.values():
+                return task  # type: ignore[no-any-return]
+        except RuntimeError:  # another thread's loop entered or left a task meanwhile
+            pass
+    try:
+        return _current_task()
+    except RuntimeError:
+        return None
+
+
 def _cancelling() -> int:
     """The current task's pending cancel requests (0 outside a task or a loop)."""
     try:
