@@ -489,6 +489,33 @@ def _site(frame: Any) -> _Site:
     return site_of_frame(frame)
 
 
+def _classifier_at(site: _Site, classify: ClassifierLike) -> RetryClassifier:
+    """``as_classifier(classify)``, remembered at the call site for the same argument: the same
+    object, or a tuple of the very same exception types (a tuple written in the call is built
+    anew each time). A wrong argument never matches one that passed, so it still raises."""
+    known, classifier = site.classify
+    if known is classify:
+        return classifier  # type: ignore[no-any-return]
+    if type(classify) is tuple and type(known) is tuple and len(known) == len(classify):
+        for a, b in zip(known, classify):  # noqa: B905 (the lengths are equal)
+            if a is not b:
+                break
+        else:
+            return classifier  # type: ignore[no-any-return]
+    classifier = as_classifier(classify)
+    site.classify = (classify, classifier)
+    return classifier
+
+
+def _attempt_ns_at(site: _Site, attempt_timeout: Seconds) -> int:
+    """``_attempt_ns(attempt_timeout)``, remembered at the call site for the same object."""
+    known, ns = site.timeout
+    if known is not attempt_timeout:
+        ns = _attempt_ns(attempt_timeout)
+        site.timeout = (attempt_timeout, ns)
+    return ns  # type: ignore[no-any-return]
+
+
 # --- the public functions --------------------------------------------------------------------
 
 def retry(
@@ -552,9 +579,9 @@ def retry(
     return _run_async(
         schedule, fn, args, kwargs, site.name,
         site.bucket if budget is _PER_SITE else _budget(budget),
-        classify if type(classify) is RetryClassifier else as_classifier(classify),
+        classify if type(classify) is RetryClassifier else _classifier_at(site, classify),
         nesting if nesting is _SINGLE else _nesting(nesting), label,
-        None if attempt_timeout is None else _attempt_ns(attempt_timeout),
+        None if attempt_timeout is None else _attempt_ns_at(site, attempt_timeout),
         (_ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK) if clock is None else check_clock(clock),
         (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)) and "attempt" not in kwargs,
     )
@@ -594,7 +621,7 @@ def retry_sync(
     if site is None:
         site = site_of_frame(frame)
     bucket = site.bucket if budget is _PER_SITE else _budget(budget)
-    classifier = classify if type(classify) is RetryClassifier else as_classifier(classify)
+    classifier = classify if type(classify) is RetryClassifier else _classifier_at(site, classify)
     if nesting is not _SINGLE:
         _nesting(nesting)
     if clock is None:
