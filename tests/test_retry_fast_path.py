@@ -214,6 +214,27 @@ class TestOneCallSiteChangingArguments:
         assert results == ["done", "timed out", "done", "timed out", "ValueError", "ValueError", "TypeError", "done"]
 
 
+class TestFirstAttempt:
+    def test_the_first_attempt_is_an_ordinary_immutable_attempt_one(self) -> None:
+        seen: list[Attempt] = []
+
+        def op(attempt: Attempt) -> str:
+            seen.append(attempt)
+            if attempt.number < 2:
+                raise ConnectionError
+            return "done"
+
+        assert retry_sync(NOW_THREE, op, label="op") == "done"
+        first, second = seen
+        assert isinstance(first, Attempt) and (first.number, first.hedged, first.is_first) == (1, False, True)
+        assert first == Attempt(1, first.call_id) and hash(first) == hash(Attempt(1, first.call_id))
+        assert first.next() == second and second.call_id == first.call_id == first.idempotency_key
+        assert repr(first) == f"Attempt(number=1, call_id={first.call_id!r}, hedged=False)"
+        with pytest.raises(AttributeError):
+            first.number = 2  # type: ignore[misc]
+        assert first.number == 1
+
+
 class TestRetryingBudget:
     def test_first_attempts_deposit_in_the_budget_resolved_at_construction(self, clock: VirtualClock) -> None:
         policy = Retrying(THREE, label="op")

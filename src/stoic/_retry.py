@@ -18,7 +18,7 @@ from types import AsyncGeneratorType, CodeType, CoroutineType, GeneratorType
 from typing import Any, ParamSpec, TypeVar
 
 from . import _clock, _deadline, _metrics, _random
-from ._attempt import Attempt
+from ._attempt import Attempt, first_attempt
 from ._budget import _NO_OP, RetryBudget, _registry, _Site, site_of_frame
 from ._callbacks import callback_failed
 from ._classify import ClassifierLike, RetryClassifier, RetryDecision, RetryNesting, as_classifier
@@ -304,15 +304,18 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
     scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
     if scope is not None:
         _deadline.check_deadline_clocks(scope, clock)
-    if wants or attempt_ns is not None:
+    if attempt_ns is not None:
         return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
-                                 clock, _in_attempt.get(), None, -1, cancels)
+                                 clock, _in_attempt.get(), None, -1, cancels, None)
     # Only the deadline check (5) and up_to use the start: without them, success reads no time.
     started = clock.now_ns() if schedule._timed or scope is not None else -1
+    first = first_attempt() if wants else None
     # Set even when already inside an attempt (then it changes nothing and reset restores it):
     # one set beats a get and a branch, and the token's old value says whether we are nested.
     token = _in_attempt.set(True)
     try:
+        if first is not None:
+            return await fn(*args, **kwargs, attempt=first)
         # (Without arguments, a direct call: no tuple and dictionary to unpack.)
         return await (fn(*args, **kwargs) if args or kwargs else fn())
     except Exception as caught:
@@ -320,17 +323,19 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
     finally:
         _in_attempt.reset(token)
     return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
-                             clock, token.old_value is True, error, started, cancels)
+                             clock, token.old_value is True, error, started, cancels, first)
 
 
 async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
                       kwargs: dict[str, Any], site: str, bucket: RetryBudget, classify: RetryClassifier,
                       nesting: RetryNesting, label: str, attempt_ns: int | None, clock: Clock,
-                      nested: bool, error: Exception | None, started: int, cancels: int) -> R:
-    """Every attempt after a failed first one (``error``), or all of them (``error`` None)."""
-    attempt: Attempt | None = None
-    if "attempt" not in kwargs and wants_attempt(fn):
-        attempt = Attempt(1)
+                      nested: bool, error: Exception | None, started: int, cancels: int,
+                      attempt: Attempt | None) -> R:
+    """Every attempt after a failed first one (``error``, which was handed ``attempt`` if not
+    None), or all of them (``error`` None)."""
+    if error is None and "attempt" not in kwargs and wants_attempt(fn):
+        attempt = first_attempt()
+    if attempt is not None:
         kwargs = {**kwargs, "attempt": attempt}
     run: _Run | None = None
     number = 1
@@ -402,13 +407,14 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
     if scope is not None:
         _deadline.check_deadline_clocks(scope, clock)
-    if wants:
-        return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
-                          _in_attempt.get(), None, -1)
     started = clock.now_ns() if schedule._timed or scope is not None else -1
+    first = first_attempt() if wants else None
     token = _in_attempt.set(True)
     try:
-        result = fn(*args, **kwargs) if args or kwargs else fn()
+        if first is not None:
+            result = fn(*args, **kwargs, attempt=first)
+        else:
+            result = fn(*args, **kwargs) if args or kwargs else fn()
     except Exception as caught:
         error = caught
     else:
@@ -418,20 +424,18 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     finally:
         _in_attempt.reset(token)
     return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
-                      token.old_value is True, error, started)
+                      token.old_value is True, error, started, first)
 
 
 def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any],
                site: str, bucket: RetryBudget, classify: RetryClassifier, nesting: RetryNesting,
-               label: str, clock: Clock, nested: bool, error: Exception | None, started: int) -> R:
-    attempt: Attempt | None = None
-    if "attempt" not in kwargs and wants_attempt(fn):
-        attempt = Attempt(1)
+               label: str, clock: Clock, nested: bool, error: Exception | None, started: int,
+               attempt: Attempt | None) -> R:
+    """Every attempt after the failed first one (``error``; it was handed ``attempt``, if not None)."""
+    if attempt is not None:
         kwargs = {**kwargs, "attempt": attempt}
     run: _Run | None = None
     number = 1
-    if error is None:
-        started = clock.now_ns()
     while True:
         if error is None:
             token = None if nested else _in_attempt.set(True)
