@@ -30,7 +30,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar, cast
 
 from . import _deadline, _metrics
-from ._attempt import Attempt
+from ._attempt import Attempt, _First
 from ._budget import _NO_OP, RetryBudget
 from ._clock import Clock, SystemClock, TimerHandle, current_clock, resolve_clock
 from ._deadline import _current as _deadline_scope
@@ -83,16 +83,14 @@ def _new_call_id() -> str:
     return f"{_id_prefix}{next(_ids):016x}"
 
 
-class _FirstAttempt(Attempt):
+class _FirstAttempt(_First):
     """The first attempt's :class:`~stoic.Attempt`: its call id is the call's, drawn (cheaply)
     only when something reads it, so an operation that takes the Attempt but never sends the id
-    pays for no id. Its number and flag are the class's (the same for every first attempt), so
+    pays for no id. Its number and flag are the class's (as for retry's first attempts), so
     building one sets a single slot, without ``Attempt.__init__`` (it is on every call's path)."""
 
     __slots__ = ("_call",)
 
-    number = 1
-    hedged = False
     _call: _Call
 
     @property
