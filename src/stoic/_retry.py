@@ -309,13 +309,12 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
                                  clock, _in_attempt.get(), None, -1, cancels, None)
     # Only the deadline check (5) and up_to use the start: without them, success reads no time.
     started = clock.now_ns() if schedule._timed or scope is not None else -1
-    first = first_attempt() if wants else None
     # Set even when already inside an attempt (then it changes nothing and reset restores it):
     # one set beats a get and a branch, and the token's old value says whether we are nested.
     token = _in_attempt.set(True)
     try:
-        if first is not None:
-            return await fn(*args, **kwargs, attempt=first)
+        if wants:  # (``first`` is bound exactly when ``wants``)
+            return await fn(*args, **kwargs, attempt=(first := first_attempt()))
         # (Without arguments, a direct call: no tuple and dictionary to unpack.)
         return await (fn(*args, **kwargs) if args or kwargs else fn())
     except Exception as caught:
@@ -323,7 +322,7 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
     finally:
         _in_attempt.reset(token)
     return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
-                             clock, token.old_value is True, error, started, cancels, first)
+                             clock, token.old_value is True, error, started, cancels, first if wants else None)
 
 
 async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
@@ -408,11 +407,10 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     if scope is not None:
         _deadline.check_deadline_clocks(scope, clock)
     started = clock.now_ns() if schedule._timed or scope is not None else -1
-    first = first_attempt() if wants else None
     token = _in_attempt.set(True)
     try:
-        if first is not None:
-            result = fn(*args, **kwargs, attempt=first)
+        if wants:  # (``first`` is bound exactly when ``wants``)
+            result = fn(*args, **kwargs, attempt=(first := first_attempt()))
         else:
             result = fn(*args, **kwargs) if args or kwargs else fn()
     except Exception as caught:
@@ -424,7 +422,7 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     finally:
         _in_attempt.reset(token)
     return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
-                      token.old_value is True, error, started, first)
+                      token.old_value is True, error, started, first if wants else None)
 
 
 def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any],
