@@ -488,6 +488,44 @@ async def test_hedge_function_validates_before_running(clock: VirtualClock) -> N
     assert script.started() == []
 
 
+async def test_hedge_function_at_one_line_follows_every_change_of_its_arguments(clock: VirtualClock) -> None:
+    # One line called with arguments that change: each call behaves as its own arguments say
+    # (the policy built at a line is reused only while the very same objects come again), and
+    # an invalid argument is refused even right after valid ones.
+    other = VirtualClock()
+    empty = RetryBudget(ratio=0.01, reserve_capacity=0)
+    unlimited = {"label": "h", "budget": RetryBudget.UNLIMITED}  # (a line's own budget would run out)
+    # (error, ambient clock, arguments): each valid call differs from the previous valid one in one thing.
+    cases: list[tuple[Any, VirtualClock, dict[str, Any]]] = [
+        (None, clock, {"delay": 0.1}), (None, clock, {"delay": 0.1}), (None, clock, {"delay": 0.1, "max_attempts": 3}),
+        (ValueError, clock, {"delay": 0.1, "max_attempts": 1}), (None, clock, {"delay": 0.05, "max_attempts": 3}),
+        (ValueError, clock, {"delay": -1.0, "max_attempts": 3}),
+        (None, clock, {"delay": 0.05, "max_attempts": 3, "clock": other}),
+        (TypeError, clock, {"delay": 0.05, "max_attempts": 3, "clock": object()}),
+        (None, clock, {"delay": 0.05, "max_attempts": 3}), (None, other, {"delay": 0.05, "max_attempts": 3}),
+        (TypeError, other, {"delay": 0.05, "label": 5}), (ValueError, other, {"delay": 0.05, "label": ""}),
+        (None, other, {"delay": 0.05, "max_attempts": 3, "budget": empty}),
+        (TypeError, other, {"delay": 0.05, "max_attempts": 3, "budget": "lots"}),
+        (None, other, {"delay": 0.05, "max_attempts": 3}),
+    ]
+    seen = []
+    for error, ambient, kwargs in cases:
+        on = kwargs.get("clock", ambient)
+        script = Script(on, {1: Step(0.3, "slow"), 2: Step(0.3, "second"), 3: Step(0.01, "third")})
+        with stoic.use_clock(ambient):
+            if error is not None:
+                with pytest.raises(error):
+                    hedge(IDEMPOTENT, script, **{**unlimited, **kwargs})
+                continue
+            start = on.now()
+            result = await on.run(hedge(IDEMPOTENT, script, **{**unlimited, **kwargs}))
+        seen.append((result, script.started(), round(on.now() - start, 6)))
+    assert seen == [
+        ("slow", [1, 2], 0.3), ("slow", [1, 2], 0.3), ("third", [1, 2, 3], 0.21), ("third", [1, 2, 3], 0.11),
+        ("third", [1, 2, 3], 0.11), ("third", [1, 2, 3], 0.11), ("third", [1, 2, 3], 0.11), ("slow", [1], 0.3),
+        ("third", [1, 2, 3], 0.11)]
+
+
 async def test_execute_passes_the_arguments_given_and_the_attempt_by_keyword(clock: VirtualClock) -> None:
     async def op(a: int, *, b: int, attempt: stoic.Attempt) -> tuple[int, int, int]:
         return attempt.number, a, b

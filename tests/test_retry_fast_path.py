@@ -17,6 +17,7 @@ from stoic.testing import VirtualClock, fail_with, reset_budgets
 
 THREE = Schedule.exponential(1).attempts(3)
 DRAIN = Schedule.fixed(0).attempts(100)
+NOW_THREE = Schedule.fixed(0).attempts(3)
 
 
 def _plain() -> str:
@@ -165,6 +166,73 @@ class TestCallSites:
         with pytest.raises(ConnectionError):
             _site_b(op.sync)
         assert op.calls == 11
+
+
+class TestOneCallSiteChangingArguments:
+    """What a call site remembers of a classify or attempt_timeout argument never outlives it."""
+
+    def test_each_call_is_classified_by_its_own_classify(self, clock: VirtualClock) -> None:
+        def is_timeout(error: BaseException) -> bool:
+            return isinstance(error, TimeoutError)
+
+        # (classify, the error raised, attempts made): tuples are built anew at every call.
+        cases: list[tuple[Any, BaseException, int]] = [
+            ((ConnectionError,), ConnectionError(), 3), ((ConnectionError,), TimeoutError(), 1),
+            ((TimeoutError,), ConnectionError(), 1), ((TimeoutError, ConnectionError), ConnectionError(), 3),
+            ((ConnectionError,), TimeoutError(), 1), (is_timeout, TimeoutError(), 3), (is_timeout, OSError(), 1),
+            (ConnectionError, ConnectionError(), 3), ((ConnectionError, 5), None, 0), (5, None, 0),
+            ((ConnectionError,), ConnectionError(), 3),
+        ]
+        made = []
+        for classify, error, _ in cases:
+            op = fail_with(error if error is not None else ConnectionError())
+            try:
+                retry_sync(NOW_THREE, op.sync, classify=classify, budget=RetryBudget.UNLIMITED, label="op")
+            except TypeError:
+                assert error is None
+            except (ConnectionError, TimeoutError, OSError) as raised:
+                assert type(raised) is type(error)
+            made.append(op.calls)
+        assert made == [n for _, _, n in cases]
+
+    async def test_each_call_runs_under_its_own_attempt_timeout(self, clock: VirtualClock) -> None:
+        from stoic import DeadlineExceeded
+
+        async def slow() -> str:
+            await clock.sleep(0.5)
+            return "done"
+
+        results = []
+        for timeout in (1.0, 0.25, 1.0, 0.25, -1.0, 0, "x", 2.0):
+            try:
+                results.append(await clock.run(retry(Schedule.fixed(0).attempts(1), slow, attempt_timeout=timeout,
+                                                      label="op")))
+            except DeadlineExceeded:
+                results.append("timed out")
+            except (ValueError, TypeError) as refused:
+                results.append(type(refused).__name__)
+        assert results == ["done", "timed out", "done", "timed out", "ValueError", "ValueError", "TypeError", "done"]
+
+
+class TestFirstAttempt:
+    def test_the_first_attempt_is_an_ordinary_immutable_attempt_one(self) -> None:
+        seen: list[Attempt] = []
+
+        def op(attempt: Attempt) -> str:
+            seen.append(attempt)
+            if attempt.number < 2:
+                raise ConnectionError
+            return "done"
+
+        assert retry_sync(NOW_THREE, op, label="op") == "done"
+        first, second = seen
+        assert isinstance(first, Attempt) and (first.number, first.hedged, first.is_first) == (1, False, True)
+        assert first == Attempt(1, first.call_id) and hash(first) == hash(Attempt(1, first.call_id))
+        assert first.next() == second and second.call_id == first.call_id == first.idempotency_key
+        assert repr(first) == f"Attempt(number=1, call_id={first.call_id!r}, hedged=False)"
+        with pytest.raises(AttributeError):
+            first.number = 2  # type: ignore[misc]
+        assert first.number == 1
 
 
 class TestRetryingBudget:

@@ -63,3 +63,24 @@ class Attempt:
 
     def __repr__(self) -> str:
         return f"Attempt(number={self.number}, call_id={self.call_id!r}, hedged={self.hedged})"
+
+
+class _First(Attempt):
+    """Attempt 1 of a retried call: built by setting one slot (its number and flag are the
+    class's, the same for every first attempt), on the path of every call that wants one."""
+
+    __slots__ = ()
+
+    number = 1
+    hedged = False
+
+
+_new_object = object.__new__
+_set_call_id = Attempt.__dict__["_call_id"].__set__
+
+
+def first_attempt() -> Attempt:
+    """``Attempt(1)``, without ``Attempt.__init__``."""
+    attempt = _new_object(_First)
+    _set_call_id(attempt, None)
+    return attempt

@@ -238,9 +238,12 @@ class _Site:
     instruction offset to the chain of sites at it, linked by ``next``), its ``"file:line"``,
     its own budget, and ``op``: ``(code, wants)`` for the last operation seen there, so a site
     that keeps retrying one function decides whether to pass it an ``Attempt`` with one
-    identity test. ``op`` is replaced whole (one store), so a thread never sees half of it."""
+    identity test. ``op`` is replaced whole (one store), so a thread never sees half of it.
+    ``made`` is what a one-shot function (``hedge()``) built from the arguments it was last
+    given there, with those arguments; ``classify`` and ``timeout`` the same for ``retry``'s
+    classifier and attempt timeout, as ``(argument, derived)`` (each replaced whole, likewise)."""
 
-    __slots__ = ("bucket", "code", "name", "next", "op")
+    __slots__ = ("bucket", "classify", "code", "made", "name", "next", "op", "timeout")
 
     def __init__(self, code: object, name: str, bucket: RetryBudget, next: _Site | None) -> None:
         self.code = code
@@ -248,6 +251,9 @@ class _Site:
         self.bucket = bucket
         self.next = next
         self.op: tuple[object, bool] = _NO_OP
+        self.made: tuple[Any, ...] | None = None
+        self.classify: tuple[object, Any] = _NO_OP
+        self.timeout: tuple[object, Any] = _NO_OP
 
 
 def site_of_frame(frame: FrameType) -> _Site:

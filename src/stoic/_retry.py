@@ -18,7 +18,7 @@ from types import AsyncGeneratorType, CodeType, CoroutineType, GeneratorType
 from typing import Any, ParamSpec, TypeVar
 
 from . import _clock, _deadline, _metrics, _random
-from ._attempt import Attempt
+from ._attempt import Attempt, first_attempt
 from ._budget import _NO_OP, RetryBudget, _registry, _Site, site_of_frame
 from ._callbacks import callback_failed
 from ._classify import ClassifierLike, RetryClassifier, RetryDecision, RetryNesting, as_classifier
@@ -253,6 +253,24 @@ _current_task = _task_reader()
 # insertion order (ours was inserted when our step began), so the first value is still ours.
 _RUNNING_TASKS: dict[Any, Any] | None = (
     getattr(asyncio.tasks, "_current_tasks", None) if sys.version_info < (3, 12) else None)
+# Read through a view made once (a view follows its dict): one object fewer per call.
+_RUNNING: Any = None if _RUNNING_TASKS is None else _RUNNING_TASKS.values()
+
+
+def _caller_task() -> asyncio.Task[Any] | None:
+    """The task running the caller, through the one-entry read above when it applies (else
+    :func:`_current_task`; ``None`` outside a task or a loop)."""
+    running = _RUNNING
+    if running is not None and len(running) == 1:
+        try:
+            for task in running:
+                return task  # type: ignore[no-any-return]
+        except RuntimeError:  # another thread's loop entered or left a task meanwhile
+            pass
+    try:
+        return _current_task()
+    except RuntimeError:
+        return None
 
 
 def _cancelling() -> int:
@@ -273,11 +291,11 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
     ``wants``: ``fn`` is to be handed an Attempt (the caller decided, from its cache)."""
     # Check (1) compares with the task's cancel count here, at entry: a cancel swallowed earlier
     # in the task (a TaskGroup on 3.11, a library without uncancel()) must not stop this retry.
-    running = _RUNNING_TASKS
+    running = _RUNNING
     task = None
     if running is not None and len(running) == 1:
         try:
-            for task in running.values():  # noqa: B007 (the first value, without an iterator call)
+            for task in running:  # noqa: B007 (the first value, without an iterator call)
                 break
         except RuntimeError:  # another thread's loop entered or left a task meanwhile
             task = _current_task()
@@ -291,32 +309,37 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
     scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
     if scope is not None:
         _deadline.check_deadline_clocks(scope, clock)
-    if wants or attempt_ns is not None:
+    if attempt_ns is not None:
         return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
-                                 clock, _in_attempt.get(), None, -1, cancels)
+                                 clock, _in_attempt.get(), None, -1, cancels, None)
     # Only the deadline check (5) and up_to use the start: without them, success reads no time.
     started = clock.now_ns() if schedule._timed or scope is not None else -1
     # Set even when already inside an attempt (then it changes nothing and reset restores it):
     # one set beats a get and a branch, and the token's old value says whether we are nested.
     token = _in_attempt.set(True)
     try:
-        return await fn(*args, **kwargs)
+        if wants:  # (``first`` is bound exactly when ``wants``)
+            return await fn(*args, **kwargs, attempt=(first := first_attempt()))
+        # (Without arguments, a direct call: no tuple and dictionary to unpack.)
+        return await (fn(*args, **kwargs) if args or kwargs else fn())
     except Exception as caught:
         error = caught
     finally:
         _in_attempt.reset(token)
     return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
-                             clock, token.old_value is True, error, started, cancels)
+                             clock, token.old_value is True, error, started, cancels, first if wants else None)
 
 
 async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
                       kwargs: dict[str, Any], site: str, bucket: RetryBudget, classify: RetryClassifier,
                       nesting: RetryNesting, label: str, attempt_ns: int | None, clock: Clock,
-                      nested: bool, error: Exception | None, started: int, cancels: int) -> R:
-    """Every attempt after a failed first one (``error``), or all of them (``error`` None)."""
-    attempt: Attempt | None = None
-    if "attempt" not in kwargs and wants_attempt(fn):
-        attempt = Attempt(1)
+                      nested: bool, error: Exception | None, started: int, cancels: int,
+                      attempt: Attempt | None) -> R:
+    """Every attempt after a failed first one (``error``, which was handed ``attempt`` if not
+    None), or all of them (``error`` None)."""
+    if error is None and "attempt" not in kwargs and wants_attempt(fn):
+        attempt = first_attempt()
+    if attempt is not None:
         kwargs = {**kwargs, "attempt": attempt}
     run: _Run | None = None
     number = 1
@@ -388,13 +411,13 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
     if scope is not None:
         _deadline.check_deadline_clocks(scope, clock)
-    if wants:
-        return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
-                          _in_attempt.get(), None, -1)
     started = clock.now_ns() if schedule._timed or scope is not None else -1
     token = _in_attempt.set(True)
     try:
-        result = fn(*args, **kwargs)
+        if wants:  # (``first`` is bound exactly when ``wants``)
+            result = fn(*args, **kwargs, attempt=(first := first_attempt()))
+        else:
+            result = fn(*args, **kwargs) if args or kwargs else fn()
     except Exception as caught:
         error = caught
     else:
@@ -404,20 +427,18 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     finally:
         _in_attempt.reset(token)
     return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
-                      token.old_value is True, error, started)
+                      token.old_value is True, error, started, first if wants else None)
 
 
 def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any],
                site: str, bucket: RetryBudget, classify: RetryClassifier, nesting: RetryNesting,
-               label: str, clock: Clock, nested: bool, error: Exception | None, started: int) -> R:
-    attempt: Attempt | None = None
-    if "attempt" not in kwargs and wants_attempt(fn):
-        attempt = Attempt(1)
+               label: str, clock: Clock, nested: bool, error: Exception | None, started: int,
+               attempt: Attempt | None) -> R:
+    """Every attempt after the failed first one (``error``; it was handed ``attempt``, if not None)."""
+    if attempt is not None:
         kwargs = {**kwargs, "attempt": attempt}
     run: _Run | None = None
     number = 1
-    if error is None:
-        started = clock.now_ns()
     while True:
         if error is None:
             token = None if nested else _in_attempt.set(True)
@@ -473,6 +494,33 @@ def _site(frame: Any) -> _Site:
             return site
         site = site.next
     return site_of_frame(frame)
+
+
+def _classifier_at(site: _Site, classify: ClassifierLike) -> RetryClassifier:
+    """``as_classifier(classify)``, remembered at the call site for the same argument: the same
+    object, or a tuple of the very same exception types (a tuple written in the call is built
+    anew each time). A wrong argument never matches one that passed, so it still raises."""
+    known, classifier = site.classify
+    if known is classify:
+        return classifier  # type: ignore[no-any-return]
+    if type(classify) is tuple and type(known) is tuple and len(known) == len(classify):
+        for a, b in zip(known, classify):  # noqa: B905 (the lengths are equal)
+            if a is not b:
+                break
+        else:
+            return classifier  # type: ignore[no-any-return]
+    classifier = as_classifier(classify)
+    site.classify = (classify, classifier)
+    return classifier
+
+
+def _attempt_ns_at(site: _Site, attempt_timeout: Seconds) -> int:
+    """``_attempt_ns(attempt_timeout)``, remembered at the call site for the same object."""
+    known, ns = site.timeout
+    if known is not attempt_timeout:
+        ns = _attempt_ns(attempt_timeout)
+        site.timeout = (attempt_timeout, ns)
+    return ns  # type: ignore[no-any-return]
 
 
 # --- the public functions --------------------------------------------------------------------
@@ -538,9 +586,9 @@ def retry(
     return _run_async(
         schedule, fn, args, kwargs, site.name,
         site.bucket if budget is _PER_SITE else _budget(budget),
-        classify if type(classify) is RetryClassifier else as_classifier(classify),
+        classify if type(classify) is RetryClassifier else _classifier_at(site, classify),
         nesting if nesting is _SINGLE else _nesting(nesting), label,
-        None if attempt_timeout is None else _attempt_ns(attempt_timeout),
+        None if attempt_timeout is None else _attempt_ns_at(site, attempt_timeout),
         (_ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK) if clock is None else check_clock(clock),
         (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)) and "attempt" not in kwargs,
     )
@@ -580,7 +628,7 @@ def retry_sync(
     if site is None:
         site = site_of_frame(frame)
     bucket = site.bucket if budget is _PER_SITE else _budget(budget)
-    classifier = classify if type(classify) is RetryClassifier else as_classifier(classify)
+    classifier = classify if type(classify) is RetryClassifier else _classifier_at(site, classify)
     if nesting is not _SINGLE:
         _nesting(nesting)
     if clock is None:

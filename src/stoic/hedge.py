@@ -31,16 +31,16 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import _deadline, _metrics
-from ._attempt import Attempt
-from ._budget import RetryBudget
-from ._clock import Clock, SystemClock, TimerHandle, resolve_clock
+from ._attempt import Attempt, _First
+from ._budget import _NO_OP, RetryBudget
+from ._clock import Clock, SystemClock, TimerHandle, current_clock, resolve_clock
 from ._deadline import _current as _deadline_scope
 from ._deadline import remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import DeadlineExceeded, leaves
 from ._quantile import WindowedQuantile, _check_quantile, default_warmup
 from ._random import call_site
-from ._retry import wants_attempt
+from ._retry import _caller_task, _getframe, _learn_op, _site
 from ._retune import validated
 from .events import Level, emit, error_type
 from .events._sinks import kind_floor
@@ -93,10 +93,11 @@ def _new_call_id() -> str:
     return f"{_id_prefix}{next(_ids):016x}"
 
 
-class _FirstAttempt(Attempt):
-    """The first attempt's :class:`~stoic.Attempt`: its call id is drawn from the call (cheaply)
+class _FirstAttempt(_First):
+    """The first attempt's :class:`~stoic.Attempt`: its call id is the call's, drawn (cheaply)
     only when something reads it, so an operation that takes the Attempt but never sends the id
-    pays for no id. Built without ``Attempt.__init__`` (it is on every call's path)."""
+    pays for no id. Its number and flag are the class's (as for retry's first attempts), so
+    building one sets a single slot, without ``Attempt.__init__`` (it is on every call's path)."""
 
     __slots__ = ("_call",)
 
@@ -104,25 +105,15 @@ class _FirstAttempt(Attempt):
 
     @property
     def call_id(self) -> str:
-        call_id = self._call_id
-        if call_id is None:
-            call_id = self._call.shared_call_id()
-            object.__setattr__(self, "_call_id", call_id)
-        return call_id
+        return self._call.shared_call_id()  # (drawn once per call, then kept by the call)
 
 
 _new_object = object.__new__
-_set_number = Attempt.__dict__["number"].__set__
-_set_call_id = Attempt.__dict__["_call_id"].__set__
-_set_hedged = Attempt.__dict__["hedged"].__set__
 _set_call = _FirstAttempt.__dict__["_call"].__set__
 
 
 def _first_attempt(call: _Call) -> _FirstAttempt:
     attempt = _new_object(_FirstAttempt)
-    _set_number(attempt, 1)
-    _set_call_id(attempt, None)
-    _set_hedged(attempt, False)
     _set_call(attempt, call)
     return attempt
 
@@ -180,7 +171,7 @@ class Hedge:
 
     __slots__ = (
         "__weakref__", "_budget", "_clock", "_delay_ns", "_estimate", "_fixed_ns", "_lock", "_max_ns", "_min_ns",
-        "_rec", "label", "max_attempts", "quantile", "window",
+        "_rec", "label", "max_attempts", "op", "quantile", "window",
     )
 
     def __init__(
@@ -248,6 +239,7 @@ class Hedge:
         # Only an adaptive hedge has state shared across calls (and threads) to guard.
         self._lock = threading.Lock() if self._estimate is not None else None
         self._rec = _metrics.recorder("hedge", self.label, self)
+        self.op: tuple[object, bool] = _NO_OP  # (code, wants) of the last operation (see _learn_op)
 
     @property
     def current_delay(self) -> float:
@@ -357,10 +349,20 @@ def hedge(
     is wrapped in a task or ``gather``. Awaiting it returns or raises as :meth:`Hedge.execute`.
     """
     _check_idempotency(idempotency)
-    policy = Hedge.__new__(Hedge)
-    policy._setup(delay, max_attempts, budget, label, None, None, None, 1000, clock,
-                  call_site(1) if budget is RetryBudget.PER_CALL_SITE else "")
-    return _race(policy, fn, (), {})
+    # The policy built from these arguments is kept at the call site and reused while the same
+    # objects come again (on the same ambient clock, for clock=None): building one per call
+    # (validation, the budget's lookup, a metrics recorder) was most of hedge()'s cost. Identity,
+    # not equality: an argument that would fail validation can never match one that passed.
+    site = _site(_getframe(1))
+    made = site.made
+    if (made is None or made[0] is not delay or made[1] is not label or made[2] is not max_attempts
+            or made[3] is not budget or made[4] is not clock
+            or (clock is None and made[5]._clock is not current_clock())):
+        policy = Hedge.__new__(Hedge)
+        policy._setup(delay, max_attempts, budget, label, None, None, None, 1000, clock,
+                      site.name if budget is RetryBudget.PER_CALL_SITE else "")
+        made = site.made = (delay, label, max_attempts, budget, clock, policy)
+    return _race(made[5], fn, (), {})
 
 
 # --- the engine ---------------------------------------------------------------------------------
@@ -591,14 +593,17 @@ async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: 
         left = remaining_ns(clock)
         if left is not None and left <= 0:
             raise DeadlineExceeded("deadline exceeded before the hedged call started", label=policy.label)
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task(loop)
+    task = _caller_task()
     if task is None:
-        raise RuntimeError("hedge must run inside an asyncio task")
-    policy._budget.deposit()
+        task = asyncio.current_task(asyncio.get_running_loop())  # (raises outside a running loop)
+        if task is None:
+            raise RuntimeError("hedge must run inside an asyncio task")
+    loop = task.get_loop()
+    next(policy._budget._deposits)  # the call's deposit (RetryBudget.deposit, inlined)
     system = type(clock) is SystemClock
     start = clock.now_ns()
-    wants = "attempt" not in kwargs and wants_attempt(fn)
+    op = policy.op
+    wants = (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(policy, fn)) and "attempt" not in kwargs
     call = _Call(policy, task, fn, args, kwargs, wants, start)
     if not system:
         call.ctx = contextvars.copy_context()
@@ -606,15 +611,22 @@ async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: 
     # TaskGroup on 3.11, a library without uncancel()) is not this caller being cancelled.
     cancels = task.cancelling()
     # A timer handle, not a timer task.
-    if system:
-        call.handle = loop.call_later(policy._delay_ns / 1e9, call.on_timer)
+    if system:  # (call_at: call_later is call_at(time() + delay) behind one more call)
+        call.handle = loop.call_at(loop.time() + policy._delay_ns / 1e9, call.on_timer)
     else:
         call.handle = clock.call_at(start + policy._delay_ns, call.on_timer)
     try:
+        # With no arguments (hedge(), and most execute calls), a direct call: no argument
+        # tuple and dictionary to unpack.
         if wants:
-            result = await fn(*args, **kwargs, attempt=_first_attempt(call))
-        else:
+            if args or kwargs:
+                result = await fn(*args, **kwargs, attempt=_first_attempt(call))
+            else:
+                result = await fn(attempt=_first_attempt(call))
+        elif args or kwargs:
             result = await fn(*args, **kwargs)
+        else:
+            result = await fn()
     except BaseException as exc:
         if call.hedges is None:
             # No hedge ever started: the first attempt's outcome is the call's.
