@@ -5,6 +5,9 @@ A script runs in a fresh interpreter so that nothing one leaves behind (metrics 
 sink, an event loop policy, warmed or fragmented memory) changes the figures of the next.
 
 ``python -m benchmarks [name ...]`` runs the named scripts (``breaker`` or ``bench_breaker``).
+With ``STOIC_BENCH_SMOKE=1`` every script runs with tiny counts (see benchmarks._harness) and
+may take at most ``SMOKE_TIMEOUT`` seconds: the test suite runs that to keep the scripts alive.
+A script that fails (or times out) is named at the end and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ import pkgutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import benchmarks
-from benchmarks._harness import VERDICTS, Verdict, verdict_table
+from benchmarks._harness import SMOKE, VERDICTS, Verdict, verdict_table
+
+SMOKE_TIMEOUT = 60.0  # seconds one script may take in smoke mode
 
 
 def _run_one(name: str, verdicts_path: str) -> None:
@@ -43,15 +49,25 @@ def main(argv: list[str]) -> int:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "verdicts.json")
-            done = subprocess.run([sys.executable, "-m", "benchmarks", "--one", info.name, path], check=False)
+            command = [sys.executable, "-m", "benchmarks", "--one", info.name, path]
+            started = time.monotonic()
+            try:
+                done = subprocess.run(command, check=False, timeout=SMOKE_TIMEOUT if SMOKE else None)
+            except subprocess.TimeoutExpired:
+                failed.append(f"{info.name} (over {SMOKE_TIMEOUT:.0f} s in smoke mode)")
+                continue
+            sys.stdout.flush()
+            print(f"({info.name}: {time.monotonic() - started:.1f} s)", flush=True)
             if done.returncode != 0:
                 failed.append(info.name)
                 continue
             with open(path, encoding="utf-8") as got:
-                verdicts.extend(Verdict(**v) for v in json.load(got))
-    if verdicts:
-        print("\n## Every target of this run\n")
-        print(verdict_table(verdicts))
+                verdicts.extend(dataclasses.replace(Verdict(**v), bench=info.name.removeprefix("bench_"))
+                                for v in json.load(got))
+    print("\n## Every target of this run\n")
+    if SMOKE:
+        print("(smoke mode: tiny counts, the figures mean nothing)\n")
+    print(verdict_table(verdicts))
     if failed:
         print(f"\nFAILED: {', '.join(failed)}", file=sys.stderr)
         return 1
