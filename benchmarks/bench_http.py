@@ -4,10 +4,12 @@ local server (uvicorn in its own process on loopback), rows interleaved.
 Rows: a bare ``httpx.AsyncClient``; the same client with ``AsyncResilientTransport`` holding a
 keyed breaker (one per host); with the recommended stack (retry -> keyed breaker -> bulkhead);
 and the blocking rows (``httpx.Client`` bare, ``ResilientTransport`` with a keyed breaker, and
-with retry -> keyed breaker -> blocking bulkhead). Each round times ``CALLS`` requests of every
-row, in an order rotated from round to round (no row always runs after the same one); a row's
-added latency is the median over rounds of its difference from the bare client's figure in the
-same round, so load that comes and goes on a shared machine cancels out of the difference.
+with retry -> keyed breaker -> blocking bulkhead). The rows take turns request by request (one
+request of every row per turn, the order rotated from turn to turn so no row always follows the
+same one), each request timed on its own; a row's added latency is the median over turns of its
+request's time less the bare client's request's time in the same turn. Load that comes and goes
+on a shared machine hits both requests of a pair alike and cancels out of the difference, and
+the median of paired differences is robust to the long tail of loopback latency.
 Target (issue 14): the added latency under 3 % of a 1 ms loopback request, i.e. at most 30 µs,
 one verdict per transport row. An in-process table (a canned inner transport, no network) shows
 the CPU the async transport itself adds.
@@ -23,7 +25,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
 
 import httpx
 
@@ -31,8 +32,9 @@ from benchmarks._harness import Verdict, print_verdicts, scaled, verdict
 from stoic import BlockingBulkhead, Bulkhead, CircuitBreaker, Keyed, Retrying, Schedule
 from stoic.httpx import AsyncResilientTransport, ResilientTransport
 
-CALLS = scaled(200, 3)  # requests per row per round
-ROUNDS = scaled(15, 2)
+TURNS = scaled(2_000, 6)  # requests per row, taken in turns
+WARM_UP = scaled(50, 2)  # requests per row before timing: connections made, code paths hot
+ROUNDS = scaled(15, 2)  # in process: rounds of IN_PROCESS_CALLS per row
 IN_PROCESS_CALLS = scaled(2_000, 20)
 TARGET_US = 30.0  # issue 14: under 3 % of a 1 ms loopback request
 
@@ -98,55 +100,58 @@ def _sync_rows(url: str) -> dict[str, httpx.Client]:
     }
 
 
-async def _time_async(client: httpx.AsyncClient, calls: int = CALLS) -> float:
-    start = time.perf_counter_ns()
-    for _ in range(calls):
-        (await client.get("/")).raise_for_status()
-    return (time.perf_counter_ns() - start) / calls
-
-
-def _time_sync(client: httpx.Client, calls: int = CALLS) -> float:
-    start = time.perf_counter_ns()
-    for _ in range(calls):
-        client.get("/").raise_for_status()
-    return (time.perf_counter_ns() - start) / calls
-
-
-def _rotated(names: list[str], round_no: int) -> list[str]:
-    """Round ``round_no``'s order: the rows rotated by one per round."""
-    shift = round_no % len(names)
+def _rotated(names: list[str], turn: int) -> list[str]:
+    """Turn ``turn``'s order: the rows rotated by one per turn."""
+    shift = turn % len(names)
     return names[shift:] + names[:shift]
 
 
-async def _rounds_async(timers: dict[str, Callable[[], Awaitable[float]]]) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {name: [] for name in timers}
-    names = list(timers)
-    for round_no in range(ROUNDS):
-        for name in _rotated(names, round_no):
-            samples[name].append(await timers[name]())
+async def _turns_async(clients: dict[str, httpx.AsyncClient]) -> dict[str, list[float]]:
+    """ns of each row's request in every turn (index i: turn i)."""
+    clock = time.perf_counter_ns
+    for client in clients.values():
+        for _ in range(WARM_UP):
+            (await client.get("/")).raise_for_status()
+    samples: dict[str, list[float]] = {name: [] for name in clients}
+    names = list(clients)
+    for turn in range(TURNS):
+        for name in _rotated(names, turn):
+            get = clients[name].get
+            start = clock()
+            response = await get("/")
+            samples[name].append(clock() - start)
+            response.raise_for_status()
     return samples
 
 
-def _rounds_sync(timers: dict[str, Callable[[], float]]) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {name: [] for name in timers}
-    names = list(timers)
-    for round_no in range(ROUNDS):
-        for name in _rotated(names, round_no):
-            samples[name].append(timers[name]())
+def _turns_sync(clients: dict[str, httpx.Client]) -> dict[str, list[float]]:
+    clock = time.perf_counter_ns
+    for client in clients.values():
+        for _ in range(WARM_UP):
+            client.get("/").raise_for_status()
+    samples: dict[str, list[float]] = {name: [] for name in clients}
+    names = list(clients)
+    for turn in range(TURNS):
+        for name in _rotated(names, turn):
+            get = clients[name].get
+            start = clock()
+            response = get("/")
+            samples[name].append(clock() - start)
+            response.raise_for_status()
     return samples
 
 
 def _added_ns(samples: dict[str, list[float]], baseline: str) -> dict[str, float]:
-    """Each row's added ns per request: the median over rounds of (row - baseline) that round."""
+    """Each row's added ns per request: the median over turns (or rounds) of row - baseline."""
     base = samples[baseline]
     return {name: statistics.median(v - b for v, b in zip(values, base, strict=True))
             for name, values in samples.items()}
 
 
-def _print(title: str, samples: dict[str, list[float]], baseline: str, calls: int = CALLS) -> dict[str, float]:
+def _print(title: str, samples: dict[str, list[float]], baseline: str) -> dict[str, float]:
     added = _added_ns(samples, baseline)
     base = statistics.median(samples[baseline])
-    print(f"\n## {title} (median of {ROUNDS} interleaved rounds of {calls} requests per row)")
+    print(f"\n## {title}")
     print(f"{'':<40}{'µs/request':>12}{'added µs':>10}{'added %':>9}")
     for name, values in samples.items():
         print(f"{name:<40}{statistics.median(values) / 1000:>12.1f}{added[name] / 1000:>10.2f}"
@@ -178,10 +183,14 @@ def _in_process() -> dict[str, list[float]]:
         return (time.perf_counter_ns() - start) / IN_PROCESS_CALLS
 
     async def run() -> dict[str, list[float]]:
-        timers = {name: (lambda t=transport: timed(t)) for name, transport in transports.items()}
-        for timer in timers.values():  # warm up
-            await timer()
-        return await _rounds_async(timers)  # type: ignore[arg-type]
+        samples: dict[str, list[float]] = {name: [] for name in transports}
+        names = list(transports)
+        for transport in transports.values():  # warm up
+            await timed(transport)
+        for round_no in range(ROUNDS):
+            for name in _rotated(names, round_no):
+                samples[name].append(await timed(transports[name]))
+        return samples
 
     return asyncio.run(run())
 
@@ -192,35 +201,31 @@ def _judge(title: str, added: dict[str, float], baseline: str) -> list[Verdict]:
 
 
 def main() -> None:
-    _print("in process: the CPU the async transport adds per request", _in_process(),
-           "canned inner transport (bare)", IN_PROCESS_CALLS)
+    _print(f"in process: the CPU the async transport adds per request (median of {ROUNDS} interleaved rounds "
+           f"of {IN_PROCESS_CALLS} requests per row)", _in_process(), "canned inner transport (bare)")
     proc, url = _start_server()
     judged: list[Verdict] = []
+    how = f"loopback, {TURNS} requests per row taken in turns; added: the median paired difference"
     try:
         async def run_async() -> dict[str, list[float]]:
             clients = _async_rows(url)
-            for client in clients.values():  # warm up: connections made, code paths hot
-                await _time_async(client)
             try:
-                return await _rounds_async({name: (lambda c=client: _time_async(c))  # type: ignore[misc]
-                                            for name, client in clients.items()})
+                return await _turns_async(clients)
             finally:
                 for client in clients.values():
                     await client.aclose()
 
         bare = "httpx.AsyncClient (bare)"
-        judged += _judge("httpx async", _print("httpx async transport", asyncio.run(run_async()), bare), bare)
+        judged += _judge("httpx async", _print(f"httpx async transport ({how})", asyncio.run(run_async()), bare),
+                         bare)
         sync_clients = _sync_rows(url)
         try:
-            for client in sync_clients.values():
-                _time_sync(client)
-            sync_samples = _rounds_sync({name: (lambda c=client: _time_sync(c))  # type: ignore[misc]
-                                         for name, client in sync_clients.items()})
+            sync_samples = _turns_sync(sync_clients)
         finally:
             for client in sync_clients.values():
                 client.close()
         bare = "httpx.Client (bare)"
-        judged += _judge("httpx sync", _print("httpx sync transport", sync_samples, bare), bare)
+        judged += _judge("httpx sync", _print(f"httpx sync transport ({how})", sync_samples, bare), bare)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
@@ -166,6 +166,21 @@ async def test_a_hedge_races_a_slow_get_but_never_a_post(server):
         assert r.text == "hit 2" and time.monotonic() - started < 1.5 and app.hits["h1"] == 2
         r = await client.post("/slow/h2?first=0.2")
         assert r.text == "hit 1" and app.hits["h2"] == 1
+
+
+async def test_a_body_two_attempts_cannot_send_at_once_is_not_hedged(server):
+    url, app = server
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"streamed "
+        yield b"once"
+
+    transport = AsyncResilientTransport(hedge=Hedge(0.05, label="hedge"))
+    async with httpx.AsyncClient(base_url=url, transport=transport) as client:
+        r = await client.put("/slow/h3?first=0.3", content=body())
+        assert r.text == "hit 1" and app.hits["h3"] == 1
+        r = await client.put("/slow/h4?first=2", content=b"in memory")
+        assert r.text == "hit 2" and app.hits["h4"] == 2
 
 
 async def test_keys_by_route_template_and_a_keyed_bulkhead(server):

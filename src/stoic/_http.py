@@ -4,8 +4,10 @@ order the policies run in. The adapters only map their framework's request and r
 these; no rule is written twice.
 
 Order per request, outermost first: ``Retrying`` (idempotent methods only) -> ``Hedge``
-(idempotent methods only) -> the stages as given (typically breaker -> limiter -> bulkhead),
-each a policy or a :class:`stoic.Keyed` family resolved by the request's key -> one attempt.
+(idempotent methods only, and only a request whose body two attempts can send at once: none,
+or bytes in memory; a stream or a file would be read by both) -> the stages as given (typically
+breaker -> limiter -> bulkhead), each a policy or a :class:`stoic.Keyed` family resolved by the
+request's key -> one attempt.
 """
 
 from __future__ import annotations
@@ -149,11 +151,14 @@ class HTTPPolicies(Generic[Resp]):
             raise ServerError(status, response, after)
         return response
 
-    async def run(self, key: str, method: str, attempt: Callable[[], Awaitable[Resp]]) -> Resp:
+    async def run(self, key: str, method: str, attempt: Callable[[], Awaitable[Resp]], *,
+                  body_in_memory: bool = True) -> Resp:
         """Run ``attempt`` through the policies for ``key``; an attempt that failed by its status
-        (the last one, when retries are over) is returned as a response, not raised."""
+        (the last one, when retries are over) is returned as a response, not raised.
+        ``body_in_memory``: the request has no body or its body is bytes held in memory, so two
+        attempts may send it at once (the hedge applies only then)."""
         stages: Sequence[Policy] = self.resolve(key)
-        repeatable = method.upper() in self.retry_methods
+        repeatable = method in self.retry_methods or method.upper() in self.retry_methods
 
         def once(*_: Any) -> Awaitable[Resp]:
             # One stage (the common case) is called directly: no Pipeline per request.
@@ -164,7 +169,7 @@ class HTTPPolicies(Generic[Resp]):
                 return result
             return Pipeline(*stages).execute(attempt)
 
-        hedge = self.hedge if repeatable else None
+        hedge = self.hedge if repeatable and body_in_memory else None
         retry = self.retry if repeatable else None
 
         async def racing(*_: Any) -> Resp:

@@ -11,8 +11,10 @@ failures; a 429 is the server's refusal (:class:`TooManyRequests`, ignored by th
 ``Retry-After`` on a 429 or 503 (seconds or an HTTP date, clamped to ``[0, retry_after_cap]``;
 malformed: ignored) replaces the retry schedule's delay. A response that failed by its status
 is still a response: the caller gets the last one when no retry is left, and every earlier
-attempt's response is closed. A refusal by a policy (``CircuitOpen``, ``RateLimited``,
-``BulkheadFull``) is raised as itself. The breaker times an attempt up to its response headers.
+attempt's response is closed. A hedge applies only to a request whose body is in memory (none,
+bytes, JSON, a url-encoded form): two attempts cannot read one stream or file at once. A
+refusal by a policy (``CircuitOpen``, ``RateLimited``, ``BulkheadFull``) is raised as itself.
+The breaker times an attempt up to its response headers.
 """
 
 from __future__ import annotations
@@ -113,7 +115,8 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
             return policies.check(response, response.status_code, lambda: response.headers.get("retry-after"), key)
 
         try:
-            response = await policies.run(key, request.method, attempt)
+            response = await policies.run(key, request.method, attempt,
+                                          body_in_memory=isinstance(request.stream, httpx.ByteStream))
         except BaseException:
             for failed in made:
                 await failed.aclose()
