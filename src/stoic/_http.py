@@ -13,6 +13,7 @@ request's key -> one attempt.
 from __future__ import annotations
 
 import email.utils
+import inspect
 import math
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -103,7 +104,7 @@ class HTTPPolicies(Generic[Resp]):
     ``retry_after_cap``: the longest ``Retry-After`` honoured, seconds (default 300).
     """
 
-    __slots__ = ("_keyed", "hedge", "is_failure", "retry", "retry_after_cap", "retry_methods", "stages")
+    __slots__ = ("_resolvers", "hedge", "is_failure", "retry", "retry_after_cap", "retry_methods", "stages")
 
     def __init__(
         self,
@@ -127,7 +128,11 @@ class HTTPPolicies(Generic[Resp]):
                 or not retry_after_cap >= 0 or not math.isfinite(retry_after_cap):
             raise ValueError(f"retry_after_cap must be finite seconds >= 0, got {retry_after_cap!r}")
         self.stages = tuple(stages)
-        self._keyed = any(isinstance(stage, Keyed) for stage in self.stages)
+        # Per stage, what gives its policy for a key (a family's get, or the policy itself),
+        # decided once here; None when no stage is a family (resolve returns the stages as they are).
+        self._resolvers: tuple[Callable[[str], Any], ...] | None = tuple(
+            stage.get if isinstance(stage, Keyed) else _constant(stage) for stage in self.stages
+        ) if any(isinstance(stage, Keyed) for stage in self.stages) else None
         self.retry = retry
         self.hedge = hedge
         self.retry_methods = frozenset(m.upper() for m in retry_methods)
@@ -136,61 +141,77 @@ class HTTPPolicies(Generic[Resp]):
 
     def resolve(self, key: str) -> Sequence[Any]:
         """The stages for ``key``: each family replaced by its key's policy."""
-        if not self._keyed:
+        resolvers = self._resolvers
+        if resolvers is None:
             return self.stages
-        return [stage.get(key) if isinstance(stage, Keyed) else stage for stage in self.stages]
+        if len(resolvers) == 1:  # the common case, without a comprehension's frame
+            return (resolvers[0](key),)
+        return [resolve(key) for resolve in resolvers]
 
-    def check(self, response: Resp, status: int, retry_after: Callable[[], str | None], key: str) -> Resp:
+    def check(self, response: Resp, status: int, headers: Any, key: str) -> Resp:
         """``response`` when it is not a failure; else raise :class:`ServerError` or
-        :class:`TooManyRequests` carrying it (``Retry-After`` read for 429 and 503 only)."""
+        :class:`TooManyRequests` carrying it. ``headers``: the response's headers (a
+        case-insensitive mapping), whose ``Retry-After`` is read for 429 and 503 only."""
         if status == 429:
             raise TooManyRequests(response, label=key, retry_after=parse_retry_after(
-                retry_after(), cap=self.retry_after_cap))
+                headers.get("retry-after"), cap=self.retry_after_cap))
         if self.is_failure(status):
-            after = parse_retry_after(retry_after(), cap=self.retry_after_cap) if status == 503 else None
+            after = parse_retry_after(headers.get("retry-after"), cap=self.retry_after_cap) if status == 503 else None
             raise ServerError(status, response, after)
         return response
 
-    async def run(self, key: str, method: str, attempt: Callable[[], Awaitable[Resp]], *,
-                  body_in_memory: bool = True) -> Resp:
+    async def run(self, key: str, method: str, attempt: Callable[[], Awaitable[Resp]], made: list[Resp],
+                  close: Callable[[Resp], Any], *, body_in_memory: bool = True) -> Resp:
         """Run ``attempt`` through the policies for ``key``; an attempt that failed by its status
         (the last one, when retries are over) is returned as a response, not raised.
-        ``body_in_memory``: the request has no body or its body is bytes held in memory, so two
-        attempts may send it at once (the hedge applies only then)."""
+
+        ``made``: the list ``attempt`` appends every response it receives to; ``close(response)``
+        releases one (its result awaited when awaitable). Every response in ``made`` but the one
+        returned is closed, and all of them when the call raises. ``body_in_memory``: the
+        request has no body or its body is bytes held in memory, so two attempts may send it at
+        once (the hedge applies only then)."""
         stages: Sequence[Policy] = self.resolve(key)
-        repeatable = method in self.retry_methods or method.upper() in self.retry_methods
-
-        def once(*_: Any) -> Awaitable[Resp]:
-            # One stage (the common case) is called directly: no Pipeline per request.
-            if not stages:
-                return attempt()
-            if len(stages) == 1:
-                result: Awaitable[Resp] = stages[0].execute(attempt)
-                return result
-            return Pipeline(*stages).execute(attempt)
-
-        hedge = self.hedge if repeatable and body_in_memory else None
-        retry = self.retry if repeatable else None
-
-        async def racing(*_: Any) -> Resp:
-            return await once()  # a hedge starts its attempts as tasks: it needs a coroutine function
-
-        def hedged() -> Awaitable[Resp]:
-            if hedge is None:
-                return once()
-            return hedge.execute(IDEMPOTENT, racing)
-
+        retry, hedge = self.retry, self.hedge
+        if (retry is not None or hedge is not None) and method.upper() not in self.retry_methods:
+            retry = hedge = None
+        if not body_in_memory:
+            hedge = None
         try:
-            if retry is not None:
-                return await retry.execute(hedged)
-            return await hedged()
-        except (ServerError, TooManyRequests) as failed:
-            response: Resp = failed.response
-            return response
+            try:
+                if retry is None and hedge is None:
+                    response = await _through(stages, attempt)  # the common case: no closure per request
+                else:
+                    async def racing(*_: Any) -> Resp:
+                        # A hedge starts its attempts as tasks: it needs a coroutine function.
+                        return await _through(stages, attempt)
 
-    def run_sync(self, key: str, method: str, attempt: Callable[[], Resp]) -> Resp:
+                    def hedged() -> Awaitable[Resp]:
+                        if hedge is None:
+                            return _through(stages, attempt)
+                        return hedge.execute(IDEMPOTENT, racing)
+
+                    response = await (retry.execute(hedged) if retry is not None else hedged())
+            except (ServerError, TooManyRequests) as failed:
+                response = failed.response
+        except BaseException:
+            for made_one in made:
+                closing = close(made_one)
+                if inspect.isawaitable(closing):
+                    await closing
+            raise
+        if len(made) > 1:
+            for made_one in made:
+                if made_one is not response:
+                    closing = close(made_one)
+                    if inspect.isawaitable(closing):
+                        await closing
+        return response
+
+    def run_sync(self, key: str, method: str, attempt: Callable[[], Resp], made: list[Resp],
+                 close: Callable[[Resp], object]) -> Resp:
         """:meth:`run` for blocking clients: every stage needs a ``call`` method (the breaker,
-        ``Retrying``, ``BlockingRateLimiter``, ``BlockingBulkhead``); a hedge is not applied."""
+        ``Retrying``, ``BlockingRateLimiter``, ``BlockingBulkhead``); a hedge is not applied;
+        ``close`` is called, never awaited."""
         stages = self.resolve(key)
 
         def through(index: int) -> Resp:
@@ -200,12 +221,37 @@ class HTTPPolicies(Generic[Resp]):
             return result
 
         try:
-            if method.upper() in self.retry_methods and self.retry is not None:
-                return self.retry.call(through, 0)
-            return through(0)
-        except (ServerError, TooManyRequests) as failed:
-            response: Resp = failed.response
-            return response
+            try:
+                if self.retry is not None and method.upper() in self.retry_methods:
+                    response = self.retry.call(through, 0)
+                else:
+                    response = through(0)
+            except (ServerError, TooManyRequests) as failed:
+                response = failed.response
+        except BaseException:
+            for made_one in made:
+                close(made_one)
+            raise
+        if len(made) > 1:
+            for made_one in made:
+                if made_one is not response:
+                    close(made_one)
+        return response
+
+
+def _through(stages: Sequence[Policy], attempt: Callable[[], Awaitable[Resp]]) -> Awaitable[Resp]:
+    """One attempt through the stages, outermost first."""
+    if not stages:
+        return attempt()
+    if len(stages) == 1:  # the common case: called directly
+        result: Awaitable[Resp] = stages[0].execute(attempt)
+        return result
+    return Pipeline(*stages).execute(attempt)
+
+
+def _constant(stage: Any) -> Callable[[str], Any]:
+    """A resolver for a plain policy: the same policy for every key."""
+    return lambda _key: stage
 
 
 def _server_error(status: int) -> bool:

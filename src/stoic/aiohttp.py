@@ -17,8 +17,9 @@ had already arrived is released.
 
 from __future__ import annotations
 
+import operator
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any
 
 from aiohttp import ClientRequest, ClientResponse
@@ -37,6 +38,7 @@ from .pipeline import Retrying
 
 __all__ = ["IDEMPOTENT_METHODS", "ResilientMiddleware", "ServerError", "TooManyRequests", "by_host", "by_route"]
 
+_release = operator.methodcaller("release")  # (a method call: a session may use its own response class)
 KeyFunction = Callable[[ClientRequest], str]
 
 
@@ -92,7 +94,9 @@ class ResilientMiddleware:
             retry_after_cap=retry_after_cap)
         self._key = key
 
-    async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
+    def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> Coroutine[Any, Any, ClientResponse]:
+        """The response to ``request`` after the policies (a plain method returning the
+        policies' coroutine, awaited by aiohttp: no coroutine of its own per request)."""
         key = self._key(request)
         policies = self._policies
         made: list[ClientResponse] = []
@@ -100,17 +104,7 @@ class ResilientMiddleware:
         async def attempt() -> ClientResponse:
             response = await handler(request)
             made.append(response)
-            return policies.check(response, response.status, lambda: response.headers.get("Retry-After"), key)
+            return policies.check(response, response.status, response.headers, key)
 
-        try:
-            response = await policies.run(key, request.method, attempt,
-                                          body_in_memory=isinstance(request.body, (bytes, BytesPayload)))
-        except BaseException:
-            for failed in made:
-                failed.release()
-            raise
-        if len(made) > 1:
-            for failed in made:
-                if failed is not response:
-                    failed.release()
-        return response
+        return policies.run(key, request.method, attempt, made, _release,
+                            body_in_memory=policies.hedge is None or isinstance(request.body, (bytes, BytesPayload)))
