@@ -24,7 +24,7 @@ from ._errors import RateLimited
 from ._policy import Policy
 from .hedge import IDEMPOTENT, Hedge
 from .keyed import Keyed
-from .pipeline import Pipeline, Retrying
+from .pipeline import Retrying
 
 __all__ = ["IDEMPOTENT_METHODS", "HTTPPolicies", "ServerError", "TooManyRequests", "parse_retry_after"]
 
@@ -246,7 +246,11 @@ def _through(stages: Sequence[Policy], attempt: Callable[[], Awaitable[Resp]]) -
     if len(stages) == 1:  # the common case: called directly
         result: Awaitable[Resp] = stages[0].execute(attempt)
         return result
-    return Pipeline(*stages).execute(attempt)
+    # What Pipeline(*stages).execute(attempt) runs (each execute calls fn(*args): the outer
+    # stage gets the inner stages' execute methods and the attempt), without building a
+    # Pipeline per request: the stages of a keyed family change from key to key.
+    chained: Awaitable[Resp] = stages[0].execute(*[stage.execute for stage in stages[1:]], attempt)
+    return chained
 
 
 def _constant(stage: Any) -> Callable[[str], Any]:
