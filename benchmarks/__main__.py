@@ -7,7 +7,8 @@ sink, an event loop policy, warmed or fragmented memory) changes the figures of 
 ``python -m benchmarks [name ...]`` runs the named scripts (``breaker`` or ``bench_breaker``).
 With ``STOIC_BENCH_SMOKE=1`` every script runs with tiny counts (see benchmarks._harness) and
 may take at most ``SMOKE_TIMEOUT`` seconds: the test suite runs that to keep the scripts alive.
-A script that fails (or times out) is named at the end and the exit status is 1.
+A script that fails (or times out) is named at the end and the exit status is 1; one that dies
+importing a peer library (requirements-bench.txt) that is not installed is named with it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import importlib
 import json
 import os
 import pkgutil
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,11 +30,31 @@ from benchmarks._harness import SMOKE, VERDICTS, Verdict, verdict_table
 SMOKE_TIMEOUT = 60.0  # seconds one script may take in smoke mode
 
 
+def _peers() -> set[str]:
+    """The import names of the peer libraries in requirements-bench.txt."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "requirements-bench.txt")
+    try:
+        with open(path, encoding="utf-8") as listed:
+            lines = [line.split("#")[0].strip() for line in listed]
+    except OSError:
+        return set()
+    return {line.split("==")[0].split(">=")[0].strip().lower().replace("-", "_") for line in lines if line}
+
+
 def _run_one(name: str, verdicts_path: str) -> None:
     """In the child: run one script and write its verdicts as JSON."""
     importlib.import_module(f"benchmarks.{name}").main()
     with open(verdicts_path, "w", encoding="utf-8") as out:
         json.dump([dataclasses.asdict(v) for v in VERDICTS], out)
+
+
+def _missing_peer(stderr: str) -> str | None:
+    """The peer library a failed script (or a process it started) could not import, if any."""
+    peers = _peers()
+    for found in re.finditer(r"ModuleNotFoundError: No module named '([^']+)'", stderr):
+        if found.group(1).split(".")[0] in peers:
+            return found.group(1)
+    return None
 
 
 def main(argv: list[str]) -> int:
@@ -51,13 +73,21 @@ def main(argv: list[str]) -> int:
             path = os.path.join(tmp, "verdicts.json")
             command = [sys.executable, "-m", "benchmarks", "--one", info.name, path]
             started = time.monotonic()
-            try:
-                done = subprocess.run(command, check=False, timeout=SMOKE_TIMEOUT if SMOKE else None)
-            except subprocess.TimeoutExpired:
+            try:  # (stderr read to tell a missing peer library from any other failure)
+                done = subprocess.run(command, check=False, timeout=SMOKE_TIMEOUT if SMOKE else None,
+                                      stderr=subprocess.PIPE, text=True)
+            except subprocess.TimeoutExpired as late:
+                sys.stderr.write(late.stderr.decode(errors="replace") if isinstance(late.stderr, bytes) else "")
                 failed.append(f"{info.name} (over {SMOKE_TIMEOUT:.0f} s in smoke mode)")
                 continue
+            sys.stderr.write(done.stderr)
             sys.stdout.flush()
             print(f"({info.name}: {time.monotonic() - started:.1f} s)", flush=True)
+            peer = _missing_peer(done.stderr) if done.returncode != 0 else None
+            if peer is not None:
+                failed.append(f"{info.name} (needs the peer {peer!r}: it must skip that peer's rows when it "
+                              "is missing)")
+                continue
             if done.returncode != 0:
                 failed.append(info.name)
                 continue
@@ -69,7 +99,9 @@ def main(argv: list[str]) -> int:
         print("(smoke mode: tiny counts, the figures mean nothing)\n")
     print(verdict_table(verdicts))
     if failed:
-        print(f"\nFAILED: {', '.join(failed)}", file=sys.stderr)
+        print("", file=sys.stderr)
+        for name in failed:
+            print(f"FAILED: {name}", file=sys.stderr)
         return 1
     return 0
 
