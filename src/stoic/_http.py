@@ -152,6 +152,8 @@ class HTTPPolicies(Generic[Resp]):
         """``response`` when it is not a failure; else raise :class:`ServerError` or
         :class:`TooManyRequests` carrying it. ``headers``: the response's headers (a
         case-insensitive mapping), whose ``Retry-After`` is read for 429 and 503 only."""
+        if status < 429 and self.is_failure is _server_error:  # a success by the default rule: no call
+            return response
         if status == 429:
             raise TooManyRequests(response, label=key, retry_after=parse_retry_after(
                 headers.get("retry-after"), cap=self.retry_after_cap))
@@ -176,10 +178,13 @@ class HTTPPolicies(Generic[Resp]):
             retry = hedge = None
         if not body_in_memory:
             hedge = None
+        response: Resp
         try:
             try:
-                if retry is None and hedge is None:
-                    response = await _through(stages, attempt)  # the common case: no closure per request
+                if retry is None and hedge is None and len(stages) == 1:
+                    response = await stages[0].execute(attempt)  # the common case, called directly
+                elif retry is None and hedge is None:
+                    response = await _through(stages, attempt)
                 else:
                     async def racing(*_: Any) -> Resp:
                         # A hedge starts its attempts as tasks: it needs a coroutine function.
@@ -243,7 +248,7 @@ def _through(stages: Sequence[Policy], attempt: Callable[[], Awaitable[Resp]]) -
     """One attempt through the stages, outermost first."""
     if not stages:
         return attempt()
-    if len(stages) == 1:  # the common case: called directly
+    if len(stages) == 1:
         result: Awaitable[Resp] = stages[0].execute(attempt)
         return result
     # What Pipeline(*stages).execute(attempt) runs (each execute calls fn(*args): the outer
