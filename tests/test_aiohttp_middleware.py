@@ -186,6 +186,18 @@ async def test_a_hedges_losing_response_is_released(server):
         assert await r.text() == "ok"
 
 
+async def test_a_hedged_request_still_times_out_as_a_whole(server):
+    url, app = server
+    before = app.hits["sleep"]
+    async with session(url, ResilientMiddleware(hedge=Hedge(0.05, label="hedge"))) as http:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):  # aiohttp's total timeout covers every attempt
+            await http.get("/sleep?seconds=1", timeout=aiohttp.ClientTimeout(total=0.4))
+        assert time.monotonic() - started < 0.9 and app.hits["sleep"] - before == 2
+        async with http.get("/ok") as r:  # the session is still usable
+            assert r.status == 200
+
+
 def test_a_hedge_must_be_a_hedge():
     with pytest.raises(TypeError, match="hedge"):
         ResilientMiddleware(hedge=object())  # type: ignore[arg-type]
