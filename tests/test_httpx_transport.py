@@ -220,6 +220,30 @@ def test_the_blocking_transport_follows_the_same_rules(server):
         ResilientTransport(hedge=Hedge(0.1, label="h"))  # type: ignore[call-arg]
 
 
+def test_the_blocking_transport_with_one_breaker_and_no_retry(server):
+    url, _ = server
+    family = breakers()
+    seen: list[httpx.Response] = []
+
+    class Keeping(httpx.HTTPTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            response = super().handle_request(request)
+            seen.append(response)
+            return response
+
+    transport = ResilientTransport(Keeping(), stages=[family])
+    with httpx.Client(base_url=url, transport=transport) as client:
+        assert client.get("/ok").text == "ok"
+        for _ in range(3):
+            assert client.get("/status/429").status_code == 429  # the server's refusal: not counted
+        assert str(family.get(url.removeprefix("http://")).state) == "closed"
+        r = client.get("/status/502")
+        assert r.status_code == 502 and r.text == "status 502"  # a failure (the breaker opens), still the response
+        with pytest.raises(CircuitOpen):
+            client.get("/ok")
+    assert len(seen) == 5  # one attempt per request: no retry
+
+
 def test_configuration_errors():
     with pytest.raises(TypeError, match="stage"):
         AsyncResilientTransport(stages=[object()])

@@ -229,6 +229,8 @@ class HTTPPolicies(Generic[Resp]):
             try:
                 if self.retry is not None and method.upper() in self.retry_methods:
                     response = self.retry.call(through, 0)
+                elif len(stages) == 1:
+                    response = stages[0].call(attempt)  # the common case, called directly
                 else:
                     response = through(0)
             except (ServerError, TooManyRequests) as failed:
