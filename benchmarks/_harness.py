@@ -127,7 +127,8 @@ class Verdict:
 
     def shown(self, value: float) -> str:
         number = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
-        return f"{number}{self.unit}" if self.unit in ("x", "%") else f"{number} {self.unit}"
+        unit = self.unit.strip()
+        return f"{number}{unit}" if unit in ("x", "%", "") else f"{number} {unit}"
 
     @property
     def measured_text(self) -> str:
