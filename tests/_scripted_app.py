@@ -5,6 +5,7 @@
 - ``/flaky/{name}?fail=N&code=503``: fails with ``code`` for the first N hits of ``name``, then 200.
 - ``/slow/{name}?first=S``: the first hit of ``name`` waits S seconds, later hits answer at once.
 - ``/sleep?seconds=S``: waits S seconds, then 200.
+- ``/drip?seconds=S``: sends 200 and its headers at once, the body ``ok`` S seconds later.
 ``hits[name]`` counts the hits of every path (by its last segment for the named ones).
 """
 
@@ -54,6 +55,13 @@ class ScriptedApp:
         elif parts[0] == "sleep":
             self.hits["sleep"] += 1
             await asyncio.sleep(float(query.get("seconds", "0")))
+        elif parts[0] == "drip":
+            self.hits["drip"] += 1
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/plain"), (b"content-length", b"2")]})
+            await asyncio.sleep(float(query.get("seconds", "0")))
+            await send({"type": "http.response.body", "body": b"ok"})
+            return
         else:
             self.hits[path] += 1
         await send({"type": "http.response.start", "status": status,

@@ -3,9 +3,10 @@ as the httpx transport (stoic._http), through aiohttp's ClientSession(middleware
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiohttp
@@ -14,7 +15,7 @@ from _scripted_app import ScriptedApp
 from _uvicorn import serving
 
 import stoic
-from stoic import CircuitBreaker, CircuitOpen, CountWindow, Keyed, Retrying, Schedule
+from stoic import CircuitBreaker, CircuitOpen, CountWindow, Hedge, Keyed, Retrying, Schedule
 from stoic.aiohttp import ResilientMiddleware, by_route
 from stoic.testing import RecordingSink
 
@@ -133,6 +134,70 @@ async def test_keys_by_route_template(server):
     assert set(family) == {f"{host} GET /status/{{code}}", f"{host} GET *"}
 
 
-def test_hedging_is_refused():
+async def test_a_hedge_races_a_slow_get_but_never_a_post(server):
+    url, app = server
+    async with session(url, ResilientMiddleware(hedge=Hedge(0.05, label="hedge"))) as http:
+        started = time.monotonic()
+        async with http.get("/slow/ah1?first=2") as r:
+            assert await r.text() == "hit 2"
+        assert time.monotonic() - started < 1.5 and app.hits["ah1"] == 2
+        async with http.post("/slow/ah2?first=0.2", data=b"x") as r:
+            assert await r.text() == "hit 1" and app.hits["ah2"] == 1
+    middleware = ResilientMiddleware(hedge=Hedge(0.05, label="hedge"), retry_methods={"GET", "POST"})
+    async with session(url, middleware) as http, http.post("/slow/ah3?first=2", json={"a": 1}) as r:
+        assert await r.text() == "hit 2" and app.hits["ah3"] == 2  # the caller said POST may be repeated
+
+
+async def test_a_body_two_attempts_cannot_send_at_once_is_not_hedged(server):
+    url, app = server
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"streamed "
+        yield b"once"
+
+    async with session(url, ResilientMiddleware(hedge=Hedge(0.05, label="hedge"))) as http:
+        async with http.put("/slow/ah4?first=0.3", data=body()) as r:
+            assert await r.text() == "hit 1"
+        assert app.hits["ah4"] == 1
+        async with http.put("/slow/ah5?first=2", data="in memory") as r:
+            assert await r.text() == "hit 2"
+
+
+async def test_a_hedges_losing_response_is_released(server):
+    url, _ = server
+    seen: list[aiohttp.ClientResponse] = []
+    both = asyncio.Event()
+
+    async def hold(request: aiohttp.ClientRequest, handler: Any) -> aiohttp.ClientResponse:
+        # Both attempts get their response, then finish in the same loop iteration: the hedge
+        # has a winner and a finished loser whose response the middleware must release.
+        response = await handler(request)
+        seen.append(response)
+        if len(seen) == 2:
+            both.set()
+        await both.wait()
+        return response
+
+    middleware = ResilientMiddleware(hedge=Hedge(0.05, label="hedge"))
+    http = aiohttp.ClientSession(base_url=url, middlewares=(middleware, hold))
+    async with http, http.get("/drip?seconds=0.3") as r:  # headers at once, the body later
+        assert len(seen) == 2 and r in seen
+        assert [x.closed for x in seen if x is not r] == [True]
+        assert await r.text() == "ok"
+
+
+async def test_a_hedged_request_still_times_out_as_a_whole(server):
+    url, app = server
+    before = app.hits["sleep"]
+    async with session(url, ResilientMiddleware(hedge=Hedge(0.05, label="hedge"))) as http:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):  # aiohttp's total timeout covers every attempt
+            await http.get("/sleep?seconds=1", timeout=aiohttp.ClientTimeout(total=0.4))
+        assert time.monotonic() - started < 0.9 and app.hits["sleep"] - before == 2
+        async with http.get("/ok") as r:  # the session is still usable
+            assert r.status == 200
+
+
+def test_a_hedge_must_be_a_hedge():
     with pytest.raises(TypeError, match="hedge"):
-        ResilientMiddleware(hedge=object())
+        ResilientMiddleware(hedge=object())  # type: ignore[arg-type]

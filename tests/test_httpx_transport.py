@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
@@ -168,6 +168,21 @@ async def test_a_hedge_races_a_slow_get_but_never_a_post(server):
         assert r.text == "hit 1" and app.hits["h2"] == 1
 
 
+async def test_a_body_two_attempts_cannot_send_at_once_is_not_hedged(server):
+    url, app = server
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"streamed "
+        yield b"once"
+
+    transport = AsyncResilientTransport(hedge=Hedge(0.05, label="hedge"))
+    async with httpx.AsyncClient(base_url=url, transport=transport) as client:
+        r = await client.put("/slow/h3?first=0.3", content=body())
+        assert r.text == "hit 1" and app.hits["h3"] == 1
+        r = await client.put("/slow/h4?first=2", content=b"in memory")
+        assert r.text == "hit 2" and app.hits["h4"] == 2
+
+
 async def test_keys_by_route_template_and_a_keyed_bulkhead(server):
     url, _ = server
     family = breakers()
@@ -203,6 +218,30 @@ def test_the_blocking_transport_follows_the_same_rules(server):
             client.post("/ok")  # not retried (a GET would wait out the open period, then probe)
     with pytest.raises(TypeError, match="asynchronous"):
         ResilientTransport(hedge=Hedge(0.1, label="h"))  # type: ignore[call-arg]
+
+
+def test_the_blocking_transport_with_one_breaker_and_no_retry(server):
+    url, _ = server
+    family = breakers()
+    seen: list[httpx.Response] = []
+
+    class Keeping(httpx.HTTPTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            response = super().handle_request(request)
+            seen.append(response)
+            return response
+
+    transport = ResilientTransport(Keeping(), stages=[family])
+    with httpx.Client(base_url=url, transport=transport) as client:
+        assert client.get("/ok").text == "ok"
+        for _ in range(3):
+            assert client.get("/status/429").status_code == 429  # the server's refusal: not counted
+        assert str(family.get(url.removeprefix("http://")).state) == "closed"
+        r = client.get("/status/502")
+        assert r.status_code == 502 and r.text == "status 502"  # a failure (the breaker opens), still the response
+        with pytest.raises(CircuitOpen):
+            client.get("/ok")
+    assert len(seen) == 5  # one attempt per request: no retry
 
 
 def test_configuration_errors():

@@ -4,13 +4,16 @@ order the policies run in. The adapters only map their framework's request and r
 these; no rule is written twice.
 
 Order per request, outermost first: ``Retrying`` (idempotent methods only) -> ``Hedge``
-(idempotent methods only) -> the stages as given (typically breaker -> limiter -> bulkhead),
-each a policy or a :class:`stoic.Keyed` family resolved by the request's key -> one attempt.
+(idempotent methods only, and only a request whose body two attempts can send at once: none,
+or bytes in memory; a stream or a file would be read by both) -> the stages as given (typically
+breaker -> limiter -> bulkhead), each a policy or a :class:`stoic.Keyed` family resolved by the
+request's key -> one attempt.
 """
 
 from __future__ import annotations
 
 import email.utils
+import inspect
 import math
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -21,7 +24,7 @@ from ._errors import RateLimited
 from ._policy import Policy
 from .hedge import IDEMPOTENT, Hedge
 from .keyed import Keyed
-from .pipeline import Pipeline, Retrying
+from .pipeline import Retrying
 
 __all__ = ["IDEMPOTENT_METHODS", "HTTPPolicies", "ServerError", "TooManyRequests", "parse_retry_after"]
 
@@ -101,7 +104,7 @@ class HTTPPolicies(Generic[Resp]):
     ``retry_after_cap``: the longest ``Retry-After`` honoured, seconds (default 300).
     """
 
-    __slots__ = ("_keyed", "hedge", "is_failure", "retry", "retry_after_cap", "retry_methods", "stages")
+    __slots__ = ("_resolvers", "hedge", "is_failure", "retry", "retry_after_cap", "retry_methods", "stages")
 
     def __init__(
         self,
@@ -125,7 +128,11 @@ class HTTPPolicies(Generic[Resp]):
                 or not retry_after_cap >= 0 or not math.isfinite(retry_after_cap):
             raise ValueError(f"retry_after_cap must be finite seconds >= 0, got {retry_after_cap!r}")
         self.stages = tuple(stages)
-        self._keyed = any(isinstance(stage, Keyed) for stage in self.stages)
+        # Per stage, what gives its policy for a key (a family's get, or the policy itself),
+        # decided once here; None when no stage is a family (resolve returns the stages as they are).
+        self._resolvers: tuple[Callable[[str], Any], ...] | None = tuple(
+            stage.get if isinstance(stage, Keyed) else _constant(stage) for stage in self.stages
+        ) if any(isinstance(stage, Keyed) for stage in self.stages) else None
         self.retry = retry
         self.hedge = hedge
         self.retry_methods = frozenset(m.upper() for m in retry_methods)
@@ -134,58 +141,82 @@ class HTTPPolicies(Generic[Resp]):
 
     def resolve(self, key: str) -> Sequence[Any]:
         """The stages for ``key``: each family replaced by its key's policy."""
-        if not self._keyed:
+        resolvers = self._resolvers
+        if resolvers is None:
             return self.stages
-        return [stage.get(key) if isinstance(stage, Keyed) else stage for stage in self.stages]
+        if len(resolvers) == 1:  # the common case, without a comprehension's frame
+            return (resolvers[0](key),)
+        return [resolve(key) for resolve in resolvers]
 
-    def check(self, response: Resp, status: int, retry_after: Callable[[], str | None], key: str) -> Resp:
+    def check(self, response: Resp, status: int, headers: Any, key: str) -> Resp:
         """``response`` when it is not a failure; else raise :class:`ServerError` or
-        :class:`TooManyRequests` carrying it (``Retry-After`` read for 429 and 503 only)."""
+        :class:`TooManyRequests` carrying it. ``headers``: the response's headers (a
+        case-insensitive mapping), whose ``Retry-After`` is read for 429 and 503 only."""
+        if status < 429 and self.is_failure is _server_error:  # a success by the default rule: no call
+            return response
         if status == 429:
             raise TooManyRequests(response, label=key, retry_after=parse_retry_after(
-                retry_after(), cap=self.retry_after_cap))
+                headers.get("retry-after"), cap=self.retry_after_cap))
         if self.is_failure(status):
-            after = parse_retry_after(retry_after(), cap=self.retry_after_cap) if status == 503 else None
+            after = parse_retry_after(headers.get("retry-after"), cap=self.retry_after_cap) if status == 503 else None
             raise ServerError(status, response, after)
         return response
 
-    async def run(self, key: str, method: str, attempt: Callable[[], Awaitable[Resp]]) -> Resp:
+    async def run(self, key: str, method: str, attempt: Callable[[], Awaitable[Resp]], made: list[Resp],
+                  close: Callable[[Resp], Any], *, body_in_memory: bool = True) -> Resp:
         """Run ``attempt`` through the policies for ``key``; an attempt that failed by its status
-        (the last one, when retries are over) is returned as a response, not raised."""
+        (the last one, when retries are over) is returned as a response, not raised.
+
+        ``made``: the list ``attempt`` appends every response it receives to; ``close(response)``
+        releases one (its result awaited when awaitable). Every response in ``made`` but the one
+        returned is closed, and all of them when the call raises. ``body_in_memory``: the
+        request has no body or its body is bytes held in memory, so two attempts may send it at
+        once (the hedge applies only then)."""
         stages: Sequence[Policy] = self.resolve(key)
-        repeatable = method.upper() in self.retry_methods
-
-        def once(*_: Any) -> Awaitable[Resp]:
-            # One stage (the common case) is called directly: no Pipeline per request.
-            if not stages:
-                return attempt()
-            if len(stages) == 1:
-                result: Awaitable[Resp] = stages[0].execute(attempt)
-                return result
-            return Pipeline(*stages).execute(attempt)
-
-        hedge = self.hedge if repeatable else None
-        retry = self.retry if repeatable else None
-
-        async def racing(*_: Any) -> Resp:
-            return await once()  # a hedge starts its attempts as tasks: it needs a coroutine function
-
-        def hedged() -> Awaitable[Resp]:
-            if hedge is None:
-                return once()
-            return hedge.execute(IDEMPOTENT, racing)
-
+        retry, hedge = self.retry, self.hedge
+        if (retry is not None or hedge is not None) and method.upper() not in self.retry_methods:
+            retry = hedge = None
+        if not body_in_memory:
+            hedge = None
+        response: Resp
         try:
-            if retry is not None:
-                return await retry.execute(hedged)
-            return await hedged()
-        except (ServerError, TooManyRequests) as failed:
-            response: Resp = failed.response
-            return response
+            try:
+                if retry is None and hedge is None and len(stages) == 1:
+                    response = await stages[0].execute(attempt)  # the common case, called directly
+                elif retry is None and hedge is None:
+                    response = await _through(stages, attempt)
+                else:
+                    async def racing(*_: Any) -> Resp:
+                        # A hedge starts its attempts as tasks: it needs a coroutine function.
+                        return await _through(stages, attempt)
 
-    def run_sync(self, key: str, method: str, attempt: Callable[[], Resp]) -> Resp:
+                    def hedged() -> Awaitable[Resp]:
+                        if hedge is None:
+                            return _through(stages, attempt)
+                        return hedge.execute(IDEMPOTENT, racing)
+
+                    response = await (retry.execute(hedged) if retry is not None else hedged())
+            except (ServerError, TooManyRequests) as failed:
+                response = failed.response
+        except BaseException:
+            for made_one in made:
+                closing = close(made_one)
+                if inspect.isawaitable(closing):
+                    await closing
+            raise
+        if len(made) > 1:
+            for made_one in made:
+                if made_one is not response:
+                    closing = close(made_one)
+                    if inspect.isawaitable(closing):
+                        await closing
+        return response
+
+    def run_sync(self, key: str, method: str, attempt: Callable[[], Resp], made: list[Resp],
+                 close: Callable[[Resp], object]) -> Resp:
         """:meth:`run` for blocking clients: every stage needs a ``call`` method (the breaker,
-        ``Retrying``, ``BlockingRateLimiter``, ``BlockingBulkhead``); a hedge is not applied."""
+        ``Retrying``, ``BlockingRateLimiter``, ``BlockingBulkhead``); a hedge is not applied;
+        ``close`` is called, never awaited."""
         stages = self.resolve(key)
 
         def through(index: int) -> Resp:
@@ -195,12 +226,43 @@ class HTTPPolicies(Generic[Resp]):
             return result
 
         try:
-            if method.upper() in self.retry_methods and self.retry is not None:
-                return self.retry.call(through, 0)
-            return through(0)
-        except (ServerError, TooManyRequests) as failed:
-            response: Resp = failed.response
-            return response
+            try:
+                if self.retry is not None and method.upper() in self.retry_methods:
+                    response = self.retry.call(through, 0)
+                elif len(stages) == 1:
+                    response = stages[0].call(attempt)  # the common case, called directly
+                else:
+                    response = through(0)
+            except (ServerError, TooManyRequests) as failed:
+                response = failed.response
+        except BaseException:
+            for made_one in made:
+                close(made_one)
+            raise
+        if len(made) > 1:
+            for made_one in made:
+                if made_one is not response:
+                    close(made_one)
+        return response
+
+
+def _through(stages: Sequence[Policy], attempt: Callable[[], Awaitable[Resp]]) -> Awaitable[Resp]:
+    """One attempt through the stages, outermost first."""
+    if not stages:
+        return attempt()
+    if len(stages) == 1:
+        result: Awaitable[Resp] = stages[0].execute(attempt)
+        return result
+    # What Pipeline(*stages).execute(attempt) runs (each execute calls fn(*args): the outer
+    # stage gets the inner stages' execute methods and the attempt), without building a
+    # Pipeline per request: the stages of a keyed family change from key to key.
+    chained: Awaitable[Resp] = stages[0].execute(*[stage.execute for stage in stages[1:]], attempt)
+    return chained
+
+
+def _constant(stage: Any) -> Callable[[str], Any]:
+    """A resolver for a plain policy: the same policy for every key."""
+    return lambda _key: stage
 
 
 def _server_error(status: int) -> bool:

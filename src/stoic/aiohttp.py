@@ -5,21 +5,26 @@ The rules are :mod:`stoic.httpx`'s (both adapters call :class:`stoic._http.HTTPP
 response, a connection error and a timeout are failures; a 429 is the server's refusal
 (:class:`TooManyRequests`, ignored by the breaker); ``Retry-After`` on a 429 or 503 replaces the
 retry schedule's delay (clamped to ``[0, retry_after_cap]``; malformed: ignored); only
-idempotent methods are retried unless ``retry_methods`` says otherwise; every failed attempt's
-response is released, and the last one is returned when no retry is left.
+idempotent methods are retried or hedged unless ``retry_methods`` says otherwise; every failed
+attempt's response is released, and the last one is returned when no retry is left.
 
-No hedge: aiohttp sends a ``ClientRequest`` object that holds per-send state, so two attempts
-of one request cannot run at once (use :mod:`stoic.httpx` to hedge).
+A hedge sends the same ``ClientRequest`` again while the first attempt is still waiting; it
+applies only to a request with no body or an in-memory one (bytes, str, JSON, url-encoded form:
+aiohttp's ``BytesPayload``), since two attempts would read one file or stream at once. The
+losing attempts are cancelled (aiohttp closes their connections) and a losing response that
+had already arrived is released.
 """
 
 from __future__ import annotations
 
+import operator
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any
 
 from aiohttp import ClientRequest, ClientResponse
 from aiohttp.client_middlewares import ClientHandlerType
+from aiohttp.payload import BytesPayload
 
 from ._http import (
     DEFAULT_RETRY_AFTER_CAP,
@@ -28,10 +33,12 @@ from ._http import (
     ServerError,
     TooManyRequests,
 )
+from .hedge import Hedge
 from .pipeline import Retrying
 
 __all__ = ["IDEMPOTENT_METHODS", "ResilientMiddleware", "ServerError", "TooManyRequests", "by_host", "by_route"]
 
+_release = operator.methodcaller("release")  # (a method call: a session may use its own response class)
 KeyFunction = Callable[[ClientRequest], str]
 
 
@@ -60,11 +67,13 @@ def by_route(*templates: str) -> KeyFunction:
 class ResilientMiddleware:
     """``aiohttp.ClientSession(middlewares=[ResilientMiddleware(stages=[breakers], retry=...)])``.
 
-    ``stages``: policies or :class:`stoic.Keyed` families, outermost first; ``retry``: a
-    :class:`stoic.Retrying` for ``retry_methods`` (default: the idempotent ones); ``key``:
-    request -> key (default :func:`by_host`); ``is_failure``: status -> bool (default: 5xx);
-    ``retry_after_cap``: seconds (default 300). Raises ``TypeError`` for a stage that is not a
-    policy or family, or when a ``hedge`` is given (see the module docstring).
+    ``stages``: policies or :class:`stoic.Keyed` families, outermost first; ``retry`` (a
+    :class:`stoic.Retrying`) and ``hedge`` (a :class:`stoic.Hedge`; see the module docstring
+    for which bodies it sends twice) apply to ``retry_methods`` only (default: the idempotent
+    ones); ``key``: request -> key (default :func:`by_host`); ``is_failure``: status -> bool
+    (default: 5xx); ``retry_after_cap``: seconds (default 300). Raises ``TypeError`` for a
+    stage that is not a policy or family, a ``retry`` that is not a ``Retrying`` or a
+    ``hedge`` that is not a ``Hedge``.
     """
 
     __slots__ = ("_key", "_policies")
@@ -74,21 +83,20 @@ class ResilientMiddleware:
         *,
         stages: Sequence[Any] = (),
         retry: Retrying | None = None,
+        hedge: Hedge | None = None,
         key: KeyFunction = by_host,
         retry_methods: Collection[str] = IDEMPOTENT_METHODS,
         is_failure: Callable[[int], bool] | None = None,
         retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP,
-        **unexpected: Any,
     ) -> None:
-        if "hedge" in unexpected:
-            raise TypeError("the aiohttp middleware does not hedge (an aiohttp request cannot be sent twice at once)")
-        if unexpected:
-            raise TypeError(f"unexpected keyword argument(s) {sorted(unexpected)}")
         self._policies: HTTPPolicies[ClientResponse] = HTTPPolicies(
-            stages, retry=retry, retry_methods=retry_methods, is_failure=is_failure, retry_after_cap=retry_after_cap)
+            stages, retry=retry, hedge=hedge, retry_methods=retry_methods, is_failure=is_failure,
+            retry_after_cap=retry_after_cap)
         self._key = key
 
-    async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
+    def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> Coroutine[Any, Any, ClientResponse]:
+        """The response to ``request`` after the policies (a plain method returning the
+        policies' coroutine, awaited by aiohttp: no coroutine of its own per request)."""
         key = self._key(request)
         policies = self._policies
         made: list[ClientResponse] = []
@@ -96,16 +104,7 @@ class ResilientMiddleware:
         async def attempt() -> ClientResponse:
             response = await handler(request)
             made.append(response)
-            return policies.check(response, response.status, lambda: response.headers.get("Retry-After"), key)
+            return policies.check(response, response.status, response.headers, key)
 
-        try:
-            response = await policies.run(key, request.method, attempt)
-        except BaseException:
-            for failed in made:
-                failed.release()
-            raise
-        if len(made) > 1:
-            for failed in made:
-                if failed is not response:
-                    failed.release()
-        return response
+        return policies.run(key, request.method, attempt, made, _release,
+                            body_in_memory=policies.hedge is None or isinstance(request.body, (bytes, BytesPayload)))

@@ -11,14 +11,17 @@ failures; a 429 is the server's refusal (:class:`TooManyRequests`, ignored by th
 ``Retry-After`` on a 429 or 503 (seconds or an HTTP date, clamped to ``[0, retry_after_cap]``;
 malformed: ignored) replaces the retry schedule's delay. A response that failed by its status
 is still a response: the caller gets the last one when no retry is left, and every earlier
-attempt's response is closed. A refusal by a policy (``CircuitOpen``, ``RateLimited``,
-``BulkheadFull``) is raised as itself. The breaker times an attempt up to its response headers.
+attempt's response is closed. A hedge applies only to a request whose body is in memory (none,
+bytes, JSON, a url-encoded form): two attempts cannot read one stream or file at once. A
+refusal by a policy (``CircuitOpen``, ``RateLimited``, ``BulkheadFull``) is raised as itself.
+The breaker times an attempt up to its response headers.
 """
 
 from __future__ import annotations
 
+import operator
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any
 
 import httpx
@@ -45,12 +48,22 @@ __all__ = [
     "parse_retry_after",
 ]
 
+_aclose = operator.methodcaller("aclose")  # (a method call: an inner transport may return a Response subclass)
+_close = operator.methodcaller("close")
 KeyFunction = Callable[[httpx.Request], str]
 
 
 def by_host(request: httpx.Request) -> str:
-    """The request's ``host[:port]`` (the default key: one policy per dependency)."""
-    return request.url.netloc.decode("ascii", "replace")
+    """The request's ``host[:port]`` (the default key: one policy per dependency): httpx's
+    ``url.netloc``, lowercase, IDNA-encoded, the port only when not the scheme's default."""
+    url = request.url
+    host = url.host
+    if host.isascii() and ":" not in host:
+        # What netloc would say, without its str -> bytes -> str round trip (an IPv6 literal
+        # is bracketed there and an IDNA name encoded: both take the general path).
+        port = url.port
+        return host if port is None else f"{host}:{port}"
+    return url.netloc.decode("ascii", "replace")
 
 
 def by_route(*templates: str) -> KeyFunction:
@@ -102,7 +115,9 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
         self._policies = _policies(stages, retry, hedge, retry_methods, is_failure, retry_after_cap)
         self._key = key
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    def handle_async_request(self, request: httpx.Request) -> Coroutine[Any, Any, httpx.Response]:
+        """The response to ``request`` after the policies (a plain method returning the
+        policies' coroutine, awaited by httpx: no coroutine of its own per request)."""
         key = self._key(request)
         policies, inner = self._policies, self._inner
         made: list[httpx.Response] = []
@@ -110,19 +125,10 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
         async def attempt() -> httpx.Response:
             response = await inner.handle_async_request(request)
             made.append(response)
-            return policies.check(response, response.status_code, lambda: response.headers.get("retry-after"), key)
+            return policies.check(response, response.status_code, response.headers, key)
 
-        try:
-            response = await policies.run(key, request.method, attempt)
-        except BaseException:
-            for failed in made:
-                await failed.aclose()
-            raise
-        if len(made) > 1:
-            for failed in made:
-                if failed is not response:
-                    await failed.aclose()
-        return response
+        return policies.run(key, request.method, attempt, made, _aclose,
+                            body_in_memory=policies.hedge is None or isinstance(request.stream, httpx.ByteStream))
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -162,19 +168,9 @@ class ResilientTransport(httpx.BaseTransport):
         def attempt() -> httpx.Response:
             response = inner.handle_request(request)
             made.append(response)
-            return policies.check(response, response.status_code, lambda: response.headers.get("retry-after"), key)
+            return policies.check(response, response.status_code, response.headers, key)
 
-        try:
-            response = policies.run_sync(key, request.method, attempt)
-        except BaseException:
-            for failed in made:
-                failed.close()
-            raise
-        if len(made) > 1:
-            for failed in made:
-                if failed is not response:
-                    failed.close()
-        return response
+        return policies.run_sync(key, request.method, attempt, made, _close)
 
     def close(self) -> None:
         self._inner.close()
