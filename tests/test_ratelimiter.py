@@ -548,3 +548,22 @@ async def test_execute_takes_a_grantable_permit_when_called_and_queues_only_when
     await clock.advance(1.0)
     assert await task == 2
     assert limiter.waiter_count == 0
+
+
+async def test_reading_available_permits_never_writes_the_bucket(clock: VirtualClock) -> None:
+    # A metrics exporter reads the gauge from its own thread while the loop grants lock-free: the
+    # read must leave the bucket exactly as it found it, and still count the refill since.
+    limiter = RateLimiter(10, label="gauge", burst=5)
+    for _ in range(5):
+        await limiter.acquire()
+    state = (limiter._deficit, limiter._stamp)
+    assert limiter.available_permits == 0
+    await clock.advance(0.35)  # 3.5 permits earned
+    for _ in range(3):
+        assert limiter.available_permits == 3
+    assert (limiter._deficit, limiter._stamp) == state  # untouched by every read
+    await clock.advance(10.0)
+    assert limiter.available_permits == 5  # capped at the burst
+    for _ in range(5):
+        assert limiter.try_acquire()
+    assert not limiter.try_acquire()

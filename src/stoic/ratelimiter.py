@@ -136,10 +136,15 @@ class _TokenBucket:
 
     @property
     def available_permits(self) -> int:
-        """Whole permits in the bucket now (credit a queued head is saving up included)."""
-        with self._lock:
-            self._take(self._now(), 0)  # refilling early changes nothing: the rule is additive
-            return (self._capacity - self._deficit) // self._cost
+        """Whole permits in the bucket now (credit a queued head is saving up included).
+
+        A read only: it computes the refill without writing the bucket, so a metrics exporter
+        reading it from its own thread can never race the asyncio limiter's lock-free grants
+        (the figure may be a moment old, never wrong for the calls)."""
+        deficit, stamp = self._deficit, self._stamp
+        missing = deficit - (self._now() - stamp) * self._earn
+        credit = self._capacity - missing if missing > 0 else self._capacity
+        return max(credit, 0) // self._cost
 
     @property
     def waiter_count(self) -> int:
