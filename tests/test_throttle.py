@@ -4,6 +4,7 @@ client-side throttling)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from hypothesis import given, settings
@@ -308,3 +309,32 @@ def test_the_rejection_rate_converges_to_the_formula_on_a_stationary_accept_rati
         assert shed / total < 0.02
     elif k * ratio <= 0.7:
         assert throttle.probability > 0.25
+
+
+@pytest.mark.parametrize("later", [0.0, 1.0, 2.0, 3.5, 60.0, 200.0])
+async def test_reading_the_throttle_never_writes_it_and_agrees_with_its_next_roll(later: float) -> None:
+    # The probability gauge is read from a metrics exporter's thread while the loop counts calls
+    # without a lock: a read must leave every count as it was, and say what the loop will see.
+    clock = VirtualClock()
+    throttle = AdaptiveThrottle(label="view", clock=clock, window=12.0)  # 1 s buckets
+
+    async def down() -> None:
+        raise ConnectionError("down")
+
+    async def up() -> None:
+        return None
+
+    with seeded(7):
+        for second in range(8):
+            for n in range(6):
+                with contextlib.suppress(ConnectionError, stoic.Throttled):
+                    await throttle.execute(down if (second + n) % 3 else up)
+            await clock.advance(1.0)
+    await clock.advance(later)
+    state = (list(throttle._requests), list(throttle._accepts), throttle._total_requests,
+             throttle._total_accepts, throttle._epoch)
+    seen = (throttle.probability, throttle.requests, throttle.accepts)
+    assert (list(throttle._requests), list(throttle._accepts), throttle._total_requests,
+            throttle._total_accepts, throttle._epoch) == state
+    throttle._roll()  # what the loop does on its next call
+    assert seen == (throttle._probability(), throttle._total_requests, throttle._total_accepts)

@@ -150,42 +150,62 @@ class AdaptiveThrottle:
         return epoch % BUCKETS
 
     def _probability(self) -> float:
-        requests = self._total_requests
+        i = self._epoch % BUCKETS
+        j = (i - 1) % BUCKETS
+        return self._shed_probability(self._total_requests, self._total_accepts,
+                                      self._requests[i] + self._requests[j], self._accepts[i] + self._accepts[j])
+
+    def _shed_probability(self, requests: int, accepts: int, recent: int, recent_accepts: int) -> float:
+        """The rule, from the window's totals and the two latest buckets' counts."""
         if requests < self.min_throughput:
             return 0.0
         k = self.k
-        p = (requests - k * self._total_accepts) / (requests + 1)
+        p = (requests - k * accepts) / (requests + 1)
         if p <= 0.0:
             return 0.0
         # Never shed more than the two latest buckets justify: after a recovery their accepts
         # pull the probability down within a bucket or two instead of waiting for the outage's
         # buckets to leave the window (see the module docstring).
-        i = self._epoch % BUCKETS
-        j = (i - 1) % BUCKETS
-        recent = self._requests[i] + self._requests[j]
         if recent >= self.min_throughput and recent > 0:
-            q = (recent - k * (self._accepts[i] + self._accepts[j])) / (recent + 1)
+            q = (recent - k * recent_accepts) / (recent + 1)
             if q < p:
                 p = q if q > 0.0 else 0.0
         return min(p, self.max_probability)
 
+    def _view(self) -> tuple[int, int, int, int]:
+        """(requests, accepts, recent requests, recent accepts) of the window as of now, read
+        without writing anything: the gauges and properties may be read from another thread
+        (a metrics exporter's) while the loop counts calls without a lock, so a read must never
+        roll the buckets itself (two rolls at once would subtract a bucket twice)."""
+        epoch = self._now_ns() // self._bucket_ns
+        last, requests, accepts = self._epoch, self._requests, self._accepts
+        total, accepted = self._total_requests, self._total_accepts
+        gap = epoch - last
+        for step in range(1, min(gap, BUCKETS) + 1):
+            i = (last + step) % BUCKETS
+            total -= requests[i]
+            accepted -= accepts[i]
+        i, j = epoch % BUCKETS, (epoch - 1) % BUCKETS
+        # A bucket the view rolled past holds nothing yet (the loop will clear it).
+        recent = (requests[i] if gap <= 0 else 0) + (requests[j] if gap <= 1 else 0)
+        recent_accepts = (accepts[i] if gap <= 0 else 0) + (accepts[j] if gap <= 1 else 0)
+        return max(total, 0), max(accepted, 0), recent, recent_accepts
+
     @property
     def probability(self) -> float:
-        """The probability the next call is shed (0 while the window is below ``min_throughput``)."""
-        self._roll()
-        return self._probability()
+        """The probability the next call is shed (0 while the window is below ``min_throughput``).
+        A read only (safe from any thread)."""
+        return self._shed_probability(*self._view())
 
     @property
     def requests(self) -> int:
-        """Requests in the window (shed ones included)."""
-        self._roll()
-        return self._total_requests
+        """Requests in the window (shed ones included). A read only."""
+        return self._view()[0]
 
     @property
     def accepts(self) -> int:
-        """Accepted requests in the window."""
-        self._roll()
-        return self._total_accepts
+        """Accepted requests in the window. A read only."""
+        return self._view()[1]
 
     def _count(self, accepted: bool) -> None:
         i = self._roll()
