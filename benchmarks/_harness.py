@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib.util
 import math
 import os
 import time
@@ -28,6 +29,20 @@ SMOKE_CALLS: Final = 20  # calls per timed run in smoke mode, whatever a script 
 def scaled(full: int, smoke: int = 1) -> int:
     """``full`` normally, ``smoke`` in smoke mode (a count of calls, rounds, samples...)."""
     return smoke if SMOKE else full
+
+
+def have(peer: str) -> bool:
+    """Whether the peer library ``peer`` (an import name from requirements-bench.txt) is installed.
+
+    A script times a peer's rows only when it is, and records the targets judged against it with
+    :func:`skipped` when it is not: the test venv has none of them, and every script must run there.
+    """
+    return importlib.util.find_spec(peer) is not None
+
+
+def not_installed(*peers: str) -> str:
+    """The reason :func:`skipped` records for a target that needs all of ``peers``: which are missing."""
+    return f"{', '.join(peer for peer in peers if not have(peer))} not installed"
 
 
 @dataclass

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
-import importlib.util
 import itertools
 import os
 import statistics
@@ -40,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import stoic
-from benchmarks._harness import Verdict, print_verdicts, scaled, skipped, time_async, time_sync, verdict
+from benchmarks._harness import Verdict, have, print_verdicts, scaled, skipped, time_async, time_sync, verdict
 from stoic import _metrics
 
 CALLS = int(os.environ.get("STOIC_BENCH_CALLS", "50000"))
@@ -54,10 +53,6 @@ TARGET_METRICS_NS = 1_000  # issue 11: metrics on cost at most 1 us more than no
 TARGET_BYTES = 600
 TARGET_CREATE_NS = 3_000
 TARGET_100K_MB = 80.0
-
-
-def _have(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
 
 
 def work() -> int:
@@ -109,18 +104,18 @@ def _stoic_rows(is_async: bool, clock: TenMsClock | None = None) -> list[Row]:
 def async_rows(clock: TenMsClock | None = None) -> list[Row]:
     rows = [Row("bare await", awork), Row("bare await via lambda", lambda: awork(), via_lambda=True)]
     rows += _stoic_rows(True, clock)
-    if _have("circuitbreaker"):
+    if have("circuitbreaker"):
         import circuitbreaker
 
         rows.append(Row("circuitbreaker @circuit", circuitbreaker.circuit(awork)))
         cb = circuitbreaker.CircuitBreaker()
         rows.append(Row("circuitbreaker call_async", lambda: cb.call_async(awork), via_lambda=True, does_less=True))
-    if _have("aiobreaker"):
+    if have("aiobreaker"):
         import aiobreaker
 
         aio = aiobreaker.CircuitBreaker()
         rows.append(Row("aiobreaker call_async", lambda: aio.call_async(awork), via_lambda=True))
-    if _have("purgatory"):
+    if have("purgatory"):
         from purgatory import AsyncCircuitBreakerFactory
 
         factory = AsyncCircuitBreakerFactory()
@@ -130,11 +125,11 @@ def async_rows(clock: TenMsClock | None = None) -> list[Row]:
                 return await awork()
 
         rows.append(Row("purgatory async with", purgatory_call))
-    if _have("hyx"):
+    if have("hyx"):
         from hyx.circuitbreaker import consecutive_breaker
 
         rows.append(Row("hyx @consecutive_breaker", consecutive_breaker()(awork)))
-    if _have("pyresilience"):
+    if have("pyresilience"):
         from pyresilience import CircuitBreakerConfig, resilient
 
         rows.append(Row("pyresilience @resilient", resilient(circuit_breaker=CircuitBreakerConfig())(awork)))
@@ -144,18 +139,18 @@ def async_rows(clock: TenMsClock | None = None) -> list[Row]:
 def sync_rows(clock: TenMsClock | None = None) -> list[Row]:
     rows = [Row("bare call", work), Row("bare call via lambda", lambda: work(), via_lambda=True)]
     rows += _stoic_rows(False, clock)
-    if _have("circuitbreaker"):
+    if have("circuitbreaker"):
         import circuitbreaker
 
         rows.append(Row("circuitbreaker @circuit", circuitbreaker.circuit(work)))
         cb = circuitbreaker.CircuitBreaker()
         rows.append(Row("circuitbreaker call", lambda: cb.call(work), via_lambda=True, does_less=True))
-    if _have("pybreaker"):
+    if have("pybreaker"):
         import pybreaker
 
         py = pybreaker.CircuitBreaker()
         rows.append(Row("pybreaker call", lambda: py.call(work), via_lambda=True))
-    if _have("purgatory"):
+    if have("purgatory"):
         from purgatory import SyncCircuitBreakerFactory
 
         factory = SyncCircuitBreakerFactory()
@@ -165,7 +160,7 @@ def sync_rows(clock: TenMsClock | None = None) -> list[Row]:
                 return work()
 
         rows.append(Row("purgatory with", purgatory_call))
-    if _have("pyresilience"):
+    if have("pyresilience"):
         from pyresilience import CircuitBreakerConfig, resilient
 
         rows.append(Row("pyresilience @resilient", resilient(circuit_breaker=CircuitBreakerConfig())(work)))
@@ -294,7 +289,7 @@ def _memory(verdicts: list[Verdict]) -> None:
 
 def main() -> None:
     missing = [m for m in ("pybreaker", "aiobreaker", "purgatory", "circuitbreaker", "hyx", "pyresilience")
-               if not _have(m)]
+               if not have(m)]
     if missing:
         print(f"(peer libraries not installed, skipped: {', '.join(missing)}; "
               f"pip install -r requirements-bench.txt)")

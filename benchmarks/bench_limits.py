@@ -10,6 +10,11 @@ timed round by round (interleaved). Targets (issue 10): stoic's limiter at most 
 aiolimiter's ``acquire``; stoic's bulkhead at most 0.6x ``asyncio.Semaphore``'s
 acquire/release (its fastest form); O(1) wake-ups per refill with 10,000 waiters. Each target
 is a ``benchmarks._harness.verdict``, so ``python -m benchmarks`` ends with all of them.
+
+A peer library that is not installed (aiolimiter, pyrate-limiter, limits) has its rows left out,
+with a printed note; the targets judged against aiolimiter are then recorded as not measured
+(``benchmarks._harness.skipped``). stoic's rows, and the targets against the standard library,
+always run.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from benchmarks._harness import Result, report, time_async, time_sync, verdict
+from benchmarks._harness import Result, have, not_installed, report, skipped, time_async, time_sync, verdict
 from stoic import BlockingBulkhead, BlockingRateLimiter, Bulkhead, RateLimiter
 
 SMOKE = os.environ.get("STOIC_BENCH_SMOKE") == "1"
@@ -67,11 +72,7 @@ def _ratio(results: list[Result], baseline: str, mine: str, theirs: str) -> floa
 
 
 def bench_async_limiters() -> list[Result]:
-    import aiolimiter
-    from pyrate_limiter import Duration, Limiter, Rate
-
     stoic_limiter = RateLimiter(HUGE, label="bench", queue_limit=None)
-    peer = aiolimiter.AsyncLimiter(HUGE, 1)
 
     async def bare() -> int:
         return await _op()
@@ -83,66 +84,80 @@ def bench_async_limiters() -> list[Result]:
         await stoic_limiter.acquire()
         return await _op()
 
-    async def with_aiolimiter() -> int:
-        async with peer:
-            return await _op()
-
-    async def aiolimiter_acquire() -> int:
-        await peer.acquire()
-        return await _op()
-
-    pyrate = Limiter(Rate(10**9, Duration.SECOND))
-
-    async def with_pyrate() -> int:
-        await pyrate.try_acquire_async("bench")
-        return await _op()
-
-    return _rows([
+    rows: list[tuple[str, Callable[[], Any], int]] = [
         ("bare await", bare, CALLS),
         ("stoic RateLimiter.execute", stoic_execute, CALLS),
         ("stoic acquire(); await", stoic_acquire, CALLS),
-        ("aiolimiter async with", with_aiolimiter, CALLS),
-        ("aiolimiter acquire(); await", aiolimiter_acquire, CALLS),
+    ]
+    if have("aiolimiter"):
+        import aiolimiter
+
+        peer = aiolimiter.AsyncLimiter(HUGE, 1)
+
+        async def with_aiolimiter() -> int:
+            async with peer:
+                return await _op()
+
+        async def aiolimiter_acquire() -> int:
+            await peer.acquire()
+            return await _op()
+
+        rows += [("aiolimiter async with", with_aiolimiter, CALLS),
+                 ("aiolimiter acquire(); await", aiolimiter_acquire, CALLS)]
+    if have("pyrate_limiter"):
+        from pyrate_limiter import Duration, Limiter, Rate
+
+        pyrate = Limiter(Rate(10**9, Duration.SECOND))
+
+        async def with_pyrate() -> int:
+            await pyrate.try_acquire_async("bench")
+            return await _op()
+
         # pyrate-limiter keeps every hit of the window in memory: fewer calls keep it honest.
-        ("pyrate-limiter try_acquire_async", with_pyrate, SHORT),
-    ], is_async=True)
+        rows.append(("pyrate-limiter try_acquire_async", with_pyrate, SHORT))
+    return _rows(rows, is_async=True)
 
 
 def bench_sync_limiters() -> list[Result]:
-    from limits import RateLimitItemPerSecond, storage, strategies
-    from pyrate_limiter import Duration, Limiter, Rate
-
     blocking = BlockingRateLimiter(HUGE, label="bench", queue_limit=None)
-    pyrate = Limiter(Rate(10**9, Duration.SECOND))
-    item = RateLimitItemPerSecond(10**9)
-    moving = strategies.MovingWindowRateLimiter(storage.MemoryStorage())
-    fixed = strategies.FixedWindowRateLimiter(storage.MemoryStorage())
-
-    def call_pyrate() -> int:
-        pyrate.try_acquire("bench", blocking=False)
-        return _op_sync()
-
-    def call_moving() -> int:
-        moving.hit(item, "bench")
-        return _op_sync()
-
-    def call_fixed() -> int:
-        fixed.hit(item, "bench")
-        return _op_sync()
 
     def call_try() -> int:
         blocking.try_acquire()
         return _op_sync()
 
-    return _rows([
+    rows: list[tuple[str, Callable[[], Any], int]] = [
         ("bare call", _op_sync, CALLS),
         ("stoic BlockingRateLimiter.call", lambda: blocking.call(_op_sync), CALLS),
         ("stoic try_acquire(); call", call_try, CALLS),
-        ("pyrate-limiter try_acquire", call_pyrate, SHORT),
+    ]
+    if have("pyrate_limiter"):
+        from pyrate_limiter import Duration, Limiter, Rate
+
+        pyrate = Limiter(Rate(10**9, Duration.SECOND))
+
+        def call_pyrate() -> int:
+            pyrate.try_acquire("bench", blocking=False)
+            return _op_sync()
+
+        rows.append(("pyrate-limiter try_acquire", call_pyrate, SHORT))
+    if have("limits"):
+        from limits import RateLimitItemPerSecond, storage, strategies
+
+        item = RateLimitItemPerSecond(10**9)
+        moving = strategies.MovingWindowRateLimiter(storage.MemoryStorage())
+        fixed = strategies.FixedWindowRateLimiter(storage.MemoryStorage())
+
+        def call_moving() -> int:
+            moving.hit(item, "bench")
+            return _op_sync()
+
+        def call_fixed() -> int:
+            fixed.hit(item, "bench")
+            return _op_sync()
+
         # The moving window keeps one entry per hit: a short run, or it measures its own growth.
-        ("limits moving window hit", call_moving, SHORTEST),
-        ("limits fixed window hit", call_fixed, CALLS),
-    ], is_async=False)
+        rows += [("limits moving window hit", call_moving, SHORTEST), ("limits fixed window hit", call_fixed, CALLS)]
+    return _rows(rows, is_async=False)
 
 
 def bench_bulkheads() -> list[Result]:
@@ -306,19 +321,22 @@ def _virtual_wakeups(waiters: int = HERD, seconds: float = 1.0) -> tuple[int, in
 
 
 def bench_wakeups() -> tuple[int, int, int]:
-    import aiolimiter
-
     def stoic_factory() -> Callable[[], Awaitable[object]]:
         limiter = RateLimiter(100, burst=1, queue_limit=None, label="herd")
         return limiter.acquire
 
-    def aiolimiter_factory() -> Callable[[], Awaitable[object]]:
-        limiter = aiolimiter.AsyncLimiter(1, 0.01)  # 100 per second, a bucket of one
-        return limiter.acquire
+    factories = [("stoic RateLimiter", stoic_factory)]
+    if have("aiolimiter"):
+        import aiolimiter
 
+        def aiolimiter_factory() -> Callable[[], Awaitable[object]]:
+            limiter = aiolimiter.AsyncLimiter(1, 0.01)  # 100 per second, a bucket of one
+            return limiter.acquire
+
+        factories.append(("aiolimiter", aiolimiter_factory))
     print(f"\n## {HERD:,} waiters at 100 permits/s for {HERD_SECONDS:g} s (real clock)")
     print(f"{'':<34}{'permits':>10}{'callbacks/permit':>18}{'ticker late (ms)':>18}")
-    for name, factory in (("stoic RateLimiter", stoic_factory), ("aiolimiter", aiolimiter_factory)):
+    for name, factory in factories:
         label, per_permit, worst_ms, permits = _herd(name, factory)
         print(f"{label:<34}{permits:>10}{per_permit:>18.1f}{worst_ms:>18.2f}")
     print("(callbacks/permit counts every callback the loop ran, the ticker's included: O(1) means a")
@@ -330,6 +348,10 @@ def bench_wakeups() -> tuple[int, int, int]:
 
 
 def main() -> None:
+    absent = [peer for peer in ("aiolimiter", "pyrate_limiter", "limits") if not have(peer)]
+    if absent:
+        print(f"(peer libraries not installed, their rows skipped: {', '.join(absent)}; "
+              "pip install -r requirements-bench.txt)")
     # aiolimiter warns when one limiter meets a second event loop (each timing run is its own
     # asyncio.run); the numbers are unaffected. stoic's limiters are made to be reused so.
     warnings.filterwarnings("ignore", message=".*re-used across loops.*", category=RuntimeWarning)
@@ -345,16 +367,23 @@ def main() -> None:
            reference="stoic BlockingBulkhead.call")
     served, woken, fired = bench_wakeups()
     # Each peer in its fastest form: aiolimiter's acquire() skips the context manager's exit.
-    fastest_aiolimiter = _fastest(async_limiters, "aiolimiter async with", "aiolimiter acquire(); await")
     fastest_semaphore = _fastest(bulkheads, "asyncio.Semaphore async with", "asyncio.Semaphore acquire/release")
     print()
-    for target, mine, theirs, limit, results in (
-        ("RateLimiter.execute", "stoic RateLimiter.execute", fastest_aiolimiter, 0.4, async_limiters),
-        ("await RateLimiter.acquire()", "stoic acquire(); await", fastest_aiolimiter, 0.4, async_limiters),
-        ("Bulkhead.execute", "stoic Bulkhead.execute", fastest_semaphore, 0.6, bulkheads),
-        ("async with Bulkhead", "stoic async with bulkhead", fastest_semaphore, 0.6, bulkheads),
-    ):
-        verdict(f"{target} overhead / {theirs} overhead", _ratio(results, "bare await", mine, theirs), limit)
+    limiter_targets = (("RateLimiter.execute", "stoic RateLimiter.execute"),
+                       ("await RateLimiter.acquire()", "stoic acquire(); await"))
+    if have("aiolimiter"):
+        fastest_aiolimiter = _fastest(async_limiters, "aiolimiter async with", "aiolimiter acquire(); await")
+        for target, mine in limiter_targets:
+            verdict(f"{target} overhead / {fastest_aiolimiter} overhead",
+                    _ratio(async_limiters, "bare await", mine, fastest_aiolimiter), 0.4)
+    else:
+        for target, _ in limiter_targets:
+            skipped(f"{target} overhead / aiolimiter's fastest form's overhead", 0.4,
+                    reason=not_installed("aiolimiter"))
+    for target, mine in (("Bulkhead.execute", "stoic Bulkhead.execute"),
+                         ("async with Bulkhead", "stoic async with bulkhead")):
+        verdict(f"{target} overhead / {fastest_semaphore} overhead",
+                _ratio(bulkheads, "bare await", mine, fastest_semaphore), 0.6)
     verdict(f"RateLimiter waiters woken per permit served ({HERD:,} waiting, virtual clock)",
             woken / max(served, 1), 1.0, "")
     verdict(f"RateLimiter timers fired per permit served ({HERD:,} waiting, virtual clock)",

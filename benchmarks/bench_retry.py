@@ -15,7 +15,9 @@ round kept (benchmarks/_harness.py). Targets (issue 10):
   aiolimiter, ``asyncio.Semaphore``: each the fastest form of its kind) is shown beside them.
 
 Every ratio is of overheads (ns per call minus the bare call's). Every target is recorded with
-``benchmarks._harness.verdict``, so ``python -m benchmarks`` ends with all of them in one table.
+``benchmarks._harness.verdict``, so ``python -m benchmarks`` ends with all of them in one table;
+a target whose peers are none of them installed is recorded as not measured
+(``benchmarks._harness.skipped``), and a peer that is not installed has no rows.
 With ``STOIC_BENCH_SMOKE=1`` every row runs a few calls once (a check that the script runs; the
 figures then mean nothing).
 
@@ -32,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import importlib.util
 import itertools
 import os
 from collections.abc import Awaitable, Callable
@@ -42,17 +43,13 @@ from typing import Any
 import stoic
 from stoic import Pipeline, Retrying, Schedule, retry, retry_sync, retrying
 
-from ._harness import Result, report, time_async, time_sync, verdict
+from ._harness import Result, have, report, skipped, time_async, time_sync, verdict
 
 SMOKE = os.environ.get("STOIC_BENCH_SMOKE") == "1"  # tiny counts: does the script run at all
 CALLS = 20 if SMOKE else int(os.environ.get("STOIC_BENCH_CALLS", "20000"))  # at most, per run
 SCHEDULE = Schedule.exponential(0.1).jittered().attempts(3)
 ROUNDS = 1 if SMOKE else int(os.environ.get("STOIC_BENCH_REPEATS", "21"))
 CONTEXT_VARIABLES = 30
-
-
-def _have(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
 
 
 async def _op() -> int:
@@ -136,7 +133,10 @@ def _judge(what: str, results: list[Result], ours: str, theirs: list[str], basel
     """Record (``verdict``) ``ours``' overhead over the fastest of ``theirs`` against ``target``."""
     present = [name for name in theirs if any(r.name == name for r in results)]
     if not present:
-        print(f"  (skipped: {what}: no peer installed)")
+        if target == float("inf"):
+            print(f"  (not shown: {what}: no peer installed)")
+        else:
+            skipped(f"{what} [{ours} / the fastest peer]", target, reason="no peer installed")
         return
     fastest = min(present, key=lambda name: _overhead(results, name, baseline))
     # (A peer's overhead at or below zero happens only in a smoke run's single tiny round.)
@@ -200,23 +200,23 @@ def bench_async() -> list[Result]:
         Result("stoic retry(), two sites, two offsets", _later_async(_alternating(_site_a, _site_c))),
         Result("stoic retry(), two sites, one offset", _later_async(_alternating(_site_a, _site_b))),
     ]
-    if _have("hyx"):
+    if have("hyx"):
         import hyx.retry
 
         results.append(Result("hyx @retry", _later_async(
             hyx.retry.retry(on=ConnectionError, attempts=3, backoff=0.1)(_op))))
-    if _have("pyresilience"):
+    if have("pyresilience"):
         import pyresilience
 
         results.append(Result("pyresilience @resilient(retry)", _later_async(pyresilience.resilient(
             retry=pyresilience.RetryConfig(max_attempts=3, delay=0.1, retry_on=(ConnectionError,)))(_op),
             calls=CALLS // 4)))
-    if _have("backoff"):
+    if have("backoff"):
         import backoff
 
         results.append(Result("backoff.on_exception", _later_async(
             backoff.on_exception(backoff.expo, ConnectionError, max_tries=3)(_op), calls=CALLS // 2)))
-    if _have("stamina"):
+    if have("stamina"):
         import stamina
 
         results.append(Result("stamina.retry", _later_async(
@@ -229,7 +229,7 @@ def bench_async() -> list[Result]:
             raise AssertionError("unreachable")
 
         results.append(Result("stamina.retry_context", _later_async(in_context, calls=CALLS // 5)))
-    if _have("tenacity"):
+    if have("tenacity"):
         import tenacity
 
         controller = tenacity.AsyncRetrying(
@@ -261,23 +261,23 @@ def bench_sync() -> list[Result]:
         Result("stoic retry_sync(), two sites, two offsets", _later_sync(_alternating(_sync_site_a, _sync_site_c))),
         Result("stoic retry_sync(), two sites, one offset", _later_sync(_alternating(_sync_site_a, _sync_site_b))),
     ]
-    if _have("pyresilience"):
+    if have("pyresilience"):
         import pyresilience
 
         results.append(Result("pyresilience @resilient(retry)", _later_sync(pyresilience.resilient(
             retry=pyresilience.RetryConfig(max_attempts=3, delay=0.1, retry_on=(ConnectionError,)))(_op_sync),
             calls=CALLS // 4)))
-    if _have("backoff"):
+    if have("backoff"):
         import backoff
 
         results.append(Result("backoff.on_exception", _later_sync(
             backoff.on_exception(backoff.expo, ConnectionError, max_tries=3)(_op_sync), calls=CALLS // 2)))
-    if _have("stamina"):
+    if have("stamina"):
         import stamina
 
         results.append(Result("stamina.retry", _later_sync(
             stamina.retry(on=ConnectionError, attempts=3)(_op_sync), calls=CALLS // 5)))
-    if _have("tenacity"):
+    if have("tenacity"):
         import tenacity
 
         controller = tenacity.Retrying(
@@ -308,7 +308,7 @@ def _peer_stack() -> Callable[[], Awaitable[int]] | None:
     """The same four stages from peers, each the fastest form of its kind: hyx's retry,
     circuitbreaker's ``@circuit``, aiolimiter's ``acquire()``, an ``asyncio.Semaphore``.
     Built afresh for every round: the limiter binds to the loop that first uses it."""
-    if not all(_have(m) for m in ("hyx", "circuitbreaker", "aiolimiter")):
+    if not all(have(m) for m in ("hyx", "circuitbreaker", "aiolimiter")):
         return None
     import aiolimiter
     import circuitbreaker
@@ -339,7 +339,7 @@ def bench_pipeline() -> list[Result]:
         Result(HAND_FORMS[1], _later_async(lambda: retrying_stage.execute(
             lambda: breaker.execute(lambda: limiter.execute(lambda: bulkhead.execute(_op)))))),
     ]
-    if _have("pyresilience"):
+    if have("pyresilience"):
         import pyresilience
 
         four_in_one = pyresilience.resilient(
