@@ -459,3 +459,22 @@ def test_a_probe_ignored_after_another_timed_out_reports_the_reopening(sink: Rec
     asyncio.run(main())
     assert attributes(sink, "breaker.opened")[-1] == {
         "trigger": "probe_timeout", "calls": 1, "failures": 1, "slow_calls": 0, "trips": 2, "open_for": 10.0}
+
+
+def test_a_sink_listening_at_exactly_error_receives_breaker_defect_and_the_defect_is_not_counted() -> None:
+    clock = Clock()
+    breaker = make(clock)
+    recording = RecordingSink(level=Level.ERROR)
+
+    def bug() -> None:
+        raise stoic.Defect("our own bug")
+
+    with stoic.use_sinks(recording):
+        for _ in range(3):
+            with pytest.raises(stoic.Defect):
+                breaker.call(bug)
+    assert [e.name for e in recording.events] == ["breaker.defect"] * 3
+    assert dict(recording.events[0].attributes) == {"error.type": "Defect"}
+    assert recording.events[0].level == Level.ERROR
+    assert breaker.state is CLOSED and snapshot(breaker).calls == 0
+    recording.assert_contract()
