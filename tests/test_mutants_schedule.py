@@ -279,3 +279,12 @@ def test_invalid_arguments_are_refused_naming_them() -> None:
         Schedule.fixed(1).union(5)  # type: ignore[arg-type]
     assert Schedule.fixed(1).attempts(5).maximal_delays(2) == [1, 1]
     assert Schedule.fixed(1).maximal_delays(3) == [1, 1, 1]
+
+
+def test_a_zero_delay_draws_no_jitter_so_the_next_delays_are_jittered_as_if_it_were_not_there() -> None:
+    for seed in range(3):
+        alone = waits(Schedule.delays([4, 4, 4]).jittered(), seed)
+        after_zero = waits(Schedule.delays([0, 4, 4, 4]).jittered(), seed)
+        assert after_zero[0] == 0
+        assert after_zero[1:] == alone
+        assert len(set(alone)) > 1  # really jittered
