@@ -288,3 +288,19 @@ def test_a_zero_delay_draws_no_jitter_so_the_next_delays_are_jittered_as_if_it_w
         assert after_zero[0] == 0
         assert after_zero[1:] == alone
         assert len(set(alone)) > 1  # really jittered
+
+
+@pytest.mark.parametrize(("low", "high"), [
+    (Schedule.fixed(1), Schedule.linear(1)),
+    (Schedule.fixed(2), Schedule.exponential(2, factor=1.5).capped(9)),
+    (Schedule.delays([3, 3, 3, 3]), Schedule.linear(3)),
+])
+def test_totals_of_two_schedules_that_start_together_and_then_part(low: Schedule, high: Schedule) -> None:
+    """Equal first delays, different growth: a union follows the slower-growing side and an
+    intersection the faster, in either order, and the totals are those of the delays stepped."""
+    for a, b in ((low, high), (high, low)):
+        union, meet = a.union(b).attempts(5), a.intersection(b).attempts(5)
+        assert union.maximal_delays() == low.attempts(5).maximal_delays()
+        assert meet.maximal_delays() == high.attempts(5).maximal_delays()
+        assert union.maximum_total_delay == sum(low.attempts(5).maximal_delays())
+        assert meet.maximum_total_delay == sum(high.attempts(5).maximal_delays())
