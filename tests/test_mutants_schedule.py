@@ -304,3 +304,26 @@ def test_totals_of_two_schedules_that_start_together_and_then_part(low: Schedule
         assert meet.maximal_delays() == high.attempts(5).maximal_delays()
         assert union.maximum_total_delay == sum(low.attempts(5).maximal_delays())
         assert meet.maximum_total_delay == sum(high.attempts(5).maximal_delays())
+
+
+_BASES = [
+    Schedule.fixed(0.5), Schedule.fixed(1.5), Schedule.fixed(3.5), Schedule.linear(0.5), Schedule.linear(1),
+    Schedule.linear(1.5), Schedule.exponential(1).capped(5), Schedule.delays([3, 1, 4, 1, 5, 9, 2]),
+    Schedule.fibonacci(1).capped(6),
+]
+
+
+@pytest.mark.parametrize("combine", ["union", "intersection", "and_then"])
+def test_the_closed_form_total_of_two_combined_bases_is_the_sum_of_the_delays_stepped(combine: str) -> None:
+    """Every ordered pair of small bases (progressions that cross, meet at an end or part) and
+    every short attempt bound: maximum_total_delay is exactly the sum of the stepped delays."""
+    for a, b in itertools.product(_BASES, repeat=2):
+        for attempts in range(2, 9):
+            schedule = getattr(a, combine)(b).attempts(attempts)
+            assert schedule.maximum_total_delay == pytest.approx(sum(schedule.maximal_delays()), abs=1e-9), schedule
+
+
+def test_an_exponential_with_factor_one_totals_its_base_however_many_attempts() -> None:
+    # Past the explicit prefix the total must not fall back to the (default, 300 s) cap.
+    assert Schedule.exponential(1, factor=1).attempts(200_001).maximum_total_delay == 200_000.0
+    assert Schedule.exponential(2, factor=1).capped(10).attempts(10**9).maximum_total_delay == 2 * (10**9 - 1)
