@@ -327,3 +327,14 @@ def test_an_exponential_with_factor_one_totals_its_base_however_many_attempts() 
     # Past the explicit prefix the total must not fall back to the (default, 300 s) cap.
     assert Schedule.exponential(1, factor=1).attempts(200_001).maximum_total_delay == 200_000.0
     assert Schedule.exponential(2, factor=1).capped(10).attempts(10**9).maximum_total_delay == 2 * (10**9 - 1)
+
+
+@pytest.mark.parametrize("base", [Schedule.fibonacci(1), Schedule.exponential(1)])
+def test_a_cap_equal_to_the_default_one_written_past_randomness_changes_nothing(base: Schedule) -> None:
+    schedule = base.jittered().attempts(5)
+    same = schedule.capped(300)  # the default cap, pushed beneath the jitter: nothing to lower
+    assert same == schedule
+    assert repr(same) == repr(schedule)
+    lower = schedule.capped(299)
+    assert lower != schedule
+    assert repr(lower) == f"{base!r}.capped(299).jittered().attempts(5)"
