@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 
@@ -459,3 +461,117 @@ def test_a_probe_ignored_after_another_timed_out_reports_the_reopening(sink: Rec
     asyncio.run(main())
     assert attributes(sink, "breaker.opened")[-1] == {
         "trigger": "probe_timeout", "calls": 1, "failures": 1, "slow_calls": 0, "trips": 2, "open_for": 10.0}
+
+
+def test_a_sink_listening_at_exactly_error_receives_breaker_defect_and_the_defect_is_not_counted() -> None:
+    clock = Clock()
+    breaker = make(clock)
+    recording = RecordingSink(level=Level.ERROR)
+
+    def bug() -> None:
+        raise stoic.Defect("our own bug")
+
+    with stoic.use_sinks(recording):
+        for _ in range(3):
+            with pytest.raises(stoic.Defect):
+                breaker.call(bug)
+    assert [e.name for e in recording.events] == ["breaker.defect"] * 3
+    assert dict(recording.events[0].attributes) == {"error.type": "Defect"}
+    assert recording.events[0].level == Level.ERROR
+    assert breaker.state is CLOSED and snapshot(breaker).calls == 0
+    recording.assert_contract()
+
+
+def test_a_sink_listening_below_debug_sees_the_refusal_of_an_open_breaker() -> None:
+    clock = Clock()
+    breaker = make(clock)
+    trip(breaker, clock)
+    recording = RecordingSink(level=0)  # type: ignore[arg-type]  (below DEBUG: everything)
+    clock.step(4)
+    with stoic.use_sinks(recording), pytest.raises(CircuitOpen):
+        succeed(breaker, clock)
+    assert [e.name for e in recording.events] == ["breaker.rejected"]
+    assert dict(recording.events[0].attributes) == {"state": "open", "retry_after": 6.0}
+
+
+def test_a_call_lasting_exactly_a_histogram_bound_lands_in_that_bounds_bucket() -> None:
+    from stoic import _metrics
+
+    clock = Clock()
+    breaker = make(clock, window=CountWindow(100), minimum_calls=100, slow_call_duration=1000.0)
+    before = _metrics.state.enabled
+    _metrics.enable()
+    try:
+        for bound in _metrics.DURATION_BUCKETS:
+            succeed(breaker, clock, takes=bound)
+            failing(breaker, clock, takes=bound)
+        recorder = breaker._recorder
+        assert recorder is not None
+        success = recorder.histograms[("stoic.breaker.call.duration", "success", "")]
+        failure = recorder.histograms[("stoic.breaker.call.duration", "failure", "Boom")]
+    finally:
+        _metrics.state.enabled = before
+    one_each = [1] * len(_metrics.DURATION_BUCKETS) + [0]  # le: a bound's own bucket, none above
+    assert success.counts == one_each
+    assert failure.counts == one_each
+
+
+def test_force_open_while_half_open_reports_the_evidence_of_the_probes_so_far(sink: RecordingSink) -> None:
+    clock = Clock()
+    breaker = make(clock, half_open_probes=2)
+    trip(breaker, clock)
+    clock.step(10)
+    succeed(breaker, clock)  # one of the two probes succeeded: still half-open
+    assert breaker.state is HALF_OPEN
+    breaker.force_open()
+    assert attributes(sink, "breaker.opened")[-1] == {
+        "trigger": "forced", "calls": 1, "failures": 0, "slow_calls": 0, "trips": 1}
+    snap = snapshot(breaker)
+    assert (snap.state, snap.calls, snap.failures, snap.retry_after) == (OPEN, 1, 0, None)
+
+
+def test_pending_quick_successes_count_only_those_since_the_last_fold() -> None:
+    clock = Clock()
+    breaker = make(clock, window=CountWindow(50), minimum_calls=2)
+    for _ in range(2):
+        succeed(breaker, clock)  # judged under the lock until the window holds minimum_calls
+    for _ in range(4):
+        succeed(breaker, clock)
+    assert breaker._pending_quick() == 4
+    assert snapshot(breaker).calls == 6  # the snapshot folds them in
+    assert breaker._pending_quick() == 0
+    for _ in range(4):
+        succeed(breaker, clock)
+    assert breaker._pending_quick() == 4
+    assert snapshot(breaker).calls == 10
+
+
+def test_a_breaker_without_jitter_draws_nothing_from_its_call_sites_jitter_stream() -> None:
+    def jittered_open_for(steady_trips_first: bool) -> float | None:
+        clock = Clock()
+        with stoic.testing.seeded(7):
+            steady = make(clock)  # no jitter, made on the same line (the same site) as `jittered`
+            jittered = make(clock, open_duration=OpenDuration.fixed(10.0, jitter=0.5))
+            if steady_trips_first:
+                trip(steady, clock)
+            trip(jittered, clock)
+            return snapshot(jittered).retry_after
+
+    drawn = jittered_open_for(False)
+    assert drawn is not None and 5.0 <= drawn < 10.0
+    assert jittered_open_for(True) == drawn
+
+
+@pytest.mark.parametrize(("parameter", "look_alike"), [
+    ("minimum_calls", 10.0),
+    ("failure_rate_threshold", Fraction(1, 2)),
+    ("slow_call_duration", Decimal(10)),
+    ("slow_call_rate_threshold", True),
+    ("half_open_probes", True),
+    ("half_open_timeout", Decimal(60)),
+])
+def test_a_value_equal_to_a_default_but_of_a_refused_type_is_refused(parameter: str, look_alike: object) -> None:
+    # The defaults skip validation when passed as themselves (``is``): an equal value of another
+    # type must still be validated, and refused naming the parameter.
+    with pytest.raises((TypeError, ValueError), match=parameter):
+        CircuitBreaker(label="b", **{parameter: look_alike})  # type: ignore[arg-type]

@@ -279,3 +279,62 @@ def test_invalid_arguments_are_refused_naming_them() -> None:
         Schedule.fixed(1).union(5)  # type: ignore[arg-type]
     assert Schedule.fixed(1).attempts(5).maximal_delays(2) == [1, 1]
     assert Schedule.fixed(1).maximal_delays(3) == [1, 1, 1]
+
+
+def test_a_zero_delay_draws_no_jitter_so_the_next_delays_are_jittered_as_if_it_were_not_there() -> None:
+    for seed in range(3):
+        alone = waits(Schedule.delays([4, 4, 4]).jittered(), seed)
+        after_zero = waits(Schedule.delays([0, 4, 4, 4]).jittered(), seed)
+        assert after_zero[0] == 0
+        assert after_zero[1:] == alone
+        assert len(set(alone)) > 1  # really jittered
+
+
+@pytest.mark.parametrize(("low", "high"), [
+    (Schedule.fixed(1), Schedule.linear(1)),
+    (Schedule.fixed(2), Schedule.exponential(2, factor=1.5).capped(9)),
+    (Schedule.delays([3, 3, 3, 3]), Schedule.linear(3)),
+])
+def test_totals_of_two_schedules_that_start_together_and_then_part(low: Schedule, high: Schedule) -> None:
+    """Equal first delays, different growth: a union follows the slower-growing side and an
+    intersection the faster, in either order, and the totals are those of the delays stepped."""
+    for a, b in ((low, high), (high, low)):
+        union, meet = a.union(b).attempts(5), a.intersection(b).attempts(5)
+        assert union.maximal_delays() == low.attempts(5).maximal_delays()
+        assert meet.maximal_delays() == high.attempts(5).maximal_delays()
+        assert union.maximum_total_delay == sum(low.attempts(5).maximal_delays())
+        assert meet.maximum_total_delay == sum(high.attempts(5).maximal_delays())
+
+
+_BASES = [
+    Schedule.fixed(0.5), Schedule.fixed(1.5), Schedule.fixed(3.5), Schedule.linear(0.5), Schedule.linear(1),
+    Schedule.linear(1.5), Schedule.exponential(1).capped(5), Schedule.delays([3, 1, 4, 1, 5, 9, 2]),
+    Schedule.fibonacci(1).capped(6),
+]
+
+
+@pytest.mark.parametrize("combine", ["union", "intersection", "and_then"])
+def test_the_closed_form_total_of_two_combined_bases_is_the_sum_of_the_delays_stepped(combine: str) -> None:
+    """Every ordered pair of small bases (progressions that cross, meet at an end or part) and
+    every short attempt bound: maximum_total_delay is exactly the sum of the stepped delays."""
+    for a, b in itertools.product(_BASES, repeat=2):
+        for attempts in range(2, 9):
+            schedule = getattr(a, combine)(b).attempts(attempts)
+            assert schedule.maximum_total_delay == pytest.approx(sum(schedule.maximal_delays()), abs=1e-9), schedule
+
+
+def test_an_exponential_with_factor_one_totals_its_base_however_many_attempts() -> None:
+    # Past the explicit prefix the total must not fall back to the (default, 300 s) cap.
+    assert Schedule.exponential(1, factor=1).attempts(200_001).maximum_total_delay == 200_000.0
+    assert Schedule.exponential(2, factor=1).capped(10).attempts(10**9).maximum_total_delay == 2 * (10**9 - 1)
+
+
+@pytest.mark.parametrize("base", [Schedule.fibonacci(1), Schedule.exponential(1)])
+def test_a_cap_equal_to_the_default_one_written_past_randomness_changes_nothing(base: Schedule) -> None:
+    schedule = base.jittered().attempts(5)
+    same = schedule.capped(300)  # the default cap, pushed beneath the jitter: nothing to lower
+    assert same == schedule
+    assert repr(same) == repr(schedule)
+    lower = schedule.capped(299)
+    assert lower != schedule
+    assert repr(lower) == f"{base!r}.capped(299).jittered().attempts(5)"
