@@ -25,7 +25,7 @@ demo: $(STAMP)
 # Redraw docs/figures/dashboard-*.png: the demo scraped by a real Prometheus, every dashboard's
 # panels plotted (tests/integration/test_prometheus.py; `make test` draws them into a temp dir).
 figures: $(STAMP)
-	STOIC_WRITE_FIGURES=1 $(BIN)/python -m pytest tests/integration/test_prometheus.py
+	STOIC_WRITE_FIGURES=1 $(BIN)/python -m pytest tests/integration/test_prometheus.py tests/integration/test_fleet_dashboard.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
