@@ -22,10 +22,12 @@ $(STAMP): requirements-dev.txt pyproject.toml $(addsuffix /pyproject.toml,$(INST
 demo: $(STAMP)
 	$(BIN)/python -m examples.demo $(ARGS)
 
-# Redraw docs/figures/dashboard-*.png: the demo scraped by a real Prometheus, every dashboard's
-# panels plotted (tests/integration/test_prometheus.py; `make test` draws them into a temp dir).
+# Redraw docs/figures/dashboard-*.png: the demo (and, for the fleet dashboard, shared policies on a
+# Redis killed and restarted) scraped by a real Prometheus, every dashboard's
+# panels plotted (tests/integration/test_prometheus.py, test_fleet_dashboard.py; `make test` draws
+# them into a temp dir).
 figures: $(STAMP)
-	STOIC_WRITE_FIGURES=1 $(BIN)/python -m pytest tests/integration/test_prometheus.py
+	STOIC_WRITE_FIGURES=1 $(BIN)/python -m pytest tests/integration/test_prometheus.py tests/integration/test_fleet_dashboard.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

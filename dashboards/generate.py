@@ -2,11 +2,14 @@
 
 Writes one dashboard per policy kind (``stoic-breakers.json``, ``stoic-ratelimiters.json``,
 ``stoic-bulkheads.json`` (fixed and adaptive), ``stoic-throttles.json``, ``stoic-hedges.json``,
-``stoic-retries.json``) and ``stoic-overview.json``,
+``stoic-retries.json``), one for the fleet-wide policies on Redis (``stoic-fleet.json``) and
+``stoic-overview.json``,
 each with data source, job and instance variables. The JSON is committed;
 ``tests/test_dashboards.py`` fails when it differs from what this module builds now, and
 ``tests/integration/test_prometheus.py`` evaluates every panel query against a real Prometheus
-scraping the demo (every panel must return data). Metric names are the fixed ones of
+scraping the demo (every panel must return data), ``tests/integration/test_fleet_dashboard.py``
+the fleet dashboard's (and the overview's fleet panels) against a real Prometheus scraping shared
+policies on a real Redis that is killed and restarted. Metric names are the fixed ones of
 ``stoic._metrics.METRICS`` (docs/metrics.md).
 
 ``--check`` compares instead of writing and exits 1 on a difference.
@@ -56,9 +59,12 @@ STATE_CODES = {"closed": 0, "half_open": 1, "open": 2}
 STATE_COLORS = {"closed": "green", "half_open": "yellow", "open": "red"}
 
 
-def _sel(label_var: str, **matchers: str) -> str:
-    """A label selector filtered by the dashboard's job, instance and policy variables, plus exact matchers."""
-    parts = ['job=~"$job"', 'instance=~"$instance"', f'stoic_label=~"${label_var}"']
+def _sel(label_var: str, suffix: str = "", **matchers: str) -> str:
+    """A label selector filtered by the dashboard's job, instance and policy variables, plus exact matchers.
+
+    ``suffix`` (a regex) follows the policy variable: the series of a policy's companion, such as a
+    store's health breaker (``<label>.health``)."""
+    parts = ['job=~"$job"', 'instance=~"$instance"', f'stoic_label=~"${label_var}{suffix}"']
     parts += [f'{k}="{v}"' for k, v in matchers.items()]
     return "{" + ", ".join(parts) + "}"
 
@@ -332,13 +338,107 @@ def retries() -> Dashboard:
     )
 
 
+def fleet() -> Dashboard:
+    """Fleet-wide policies on Redis: store errors and recoveries, the store's health breaker, the
+    decisions taken without the store and the local fallbacks that took them."""
+    v = "fleet"
+    # Companions of a store or a shared policy, by the label stoic gives them (docs/fleet.md).
+    health = r"\\.health"
+    fallback = r"\\.fallback"
+    state_code = " + ".join(
+        f"{code} * max by (stoic_label) (stoic_breaker_state{_sel(v, health, state=name)})"
+        for name, code in STATE_CODES.items() if code
+    )
+    state_mappings: list[Any] = [
+        ValueMap(options={
+            str(code): ValueMappingResult(text=name, color=STATE_COLORS[name], index=code)
+            for name, code in STATE_CODES.items()
+        })
+    ]
+    return (
+        _base("Stoic fleet-wide policies", "stoic-fleet",
+              "The Redis store behind SharedRateLimiter, SharedCircuitBreaker and SharedLatency: its errors, "
+              "outages and latency, and the decisions taken without it (stoic.fleet.* metrics, and the breaker and "
+              "limiter metrics of the store's health breaker and of the shared policies' local fallbacks).")
+        .with_variable(_policy_variable(v, "Store or shared policy", '{__name__=~"stoic_fleet_.+"}'))
+        .with_row(Row("Store"))
+        .with_panel(
+            StateTimelinePanel().title("Store health")
+            .description("The store's health breaker (<store>.health): open while the store is resting after a "
+                         "failed call (calls skip it), half_open while one call probes it, closed when it answers.")
+            .datasource(PROM).height(6).span(18).mappings(state_mappings)
+            .with_target(_q(state_code, "{{stoic_label}}"))
+        )
+        .with_panel(
+            _stat("Store errors", "reqps", "Failed store calls per second now, all stores.",
+                  _q(f"sum(rate(stoic_fleet_store_errors_total{_sel(v)}[{RATE}]))", "errors"), red_at=0.001)
+            .height(6)
+        )
+        .with_panel(_timeseries(
+            "Store errors by type", "reqps",
+            "Store calls that failed, per second, by the error's type name: unreachable within the budget, an "
+            "error reply, a reply of the wrong shape (stoic_fleet_store_errors_total).",
+            _q(_rate_by("stoic_fleet_store_errors_total", _sel(v), "stoic_label, error_type"),
+               "{{stoic_label}} {{error_type}}"),
+        ))
+        .with_panel(_timeseries(
+            "Store recoveries", "short",
+            "Outages that ended: a store call that succeeded after failed ones (stoic_fleet_store_recoveries_total; "
+            "each is also a fleet.store_recovered event with the outage's length).",
+            _q(f"sum by (stoic_label) (increase(stoic_fleet_store_recoveries_total{_sel(v)}[{RATE}]))",
+               "{{stoic_label}}"),
+        ).draw_style(GraphDrawStyle.BARS))
+        .with_panel(_timeseries(
+            "Store calls by outcome", "reqps",
+            "Every store call, through the store's health breaker, by outcome (stoic_breaker_calls_total of "
+            "<store>.health).",
+            _q(_rate_by("stoic_breaker_calls_total", _sel(v, health), "stoic_label, outcome"),
+               "{{stoic_label}} {{outcome}}"),
+        ))
+        .with_panel(_timeseries(
+            "Store calls skipped while resting", "reqps",
+            "Store calls not sent because the health breaker was open or probing: an outage costs one budget per "
+            "probe interval, not one per call (stoic_breaker_rejections_total of <store>.health).",
+            _q(_rate_by("stoic_breaker_rejections_total", _sel(v, health), "stoic_label, state"),
+               "{{stoic_label}} {{state}}"),
+        ))
+        .with_panel(_timeseries(
+            "Store call duration p50 / p99", "s",
+            "Round trip of the store calls that were sent, budget included "
+            "(stoic_breaker_call_duration_seconds of <store>.health).",
+            *_quantiles("stoic_breaker_call_duration_seconds", _sel(v, health)),
+        ))
+        .with_row(Row("Decisions without the store"))
+        .with_panel(_timeseries(
+            "Fallbacks by decision", "reqps",
+            "Decisions a shared policy took while the store could not be used, per second: fail_open (its local "
+            "policy decided) or fail_closed (refused) (stoic_fleet_fallbacks_total).",
+            _q(_rate_by("stoic_fleet_fallbacks_total", _sel(v), "stoic_label, decision"),
+               "{{stoic_label}} {{decision}}"),
+        ))
+        .with_panel(_timeseries(
+            "Fallback breaker calls by outcome", "reqps",
+            "Calls a SharedCircuitBreaker's local fallback breaker (<label>.fallback) ran while failing open, by "
+            "outcome (stoic_breaker_calls_total).",
+            _q(_rate_by("stoic_breaker_calls_total", _sel(v, fallback), "stoic_label, outcome"),
+               "{{stoic_label}} {{outcome}}"),
+        ))
+        .with_panel(_timeseries(
+            "Fallback limiter permits", "short",
+            "Tokens in each SharedRateLimiter's local fallback bucket (<label>.fallback, the same rate and burst): "
+            "full while the store decides, spent while failing open (stoic_ratelimiter_permits_available).",
+            _q(f"sum by (stoic_label) (stoic_ratelimiter_permits_available{_sel(v, fallback)})", "{{stoic_label}}"),
+        ))
+    )
+
+
 def overview() -> Dashboard:
     """Every stoic policy at a glance: one row of numbers per kind; the kind's own dashboard has the detail."""
     v = "policy"
     return (
         _base("Stoic resilience overview", "stoic-overview",
-              "Breakers, rate limiters, bulkheads, throttles, hedges and retries of a stoic service at a glance "
-              "(stoic.* metrics).")
+              "Breakers, rate limiters, bulkheads, throttles, hedges, retries and fleet-wide policies of a stoic "
+              "service at a glance (stoic.* metrics).")
         .with_variable(_policy_variable(v, "Policy", '{__name__=~"stoic_.+"}'))
         .with_row(Row("At a glance"))
         .with_panel(_stat("Open breakers", "none", "Breakers open now (details: the breakers dashboard).",
@@ -359,6 +459,13 @@ def overview() -> Dashboard:
         .with_panel(_stat("Highest throttle probability", "percentunit",
                           "The highest shed probability of any adaptive throttle now.",
                           _q(f"max(stoic_throttle_probability{_sel(v)})", "probability"), red_at=0.5, span=12))
+        .with_panel(_stat("Fleet store errors", "reqps",
+                          "Failed calls to the Redis store of the fleet-wide policies (details: the fleet dashboard).",
+                          _q(f"sum(rate(stoic_fleet_store_errors_total{_sel(v)}[{RATE}]))", "errors"), span=12))
+        .with_panel(_stat("Fleet decisions without the store", "reqps",
+                          "Decisions shared policies took locally (fail_open) or refused (fail_closed) while their "
+                          "store could not be used.",
+                          _q(f"sum(rate(stoic_fleet_fallbacks_total{_sel(v)}[{RATE}]))", "fallbacks"), span=12))
         .with_row(Row("Traffic"))
         .with_panel(_timeseries(
             "Breaker calls by outcome", "reqps", "Calls every breaker recorded, per second, by outcome.",
@@ -382,6 +489,7 @@ DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
     "stoic-throttles.json": throttles,
     "stoic-hedges.json": hedges,
     "stoic-retries.json": retries,
+    "stoic-fleet.json": fleet,
 }
 
 

@@ -14,8 +14,12 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-FILES = ("stoic-overview.json", "stoic-breakers.json", "stoic-ratelimiters.json", "stoic-bulkheads.json",
-         "stoic-throttles.json", "stoic-hedges.json", "stoic-retries.json")
+# The demo runs every policy kind but the fleet-wide ones (they need a Redis): the fleet dashboard
+# and the fleet panels of the overview are evaluated against shared policies on a real Redis instead.
+DEMO_FILES = ("stoic-overview.json", "stoic-breakers.json", "stoic-ratelimiters.json", "stoic-bulkheads.json",
+              "stoic-throttles.json", "stoic-hedges.json", "stoic-retries.json")
+FLEET_FILES = ("stoic-fleet.json",)
+FILES = DEMO_FILES + FLEET_FILES
 
 _VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 
@@ -30,6 +34,12 @@ class PanelQuery:
 
     def __str__(self) -> str:
         return f"{self.dashboard} / {self.panel} / {self.ref_id}"
+
+    @property
+    def needs_fleet(self) -> bool:
+        """True for a query of the fleet-wide policies' own metrics (``stoic_fleet_*``): data only
+        where a shared policy uses a store."""
+        return "stoic_fleet_" in self.expr
 
 
 def load(name: str) -> dict[str, Any]:

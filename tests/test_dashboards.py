@@ -30,6 +30,7 @@ METRIC_FAMILIES = {
     "stoic_throttle_probability", "stoic_throttle_rejections_total",
     "stoic_hedge_attempts_total", "stoic_hedge_wins_total", "stoic_hedge_delay_seconds",
     "stoic_retry_retries_total", "stoic_retry_outcomes_total",
+    "stoic_fleet_store_errors_total", "stoic_fleet_store_recoveries_total", "stoic_fleet_fallbacks_total",
 }
 HISTOGRAMS = {"stoic_breaker_call_duration_seconds", "stoic_ratelimiter_wait_duration_seconds"}
 
@@ -81,9 +82,10 @@ def test_breakers_dashboard_covers_state_outcomes_failures_rejections_latency_tr
         assert needed in exprs, needed
 
 
-@pytest.mark.parametrize("kind", ["ratelimiter", "bulkhead", "throttle", "hedge", "retry"])
+@pytest.mark.parametrize("kind", ["ratelimiter", "bulkhead", "throttle", "hedge", "retry", "fleet"])
 def test_each_policy_kind_has_a_dashboard_covering_all_its_metrics(kind: str) -> None:
-    exprs = " ".join(q.expr for q in panel_queries(f"stoic-{kind.replace('retry', 'retrie')}s.json"))
+    name = "stoic-fleet.json" if kind == "fleet" else f"stoic-{kind.replace('retry', 'retrie')}s.json"
+    exprs = " ".join(q.expr for q in panel_queries(name))
     for family in METRIC_FAMILIES:
         if family.startswith(f"stoic_{kind}_"):
             assert family in exprs, family
@@ -96,8 +98,27 @@ def test_no_query_hides_missing_data_behind_a_fallback() -> None:
 
 def test_the_overview_touches_every_policy_kind() -> None:
     exprs = " ".join(q.expr for q in panel_queries("stoic-overview.json"))
-    for kind in ("breaker", "ratelimiter", "bulkhead", "throttle", "hedge", "retry"):
+    for kind in ("breaker", "ratelimiter", "bulkhead", "throttle", "hedge", "retry", "fleet"):
         assert f"stoic_{kind}_" in exprs, kind
+
+
+def test_the_fleet_dashboard_reads_the_store_health_breaker_and_the_local_fallbacks() -> None:
+    # Shared policies report no breaker/limiter series of their own: the store's health breaker
+    # (<store>.health) and the local fallbacks (<label>.fallback) do, under the breaker and
+    # ratelimiter metrics; the panels find them by those suffixes.
+    exprs = " ".join(q.expr for q in panel_queries("stoic-fleet.json"))
+    assert 'stoic_label=~"$fleet\\\\.health"' in exprs and 'stoic_label=~"$fleet\\\\.fallback"' in exprs
+    for needed in ("stoic_breaker_state", "stoic_breaker_calls_total", "stoic_breaker_rejections_total",
+                   "stoic_breaker_call_duration_seconds_bucket", "stoic_ratelimiter_permits_available",
+                   'decision', 'error_type'):
+        assert needed in exprs, needed
+
+
+def test_only_the_fleet_queries_need_a_store() -> None:
+    # The demo (no Redis) feeds every other query; test_fleet_dashboard.py feeds these.
+    for query in all_panel_queries():
+        if query.dashboard != "Stoic fleet-wide policies" and query.needs_fleet:
+            assert query.panel.startswith("Fleet "), query
 
 
 def test_every_query_names_only_metrics_the_adapter_emits_and_filters_by_label() -> None:

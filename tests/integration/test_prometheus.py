@@ -14,8 +14,6 @@ under CI (CI=true), where it fails.
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
 import sys
 import time
@@ -24,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dashboard_figures import figure_name, figures_dir, render_figures
 from prometheus_harness import Prometheus, free_port, require_binary, running_prometheus, stop_process
 
-from dashboards.queries import FILES, PanelQuery, load, panel_queries
+from dashboards.queries import DEMO_FILES, PanelQuery, load, panel_queries
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-FIGURES = ROOT / "docs" / "figures"
 # The demo's policies are keyed by route: the family's label, ":", the key.
 LABEL = "inventory-api:GET /work"
 SEARCH_LABEL = "inventory-api:GET /search"
@@ -77,13 +75,14 @@ def _values(result: list[dict[str, Any]]) -> list[float]:
     return [float(series["value"][1]) for series in result]
 
 
+def _demo_can_feed(query: PanelQuery) -> bool:
+    """The demo runs no fleet-wide policy (no Redis): the overview's fleet panels are evaluated by
+    test_fleet_dashboard.py instead, and left out of the demo's pictures."""
+    return not query.needs_fleet
+
+
 def _every_panel_query() -> list[PanelQuery]:
-    return [q for name in FILES for q in panel_queries(name)]
-
-
-def _figures_dir(tmp_path: Path) -> Path:
-    """docs/figures when asked (``STOIC_WRITE_FIGURES=1``, ``make figures``), else a temp dir."""
-    return FIGURES if os.environ.get("STOIC_WRITE_FIGURES", "").strip() == "1" else tmp_path / "figures"
+    return [q for name in DEMO_FILES for q in panel_queries(name) if _demo_can_feed(q)]
 
 
 def test_every_panel_of_every_dashboard_returns_data_from_the_demo(
@@ -121,7 +120,7 @@ def test_every_panel_of_every_dashboard_returns_data_from_the_demo(
         queries = _every_panel_query()
         assert len(queries) >= 28
         # Every panel of every dashboard has a query (so "every query returns data" covers every panel).
-        for name in FILES:
+        for name in DEMO_FILES:
             titled = {p["title"] for p in load(name)["panels"] if p["type"] != "row"}
             assert titled == {q.panel for q in panel_queries(name)}, name
         for query in queries:
@@ -151,9 +150,12 @@ def test_every_panel_of_every_dashboard_returns_data_from_the_demo(
         # The pictures cover the whole story: let the demo finish, and the last scrape land.
         proc.wait(timeout=DEMO_SECONDS + 15)
         time.sleep(1.5)
-        written = _render_figures(prometheus, wall_start, time.time(), _figures_dir(tmp_path))
-        assert sorted(path.name for path in written) == sorted(
-            f"dashboard-{name.removeprefix('stoic-').removesuffix('.json')}.png" for name in FILES)
+        # Time 0 is the first scrape that saw the demo's policies (they exist before the story
+        # starts), not the test's start: the demo's start-up takes a few seconds on a busy machine.
+        written = render_figures(
+            prometheus, DEMO_FILES, wall_start, time.time(), figures_dir(tmp_path), origin_expr="stoic_breaker_state",
+            subject="the demo", origin_text="seconds since the demo's policies were first scraped", keep=_demo_can_feed)
+        assert sorted(path.name for path in written) == sorted(figure_name(name) for name in DEMO_FILES)
         assert all(path.stat().st_size > 10_000 for path in written)
     except AssertionError:
         print(output.read_text(errors="replace")[-3000:])
@@ -164,59 +166,3 @@ def test_every_panel_of_every_dashboard_returns_data_from_the_demo(
     assert proc.returncode in (0, -15), output.read_text(errors="replace")[-3000:]
     assert time.monotonic() - started < 60
 
-
-def _legend(template: str, metric: dict[str, str]) -> str:
-    return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: metric.get(m.group(1), ""), template).strip() or "value"
-
-
-def _render_figures(prometheus: Prometheus, start: float, end: float, into: Path) -> list[Path]:
-    """One PNG per dashboard in ``into``: each panel's targets over the run, from Prometheus's
-    range queries. Returns the files written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    into.mkdir(parents=True, exist_ok=True)
-    # Time 0 is the first scrape that saw the demo's policies (they exist before the story
-    # starts), not the test's start: the demo's start-up takes a few seconds on a busy machine.
-    origin = min((float(series["values"][0][0]) for series in prometheus.query_range("stoic_breaker_state", start, end)
-                  if series["values"]), default=start)
-    written = []
-    for name in FILES:
-        dashboard = load(name)
-        queries = panel_queries(name)
-        legends = {(p.get("title", ""), t.get("refId", "")): t.get("legendFormat", "")
-                   for p in dashboard["panels"] for t in p.get("targets", [])}
-        panels: dict[str, list[PanelQuery]] = {}
-        for query in queries:
-            panels.setdefault(query.panel, []).append(query)
-        columns = 2
-        rows = (len(panels) + columns - 1) // columns
-        figure, axes = plt.subplots(rows, columns, figsize=(12, 3.0 * rows), squeeze=False)
-        for ax, (title, targets) in zip(axes.flat, panels.items(), strict=False):
-            drawn = 0
-            for query in targets:
-                for series in prometheus.query_range(query.promql, start, end):
-                    points = [(float(t) - origin, float(v)) for t, v in series["values"]
-                              if v not in ("NaN", "+Inf") and float(t) >= origin]
-                    if points:
-                        xs, ys = zip(*points, strict=True)
-                        legend = _legend(legends.get((title, query.ref_id), ""), series["metric"])
-                        ax.plot(xs, ys, marker="." if len(xs) < 3 else None, label=legend)
-                        drawn += 1
-            ax.set_title(title, fontsize=10)
-            ax.set_xlabel("seconds since the demo's policies were first scraped", fontsize=8)
-            ax.tick_params(labelsize=8)
-            ax.grid(alpha=0.3)
-            if drawn:
-                ax.legend(fontsize=7, loc="upper left")
-        for ax in list(axes.flat)[len(panels):]:
-            ax.set_visible(False)
-        figure.suptitle(f"{dashboard['title']} (the demo, scraped by a real Prometheus)", fontsize=12)
-        figure.tight_layout()
-        path = into / f"dashboard-{name.removeprefix('stoic-').removesuffix('.json')}.png"
-        figure.savefig(path, dpi=80)
-        plt.close(figure)
-        written.append(path)
-    return written
