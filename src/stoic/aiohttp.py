@@ -22,9 +22,12 @@ import re
 from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any
 
-from aiohttp import ClientRequest, ClientResponse
-from aiohttp.client_middlewares import ClientHandlerType
-from aiohttp.payload import BytesPayload
+try:
+    from aiohttp import ClientRequest, ClientResponse
+    from aiohttp.client_middlewares import ClientHandlerType
+    from aiohttp.payload import BytesPayload
+except ImportError as exc:  # the optional extra is missing (or older than 3.12): say which one
+    raise ImportError("stoic.aiohttp needs aiohttp 3.12 or later: pip install 'stoic[aiohttp]'") from exc
 
 from ._http import (
     DEFAULT_RETRY_AFTER_CAP,

@@ -24,7 +24,10 @@ import re
 from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any
 
-import httpx
+try:
+    import httpx
+except ImportError as exc:  # the optional extra is missing: say which one
+    raise ImportError("stoic.httpx needs httpx: pip install 'stoic[httpx]'") from exc
 
 from ._http import (
     DEFAULT_RETRY_AFTER_CAP,
