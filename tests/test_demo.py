@@ -106,8 +106,8 @@ def test_demo_tells_the_whole_story_and_serves_metrics_while_running(tmp_path: P
     assert "breaker.opened" in text and "trigger=failure_rate" in text, text
     assert "breaker.closed" in text and "reason=probes_succeeded" in text, text
     # The summary table.
-    assert "Summary: breaker 'inventory-api:GET /work'" in text
-    for row in ("calls run", "successes", "failures", "rejections", "fallbacks", "hedged reads", "retries",
+    assert "Summary: GET /work through the stack (breaker 'inventory-api:GET /work')" in text
+    for row in ("calls answered", "successes", "failures", "rejections", "fallbacks", "hedged reads", "retries",
                 "time open", "latency p50", "latency p99", "transitions", "closed→open ×", "open→closed ×1",
                 "final state",
                 "adaptive limit", "throttle"):

@@ -581,18 +581,22 @@ class Demo:
             total = sum(counts.values())
             return f"{total}" + (f"  ({', '.join(f'{k} ×{v}' for k, v in counts.most_common())})" if total else "")
 
-        table = Table(title=f"Summary: breaker {label!r}", title_justify="left", show_header=False)
+        table = Table(title=f"Summary: GET /work through the stack (breaker {label!r}), and the hedged GET /search",
+                      title_justify="left", show_header=False)
         table.add_column("what", style="bold")
         table.add_column("value")
-        table.add_row("calls run", str(s.calls))
+        table.add_row("calls answered",
+                      f"{s.calls}  (a success or a failure; refusals and fallbacks below are not in it)")
         table.add_row("successes", str(s.successes))
         table.add_row("failures", by(s.failures))
         table.add_row("slow calls", str(s.slow))
-        table.add_row("rejections", by(s.rejections))
+        table.add_row("rejections", by(s.rejections)
+                      + "  (what the caller got, after retries; each stage's own refusals are span events)")
         table.add_row("fallbacks", by(s.fallbacks) + "  (a stale answer: the breaker or the throttle refused)")
         table.add_row("hedged reads", f"{s.searches} reads, {events['hedge.started']} hedges started "
                                       f"(hedge.won ×{events['hedge.won']})")
-        table.add_row("retries", f"{events['retry.attempt_failed']} retried, {events['retry.succeeded']} then "
+        table.add_row("retries", f"{events['retry.attempt_failed']} attempts retried, "
+                                 f"{events['retry.succeeded']} calls then "
                                  f"succeeded; ended by: " + ", ".join(
                                      f"{name.removeprefix('retry.')} ×{n}" for name, n in sorted(events.items())
                                      if name in _RETRY_ENDS) or "nothing else")
