@@ -25,6 +25,7 @@ from stoic import (
     ControlPlane,
     CountWindow,
     GradientBulkhead,
+    OpenDuration,
     Hedge,
     RateLimiter,
     Throttled,
@@ -432,3 +433,30 @@ async def test_a_closed_breaker_starts_a_fresh_window_and_calls_in_flight_finish
     assert str(breaker.state) == "open"
     with pytest.raises(CircuitOpen):
         await breaker.execute(slow)
+
+
+async def test_a_breaker_retuned_to_more_probes_while_half_open_finishes_its_episode(clock: VirtualClock) -> None:
+    # The episode under way keeps the probe count it started with: a retune applies from the next
+    # one (with the new count, a probe's success could never close it, nor would any probe run).
+    breaker = CircuitBreaker(label="hp", window=CountWindow(4), minimum_calls=4,
+                             open_duration=OpenDuration.fixed(1.0), half_open_probes=1, clock=clock)
+
+    async def fail() -> None:
+        raise ConnectionError("down")
+
+    for _ in range(4):
+        with pytest.raises(ConnectionError):
+            await breaker.execute(fail)
+    await clock.advance(1.5)
+    gate = asyncio.Event()
+
+    async def probe() -> str:
+        await gate.wait()
+        return "ok"
+
+    probing = asyncio.create_task(breaker.execute(probe))
+    await asyncio.sleep(0)
+    breaker._retune(half_open_probes=3)
+    gate.set()
+    assert await probing == "ok"
+    assert str(breaker.state) == "closed"

@@ -127,10 +127,11 @@ def _report_callback(
 class _Episode:
     """One half-open episode: its probe permits and what the probes found (created per episode)."""
 
-    __slots__ = ("calls", "failures", "free", "inflight", "next_id", "ok", "slow")
+    __slots__ = ("calls", "failures", "free", "inflight", "next_id", "ok", "probes", "slow")
 
     def __init__(self, probes: int) -> None:
-        self.free = probes
+        # The episode's own probe count: a retune of half_open_probes applies from the next one.
+        self.probes = self.free = probes
         self.ok = self.calls = self.failures = self.slow = 0
         self.inflight: dict[int, int] = {}
         self.next_id = 0
@@ -460,7 +461,7 @@ class CircuitBreaker:
                     self._reopen(end, "probe_slow", pending)
                 else:
                     episode.ok += 1
-                    if episode.ok >= self._probes:
+                    if episode.ok >= episode.probes:
                         self._close(end, "probes_succeeded", pending)
             if _metrics_state.enabled:
                 recorder = self._recorder or self._new_recorder()
