@@ -25,8 +25,8 @@ from stoic import (
     ControlPlane,
     CountWindow,
     GradientBulkhead,
-    OpenDuration,
     Hedge,
+    OpenDuration,
     RateLimiter,
     Throttled,
 )
@@ -460,3 +460,33 @@ async def test_a_breaker_retuned_to_more_probes_while_half_open_finishes_its_epi
     gate.set()
     assert await probing == "ok"
     assert str(breaker.state) == "closed"
+
+
+def test_a_retune_keeps_the_fleet_latency_digest_and_a_per_call_site_budget_stays_the_policys() -> None:
+    pytest.importorskip("redis")
+    from stoic import RetryBudget
+    from stoic.fleet import RedisStore, SharedLatency
+
+    store = RedisStore("redis://127.0.0.1:1", budget=0.01)  # never reached: nothing is pushed here
+    digest = SharedLatency(store=store, label="h1")
+    hedge = Hedge(0.01, quantile=0.9, label="h", latency_digest=digest)
+    kind = type(hedge._estimate)
+    hedge._retune(max_attempts=3)
+    assert hedge._digest is digest and type(hedge._estimate) is kind and hedge.max_attempts == 3
+    bulkhead = AdaptiveBulkhead(latency_threshold=0.1, max_concurrent=10, latency_quantile=0.9, label="b",
+                                latency_digest=SharedLatency(store=store, label="b1"))
+    kept = bulkhead._algorithm._digest
+    bulkhead._retune(max_concurrent=20)
+    assert kept is not None and bulkhead._algorithm._digest is kept
+
+    def first() -> Hedge:
+        return Hedge(0.01, label="a", budget=RetryBudget.PER_CALL_SITE)
+
+    def second() -> Hedge:
+        return Hedge(0.01, label="b", budget=RetryBudget.PER_CALL_SITE)
+
+    a, b = first(), second()
+    before = (a.budget, b.budget)
+    a._retune(budget=RetryBudget.PER_CALL_SITE)
+    b._retune(budget=RetryBudget.PER_CALL_SITE)
+    assert (a.budget, b.budget) == before and a.budget is not b.budget  # each its own site's bucket

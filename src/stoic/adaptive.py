@@ -245,7 +245,8 @@ class AdaptiveBulkhead(_AdaptiveBulkhead):
         assert isinstance(aimd, AimdLimit)
         return {**super()._settings(), "latency_threshold": to_seconds(aimd.threshold_ns),
                 "backoff_ratio": aimd.backoff_ratio, "increase_step": aimd.increase_step,
-                "cooldown": to_seconds(aimd.cooldown_ns), "latency_quantile": aimd.quantile}
+                "cooldown": to_seconds(aimd.cooldown_ns), "latency_quantile": aimd.quantile,
+                "latency_digest": aimd._digest}
 
     def __init__(
         self, *, latency_threshold: Seconds, max_concurrent: int, min_concurrent: int = 1,

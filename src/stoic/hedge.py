@@ -170,8 +170,8 @@ class Hedge:
     """
 
     __slots__ = (
-        "__weakref__", "_budget", "_clock", "_delay_ns", "_estimate", "_fixed_ns", "_lock", "_max_ns", "_min_ns",
-        "_rec", "label", "max_attempts", "op", "quantile", "window",
+        "__weakref__", "_budget", "_clock", "_delay_ns", "_digest", "_estimate", "_fixed_ns", "_lock", "_max_ns",
+        "_min_ns", "_rec", "_site", "label", "max_attempts", "op", "quantile", "window",
     )
 
     def __init__(
@@ -189,7 +189,7 @@ class Hedge:
         latency_digest: SharedLatency | None = None,
     ) -> None:
         self._setup(delay, max_attempts, budget, label, quantile, delay_min, delay_max, window, clock,
-                    call_site(1) if budget is RetryBudget.PER_CALL_SITE else "", latency_digest)
+                    call_site(1), latency_digest)
 
     def _setup(
         self,
@@ -206,11 +206,12 @@ class Hedge:
         digest: SharedLatency | None = None,
     ) -> None:
         self.label = check_label(label)
+        self._site, self._digest = site, digest  # (a retune re-resolves a per-call-site budget here)
         self._fixed_ns = to_ns(delay, "delay", allow_zero=True)
         self.max_attempts = check_int(max_attempts, "max_attempts", minimum=2)
         if not isinstance(budget, RetryBudget):
             raise TypeError(f"budget must be a stoic.RetryBudget, got {type(budget).__name__}")
-        self._budget = budget.resolve(site) if site else budget
+        self._budget = budget.resolve(site) if site and budget is RetryBudget.PER_CALL_SITE else budget
         self._clock = resolve_clock(clock)
         self._min_ns = None if delay_min is None else to_ns(delay_min, "delay_min", allow_zero=True)
         self._max_ns = None if delay_max is None else to_ns(delay_max, "delay_max", allow_zero=True)
@@ -257,10 +258,14 @@ class Hedge:
         (``ValueError`` naming the parameter; the hedge unchanged). The adaptive delay's estimate
         starts afresh (the delay is ``delay`` until it has warmed up again); calls in flight
         read the new delay and attempt count at their next decision."""
+        if changes.get("budget") is RetryBudget.PER_CALL_SITE and self._site:
+            # The site is this hedge's construction, not the retune's (as the constructor resolves it).
+            changes = {**changes, "budget": RetryBudget.PER_CALL_SITE.resolve(self._site)}
         fresh = validated(self, {
             "delay": to_seconds(self._fixed_ns), "max_attempts": self.max_attempts, "budget": self._budget,
             "quantile": self.quantile, "delay_min": None if self._min_ns is None else to_seconds(self._min_ns),
             "delay_max": None if self._max_ns is None else to_seconds(self._max_ns), "window": self.window,
+            "latency_digest": self._digest,
         }, changes)
         # A lock once made is kept: a call in flight may be about to observe under it.
         lock = self._lock = self._lock or fresh._lock
