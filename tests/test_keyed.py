@@ -286,3 +286,19 @@ def test_threads_contending_on_a_keyed_blocking_bulkhead_leak_nothing():
     assert all(p.active_count == 0 and p.queued_count == 0 for p in family.policies.values())
     assert all(inside[k] == 0 for k in inside)
     assert max(most.values()) <= 2  # one bulkhead per key at a time: never two for one key
+
+
+async def test_a_retune_that_one_key_refuses_changes_no_key_and_not_the_family(clock):
+    # Key b has a request for 8 permits queued: a burst of 5 can never serve it, so b refuses the
+    # retune. Key a, retuned first, goes back; the family's configuration stays as it was.
+    family = Keyed(RateLimiter, label="k", clock=clock, rate=10, per=1.0, burst=10)
+    a, b = family.get("a"), family.get("b")
+    await b.acquire(10)
+    waiting = asyncio.create_task(b.acquire(8))
+    await asyncio.sleep(0)
+    with pytest.raises(ValueError, match="burst"):
+        family.retune(burst=5, rate=5)
+    assert (a.rate, a.burst, b.rate, b.burst) == (10, 10, 10, 10)
+    assert dict(family.config) == {"rate": 10, "per": 1.0, "burst": 10}
+    assert family.get("c").rate == 10 and a.available_permits == 10
+    waiting.cancel()

@@ -490,3 +490,33 @@ def test_a_retune_keeps_the_fleet_latency_digest_and_a_per_call_site_budget_stay
     a._retune(budget=RetryBudget.PER_CALL_SITE)
     b._retune(budget=RetryBudget.PER_CALL_SITE)
     assert (a.budget, b.budget) == before and a.budget is not b.budget  # each its own site's bucket
+
+
+def test_a_blocking_bulkhead_retunes_its_queue_management_as_the_asyncio_one_does() -> None:
+    bulkhead = BlockingBulkhead(2, queue_limit=10, queue_target=0.01, label="y")
+    bulkhead._retune(queue_target=0.02, queue_interval=0.2)
+    assert bulkhead._settings()["queue_target"] == 0.02 and bulkhead._settings()["queue_interval"] == 0.2
+    with pytest.raises(ValueError, match="queue"):
+        bulkhead._retune(queue_limit=0)  # refused as by the constructor: queue management needs a queue
+    assert bulkhead.queue_limit == 10
+    bulkhead._retune(queue_target=None)  # off, with nobody waiting
+    assert bulkhead._rules is None
+    bulkhead._retune(prioritized=True)  # and on again
+    assert bulkhead._rules is not None and bulkhead._rules.prioritized
+
+
+async def test_a_keyed_family_refused_by_one_key_leaves_every_key_as_it_was(clock: VirtualClock) -> None:
+    from stoic import Keyed
+
+    family = Keyed(Bulkhead, label="kb", clock=clock, max_concurrent=1, queue_limit=5)
+    a, b = family.get("a"), family.get("b")
+    gate = asyncio.Event()
+    running = [asyncio.create_task(b.execute(gate.wait)) for _ in range(2)]  # one runs, one waits
+    await asyncio.sleep(0)
+    assert b.queued == 1
+    with pytest.raises(ValueError, match="queue management"):
+        family.retune(max_concurrent=4, queue_target=0.01)
+    assert (a.max_concurrent, b.max_concurrent, a._managed, b._managed) == (1, 1, None, None)
+    assert family.config["max_concurrent"] == 1 and "queue_target" not in family.config
+    gate.set()
+    await asyncio.gather(*running)

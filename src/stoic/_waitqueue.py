@@ -114,7 +114,7 @@ class QueueRules:
         # The bulkhead's waiters are its own _Waiter objects; what is queue-specific sits beside.
         self.parked: dict[int, Parked] = {}
 
-    def retune(self, other: ManagedQueue) -> None:
+    def retune(self, other: QueueRules) -> None:
         """Take ``other``'s options (a bulkhead retuned live); what CoDel learnt restarts."""
         self.target_ns, self.interval_ns, self.lifo, self.prioritized = (
             other.target_ns, other.interval_ns, other.lifo, other.prioritized)

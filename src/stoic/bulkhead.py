@@ -150,6 +150,35 @@ class _Compartment:
         return DeadlineExceeded(f"deadline exceeded before a bulkhead slot ({self._label})", label=self._label)
 
 
+    # --- the control plane (one rule for both kinds) ---
+    def _queue_rules(self) -> QueueRules | None:
+        """This bulkhead's queue management (None: a plain FIFO queue)."""
+        raise NotImplementedError
+
+    def _settings(self) -> dict[str, Any]:
+        """The constructor's keyword arguments that rebuild this configuration (for ``_retune``)."""
+        rules = self._queue_rules()
+        return {
+            "max_concurrent": self._max, "queue_limit": self.queue_limit,
+            "queue_target": None if rules is None or rules.target_ns is None else to_seconds(rules.target_ns),
+            "queue_interval": 0.1 if rules is None else to_seconds(rules.interval_ns),
+            "queue_adaptive_lifo": rules is not None and rules.lifo,
+            "prioritized": rules is not None and rules.prioritized,
+        }
+
+    def _check_retune(self, fresh: _Compartment) -> None:
+        """Refuse what the bulkhead's state forbids: switching queue management on or off while
+        callers wait (their places were decided under the other rule)."""
+        if (self._queue_rules() is None) != (fresh._queue_rules() is None) and self._waiters:
+            raise ValueError(f"queue_target, queue_adaptive_lifo and prioritized cannot turn queue management "
+                             f"on or off while {len(self._waiters)} callers wait")
+
+    def _retune_check(self, **changes: Any) -> None:
+        """What :meth:`_retune` would refuse, checked without changing anything (stoic.Keyed checks
+        every key before retuning any)."""
+        self._check_retune(validated(self, self._settings(), changes))
+
+
 class Bulkhead(_Compartment):
     """A concurrency limit for asyncio operations (seed 000, "Bulkhead").
 
@@ -238,16 +267,8 @@ class Bulkhead(_Compartment):
             waiter.granted = False  # its event loop is closed: nobody will run; try the next
         self._active -= 1
 
-    def _settings(self) -> dict[str, Any]:
-        """The constructor's keyword arguments that rebuild this configuration (for ``_retune``)."""
-        managed = self._managed
-        return {
-            "max_concurrent": self._max, "queue_limit": self.queue_limit,
-            "queue_target": None if managed is None or managed.target_ns is None else to_seconds(managed.target_ns),
-            "queue_interval": 0.1 if managed is None else to_seconds(managed.interval_ns),
-            "queue_adaptive_lifo": managed is not None and managed.lifo,
-            "prioritized": managed is not None and managed.prioritized,
-        }
+    def _queue_rules(self) -> QueueRules | None:
+        return self._managed
 
     def _retune(self, **changes: Any) -> None:
         """Swap the configuration live (stoic.ControlPlane.retune), validated by the constructor
@@ -256,10 +277,8 @@ class Bulkhead(_Compartment):
         slots to waiters at once. Queue management's learnt state restarts; turning it on or off
         needs an empty queue (``ValueError`` naming ``queue_target`` otherwise)."""
         fresh = validated(self, self._settings(), changes)
+        self._check_retune(fresh)
         managed, new = self._managed, fresh._managed
-        if (managed is None) != (new is None) and self._waiters:
-            raise ValueError(f"queue_target, queue_adaptive_lifo and prioritized cannot turn queue management "
-                             f"on or off while {len(self._waiters)} callers wait")
         self._max, self._queue_limit = fresh._max, fresh._queue_limit
         if managed is not None and new is not None:
             managed.retune(new)
@@ -439,11 +458,21 @@ class BlockingBulkhead(_Compartment):
             return False
         return True
 
+    def _queue_rules(self) -> QueueRules | None:
+        return self._rules
+
     def _retune(self, **changes: Any) -> None:
-        """Swap ``max_concurrent`` and ``queue_limit`` live, as :meth:`Bulkhead._retune` does."""
-        fresh = validated(self, {"max_concurrent": self._max, "queue_limit": self.queue_limit}, changes)
+        """Swap the configuration live, as :meth:`Bulkhead._retune` does (queue management
+        included: its options can change, and it can be switched on or off while nobody waits)."""
+        fresh = validated(self, self._settings(), changes)
         with self._lock:
+            self._check_retune(fresh)
             self._max, self._queue_limit = fresh._max, fresh._queue_limit
+            rules, new = self._rules, fresh._rules
+            if rules is not None and new is not None:
+                rules.retune(new)
+            else:
+                self._rules = new
             while self._waiters and self._active < self._max:
                 self._active += 1
                 self._release_locked()

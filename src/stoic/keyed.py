@@ -383,11 +383,17 @@ class Keyed(Generic[P]):
                 for slot in slots:
                     rebuilt.append((slot, factory(label=slot.label, clock=clock, **config),
                                     is_forced_open(slot.policy)))
-            self._config = config
             if in_place:
+                # A key's own state can refuse (a queued request above a new burst, queue
+                # management switched on while callers wait): every key is asked first, so a
+                # refusal changes no key and not the family.
                 for slot in slots:
-                    retune: Callable[..., None] = slot.policy._retune  # type: ignore[attr-defined]
-                    retune(**changes)
+                    check = getattr(slot.policy, "_retune_check", None)
+                    if check is not None:
+                        check(**changes)
+                for slot in slots:
+                    slot.policy._retune(**changes)  # type: ignore[attr-defined]
+            self._config = config
             for slot, policy, forced in rebuilt:
                 if forced or self._forced_all:
                     _force(policy, self._label)

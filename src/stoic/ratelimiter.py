@@ -260,20 +260,34 @@ class _TokenBucket:
         rate (built without ``burst``, or equal to ``rate``) keeps following it. ``ValueError``
         naming ``burst`` when a queued request asks more permits than the new burst could hold.
         """
-        burst = None if self._burst == self._rate else self._burst
-        fresh = validated(self, {"rate": self._rate, "per": to_seconds(self._per_ns), "burst": burst,
-                                 "queue_limit": self._queue_limit}, changes)
+        fresh = self._validated(changes)
         with self._lock:
-            largest = max((w.permits for w in self._waiters), default=0)
-            if largest > fresh._burst:
-                raise ValueError(f"burst must be >= {largest} while a request for {largest} permits waits, "
-                                 f"got {fresh._burst}")
+            self._check_retune(fresh)
             self._take(self._now(), 0)  # earned at the old rate up to this instant
             credit = (self._capacity - self._deficit) * fresh._cost // self._cost  # the same permits, new units
             self._rate, self._per_ns, self._burst = fresh._rate, fresh._per_ns, fresh._burst
             self._queue_limit, self._earn, self._cost = fresh._queue_limit, fresh._earn, fresh._cost
             self._capacity = fresh._capacity
             self._deficit = self._capacity - min(credit, self._capacity)
+
+    def _validated(self, changes: dict[str, Any]) -> _TokenBucket:
+        burst = None if self._burst == self._rate else self._burst
+        return validated(self, {"rate": self._rate, "per": to_seconds(self._per_ns), "burst": burst,
+                                "queue_limit": self._queue_limit}, changes)
+
+    def _check_retune(self, fresh: _TokenBucket) -> None:
+        """Refuse a burst that a request already queued could never be served from."""
+        largest = max((w.permits for w in self._waiters), default=0)
+        if largest > fresh._burst:
+            raise ValueError(f"burst must be >= {largest} while a request for {largest} permits waits, "
+                             f"got {fresh._burst}")
+
+    def _retune_check(self, **changes: Any) -> None:
+        """What :meth:`_retune` would refuse, checked without changing anything (stoic.Keyed checks
+        every key before retuning any)."""
+        fresh = self._validated(changes)
+        with self._lock:
+            self._check_retune(fresh)
 
     # --- validation and events ---
     def _check_permits(self, permits: int) -> None:
