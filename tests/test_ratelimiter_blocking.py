@@ -168,3 +168,24 @@ def test_contending_threads_on_the_system_clock_never_exceed_the_bound() -> None
         assert index <= 5 + 2000 * (at - start) // 1_000_000_000
     assert (max(grants) - start) >= 75 * 1_000_000_000 // 2000 - 1_000_000
     assert limiter.waiter_count == 0
+
+
+def test_a_burst_lowered_while_a_caller_enters_is_read_again_under_the_lock() -> None:
+    # A retune from another thread lands between acquire()'s first check and its lock (simulated
+    # here inside the timeout's conversion): the request is refused as oversized, never served
+    # from a bucket smaller than it.
+    limiter = BlockingRateLimiter(100, 1.0, burst=10, queue_limit=None, label="race")
+    limiter.acquire(10)
+
+    class Retuning(float):
+        fired = False
+
+        def __gt__(self, other: object) -> bool:
+            if not Retuning.fired:
+                Retuning.fired = True
+                limiter._retune(burst=5)
+            return float.__gt__(self, other)  # type: ignore[operator]
+
+    with pytest.raises(RateLimited, match="can never be granted"):
+        limiter.acquire(10, timeout=Retuning(3.0))
+    assert Retuning.fired and limiter.burst == 5 and limiter.waiter_count == 0

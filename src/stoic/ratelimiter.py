@@ -546,21 +546,27 @@ class BlockingRateLimiter(_TokenBucket):
         if ambient is not None and ambient <= 0:
             self._reject("deadline_exceeded", permits, None)
             raise DeadlineExceeded(f"deadline exceeded before acquiring ({self._label})", label=self._label)
-        cost = permits * self._cost
         reason = ""
-        served = -1
+        served = wait = -1
         with self._lock:
             now = self._now()
             waiters = self._waiters
-            if self._take(now, 0 if waiters else cost) and not waiters:
+            # The burst and the price are read under the lock: a retune from another thread may
+            # have changed them since the check above.
+            if permits > self._burst:
+                reason = "oversized"
+            elif self._take(now, 0 if waiters else permits * self._cost) and not waiters:
                 return
-            wait = self._wait_ns(permits)
-            if (limit is not None and wait > limit) or (ambient is not None and wait >= ambient):
-                reason = "would_exceed_deadline"
-            elif self._queue_limit is not None and len(waiters) >= self._queue_limit:
-                reason = "queue_full"
             else:
-                served = self._wait_locked(permits, now, limit, ambient)
+                wait = self._wait_ns(permits)
+                if (limit is not None and wait > limit) or (ambient is not None and wait >= ambient):
+                    reason = "would_exceed_deadline"
+                elif self._queue_limit is not None and len(waiters) >= self._queue_limit:
+                    reason = "queue_full"
+                else:
+                    served = self._wait_locked(permits, now, limit, ambient)
+        if reason == "oversized":
+            raise self._oversized(permits)
         if reason:
             self._reject(reason, permits, wait)
             raise RateLimited(label=self._label, retry_after=wait / 1e9)
