@@ -301,3 +301,35 @@ def test_the_guard_is_decided_by_the_floor_alone_when_no_sink_wants_the_kind(kin
         assert not floor.wants(Level.DEBUG)  # outside the scope: the floor stays low, the answer is no
     finally:
         stoic.remove_sink(other)
+
+
+def test_event_names_may_be_any_iterable_and_must_name_catalog_events() -> None:
+    class Once:
+        level = stoic.Level.INFO
+        event_names = iter(["ratelimiter.rejected"])  # a one-shot iterator: read once, kept
+
+        def emit(self, event: object) -> None: ...
+
+    once = Once()
+    stoic.add_sink(once)
+    try:
+        assert stoic.events.min_level("ratelimiter") == stoic.Level.INFO
+    finally:
+        stoic.remove_sink(once)
+
+    class Misspelt:
+        level = stoic.Level.INFO
+        event_names = ("ratelimiter.rejectd",)
+
+        def emit(self, event: object) -> None: ...
+
+    with pytest.raises(ValueError, match=r"ratelimiter\.rejectd"):
+        stoic.add_sink(Misspelt())
+
+    class Endless:
+        level = float("inf")
+
+        def emit(self, event: object) -> None: ...
+
+    with pytest.raises(ValueError, match="finite"):
+        stoic.add_sink(Endless())

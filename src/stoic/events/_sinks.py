@@ -38,6 +38,9 @@ def _sink_level(sink: Sink) -> int:
     level = getattr(sink, "level", Level.INFO)
     if isinstance(level, bool) or not isinstance(level, (int, float)):
         raise TypeError(f"sink {sink!r}: level must be a stoic.Level or an int (a logging level), got {level!r}")
+    if level != level or level in (float("inf"), float("-inf")):
+        raise ValueError(f"sink {sink!r}: level must be a finite number (a stoic.Level or a logging level), "
+                         f"got {level!r}")
     return int(level)
 
 
@@ -45,8 +48,16 @@ def _sink_names(sink: Sink) -> frozenset[str] | None:
     names = getattr(sink, "event_names", None)
     if names is None:
         return None
-    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+    if isinstance(names, str):
         raise TypeError(f"sink {sink!r}: event_names must be a collection of event names (str), got {names!r}")
+    names = tuple(names)  # once: a one-shot iterator would be used up by the check below
+    if not all(isinstance(n, str) for n in names):
+        raise TypeError(f"sink {sink!r}: event_names must be a collection of event names (str), got {names!r}")
+    from ._catalog import CATALOG  # (the catalog is data; imported here to keep this module's imports light)
+
+    unknown = sorted(set(names) - CATALOG.keys())
+    if unknown:
+        raise ValueError(f"sink {sink!r}: event_names has names that are not events of the catalog: {unknown}")
     return frozenset(names)
 
 
