@@ -520,3 +520,21 @@ async def test_a_keyed_family_refused_by_one_key_leaves_every_key_as_it_was(cloc
     assert family.config["max_concurrent"] == 1 and "queue_target" not in family.config
     gate.set()
     await asyncio.gather(*running)
+
+
+async def test_a_faster_rate_serves_the_queue_at_once_not_when_the_old_rate_would_have(clock: VirtualClock) -> None:
+    limiter = RateLimiter(1, 100.0, queue_limit=None, label="fast", clock=clock)
+    await limiter.acquire()
+    served: list[float] = []
+
+    async def wait_turn() -> None:
+        await limiter.acquire()
+        served.append(clock.now())
+
+    waiting = [asyncio.create_task(wait_turn()) for _ in range(3)]
+    await asyncio.sleep(0)
+    await clock.advance(1.0)
+    limiter._retune(rate=1000, per=1.0)  # the head was asleep until t=100 s at the old rate
+    await clock.advance(0.01)
+    assert len(served) == 3 and max(served) <= 1.01
+    await asyncio.gather(*waiting)

@@ -57,11 +57,16 @@ _NO_ATTRIBUTES: MappingProxyType[str, AttributeValue] = MappingProxyType({})
 _ONE = 1
 
 
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class _Waiter:
     """One queued request. ``future`` (asyncio) or ``cond`` (threads) is how it is woken when it
     reaches the head of the queue; ``queued`` turns false once it has left (served or not)."""
 
-    __slots__ = ("cond", "future", "head", "permits", "queued")
+    __slots__ = ("cond", "future", "head", "nap", "permits", "queued")
 
     def __init__(self, permits: int) -> None:
         self.permits = permits
@@ -69,6 +74,9 @@ class _Waiter:
         self.head = False
         self.future: asyncio.Future[None] | None = None
         self.cond: threading.Condition | None = None
+        # The asyncio head's sleep until its permits are affordable: woken early by a retune, so
+        # that a faster rate serves the queue at once instead of at the instant the old rate set.
+        self.nap: asyncio.Future[None] | None = None
 
 
 class _TokenBucket:
@@ -255,8 +263,9 @@ class _TokenBucket:
         validated by the constructor (``ValueError`` naming the parameter; the limiter unchanged).
 
         The credit earned at the old rate up to now is kept as the same number of permits (capped
-        at the new burst); waiters keep their places and pay the new price when served (a head
-        already asleep wakes at the instant it computed, then recomputes). A burst that follows the
+        at the new burst); waiters keep their places and pay the new price when served (the
+        asyncio head asleep is woken to recompute its wait at once; a blocking head wakes at the
+        instant it computed, then recomputes). A burst that follows the
         rate (built without ``burst``, or equal to ``rate``) keeps following it. ``ValueError``
         naming ``burst`` when a queued request asks more permits than the new burst could hold.
         """
@@ -269,6 +278,9 @@ class _TokenBucket:
             self._queue_limit, self._earn, self._cost = fresh._queue_limit, fresh._earn, fresh._cost
             self._capacity = fresh._capacity
             self._deficit = self._capacity - min(credit, self._capacity)
+            head = self._waiters[0] if self._waiters else None
+            if head is not None and head.nap is not None:
+                wake(head.nap)  # the asyncio head recomputes its wait at the new price
 
     def _validated(self, changes: dict[str, Any]) -> _TokenBucket:
         burst = None if self._burst == self._rate else self._burst
@@ -434,7 +446,13 @@ class RateLimiter(_TokenBucket):
                 if not wait:
                     self._leave(waiter)
                     break
-                await self._clock.sleep_until(now + wait)
+                nap = waiter.nap = loop.create_future()
+                timer = self._clock.call_at(now + wait, functools.partial(_resolve, nap))
+                try:
+                    await nap
+                finally:
+                    timer.cancel()
+                    waiter.nap = None
         except BaseException as exc:
             if waiter.queued:
                 self._leave(waiter)
