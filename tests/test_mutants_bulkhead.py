@@ -911,3 +911,69 @@ def test_a_critical_blocking_arrival_displaces_a_lower_waiter_from_a_queue_retun
     for waiter in (high, *low):
         waiter.join(5)
     assert (bulkhead.in_use, bulkhead.queued) == (0, 0)
+
+
+@pytest.mark.parametrize("managed", [False, True], ids=["fifo", "prioritized"])
+async def test_a_limit_retuned_higher_hands_every_new_slot_to_a_waiter_at_once(managed: bool) -> None:
+    clock = SteppingClock()
+    bulkhead = Bulkhead(1, queue_limit=None, label="grown", clock=clock, prioritized=managed)
+    held = Held()
+    tasks = [asyncio.create_task(bulkhead.execute(held.op, name)) for name in "HABCD"]
+    await turns()
+    assert (bulkhead.in_use, bulkhead.queued) == (1, 4)
+    bulkhead._retune(max_concurrent=4)
+    await turns()
+    assert held.order == list("HABC") and (bulkhead.in_use, bulkhead.queued) == (4, 1)
+    for name in "HABCD":
+        held.release(name)
+    await asyncio.gather(*tasks)
+    assert held.order == list("HABCD") and (bulkhead.in_use, bulkhead.queued) == (0, 0)
+
+
+def test_a_blocking_limit_retuned_higher_hands_every_new_slot_to_a_waiter_at_once() -> None:
+    clock = SteppingClock()
+    bulkhead = BlockingBulkhead(1, queue_limit=None, label="grown", clock=clock)
+    bulkhead.acquire()
+    waiters = [Waiter(bulkhead, clock) for _ in range(4)]
+    for n, waiter in enumerate(waiters, start=1):
+        waiter.start()
+        queued(bulkhead, n)
+    bulkhead._retune(max_concurrent=4)
+    for waiter in waiters[:3]:
+        eventually(lambda w=waiter: w.entered_at is not None)
+    assert waiters[3].entered_at is None and (bulkhead.in_use, bulkhead.queued) == (4, 1)
+    bulkhead.release()
+    for waiter in waiters:
+        waiter.done.set()
+        waiter.join(5)
+        assert waiter.error is None
+    assert (bulkhead.in_use, bulkhead.queued) == (0, 0)
+
+
+@pytest.mark.parametrize("change", [{"queue_target": 0.01}, {"prioritized": True}, {"queue_adaptive_lifo": True}])
+async def test_queue_management_cannot_be_turned_on_while_callers_wait(change: dict[str, object]) -> None:
+    bulkhead = Bulkhead(1, queue_limit=2, label="switch-on", clock=SteppingClock())
+    held = Held()
+    tasks = [asyncio.create_task(bulkhead.execute(held.op, name)) for name in "HA"]
+    await turns()
+    with pytest.raises(ValueError, match="queue_target"):
+        bulkhead._retune(**change)
+    held.release("H")
+    held.release("A")
+    await asyncio.gather(*tasks)
+    bulkhead._retune(**change)  # with nobody waiting it may
+    assert bulkhead._settings()[next(iter(change))] == next(iter(change.values()))
+
+
+async def test_queue_management_cannot_be_turned_off_while_callers_wait() -> None:
+    bulkhead = Bulkhead(1, queue_limit=2, label="switch-off", clock=SteppingClock(), prioritized=True)
+    held = Held()
+    tasks = [asyncio.create_task(bulkhead.execute(held.op, name)) for name in "HA"]
+    await turns()
+    with pytest.raises(ValueError, match="queue_target"):
+        bulkhead._retune(prioritized=False)
+    held.release("H")
+    held.release("A")
+    await asyncio.gather(*tasks)
+    bulkhead._retune(prioritized=False)
+    assert bulkhead._settings()["prioritized"] is False
