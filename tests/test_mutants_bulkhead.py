@@ -977,3 +977,88 @@ async def test_queue_management_cannot_be_turned_off_while_callers_wait() -> Non
     await asyncio.gather(*tasks)
     bulkhead._retune(prioritized=False)
     assert bulkhead._settings()["prioritized"] is False
+
+
+@pytest.mark.parametrize("managed", [False, True], ids=["fifo", "prioritized"])
+async def test_a_limit_retuned_lower_while_callers_wait_retires_slots_before_handing_one_over(managed: bool) -> None:
+    clock = SteppingClock()
+    bulkhead = Bulkhead(3, queue_limit=None, label="shrunk-waiting", clock=clock, prioritized=managed)
+    held = Held()
+    tasks = [asyncio.create_task(bulkhead.execute(held.op, name)) for name in "ABCW"]
+    await turns()
+    assert (bulkhead.in_use, bulkhead.queued) == (3, 1)
+    bulkhead._retune(max_concurrent=1)
+    held.release("A")
+    held.release("B")
+    await turns()
+    assert held.order == list("ABC") and (bulkhead.in_use, bulkhead.queued) == (1, 1)
+    held.release("C")
+    await turns()
+    assert held.order == list("ABCW") and (bulkhead.in_use, bulkhead.queued) == (1, 0)
+    held.release("W")
+    await asyncio.gather(*tasks)
+    assert (bulkhead.in_use, bulkhead.queued) == (0, 0)
+
+
+def test_a_blocking_limit_retuned_lower_while_callers_wait_retires_slots_before_handing_one_over() -> None:
+    clock = SteppingClock()
+    bulkhead = BlockingBulkhead(3, queue_limit=None, label="shrunk-waiting", clock=clock)
+    for _ in range(3):
+        bulkhead.acquire()
+    waiter = Waiter(bulkhead, clock)
+    waiter.start()
+    queued(bulkhead, 1)
+    bulkhead._retune(max_concurrent=1)
+    bulkhead.release()
+    bulkhead.release()
+    assert waiter.entered_at is None and (bulkhead.in_use, bulkhead.queued) == (1, 1)
+    bulkhead.release()
+    eventually(lambda: waiter.entered_at is not None)
+    waiter.done.set()
+    waiter.join(5)
+    assert waiter.error is None and (bulkhead.in_use, bulkhead.queued) == (0, 0)
+
+
+async def test_a_deadline_already_past_refuses_every_entry_even_with_a_free_slot() -> None:
+    # Past, not just reached: the time left is negative.
+    clock = SteppingClock()
+    asynchronous = Bulkhead(2, label="past-async", clock=clock)
+    managed = Bulkhead(2, queue_limit=1, label="past-managed", clock=clock, prioritized=True)
+    blocking = BlockingBulkhead(2, label="past-blocking", clock=clock)
+    ran: list[str] = []
+
+    async def op() -> None:
+        ran.append("execute")
+
+    async with stoic.timeout(1.0, clock=clock):
+        clock.step(1.5)
+        for bulkhead in (asynchronous, managed):
+            with pytest.raises(DeadlineExceeded):
+                await bulkhead.execute(op)
+        with pytest.raises(DeadlineExceeded):
+            blocking.acquire()
+        with pytest.raises(DeadlineExceeded):
+            blocking.call(ran.append, "call")
+    assert ran == [] and asynchronous.in_use == managed.in_use == blocking.in_use == 0
+
+
+@pytest.mark.parametrize("managed", [False, True], ids=["fifo", "prioritized"])
+@pytest.mark.parametrize("past", [0.0, 1.0], ids=["at-the-timeout", "past-it"])
+def test_a_blocking_waiter_handed_the_slot_after_its_timeout_fails_and_passes_it_on(managed: bool, past: float) -> None:
+    clock = SteppingClock()
+    bulkhead = BlockingBulkhead(1, queue_limit=2, label="late-hand-over", clock=clock, prioritized=managed)
+    bulkhead.acquire()
+    late = Waiter(bulkhead, clock, timeout=30.0)  # waits up to 30 real seconds between rechecks
+    late.start()
+    queued(bulkhead, 1)
+    after = Waiter(bulkhead, clock)
+    after.start()
+    queued(bulkhead, 2)
+    clock.step(30.0 + past)
+    bulkhead.release()  # wakes the first waiter granted, past its time: it passes the slot on
+    late.join(5)
+    assert isinstance(late.error, DeadlineExceeded)
+    eventually(lambda: after.entered_at is not None)
+    after.done.set()
+    after.join(5)
+    assert after.error is None and (bulkhead.in_use, bulkhead.queued) == (0, 0)
