@@ -1062,3 +1062,122 @@ def test_a_blocking_waiter_handed_the_slot_after_its_timeout_fails_and_passes_it
     after.done.set()
     after.join(5)
     assert after.error is None and (bulkhead.in_use, bulkhead.queued) == (0, 0)
+
+
+class NudgingClock(SteppingClock):
+    """A :class:`SteppingClock` that moves on by ``nudge_ns`` right after the main thread's next
+    reading: what a releaser reads and what the waiter it wakes reads then differ."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nudge_ns = 0
+
+    def now_ns(self) -> int:
+        now = super().now_ns()
+        if self.nudge_ns and threading.current_thread() is threading.main_thread():
+            self._set_now(now + self.nudge_ns)
+            self.nudge_ns = 0
+        return now
+
+
+def test_a_managed_blocking_full_queue_refuses_an_arrival_it_cannot_displace(events: RecordingSink) -> None:
+    clock = SteppingClock()
+    bulkhead = BlockingBulkhead(1, queue_limit=1, label="managed-full", clock=clock, prioritized=True)
+    bulkhead.acquire()
+    low = Waiter(bulkhead, clock)  # at the caller's own tier (normal)
+    low.start()
+    queued(bulkhead, 1)
+    with pytest.raises(BulkheadFull):  # the same tier displaces nobody
+        bulkhead.acquire()
+    with stoic.bind_criticality(stoic.Criticality.CRITICAL), pytest.raises(BulkheadFull):
+        bulkhead.acquire(timeout=0)  # one that may not wait displaces nobody either
+    assert low.error is None and bulkhead.queued_count == 1
+    assert rejections(events) == [{"reason": "bulkhead_full", "capacity": 1, "waiting": 1}] * 2
+    bulkhead.release()
+    eventually(lambda: low.entered_at is not None)
+    low.done.set()
+    low.join(5)
+    assert (bulkhead.in_use, bulkhead.queued) == (0, 0)
+
+
+def test_a_shed_blocking_waiter_reports_how_long_it_waited(events: RecordingSink) -> None:
+    clock = SteppingClock()
+    bulkhead = BlockingBulkhead(1, queue_limit=1, label="sojourn", clock=clock, prioritized=True)
+    bulkhead.acquire()
+    low = CriticalWaiter(bulkhead, clock, stoic.Criticality.BEST_EFFORT)
+    low.start()
+    queued(bulkhead, 1)
+    clock.step(0.25)
+    high = CriticalWaiter(bulkhead, clock, stoic.Criticality.CRITICAL)
+    high.start()
+    low.join(5)
+    assert isinstance(low.error, stoic.Shed)
+    assert rejections(events) == [
+        {"reason": "priority", "capacity": 1, "sojourn": 0.25, "criticality": "best_effort"}]
+    bulkhead.release()
+    eventually(lambda: high.entered_at is not None)
+    high.done.set()
+    high.join(5)
+    assert (bulkhead.in_use, bulkhead.queued) == (0, 0)
+
+
+def test_a_managed_blocking_waiter_gives_up_at_its_timeout_without_a_release(events: RecordingSink) -> None:
+    clock = SteppingClock()
+    bulkhead = BlockingBulkhead(1, queue_limit=1, label="managed-timeout", clock=clock, prioritized=True)
+    bulkhead.acquire()
+    waiter = Waiter(bulkhead, clock, timeout=0.02)
+    waiter.start()
+    queued(bulkhead, 1)
+    clock.step(0.02)
+    waiter.join(5)
+    assert isinstance(waiter.error, DeadlineExceeded)
+    assert (bulkhead.in_use, bulkhead.queued) == (1, 0)
+    bulkhead.release()
+    assert bulkhead.in_use == 0
+    assert rejections(events) == [{"reason": "deadline_exceeded", "capacity": 1}]
+
+
+def test_an_interrupted_managed_blocking_waiter_leaves_the_queue_without_giving_back_a_slot() -> None:
+    clock = SteppingClock()
+    bulkhead = BlockingBulkhead(1, queue_limit=2, label="managed-interrupt", clock=clock, prioritized=True)
+    bulkhead.acquire()
+    first = Waiter(bulkhead, clock, timeout=0.02)
+    first.start()
+    queued(bulkhead, 1)
+    second = Waiter(bulkhead, clock, timeout=0.02)
+    second.start()
+    queued(bulkhead, 2)
+    clock.interrupted.add(first)
+    first.join(5)
+    assert isinstance(first.error, KeyboardInterrupt)
+    assert (bulkhead.in_use, bulkhead.queued) == (1, 1)
+    bulkhead.release()
+    eventually(lambda: second.entered_at is not None)
+    second.done.set()
+    second.join(5)
+    assert second.error is None and (bulkhead.in_use, bulkhead.queued) == (0, 0)
+
+
+def test_a_managed_blocking_waiter_granted_just_before_its_timeout_but_woken_at_it_passes_the_slot_on(
+    events: RecordingSink,
+) -> None:
+    clock = NudgingClock()
+    bulkhead = BlockingBulkhead(1, queue_limit=2, label="managed-late", clock=clock, prioritized=True)
+    bulkhead.acquire()
+    late = Waiter(bulkhead, clock, timeout=30.0)  # waits up to 30 real seconds between rechecks
+    late.start()
+    queued(bulkhead, 1)
+    after = Waiter(bulkhead, clock)
+    after.start()
+    queued(bulkhead, 2)
+    clock.step(30.0 - 1e-9)
+    clock.nudge_ns = 1  # the release reads 1 ns before the timeout (and grants), the waiter reads it
+    bulkhead.release()
+    late.join(5)
+    assert isinstance(late.error, DeadlineExceeded)
+    eventually(lambda: after.entered_at is not None)
+    after.done.set()
+    after.join(5)
+    assert after.error is None and (bulkhead.in_use, bulkhead.queued) == (0, 0)
+    assert rejections(events) == [
+        {"reason": "deadline_exceeded", "capacity": 1, "sojourn": 30.0, "criticality": "normal"}]
