@@ -1121,14 +1121,17 @@ def test_a_shed_blocking_waiter_reports_how_long_it_waited(events: RecordingSink
     assert (bulkhead.in_use, bulkhead.queued) == (0, 0)
 
 
-def test_a_managed_blocking_waiter_gives_up_at_its_timeout_without_a_release(events: RecordingSink) -> None:
+@pytest.mark.parametrize("past", [0.0, 0.01], ids=["at-the-timeout", "past-it"])
+def test_a_managed_blocking_waiter_gives_up_at_its_timeout_without_a_release(
+    past: float, events: RecordingSink,
+) -> None:
     clock = SteppingClock()
     bulkhead = BlockingBulkhead(1, queue_limit=1, label="managed-timeout", clock=clock, prioritized=True)
     bulkhead.acquire()
     waiter = Waiter(bulkhead, clock, timeout=0.02)
     waiter.start()
     queued(bulkhead, 1)
-    clock.step(0.02)
+    clock.step(0.02 + past)
     waiter.join(5)
     assert isinstance(waiter.error, DeadlineExceeded)
     assert (bulkhead.in_use, bulkhead.queued) == (1, 0)
