@@ -575,3 +575,16 @@ async def test_retry_after_is_zero_when_the_credit_covers_everyone_queued_but_th
     assert refused.value.retry_after == 0.0
     await clock.advance(0)
     await asyncio.wait_for(head, 1)
+
+
+@pytest.mark.parametrize("taken", [1, 3])
+def test_a_retuned_rate_keeps_the_permits_in_the_bucket_in_the_new_units(taken: int) -> None:
+    # 2 a second costs 5 * 10**8 units a permit, 3 a second 10**9: the credit is converted.
+    clock = VirtualClock(START)
+    limiter = RateLimiter(2, burst=4, label="retuned", clock=clock)
+    for _ in range(taken):
+        assert limiter.try_acquire()
+    limiter._retune(rate=3)
+    assert (limiter.rate, limiter.burst, limiter.available_permits) == (3, 4, 4 - taken)
+    clock._set_now(clock.now_ns() + 333_333_334)  # one permit at the new rate
+    assert limiter.available_permits == min(4, 5 - taken)
