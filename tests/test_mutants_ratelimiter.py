@@ -540,3 +540,51 @@ async def test_a_bucket_one_nanosecond_short_of_full_is_not_full(kind: type[Rate
     await clock.advance(0.000_000_001)
     assert limiter.try_acquire(2)
     assert limiter.available_permits == 0
+
+
+# --------------------------------------------------------------------------- the current source's draw
+
+@pytest.mark.parametrize("kind", [RateLimiter, BlockingRateLimiter])
+def test_retry_after_is_the_ceiling_of_the_missing_units_at_the_rate(kind: type[RateLimiter]) -> None:
+    # 3 a second: each nanosecond earns 3 units of the 10**9 one permit costs, so a permit
+    # missing entirely takes ceil(10**9 / 3) ns, and one missing a single unit takes 1 ns.
+    clock = VirtualClock(START)
+    limiter = kind(3, burst=1, queue_limit=0, label="ceil", clock=clock)
+    assert limiter.try_acquire()
+    with pytest.raises(RateLimited) as refused:
+        asyncio.run(limiter.acquire()) if kind is RateLimiter else limiter.acquire()  # type: ignore[func-returns-value]
+    assert refused.value.retry_after == 0.333333334
+    clock._set_now(clock.now_ns() + 333_333_333)  # 999_999_999 units earned: one missing
+    with pytest.raises(RateLimited) as refused:
+        asyncio.run(limiter.acquire()) if kind is RateLimiter else limiter.acquire()  # type: ignore[func-returns-value]
+    assert refused.value.retry_after == 1e-9
+
+
+async def test_retry_after_is_zero_when_the_credit_covers_everyone_queued_but_the_queue_is_full() -> None:
+    # The head has not run since its permits were earned (the clock jumped without firing its
+    # timer): the bucket covers it and the newcomer, but the queue is full.
+    clock = VirtualClock(START)
+    limiter = RateLimiter(3, burst=3, queue_limit=1, label="covered", clock=clock)
+    await limiter.acquire(3)
+    head = asyncio.create_task(limiter.acquire())
+    await asyncio.sleep(0)
+    assert limiter.waiter_count == 1
+    clock._set_now(clock.now_ns() + 5_000_000_000)
+    with pytest.raises(RateLimited) as refused:
+        await limiter.acquire()
+    assert refused.value.retry_after == 0.0
+    await clock.advance(0)
+    await asyncio.wait_for(head, 1)
+
+
+@pytest.mark.parametrize("taken", [1, 3])
+def test_a_retuned_rate_keeps_the_permits_in_the_bucket_in_the_new_units(taken: int) -> None:
+    # 2 a second costs 5 * 10**8 units a permit, 3 a second 10**9: the credit is converted.
+    clock = VirtualClock(START)
+    limiter = RateLimiter(2, burst=4, label="retuned", clock=clock)
+    for _ in range(taken):
+        assert limiter.try_acquire()
+    limiter._retune(rate=3)
+    assert (limiter.rate, limiter.burst, limiter.available_permits) == (3, 4, 4 - taken)
+    clock._set_now(clock.now_ns() + 333_333_334)  # one permit at the new rate
+    assert limiter.available_permits == min(4, 5 - taken)
