@@ -149,11 +149,11 @@ class _Compartment:
         self._left("deadline_exceeded")
         return DeadlineExceeded(f"deadline exceeded before a bulkhead slot ({self._label})", label=self._label)
 
-
     # --- the control plane (one rule for both kinds) ---
     def _queue_rules(self) -> QueueRules | None:
-        """This bulkhead's queue management (None: a plain FIFO queue)."""
-        raise NotImplementedError
+        """This bulkhead's queue management (None: a plain FIFO queue). Each kind keeps its rules
+        in its own attribute (``Bulkhead._managed``, ``BlockingBulkhead._rules``) and reads it here."""
+        return None
 
     def _settings(self) -> dict[str, Any]:
         """The constructor's keyword arguments that rebuild this configuration (for ``_retune``)."""
