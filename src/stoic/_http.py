@@ -144,8 +144,10 @@ class HTTPPolicies(Generic[Resp]):
         resolvers = self._resolvers
         if resolvers is None:
             return self.stages
-        if len(resolvers) == 1:  # the common case, without a comprehension's frame
+        if len(resolvers) == 1:  # the common cases, without a comprehension's frame
             return (resolvers[0](key),)
+        if len(resolvers) == 2:
+            return (resolvers[0](key), resolvers[1](key))
         return [resolve(key) for resolve in resolvers]
 
     def check(self, response: Resp, status: int, headers: Any, key: str) -> Resp:
@@ -181,21 +183,23 @@ class HTTPPolicies(Generic[Resp]):
         response: Resp
         try:
             try:
-                if retry is None and hedge is None and len(stages) == 1:
-                    response = await stages[0].execute(attempt)  # the common case, called directly
-                elif retry is None and hedge is None:
-                    response = await _through(stages, attempt)
+                if hedge is None:
+                    # The stages' execute methods and the attempt as one call: the first stage
+                    # gets the inner ones and the attempt as its arguments (what a Pipeline
+                    # runs, without building one per request: a family's policy varies by key).
+                    chain = _chain(stages, attempt)
+                    if retry is not None:
+                        response = await retry.execute(*chain)
+                    else:
+                        response = await chain[0](*chain[1:])
                 else:
                     async def racing(*_: Any) -> Resp:
                         # A hedge starts its attempts as tasks: it needs a coroutine function.
-                        return await _through(stages, attempt)
+                        chain = _chain(stages, attempt)
+                        return await chain[0](*chain[1:])
 
-                    def hedged() -> Awaitable[Resp]:
-                        if hedge is None:
-                            return _through(stages, attempt)
-                        return hedge.execute(IDEMPOTENT, racing)
-
-                    response = await (retry.execute(hedged) if retry is not None else hedged())
+                    response = await (retry.execute(hedge.execute, IDEMPOTENT, racing) if retry is not None
+                                      else hedge.execute(IDEMPOTENT, racing))
             except (ServerError, TooManyRequests) as failed:
                 response = failed.response
         except BaseException:
@@ -246,18 +250,12 @@ class HTTPPolicies(Generic[Resp]):
         return response
 
 
-def _through(stages: Sequence[Policy], attempt: Callable[[], Awaitable[Resp]]) -> Awaitable[Resp]:
-    """One attempt through the stages, outermost first."""
-    if not stages:
-        return attempt()
-    if len(stages) == 1:
-        result: Awaitable[Resp] = stages[0].execute(attempt)
-        return result
-    # What Pipeline(*stages).execute(attempt) runs (each execute calls fn(*args): the outer
-    # stage gets the inner stages' execute methods and the attempt), without building a
-    # Pipeline per request: the stages of a keyed family change from key to key.
-    chained: Awaitable[Resp] = stages[0].execute(*[stage.execute for stage in stages[1:]], attempt)
-    return chained
+def _chain(stages: Sequence[Policy], attempt: Callable[[], Awaitable[Resp]]) -> tuple[Any, ...]:
+    """One attempt through the stages, outermost first, as ``(fn, *args)``: calling
+    ``fn(*args)`` runs it (each stage's execute calls its first argument with the rest)."""
+    if len(stages) == 1:  # the common case, without a comprehension's frame
+        return (stages[0].execute, attempt)
+    return (*[stage.execute for stage in stages], attempt)
 
 
 def _constant(stage: Any) -> Callable[[str], Any]:
