@@ -196,7 +196,8 @@ class HTTPPolicies(Generic[Resp]):
                     async def racing(*_: Any) -> Resp:
                         # A hedge starts its attempts as tasks: it needs a coroutine function.
                         chain = _chain(stages, attempt)
-                        return await chain[0](*chain[1:])
+                        result: Resp = await chain[0](*chain[1:])
+                        return result
 
                     response = await (retry.execute(hedge.execute, IDEMPOTENT, racing) if retry is not None
                                       else hedge.execute(IDEMPOTENT, racing))
