@@ -339,11 +339,15 @@ class TestInAttemptMark:
         assert inner.calls == 2
         assert not in_retry_attempt()
 
-    async def test_a_task_started_in_an_attempt_keeps_the_mark_after_the_attempt(self) -> None:
+    async def test_a_task_started_in_an_attempt_is_marked_only_while_that_attempt_runs(self) -> None:
+        # The mark says "an attempt is running" (seed 001, "Nesting"): a task created inside one
+        # is nested while that attempt runs, and free once it has ended (nothing retries it then).
         started: list[asyncio.Task[bool]] = []
+        during: list[bool] = []
         release = asyncio.Event()
 
         async def later() -> bool:
+            during.append(in_retry_attempt())
             await release.wait()
             return in_retry_attempt()
 
@@ -351,7 +355,35 @@ class TestInAttemptMark:
             started.append(asyncio.get_running_loop().create_task(later()))
             return 1
 
+        async def op_async() -> int:
+            op()
+            await asyncio.sleep(0)  # the child's first step runs inside the attempt
+            return 1
+
         assert retry_sync(THREE, op, label="op") == 1
+        assert await retry(THREE, op_async, label="op") == 1
         assert not in_retry_attempt()
+        await asyncio.sleep(0)
         release.set()
-        assert await started[0] is True  # its context was copied inside the attempt
+        assert [await task for task in started] == [False, False]
+        assert during == [False, True]  # the sync attempt had ended before its child first ran
+
+    async def test_a_retry_in_a_task_outliving_the_attempt_that_made_it_retries_in_full(
+            self, clock: VirtualClock) -> None:
+        flaky = fail_with(ConnectionError())
+        release = asyncio.Event()
+        children: list[asyncio.Task[None]] = []
+
+        async def background() -> None:
+            await release.wait()
+            await retry(THREE, flaky, label="bg")
+
+        async def op() -> int:
+            children.append(asyncio.get_running_loop().create_task(background()))
+            return 1
+
+        assert await retry(THREE, op, label="op") == 1
+        release.set()
+        with pytest.raises(ConnectionError):
+            await clock.run(children[0])
+        assert flaky.calls == 3  # not collapsed to one attempt: its creator's attempt had ended

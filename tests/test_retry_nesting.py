@@ -86,6 +86,97 @@ async def test_nesting_is_seen_by_tasks_an_attempt_creates(clock: VirtualClock) 
     assert inner.calls == 3  # one per outer attempt
 
 
+async def test_nesting_is_seen_by_grandchild_tasks(clock: VirtualClock) -> None:
+    inner = fail_with(ConnectionError())
+
+    async def grandchild() -> None:
+        await retry(THREE, inner, label="grandchild")
+
+    async def child() -> None:
+        await asyncio.create_task(grandchild())
+
+    async def outer() -> None:
+        await asyncio.create_task(child())
+
+    with pytest.raises(ConnectionError):
+        await clock.run(retry(Schedule.fixed(0).attempts(2), outer, label="op"))
+    assert inner.calls == 2  # the grandchild's single attempt, once per outer attempt
+
+
+async def test_nesting_is_seen_by_a_thread_an_attempt_hands_work_to() -> None:
+    # (The system clock and zero delays: asyncio.to_thread's wake-up is not a virtual timer.)
+    inner = fail_with(ConnectionError())
+    seen: list[bool] = []
+    zero = Schedule.fixed(0).attempts(2)
+
+    def blocking() -> None:
+        seen.append(in_retry_attempt())
+        stoic.retry_sync(zero, inner.sync, label="thread")
+
+    async def outer() -> None:
+        await asyncio.to_thread(blocking)  # the thread runs in a copy of the attempt's context
+
+    with pytest.raises(ConnectionError):
+        await retry(zero, outer, label="op")
+    assert inner.calls == 2 and seen == [True, True]  # one attempt per outer attempt
+    inner.calls = 0
+    with pytest.raises(ConnectionError):
+        await asyncio.to_thread(blocking)  # outside any attempt: the thread's retry runs in full
+    assert inner.calls == 2 and seen == [True, True, False]
+
+
+async def test_blocking_and_async_retries_alternating_in_one_task_keep_the_mark_exact(clock: VirtualClock) -> None:
+    inner = fail_with(ConnectionError())
+    seen: list[tuple[str, bool]] = []
+
+    def sync_op() -> str:
+        seen.append(("sync", in_retry_attempt()))
+        return "s"
+
+    async def async_op() -> str:
+        seen.append(("async", in_retry_attempt()))
+        assert stoic.retry_sync(THREE, sync_op, label="inner-sync") == "s"  # a blocking retry inside
+        seen.append(("after sync", in_retry_attempt()))
+        with pytest.raises(ConnectionError):
+            stoic.retry_sync(THREE, inner.sync, label="inner-sync")
+        return "a"
+
+    for _ in range(3):
+        assert stoic.retry_sync(THREE, sync_op, label="top-sync") == "s"
+        assert not in_retry_attempt()
+        assert await retry(THREE, async_op, label="top-async") == "a"
+        assert not in_retry_attempt()
+    assert seen == [("sync", True), ("async", True), ("sync", True), ("after sync", True)] * 3
+    assert inner.calls == 3  # nested each time: a single attempt
+
+
+async def test_hundreds_of_tasks_nesting_at_random_depths_each_see_their_own_marks(clock: VirtualClock) -> None:
+    import random
+
+    rng = random.Random(7)
+    wrong: list[tuple[int, int, bool]] = []
+
+    async def level(task_no: int, depth: int, below: int) -> None:
+        if in_retry_attempt() != (depth > 0):
+            wrong.append((task_no, depth, in_retry_attempt()))
+        await clock.sleep(rng.random() / 100)  # let the other tasks interleave
+        if below:
+            await retry(THREE, level, task_no, depth + 1, below - 1, label="op")
+        if in_retry_attempt() != (depth > 0):
+            wrong.append((task_no, depth, in_retry_attempt()))
+
+    async def one(task_no: int) -> None:
+        await level(task_no, 0, rng.randint(0, 4))
+        await level(task_no, 0, rng.randint(0, 4))
+
+    async def noop() -> None:
+        pass
+
+    await retry(THREE, noop, label="first")  # this task's marks now exist: every child inherits them
+    await clock.run(asyncio.gather(*(one(n) for n in range(300))))
+    assert wrong == []
+
+
 async def test_the_mark_is_only_set_during_attempts(clock: VirtualClock) -> None:
     seen: list[bool] = []
 
