@@ -7,13 +7,19 @@ monotonic timeline; wall-clock time is never used for state.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import asyncio
+else:  # imported on first use (stoic._lazy)
+    from ._lazy import lazy_asyncio
+
+    asyncio = lazy_asyncio(globals())
 
 
 class TimerHandle(Protocol):

@@ -15,16 +15,23 @@ and clocks").
 
 from __future__ import annotations
 
-import asyncio
 import math
 from contextvars import ContextVar, Token
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from ._clock import Clock, TimerHandle, resolve_clock, same_clock
 from ._durations import Seconds, check_label, to_ns
 from ._errors import DeadlineExceeded, Defect, leaves
 from .events import Level, emit
 from .events._sinks import kind_floor
+
+if TYPE_CHECKING:
+    import asyncio
+else:  # imported on first use (stoic._lazy)
+    from ._lazy import lazy_asyncio
+
+    asyncio = lazy_asyncio(globals())
 
 # The sinks wanting timeout events (stoic.events._sinks.KindFloor): a sink that wants none of
 # them leaves these events unbuilt.

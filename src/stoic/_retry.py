@@ -7,7 +7,6 @@ event and takes no lock (its budget deposit is one ``next()``).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import sys
@@ -15,10 +14,10 @@ import threading
 import types
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar, Token
-from types import AsyncGeneratorType, CodeType, CoroutineType, GeneratorType
-from typing import Any, ParamSpec, TypeVar
+from types import AsyncGeneratorType, CodeType, CoroutineType, GeneratorType, ModuleType
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from . import _clock, _deadline, _metrics, _random
+from . import _clock, _deadline, _lazy, _metrics, _random
 from ._attempt import Attempt, first_attempt
 from ._budget import _NO_OP, RetryBudget, _registry, _Site, site_of_frame
 from ._callbacks import callback_failed
@@ -31,6 +30,13 @@ from ._errors import is_defect
 from .events import Level, emit, error_type
 from .events._sinks import kind_floor
 from .schedule import BoundedSchedule, Schedule
+
+if TYPE_CHECKING:
+    import asyncio
+else:  # imported on first use (stoic._lazy)
+    from ._lazy import lazy_asyncio
+
+    asyncio = lazy_asyncio(globals())
 
 # The sinks wanting retry events (stoic.events._sinks.KindFloor): a sink that wants none of
 # them leaves these events unbuilt.
@@ -284,23 +290,30 @@ class _Run:
             self._event("retry.succeeded", Level.INFO, {"attempts": attempts})
 
 
-def _task_reader() -> Callable[[], asyncio.Task[Any] | None]:
+def _task_reader(module: ModuleType) -> Callable[[], asyncio.Task[Any] | None]:
     """``asyncio.current_task`` as cheaply as this Python allows: on 3.11 it is a Python
     function (a loop lookup and a dict read, ~100 ns); the same two reads, made directly, cost
-    about half. Elsewhere (3.12+: in C) it is used as is."""
-    tasks = getattr(asyncio.tasks, "_current_tasks", None)
-    if isinstance(asyncio.current_task, types.FunctionType) and isinstance(tasks, dict):
-        running_loop, task_of = asyncio.events._get_running_loop, tasks.get
+    about half. Elsewhere (3.12+: in C) it is used as is. ``module``: asyncio."""
+    tasks = getattr(module.tasks, "_current_tasks", None)
+    if isinstance(module.current_task, types.FunctionType) and isinstance(tasks, dict):
+        running_loop, task_of = module.events._get_running_loop, tasks.get
 
         def current_task() -> asyncio.Task[Any] | None:
             loop = running_loop()
             return None if loop is None else task_of(loop)
 
         return current_task
-    return asyncio.current_task
+    current: Callable[[], asyncio.Task[Any] | None] = module.current_task
+    return current
 
 
-_current_task = _task_reader()
+def _first_current_task() -> asyncio.Task[Any] | None:
+    """What :data:`_current_task` is until asyncio is first used (then :func:`_bind` replaces it)."""
+    _lazy.load()
+    return _current_task()
+
+
+_current_task: Callable[[], asyncio.Task[Any] | None] = _first_current_task
 
 # On 3.11 even the direct read costs a getpid() system call (the running-loop lookup checks the
 # pid on every call; 3.12 dropped that). While exactly one loop in the process is running a task,
@@ -308,10 +321,20 @@ _current_task = _task_reader()
 # entry there), so the entry count is read from the one entry with no system call. Should another
 # thread's loop add its entry after the length check, it comes after ours in the dict's
 # insertion order (ours was inserted when our step began), so the first value is still ours.
-_RUNNING_TASKS: dict[Any, Any] | None = (
-    getattr(asyncio.tasks, "_current_tasks", None) if sys.version_info < (3, 12) else None)
-# Read through a view made once (a view follows its dict): one object fewer per call.
-_RUNNING: Any = None if _RUNNING_TASKS is None else _RUNNING_TASKS.values()
+# Read through a view made once (a view follows its dict): one object fewer per call. None
+# until asyncio is first used (the callers then take _current_task, which binds it).
+_RUNNING: Any = None
+
+
+def _bind(module: ModuleType) -> None:
+    """Bind the readers above to asyncio (``module``), once it is in use (stoic._lazy)."""
+    global _current_task, _RUNNING
+    _current_task = _task_reader(module)
+    tasks = getattr(module.tasks, "_current_tasks", None) if sys.version_info < (3, 12) else None
+    _RUNNING = tasks.values() if isinstance(tasks, dict) else None
+
+
+_lazy.when_imported(_bind)
 
 
 def _caller_task() -> asyncio.Task[Any] | None:

@@ -30,7 +30,6 @@ wakes its waiters' conditions.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections import deque
 from collections.abc import Callable
@@ -51,7 +50,13 @@ from .events._sinks import kind_floor
 _SINKS = kind_floor("bulkhead")
 
 if TYPE_CHECKING:
+    import asyncio
+
     from .bulkhead import Bulkhead, _Compartment, _Waiter
+else:  # imported on first use (stoic._lazy)
+    from ._lazy import lazy_asyncio
+
+    asyncio = lazy_asyncio(globals())
 
 _NORMAL = int(Criticality.NORMAL)
 NO_DEADLINE = -1

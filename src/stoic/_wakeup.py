@@ -8,8 +8,31 @@ but may run on another thread's loop, where only ``call_soon_threadsafe`` is saf
 
 from __future__ import annotations
 
-import asyncio
-from asyncio.events import _get_running_loop
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from . import _lazy
+
+if TYPE_CHECKING:
+    import asyncio
+else:  # imported on first use (stoic._lazy)
+    from ._lazy import lazy_asyncio
+
+    asyncio = lazy_asyncio(globals())
+
+
+def _get_running_loop() -> asyncio.AbstractEventLoop | None:
+    """Replaced by asyncio's own (a C function) as soon as asyncio is in use (stoic._lazy)."""
+    loop: asyncio.AbstractEventLoop | None = _lazy.load().events._get_running_loop()
+    return loop
+
+
+def _bind(module: ModuleType) -> None:
+    global _get_running_loop
+    _get_running_loop = module.events._get_running_loop
+
+
+_lazy.when_imported(_bind)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

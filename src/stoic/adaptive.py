@@ -15,7 +15,6 @@ while the bulkhead is over its new limit is retired instead of handed on.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 import types
@@ -42,7 +41,13 @@ from .events._sinks import kind_floor
 _SINKS = kind_floor("bulkhead")
 
 if TYPE_CHECKING:
+    import asyncio
+
     from .fleet import SharedLatency
+else:  # imported on first use (stoic._lazy)
+    from ._lazy import lazy_asyncio
+
+    asyncio = lazy_asyncio(globals())
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -16,7 +16,6 @@ serves threads, with its state under a ``threading.Lock``.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import sys
@@ -24,7 +23,7 @@ import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _deadline, _metrics
 from ._admission import admitted_after_wait
@@ -38,6 +37,13 @@ from ._waitqueue import NO_DEADLINE, ManagedQueue, Parked, QueueRules, check_que
 from ._wakeup import wake
 from .events import AttributeValue, Level, emit
 from .events._sinks import kind_floor
+
+if TYPE_CHECKING:
+    import asyncio
+else:  # imported on first use (stoic._lazy)
+    from ._lazy import lazy_asyncio
+
+    asyncio = lazy_asyncio(globals())
 
 # The sinks wanting bulkhead events (stoic.events._sinks.KindFloor): a sink that wants none of
 # them leaves these events unbuilt.

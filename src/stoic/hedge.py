@@ -20,7 +20,6 @@ Only idempotent work may be hedged, and the call site has to say so: the first a
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import enum
@@ -50,7 +49,13 @@ from .events._sinks import kind_floor
 _SINKS = kind_floor("hedge")
 
 if TYPE_CHECKING:
+    import asyncio
+
     from .fleet import SharedLatency, SharedQuantile
+else:  # imported on first use (stoic._lazy)
+    from ._lazy import lazy_asyncio
+
+    asyncio = lazy_asyncio(globals())
 
 R = TypeVar("R")
 

@@ -21,7 +21,6 @@ success path cheap). The blocking limiter keeps its state under a ``threading.Lo
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import math
@@ -30,7 +29,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from types import MappingProxyType, TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _deadline, _metrics
 from ._admission import admitted_after_wait
@@ -43,6 +42,13 @@ from ._retune import validated
 from ._wakeup import wake
 from .events import AttributeValue, Level, emit
 from .events._sinks import kind_floor
+
+if TYPE_CHECKING:
+    import asyncio
+else:  # imported on first use (stoic._lazy)
+    from ._lazy import lazy_asyncio
+
+    asyncio = lazy_asyncio(globals())
 
 # The sinks wanting ratelimiter events (stoic.events._sinks.KindFloor): a sink that wants none of
 # them leaves these events unbuilt.

@@ -25,12 +25,11 @@ less than the formula would while the dependency is actually failing.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _metrics, _random
 from ._classify import ClassifierLike, RetryClassifier, as_classifier
@@ -41,6 +40,13 @@ from ._errors import DeadlineExceeded, Defect, Rejected, Throttled
 from ._retune import validated
 from .events import Level, emit
 from .events._sinks import kind_floor
+
+if TYPE_CHECKING:
+    import asyncio
+else:  # imported on first use (stoic._lazy)
+    from ._lazy import lazy_asyncio
+
+    asyncio = lazy_asyncio(globals())
 
 # The sinks wanting throttle events (stoic.events._sinks.KindFloor): a sink that wants none of
 # them leaves these events unbuilt.

@@ -32,7 +32,6 @@ into the epoch behind it.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import keyword
@@ -46,7 +45,13 @@ from .._deadline import _current as _deadline_scope
 from ..events import Level
 
 if TYPE_CHECKING:
+    import asyncio
+
     from ._breaker import CircuitBreaker
+else:  # imported on first use (stoic._lazy)
+    from .._lazy import lazy_asyncio
+
+    asyncio = lazy_asyncio(globals())
 
 # Every name the template binds starts with this prefix; a function with a parameter that
 # does too (or is named like the one builtin it reads) gets the (*args, **kwargs) wrapper, so

@@ -10,13 +10,20 @@ whose wait is cancelled, or that calls :meth:`StateStream.aclose`, is unsubscrib
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections import deque
 from collections.abc import Callable
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from ._config import BreakerState
+
+if TYPE_CHECKING:
+    import asyncio
+else:  # imported on first use (stoic._lazy)
+    from .._lazy import lazy_asyncio
+
+    asyncio = lazy_asyncio(globals())
 
 BUFFER = 16
 """Transitions kept for a consumer that falls behind (the newest ones)."""
