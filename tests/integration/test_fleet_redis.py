@@ -283,7 +283,7 @@ async def test_redis_killed_then_restarted(tmp_path: Path) -> None:
                 slowest = max(slowest, time.monotonic() - start)
                 calls += 1
                 await asyncio.sleep(0.002)
-            assert slowest < 0.02 * 2 + 0.05  # two store budgets at most, plus scheduling slack
+            assert slowest < 0.02 * 2 + 0.15  # two store budgets at most, plus slack for a loaded machine
             assert shared.degraded
             errors = sink.of("fleet.store_error")
             # One budget per probe interval (0.3 s) over 1 s, not one per call.
