@@ -67,3 +67,34 @@ def test_asyncio_imported_first_means_no_placeholder_at_all() -> None:
         print(stale)
     """)
     assert out == "[]"
+
+
+def test_threads_racing_to_the_first_async_use_all_find_asyncio_bound() -> None:
+    out = _run("""
+        import threading
+        import stoic
+        from stoic import Bulkhead, Schedule, retry
+
+        barrier = threading.Barrier(16)
+        results = []
+
+        def worker():
+            import asyncio
+
+            async def op():
+                return 1
+
+            async def main():
+                return await retry(Schedule.fixed(0).attempts(2), Bulkhead(1, label="bh").execute, op, label="r")
+
+            barrier.wait()
+            results.append(asyncio.run(main()))
+
+        threads = [threading.Thread(target=worker) for _ in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        print(sum(results))
+    """)
+    assert out == "16"

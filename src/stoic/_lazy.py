@@ -14,6 +14,7 @@ from being gone; when asyncio is already imported, no placeholder is made at all
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -22,6 +23,9 @@ __all__ = ["lazy_asyncio", "when_imported"]
 
 _namespaces: list[dict[str, Any]] = []
 _hooks: list[Callable[[ModuleType], None]] = []
+# Held while placeholders are replaced and hooks run: a second thread's first use waits until
+# every binding is made (re-entrant: a hook may itself read asyncio through a placeholder).
+_lock = threading.RLock()
 
 
 class _Placeholder:
@@ -43,12 +47,13 @@ def load() -> ModuleType:
     """Import asyncio, put it in place of every placeholder, run the hooks; returns asyncio."""
     import asyncio
 
-    while _namespaces:
-        namespace = _namespaces.pop()
-        if namespace.get("asyncio") is _PLACEHOLDER:
-            namespace["asyncio"] = asyncio
-    while _hooks:
-        _hooks.pop(0)(asyncio)
+    with _lock:
+        while _namespaces:
+            namespace = _namespaces.pop()
+            if namespace.get("asyncio") is _PLACEHOLDER:
+                namespace["asyncio"] = asyncio
+        while _hooks:
+            _hooks.pop(0)(asyncio)
     return asyncio
 
 

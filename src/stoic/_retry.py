@@ -309,7 +309,7 @@ def _task_reader(module: ModuleType) -> Callable[[], asyncio.Task[Any] | None]:
 
 def _first_current_task() -> asyncio.Task[Any] | None:
     """What :data:`_current_task` is until asyncio is first used (then :func:`_bind` replaces it)."""
-    _lazy.load()
+    _bind(_lazy.load())  # (binding again is harmless: never a call back into this function)
     return _current_task()
 
 
