@@ -187,6 +187,10 @@ class Keyed(Generic[P]):
     # ------------------------------------------------------------------ getting a key's policy
     def get(self, key: str | None = None) -> P:
         """The policy of ``key``, built on first use (see the class docstring for bounds)."""
+        # (_slot's lock-free hit, inlined: the request path; any other key type gets its error there)
+        slot = self._slots.get(key) if type(key) is str else None
+        if slot is not None and self._clock.now_ns() - slot.last_used < self._touch_ns:
+            return slot.policy
         return self._slot(key).policy
 
     def _slot(self, key: str | None, claim: bool = False) -> _Slot[P]:
