@@ -11,6 +11,20 @@ queueing; errors are the breaker's business) and plain cancellations.
 
 Shrinking never evicts in-flight work: the limit gates admission only, and a slot released
 while the bulkhead is over its new limit is retired instead of handed on.
+
+Which calls are timed (docs/adaptive.md, "Which calls are timed"): two clock reads cost about
+as much as the fixed bulkhead's whole success path, so at high rates only some calls are timed.
+A call admitted after waiting, or while an ambient deadline is set, always is; of the calls
+admitted at once, one in ``stride`` is. The stride starts at 1; at each timed call it doubles
+(up to :data:`MAX_STRIDE`) when the previous timed call started less than
+:data:`TIMED_GAP_NS` (50 µs) before, and falls in proportion (aiming at 100 µs between timed
+calls) when that was more than 200 µs before. So below about 5,000 admissions a second every
+call is timed; above, 5,000 to 20,000 a second are. A timed success carries a ``weight``, the
+admissions it stands for (the stride that ended at it): AIMD grows by that many completions'
+worth, Gradient2 counts them towards its window and weights its mean by them. Every drop is a
+sample, timed or not (an untimed one with an unknown latency). What the limit does not see is
+an untimed call's latency, so a lone slow call among them is missed; and after the rate falls,
+up to ``stride - 1`` calls go untimed before the stride follows.
 """
 
 from __future__ import annotations
@@ -47,6 +61,19 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+TIMED_GAP_NS = 50_000
+"""The stride of timed calls doubles while they start closer together than this (50 µs), and
+halves while they start more than four times this apart."""
+
+MAX_STRIDE = 32
+"""One call in at most this many admitted at once is timed, so a timed sample stands for at
+most 32 admissions."""
+
+_SLOW_GAP_NS = 4 * TIMED_GAP_NS
+_AIM_NS = 2 * TIMED_GAP_NS
+_LONG_AGO = -(1 << 62)  # before any clock's first reading: the first call is timed at stride 1
 
 
 def _is_drop(error: BaseException) -> bool | None:
@@ -88,7 +115,7 @@ def _check_number(value: float, name: str, low: float, high: float | None, *, lo
 class _AdaptiveBulkhead(Bulkhead):
     """What both adaptive bulkheads share: the sample path and the moving limit."""
 
-    __slots__ = ("_algorithm", "_ceiling", "_floor", "_now_ns")
+    __slots__ = ("_algorithm", "_ceiling", "_floor", "_now_ns", "_skip", "_stride", "_timed_at")
 
     _algorithm: AimdLimit | Gradient2Limit
 
@@ -98,6 +125,11 @@ class _AdaptiveBulkhead(Bulkhead):
             check_clock(clock)
         # Two clock reads per call: the system clock's own function saves a Python frame each.
         self._now_ns = time.monotonic_ns if type(self._clock) is SystemClock else self._clock.now_ns
+        # Which calls are timed (module docstring): untimed admissions left before the next
+        # timed one, the stride that set them, and when the last timed one started.
+        self._skip = 0
+        self._stride = 1
+        self._timed_at = _LONG_AGO
         self._ceiling = max_concurrent
         self._floor = check_int(min_concurrent, "min_concurrent", minimum=1)
         if self._floor > max_concurrent:
@@ -146,30 +178,71 @@ class _AdaptiveBulkhead(Bulkhead):
 
     async def execute(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``await fn(*args, **kwargs)`` in a slot, waiting if the queue allows, and feed its
-        latency to the limit.
+        latency to the limit (when the call is timed: see the module docstring).
 
         Returns what ``fn`` returns; its exceptions propagate unchanged and the slot is released
         however it ends. Raises ``BulkheadFull``, ``Shed`` or ``DeadlineExceeded`` (``fn`` never
         ran) when refused.
         """
-        if self._active < self._max and not self._waiters and (not _deadline.ever_set or _deadline_scope.get() is None):
+        # A free slot says that nobody waits, as in the fixed bulkhead, although the limit moves:
+        # a caller parks only while every slot is taken; a shrunk limit retires released slots
+        # down to the limit, never below it while anyone waits; a grown one hands its new slots
+        # to waiters at once (ManagedQueue.fill). So a newcomer never passes a waiter here.
+        skip = self._skip
+        if skip and self._active < self._max and (not _deadline.ever_set or _deadline_scope.get() is None):
+            # Untimed: the fixed bulkhead's path plus this countdown; a drop is still a sample.
+            self._skip = skip - 1
             self._active += 1
+            try:
+                return await (fn(*args, **kwargs) if kwargs else fn(*args))  # type: ignore[call-arg]
+            except BaseException as exc:
+                self._dropped(exc, None, self._active)
+                raise
+            finally:
+                if self._waiters:
+                    self._release()
+                else:
+                    self._active -= 1
+        return await self._timed(fn, args, kwargs)
+
+    async def _timed(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
+        """:meth:`execute` for a call that is timed (module docstring, "which calls are timed")."""
+        if self._active < self._max and (not _deadline.ever_set or _deadline_scope.get() is None):  # (as in execute)
+            self._active += 1
+            now_ns = self._now_ns  # (read as an attribute, then called: a slot's method call is slower)
+            start = now_ns()
+            # Pace the timed calls. Inline: the attributes of a helper shared by both classes
+            # would run unspecialised (see _own_copy).
+            weight = self._stride
+            gap = start - self._timed_at
+            self._timed_at = start
+            if gap < TIMED_GAP_NS:
+                if weight < MAX_STRIDE:
+                    self._stride = weight * 2
+            elif gap > _SLOW_GAP_NS and weight > 1:
+                # Fewer: in proportion, aiming at two gaps apart (one step after a burst).
+                self._stride = max(1, weight * _AIM_NS // gap)
+            self._skip = self._stride - 1
         else:
             await self._enter_slow()
+            now_ns = self._now_ns
+            start = now_ns()
+            weight = 1  # admitted after waiting (or under a deadline): always timed, for itself
         in_flight = self._active
-        now_ns = self._now_ns
-        start = now_ns()
         try:
-            result = await fn(*args, **kwargs)
+            result = await (fn(*args, **kwargs) if kwargs else fn(*args))
         except BaseException as exc:
-            self._failed(exc, start, in_flight)
+            try:
+                self._dropped(exc, start, in_flight, weight)
+            finally:
+                self._exit()
             raise
         now = now_ns()
         algorithm = self._algorithm
         # Where a success changes nothing (AIMD: in budget, no evidence for growth) the sample is
         # skipped; Gradient2 takes every one (it accumulates into its window).
         if now - start > algorithm.fast_ns or in_flight >= algorithm.grow_from:
-            change = algorithm.sample(now, now - start, in_flight)
+            change = algorithm.sample(now, now - start, in_flight, False, weight)
             if change is not None:
                 self._apply(change)
         if self._waiters:
@@ -178,16 +251,14 @@ class _AdaptiveBulkhead(Bulkhead):
             self._active -= 1
         return result
 
-    def _failed(self, error: BaseException, start: int, in_flight: int) -> None:
-        """The operation raised: feed a drop to the limit if it was one, then give the slot back."""
-        try:
-            if _is_drop(error):
-                now = self._now_ns()
-                change = self._algorithm.sample(now, now - start, in_flight, True)
-                if change is not None:
-                    self._apply(change)
-        finally:
-            self._exit()
+    def _dropped(self, error: BaseException, start: int | None, in_flight: int, weight: int = 1) -> None:
+        """The operation raised: feed a drop to the limit if it was one (``start`` None: the call
+        was not timed, its latency is unknown). The caller gives the slot back."""
+        if _is_drop(error):
+            now = self._now_ns()
+            change = self._algorithm.sample(now, -1 if start is None else now - start, in_flight, True, weight)
+            if change is not None:
+                self._apply(change)
 
     def _exit(self) -> None:
         if self._waiters:
@@ -276,6 +347,7 @@ class AdaptiveBulkhead(_AdaptiveBulkhead):
         )
 
     execute = _own_copy(_AdaptiveBulkhead.execute)
+    _timed = _own_copy(_AdaptiveBulkhead._timed)
 
 
 class GradientBulkhead(_AdaptiveBulkhead):
@@ -328,6 +400,7 @@ class GradientBulkhead(_AdaptiveBulkhead):
         )
 
     execute = _own_copy(_AdaptiveBulkhead.execute)
+    _timed = _own_copy(_AdaptiveBulkhead._timed)
 
 
 __all__ = ["AdaptiveBulkhead", "GradientBulkhead"]
