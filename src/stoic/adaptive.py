@@ -14,30 +14,34 @@ while the bulkhead is over its new limit is retired instead of handed on.
 
 Which calls are timed (docs/adaptive.md, "Which calls are timed"): two clock reads cost about
 as much as the fixed bulkhead's whole success path, so at high rates only some calls are timed.
-A call admitted after waiting, or while an ambient deadline is set, always is; of the calls
-admitted at once, one in ``stride`` is. The stride starts at 1; at each timed call it doubles
-(up to :data:`MAX_STRIDE`) when the previous timed call started less than
-:data:`TIMED_GAP_NS` (50 µs) before, and falls in proportion (aiming at 100 µs between timed
-calls) when that was more than 200 µs before. So below about 5,000 admissions a second every
-call is timed; above, 5,000 to 20,000 a second are. A timed success carries a ``weight``, the
-admissions it stands for (the stride that ended at it): AIMD grows by that many completions'
-worth, Gradient2 counts them towards its window and weights its mean by them. Every drop is a
-sample, timed or not (an untimed one with an unknown latency). What the limit does not see is
-an untimed call's latency, so a lone slow call among them is missed; and after the rate falls,
-up to ``stride - 1`` calls go untimed before the stride follows.
+A call admitted after waiting, or while an ambient deadline is set, always is. A call admitted
+at once is timed with probability ``1 / stride``, independently of the others (at each timed
+call a geometric run of untimed ones is drawn, capped at four strides). The stride is 1 until
+the rate of such admissions is known, then recomputed about once a millisecond
+(:data:`PERIOD_NS`) from the admissions counted over the last one: a timed call per
+:data:`TIMED_GAP_NS` (50 µs), at most :data:`MAX_STRIDE`. So below 20,000 admissions a second,
+and in any burst shorter than a millisecond, every call is timed; above, about 20,000 a second
+are. A timed success carries its ``weight``, the stride it was drawn with (``1 /
+probability``): AIMD grows by that many completions' worth, Gradient2 counts them towards its
+window and weights its mean by them, so both are right in expectation however the calls are
+ordered. Every drop is a sample, timed or not (an untimed one with an unknown latency). What the
+limit does not see is an untimed call's latency, so a lone slow call among them is missed; and
+after the rate falls, fewer than four strides of calls go untimed before the stride follows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import time
 import types
 from collections.abc import Awaitable, Callable
+from math import log
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
-from . import _deadline
+from . import _deadline, _random
 from ._clock import Clock, SystemClock, check_clock
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline
@@ -64,16 +68,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 TIMED_GAP_NS = 50_000
-"""The stride of timed calls doubles while they start closer together than this (50 µs), and
-halves while they start more than four times this apart."""
+"""The calls admitted at once are timed about once per this (50 µs) on average when they come
+faster: the stride is the admissions of the last period times this over the period's length."""
 
-MAX_STRIDE = 32
-"""One call in at most this many admitted at once is timed, so a timed sample stands for at
-most 32 admissions."""
+PERIOD_NS = 1_000_000
+"""The stride is recomputed at the first timed call at least this long (1 ms) after the last
+recomputation, from the admissions counted since: a rate over a millisecond, not a burst."""
 
-_SLOW_GAP_NS = 4 * TIMED_GAP_NS
-_AIM_NS = 2 * TIMED_GAP_NS
-_LONG_AGO = -(1 << 62)  # before any clock's first reading: the first call is timed at stride 1
+MAX_STRIDE = 64
+"""At most this many calls admitted at once stand for each timed one (its weight)."""
+
+# 1 / ln(1 - 1/stride) for each stride: a geometric count of untimed calls is ln(u) times it.
+_RUN_SCALE = [0.0, 0.0] + [1.0 / math.log1p(-1.0 / stride) for stride in range(2, MAX_STRIDE + 1)]
 
 
 def _is_drop(error: BaseException) -> bool | None:
@@ -115,7 +121,8 @@ def _check_number(value: float, name: str, low: float, high: float | None, *, lo
 class _AdaptiveBulkhead(Bulkhead):
     """What both adaptive bulkheads share: the sample path and the moving limit."""
 
-    __slots__ = ("_algorithm", "_ceiling", "_floor", "_now_ns", "_skip", "_stride", "_timed_at")
+    __slots__ = ("_admitted", "_algorithm", "_ceiling", "_floor", "_now_ns", "_period_at", "_run", "_site", "_skip",
+                 "_stride")
 
     _algorithm: AimdLimit | Gradient2Limit
 
@@ -126,10 +133,13 @@ class _AdaptiveBulkhead(Bulkhead):
         # Two clock reads per call: the system clock's own function saves a Python frame each.
         self._now_ns = time.monotonic_ns if type(self._clock) is SystemClock else self._clock.now_ns
         # Which calls are timed (module docstring): untimed admissions left before the next
-        # timed one, the stride that set them, and when the last timed one started.
-        self._skip = 0
+        # timed one (drawn as a run of ``_run``), the stride (1 / the probability of being
+        # timed), the admissions at once counted since ``_period_at``, and the random stream the
+        # runs are drawn from (the constructor's caller's).
+        self._skip = self._run = self._admitted = 0
         self._stride = 1
-        self._timed_at = _LONG_AGO
+        self._period_at: int | None = None
+        self._site = _random.call_site(2)
         self._ceiling = max_concurrent
         self._floor = check_int(min_concurrent, "min_concurrent", minimum=1)
         if self._floor > max_concurrent:
@@ -213,16 +223,26 @@ class _AdaptiveBulkhead(Bulkhead):
             start = now_ns()
             # Pace the timed calls. Inline: the attributes of a helper shared by both classes
             # would run unspecialised (see _own_copy).
-            weight = self._stride
-            gap = start - self._timed_at
-            self._timed_at = start
-            if gap < TIMED_GAP_NS:
-                if weight < MAX_STRIDE:
-                    self._stride = weight * 2
-            elif gap > _SLOW_GAP_NS and weight > 1:
-                # Fewer: in proportion, aiming at two gaps apart (one step after a burst).
-                self._stride = max(1, weight * _AIM_NS // gap)
-            self._skip = self._stride - 1
+            weight = stride = self._stride  # this call was timed with probability 1 / stride
+            admitted = self._admitted + self._run + 1  # the untimed run before it, and itself
+            began = self._period_at
+            if began is None:
+                self._period_at, admitted = start, 0
+            elif start - began >= PERIOD_NS:
+                # The rate over the period sets the stride: a timed call per TIMED_GAP_NS.
+                stride = admitted * TIMED_GAP_NS // (start - began)
+                stride = self._stride = 1 if stride < 1 else MAX_STRIDE if stride > MAX_STRIDE else stride
+                self._period_at, admitted = start, 0
+            self._admitted = admitted
+            if stride > 1:
+                # How many of the next calls admitted at once go untimed: a geometric count, so
+                # each is timed with probability 1 / stride whatever its place (first or last of
+                # a burst, say), which the weight undoes in expectation. Capped at four strides
+                # (a tail of probability e**-4): a fallen rate goes unseen for no longer.
+                run = int(log(1.0 - _random.stream(self._site).random()) * _RUN_SCALE[stride])
+                self._skip = self._run = run if run < 4 * stride else 4 * stride
+            else:
+                self._run = 0
         else:
             await self._enter_slow()
             now_ns = self._now_ns
