@@ -10,8 +10,9 @@ plain numbers.
 
 A sample is one completed call: its latency, the in-flight count when it was admitted, and
 whether it was a *drop* (it timed out). Fast failures and cancellations are not samples; the
-limiter never passes them in. The limiter times only some calls (:mod:`stoic.adaptive`,
-"which calls are timed"): a timed success carries a ``weight``, the admissions it stands for,
+limiter never passes them in. The limiter times only some calls at high rates
+(:mod:`stoic.adaptive`, "which calls are timed"): a timed sample carries a ``weight``, the
+inverse of the probability that it was timed (the completions it stands for in expectation),
 and a drop of an untimed call comes with a latency of -1 (unknown).
 """
 
@@ -138,10 +139,11 @@ class AimdLimit:
     def _grown(self, value: float, weight: int) -> float:
         """``value`` after ``weight`` in-budget completions, each adding ``increase_step / value``.
 
-        One completion is the rule itself. For more, the closed form: each step adds ``2 * step
-        + (step / v) ** 2`` to ``v ** 2``, and ``v`` never falls during the run, so counting the
-        last term at the starting ``v`` is exact for one step and at most ``weight * (step / v)
-        ** 2`` high for the run (under 1 % of the growth once ``v / step`` is above 7)."""
+        One completion is the rule itself. For more, a closed form instead of a loop: each step
+        adds ``2 * step + (step / v) ** 2`` to ``v ** 2``, and ``v`` never falls during the run,
+        so counting the last term at the starting ``v`` is exact for one step and at most
+        ``weight * (step / v) ** 2`` high in ``v ** 2`` for the run (a share of at most ``step /
+        (2 * v ** 2)`` of the growth: 1 % for the default step once the limit is 7 or more)."""
         step = self.increase_step
         if weight == 1:
             return value + step / value
