@@ -16,7 +16,7 @@ Which calls are timed (docs/adaptive.md, "Which calls are timed"): two clock rea
 as much as the fixed bulkhead's whole success path, so at high rates only some calls are timed.
 A call admitted after waiting, or while an ambient deadline is set, always is. A call admitted
 at once is timed with probability ``1 / stride``, independently of the others (at each timed
-call a geometric run of untimed ones is drawn, capped at four strides). The stride is 1 until
+call a geometric run of untimed ones is drawn, capped at eight strides). The stride is 1 until
 the rate of such admissions is known, then recomputed about once a millisecond
 (:data:`PERIOD_NS`) from the admissions counted over the last one: a timed call per
 :data:`TIMED_GAP_NS` (50 µs), at most :data:`MAX_STRIDE`. So below 20,000 admissions a second,
@@ -26,7 +26,7 @@ probability``): AIMD grows by that many completions' worth, Gradient2 counts the
 window and weights its mean by them, so both are right in expectation however the calls are
 ordered. Every drop is a sample, timed or not (an untimed one with an unknown latency). What the
 limit does not see is an untimed call's latency, so a lone slow call among them is missed; and
-after the rate falls, fewer than four strides of calls go untimed before the stride follows.
+after the rate falls, at most eight strides of calls go untimed before the stride follows.
 """
 
 from __future__ import annotations
@@ -237,10 +237,11 @@ class _AdaptiveBulkhead(Bulkhead):
             if stride > 1:
                 # How many of the next calls admitted at once go untimed: a geometric count, so
                 # each is timed with probability 1 / stride whatever its place (first or last of
-                # a burst, say), which the weight undoes in expectation. Capped at four strides
-                # (a tail of probability e**-4): a fallen rate goes unseen for no longer.
+                # a burst, say), which the weight undoes in expectation. Capped at eight strides
+                # (a tail of probability e**-8, so the weights over-count by 0.03 %): a fallen
+                # rate goes unseen for no longer.
                 run = int(log(1.0 - _random.stream(self._site).random()) * _RUN_SCALE[stride])
-                self._skip = self._run = run if run < 4 * stride else 4 * stride
+                self._skip = self._run = run if run < 8 * stride else 8 * stride
             else:
                 self._run = 0
         else:
