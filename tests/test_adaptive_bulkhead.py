@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import stoic
 from stoic import AdaptiveBulkhead, Bulkhead, BulkheadFull, CircuitBreaker, GradientBulkhead, Pipeline, Rejected
-from stoic.testing import RecordingSink, VirtualClock, settle
+from stoic.testing import RecordingSink, VirtualClock, seeded, settle
 
 
 def aimd(clock: VirtualClock, **kwargs: object) -> AdaptiveBulkhead:
@@ -331,3 +331,179 @@ def test_in_flight_never_exceeds_the_limit_under_random_completions_and_cancella
     asyncio.run(main())
     assert not violations, violations[:5]
     assert bulkhead.in_use == 0 and bulkhead.queued == 0 and in_op[0] == 0  # nothing leaked
+
+
+# --- which calls are timed (stoic.adaptive: one in a stride while calls come fast) ---
+
+
+def fed(bulkhead: AdaptiveBulkhead | GradientBulkhead) -> list[tuple[int, bool, int]]:
+    """Record every sample the bulkhead feeds its algorithm: (latency, dropped, weight)."""
+    samples: list[tuple[int, bool, int]] = []
+    algorithm = bulkhead._algorithm
+
+    class Recording(type(algorithm)):  # type: ignore[misc]
+        __slots__ = ()
+
+        def sample(self, now_ns: int, latency_ns: int, in_flight: int, dropped: bool = False,  # type: ignore[override]
+                   weight: int = 1) -> object:
+            samples.append((latency_ns, dropped, weight))
+            return super().sample(now_ns, latency_ns, in_flight, dropped, weight)
+
+    algorithm.__class__ = Recording
+    return samples
+
+
+async def instant() -> int:
+    return 1
+
+
+async def test_every_call_is_timed_below_20_000_admissions_a_second_bursts_included(clock: VirtualClock):
+    bulkhead = GradientBulkhead(max_concurrent=10, label="g", clock=clock)  # (Gradient2 takes every timed sample)
+    samples = fed(bulkhead)
+    for _ in range(100):
+        await bulkhead.execute(instant)
+        await clock.advance(0.0001)  # 10,000 a second
+    for _ in range(1000):  # a burst: a thousand in one instant is no rate over a millisecond
+        await bulkhead.execute(instant)
+    assert len(samples) == 1100 and {weight for _, _, weight in samples} == {1}
+
+
+async def test_fast_calls_are_timed_one_in_a_stride_and_the_weights_count_every_admission(clock: VirtualClock):
+    bulkhead = GradientBulkhead(max_concurrent=10, label="g", clock=clock)
+    samples = fed(bulkhead)
+    with seeded(7):
+        for _ in range(20_000):  # a million a second: one timed per 50 us is one in 50
+            await clock.advance(0.000001)
+            await bulkhead.execute(instant)
+    weights = [weight for _, _, weight in samples]
+    assert weights[:1000] == [1] * 1000  # the first millisecond: the rate is not known yet
+    assert set(weights[1001:]) <= {48, 49, 50, 51}
+    assert 1000 + 19_000 / 50 * 0.8 < len(samples) < 1000 + 19_000 / 50 * 1.25
+    assert abs(sum(weights) - 20_000) < 0.1 * 20_000  # each stands for its stride: the sum estimates the count
+    # The rate falls (one call per ms): within eight strides of calls, every call is timed again.
+    before = len(samples)
+    for _ in range(600):
+        await clock.advance(0.001)
+        await bulkhead.execute(instant)
+    assert [weight for _, _, weight in samples[-100:]] == [1] * 100
+    assert len(samples) - before >= 100
+
+
+async def test_calls_admitted_after_waiting_or_under_a_deadline_are_always_timed(clock: VirtualClock):
+    bulkhead = GradientBulkhead(max_concurrent=2, queue_limit=100, label="g", clock=clock)
+    samples = fed(bulkhead)
+    for _ in range(100):  # ramp the stride up
+        await bulkhead.execute(instant)
+    before = len(samples)
+
+    async def brief() -> None:
+        await clock.sleep(0.001)
+
+    await clock.run(asyncio.gather(*(bulkhead.execute(brief) for _ in range(30))))  # 28 of them wait
+    assert len(samples) - before >= 28
+    before = len(samples)
+    async with stoic.timeout(10.0, clock=clock):
+        for _ in range(20):
+            await bulkhead.execute(instant)
+    assert len(samples) - before == 20 and all(weight == 1 for _, _, weight in samples[before:])
+
+
+async def test_an_untimed_timeout_is_still_a_drop(clock: VirtualClock):
+    bulkhead = aimd(clock, cooldown=0.001)
+    samples = fed(bulkhead)
+    with seeded(1):
+        while bulkhead._skip == 0:  # fast enough for a stride above 1, until a run is drawn
+            await clock.advance(0.000001)
+            await bulkhead.execute(instant)
+    assert bulkhead._stride > 1  # the next call admitted at once is not timed
+
+    async def times_out() -> None:
+        raise TimeoutError
+
+    with pytest.raises(TimeoutError):
+        await bulkhead.execute(times_out)
+    assert samples[-1] == (-1, True, 1)  # a drop, its latency unknown
+    assert bulkhead.limit == 9
+
+
+async def test_aimd_sampled_growth_follows_the_per_completion_rule_in_expectation(clock: VirtualClock, monkeypatch):
+    """The same bursty workload (bursts of 16 calls in one instant: the late calls of a burst are
+    the ones with enough in flight to grow the limit) through a bulkhead that times every call
+    and through ones that time about one in a stride: on average over seeds the limits grow alike."""
+    import stoic.adaptive
+
+    # Sixteen calls per 11 ms is about 1,450 a second: timing one per 10 ms makes a stride of 14.
+    monkeypatch.setattr(stoic.adaptive, "TIMED_GAP_NS", 10_000_000)
+
+    async def run(stride: int) -> tuple[float, int]:
+        monkeypatch.setattr(stoic.adaptive, "MAX_STRIDE", stride)
+        bulkhead = aimd(clock, max_concurrent=200, min_concurrent=1)
+        bulkhead._algorithm._set(16.0, "test")  # type: ignore[union-attr]
+        bulkhead._max = 16
+        samples = fed(bulkhead)
+        for _ in range(40):
+            await clock.run(asyncio.gather(*(bulkhead.execute(sleeper, clock, 0.001) for _ in range(16))))
+            await clock.advance(0.01)
+        return bulkhead._algorithm.value, len(samples)
+
+    every, timed_every = await run(1)
+    assert every > 20  # it grew
+    grown = []
+    for seed in range(12):
+        with seeded(seed):
+            value, timed = await run(64)  # (the rate caps it at 14)
+        assert timed < timed_every / 2  # fewer calls timed
+        grown.append(value - 16.0)
+    mean = sum(grown) / len(grown)
+    assert abs(mean - (every - 16.0)) < 0.1 * (every - 16.0), (mean, every - 16.0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(["aimd", "gradient"]), st.booleans())
+def test_nobody_waits_while_a_slot_is_free_so_the_fast_path_never_passes_a_waiter(seed, kind, managed):
+    """The untimed fast path admits on ``in_use < limit`` alone (as the fixed bulkhead does): that
+    is only fair if a waiter never sits in the queue while a slot is free, however the limit
+    moves (shrinks retire slots, growth fills them), waiters are cancelled or shed."""
+    rng = random.Random(seed)
+    clock = VirtualClock()
+    queue: dict[str, object] = (
+        {"queue_target": 0.02, "queue_adaptive_lifo": True, "prioritized": True} if managed else {})
+    bulkhead: AdaptiveBulkhead | GradientBulkhead
+    if kind == "gradient":
+        bulkhead = GradientBulkhead(max_concurrent=12, min_concurrent=1, queue_limit=40, label="p", clock=clock,
+                                    **queue)  # type: ignore[arg-type]
+        bulkhead._algorithm.window_ns = 20_000_000  # type: ignore[union-attr]
+    else:
+        bulkhead = AdaptiveBulkhead(latency_threshold=0.02, max_concurrent=12, min_concurrent=1, queue_limit=40,
+                                    cooldown=0.02, increase_step=4.0, label="p", clock=clock,
+                                    **queue)  # type: ignore[arg-type]
+    violations: list[str] = []
+
+    def check(where: str) -> None:
+        if bulkhead._waiters and bulkhead._active < bulkhead._max:
+            violations.append(f"{where}: {len(bulkhead._waiters)} waiting, {bulkhead._active} in use, "
+                              f"limit {bulkhead._max}")
+
+    async def op(seconds: float) -> None:
+        check("start")
+        await sleeper(clock, seconds)
+        check("end")
+
+    async def main() -> None:
+        tasks: list[asyncio.Future[None]] = []
+        for _ in range(300):
+            with seeded(rng.randrange(1000)), stoic.bind_criticality(rng.choice(list(stoic.Criticality))):
+                tasks.append(asyncio.ensure_future(bulkhead.execute(op, rng.choice([0.0, 0.001, 0.01, 0.05]))))
+            if rng.random() < 0.3:
+                await clock.advance(rng.random() * 0.02)
+                check("step")
+            if rng.random() < 0.1:
+                rng.choice(tasks).cancel()
+        while not all(t.done() for t in tasks):
+            await clock.advance(0.01)
+            check("drain")
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(main())
+    assert not violations, violations[:5]
+    assert bulkhead.in_use == 0 and bulkhead.queued == 0

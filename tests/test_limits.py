@@ -256,3 +256,60 @@ def test_every_limit_stays_within_its_floor_and_ceiling(samples, floor, extra, q
             assert floor <= algorithm.value <= ceiling
             if change is not None:
                 assert change.old != change.new and change.new == algorithm.limit
+
+
+# --- weighted samples (the limiter times one call in a stride: stoic.adaptive) ---
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(1.0, 60.0), st.sampled_from([0.25, 1.0, 4.0]), st.integers(1, 32))
+def test_aimd_weighted_sample_grows_as_that_many_in_budget_completions(start, step, weight):
+    ceiling = 1000  # far away: the cap does not hide the growth
+    weighted = aimd(maximum=ceiling, minimum=1, increase_step=step)
+    weighted._set(start, "test")
+    weighted.sample(0, 10 * MS, in_flight=ceiling, weight=weight)
+    # The reference model: the rule applied once per completion.
+    value = start
+    for _ in range(weight):
+        value += step / value
+    if weight == 1:
+        assert weighted.value == value  # exactly the per-completion rule
+    # Never short of the completions it stands for; over by at most weight * (step / start)**2 in v**2.
+    assert value - 1e-9 <= weighted.value <= value + weight * (step / start) ** 2 / (2 * value) + 1e-9
+    assert weighted.limit == int(weighted.value)
+
+
+def test_aimd_weighted_breach_backs_off_once_and_weighted_growth_respects_the_ceiling():
+    limit = aimd()
+    assert limit.sample(0, 150 * MS, 20, weight=32) == Change(20, 18, "backoff")  # once, not 32 times
+    limit.sample(S, 10 * MS, 20, weight=32)
+    assert limit.limit == 19  # 18 -> sqrt(18**2 + 32 * (2 + 1/18**2)) ~ 19.7
+    limit.sample(S, 10 * MS, 20, weight=32)
+    assert limit.value == 20.0  # capped at the ceiling
+    quiet = aimd()
+    quiet._set(10.0, "test")
+    assert quiet.sample(0, 10 * MS, in_flight=4, weight=32) is None and quiet.value == 10.0  # 4 < 10 / 2
+
+
+def test_aimd_untimed_drop_breaches_and_leaves_the_quantile_estimate_alone():
+    limit = aimd(quantile=0.9)
+    assert limit.sample(0, 1 * MS, 20, dropped=True) == Change(20, 18, "backoff")  # a timed drop
+    for i in range(60):  # inside the cooldown: a fresh epoch, past its warm-up (50 for p90)
+        limit.sample((i + 1) * MS, 10 * MS, 20)
+    estimate = limit._estimate
+    assert estimate is not None
+    seen = estimate.epoch_count
+    assert limit.sample(100 * MS, -1, 20, dropped=True) is None  # an untimed drop inside the cooldown
+    assert estimate.epoch_count == seen  # no latency to add: the estimate untouched
+    before, value = limit.limit, limit.value  # (grown back by the 60 in-budget samples)
+    assert limit.sample(S, -1, 20, dropped=True) == Change(before, int(value * 0.9), "backoff")  # it breaches
+
+
+def test_gradient2_weighted_samples_count_towards_the_window_and_weight_its_mean():
+    limit = Gradient2Limit(maximum=20, minimum=2)
+    limit.sample(0, 10 * MS, 20, weight=1)  # opens the window
+    limit.sample(S, 40 * MS, 20, weight=9)  # a second later: ten completions, the window closes
+    assert limit.long_ns == (1 * 10 * MS + 9 * 40 * MS) / 10  # the weighted mean: 37 ms, not 25
+    dropped = Gradient2Limit(maximum=20, minimum=2)
+    dropped.sample(0, 10 * MS, 20)
+    assert dropped.sample(S, 10 * MS, 20, dropped=True, weight=9) == Change(20, 18, "backoff")

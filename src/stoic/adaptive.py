@@ -11,18 +11,36 @@ queueing; errors are the breaker's business) and plain cancellations.
 
 Shrinking never evicts in-flight work: the limit gates admission only, and a slot released
 while the bulkhead is over its new limit is retired instead of handed on.
+
+Which calls are timed (docs/adaptive.md, "Which calls are timed"): two clock reads cost about
+as much as the fixed bulkhead's whole success path, so at high rates only some calls are timed.
+A call admitted after waiting, or while an ambient deadline is set, always is. A call admitted
+at once is timed with probability ``1 / stride``, independently of the others (at each timed
+call a geometric run of untimed ones is drawn, capped at eight strides). The stride is 1 until
+the rate of such admissions is known, then recomputed about once a millisecond
+(:data:`PERIOD_NS`) from the admissions counted over the last one: a timed call per
+:data:`TIMED_GAP_NS` (50 µs), at most :data:`MAX_STRIDE`. So below 20,000 admissions a second,
+and in any burst shorter than a millisecond, every call is timed; above, about 20,000 a second
+are. A timed success carries its ``weight``, the stride it was drawn with (``1 /
+probability``): AIMD grows by that many completions' worth, Gradient2 counts them towards its
+window and weights its mean by them, so both are right in expectation however the calls are
+ordered. Every drop is a sample, timed or not (an untimed one with an unknown latency). What the
+limit does not see is an untimed call's latency, so a lone slow call among them is missed; and
+after the rate falls, at most eight strides of calls go untimed before the stride follows.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import time
 import types
 from collections.abc import Awaitable, Callable
+from math import log
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
-from . import _deadline
+from . import _deadline, _random
 from ._clock import Clock, SystemClock, check_clock
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline
@@ -52,6 +70,21 @@ else:  # imported on first use (stoic._lazy)
 P = ParamSpec("P")
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+TIMED_GAP_NS = 50_000
+"""The calls admitted at once are timed about once per this (50 µs) on average when they come
+faster: the stride is the admissions of the last period times this over the period's length."""
+
+PERIOD_NS = 1_000_000
+"""The stride is recomputed at the first timed call at least this long (1 ms) after the last
+recomputation, from the admissions counted since: a rate over a millisecond, not a burst."""
+
+MAX_STRIDE = 64
+"""At most this many calls admitted at once stand for each timed one (its weight)."""
+
+# 1 / ln(1 - 1/stride) for each stride: a geometric count of untimed calls is ln(u) times it.
+_RUN_SCALE = [0.0, 0.0] + [1.0 / math.log1p(-1.0 / stride) for stride in range(2, MAX_STRIDE + 1)]
 
 
 def _is_drop(error: BaseException) -> bool | None:
@@ -93,7 +126,8 @@ def _check_number(value: float, name: str, low: float, high: float | None, *, lo
 class _AdaptiveBulkhead(Bulkhead):
     """What both adaptive bulkheads share: the sample path and the moving limit."""
 
-    __slots__ = ("_algorithm", "_ceiling", "_floor", "_now_ns")
+    __slots__ = ("_admitted", "_algorithm", "_ceiling", "_floor", "_now_ns", "_period_at", "_run", "_site", "_skip",
+                 "_stride")
 
     _algorithm: AimdLimit | Gradient2Limit
 
@@ -103,6 +137,14 @@ class _AdaptiveBulkhead(Bulkhead):
             check_clock(clock)
         # Two clock reads per call: the system clock's own function saves a Python frame each.
         self._now_ns = time.monotonic_ns if type(self._clock) is SystemClock else self._clock.now_ns
+        # Which calls are timed (module docstring): untimed admissions left before the next
+        # timed one (drawn as a run of ``_run``), the stride (1 / the probability of being
+        # timed), the admissions at once counted since ``_period_at``, and the random stream the
+        # runs are drawn from (the constructor's caller's).
+        self._skip = self._run = self._admitted = 0
+        self._stride = 1
+        self._period_at: int | None = None
+        self._site = _random.call_site(2)
         self._ceiling = max_concurrent
         self._floor = check_int(min_concurrent, "min_concurrent", minimum=1)
         if self._floor > max_concurrent:
@@ -151,30 +193,82 @@ class _AdaptiveBulkhead(Bulkhead):
 
     async def execute(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``await fn(*args, **kwargs)`` in a slot, waiting if the queue allows, and feed its
-        latency to the limit.
+        latency to the limit (when the call is timed: see the module docstring).
 
         Returns what ``fn`` returns; its exceptions propagate unchanged and the slot is released
         however it ends. Raises ``BulkheadFull``, ``Shed`` or ``DeadlineExceeded`` (``fn`` never
         ran) when refused.
         """
-        if self._active < self._max and not self._waiters and (not _deadline.ever_set or _deadline_scope.get() is None):
+        # A free slot says that nobody waits, as in the fixed bulkhead, although the limit moves:
+        # a caller parks only while every slot is taken; a shrunk limit retires released slots
+        # down to the limit, never below it while anyone waits; a grown one hands its new slots
+        # to waiters at once (ManagedQueue.fill). So a newcomer never passes a waiter here.
+        skip = self._skip
+        if skip and self._active < self._max and (not _deadline.ever_set or _deadline_scope.get() is None):
+            # Untimed: the fixed bulkhead's path plus this countdown; a drop is still a sample.
+            self._skip = skip - 1
             self._active += 1
+            try:
+                return await (fn(*args, **kwargs) if kwargs else fn(*args))  # type: ignore[call-arg]
+            except BaseException as exc:
+                self._dropped(exc, None, self._active)
+                raise
+            finally:
+                if self._waiters:
+                    self._release()
+                else:
+                    self._active -= 1
+        return await self._timed(fn, args, kwargs)
+
+    async def _timed(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
+        """:meth:`execute` for a call that is timed (module docstring, "which calls are timed")."""
+        if self._active < self._max and (not _deadline.ever_set or _deadline_scope.get() is None):  # (as in execute)
+            self._active += 1
+            now_ns = self._now_ns  # (read as an attribute, then called: a slot's method call is slower)
+            start = now_ns()
+            # Pace the timed calls. Inline: the attributes of a helper shared by both classes
+            # would run unspecialised (see _own_copy).
+            weight = stride = self._stride  # this call was timed with probability 1 / stride
+            admitted = self._admitted + self._run + 1  # the untimed run before it, and itself
+            began = self._period_at
+            if began is None:
+                self._period_at, admitted = start, 0
+            elif start - began >= PERIOD_NS:
+                # The rate over the period sets the stride: a timed call per TIMED_GAP_NS.
+                stride = admitted * TIMED_GAP_NS // (start - began)
+                stride = self._stride = 1 if stride < 1 else MAX_STRIDE if stride > MAX_STRIDE else stride
+                self._period_at, admitted = start, 0
+            self._admitted = admitted
+            if stride > 1:
+                # How many of the next calls admitted at once go untimed: a geometric count, so
+                # each is timed with probability 1 / stride whatever its place (first or last of
+                # a burst, say), which the weight undoes in expectation. Capped at eight strides
+                # (a tail of probability e**-8, so the weights over-count by 0.03 %): a fallen
+                # rate goes unseen for no longer.
+                run = int(log(1.0 - _random.stream(self._site).random()) * _RUN_SCALE[stride])
+                self._skip = self._run = run if run < 8 * stride else 8 * stride
+            else:
+                self._run = 0
         else:
             await self._enter_slow()
+            now_ns = self._now_ns
+            start = now_ns()
+            weight = 1  # admitted after waiting (or under a deadline): always timed, for itself
         in_flight = self._active
-        now_ns = self._now_ns
-        start = now_ns()
         try:
-            result = await fn(*args, **kwargs)
+            result = await (fn(*args, **kwargs) if kwargs else fn(*args))
         except BaseException as exc:
-            self._failed(exc, start, in_flight)
+            try:
+                self._dropped(exc, start, in_flight, weight)
+            finally:
+                self._exit()
             raise
         now = now_ns()
         algorithm = self._algorithm
         # Where a success changes nothing (AIMD: in budget, no evidence for growth) the sample is
         # skipped; Gradient2 takes every one (it accumulates into its window).
         if now - start > algorithm.fast_ns or in_flight >= algorithm.grow_from:
-            change = algorithm.sample(now, now - start, in_flight)
+            change = algorithm.sample(now, now - start, in_flight, False, weight)
             if change is not None:
                 self._apply(change)
         if self._waiters:
@@ -183,16 +277,14 @@ class _AdaptiveBulkhead(Bulkhead):
             self._active -= 1
         return result
 
-    def _failed(self, error: BaseException, start: int, in_flight: int) -> None:
-        """The operation raised: feed a drop to the limit if it was one, then give the slot back."""
-        try:
-            if _is_drop(error):
-                now = self._now_ns()
-                change = self._algorithm.sample(now, now - start, in_flight, True)
-                if change is not None:
-                    self._apply(change)
-        finally:
-            self._exit()
+    def _dropped(self, error: BaseException, start: int | None, in_flight: int, weight: int = 1) -> None:
+        """The operation raised: feed a drop to the limit if it was one (``start`` None: the call
+        was not timed, its latency is unknown). The caller gives the slot back."""
+        if _is_drop(error):
+            now = self._now_ns()
+            change = self._algorithm.sample(now, -1 if start is None else now - start, in_flight, True, weight)
+            if change is not None:
+                self._apply(change)
 
     def _exit(self) -> None:
         if self._waiters:
@@ -281,6 +373,7 @@ class AdaptiveBulkhead(_AdaptiveBulkhead):
         )
 
     execute = _own_copy(_AdaptiveBulkhead.execute)
+    _timed = _own_copy(_AdaptiveBulkhead._timed)
 
 
 class GradientBulkhead(_AdaptiveBulkhead):
@@ -333,6 +426,7 @@ class GradientBulkhead(_AdaptiveBulkhead):
         )
 
     execute = _own_copy(_AdaptiveBulkhead.execute)
+    _timed = _own_copy(_AdaptiveBulkhead._timed)
 
 
 __all__ = ["AdaptiveBulkhead", "GradientBulkhead"]
