@@ -487,8 +487,11 @@ class CircuitBreaker:
         needs two comparisons and no subtraction; one that started earlier (a count window's
         ``_defer_until`` is forever) falls back to measuring its duration."""
         until = window.defer_until()
-        self._defer_until = until
+        # Closed while the pair changes: every state a fast path can read is valid (closed, or
+        # the two instants exactly slow_call_duration apart).
+        self._defer_until = NEVER
         self._quick_from = until - self._slow_ns
+        self._defer_until = until
         self._fold_until = FOREVER
 
     def _new_window(self) -> CountRing | TimeBuckets:
