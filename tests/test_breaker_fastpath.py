@@ -3,6 +3,8 @@ window later must give exactly the counts and decisions of recording each one at
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from _breaker_helpers import Boom, StepClock
 
@@ -138,3 +140,31 @@ def test_a_process_wide_debug_sink_disables_deferral() -> None:
         stoic.remove_sink(recording)
     assert len(recording.of("breaker.recorded")) == 5
     assert breaker._pending_quick() == 0
+
+
+@pytest.mark.parametrize("window", [CountWindow(10), TimeWindow(60)])
+@pytest.mark.parametrize("through", ["decorator", "call"])
+def test_a_retuned_slow_call_duration_applies_to_the_lock_free_path_at_once(
+    window: CountWindow | TimeWindow, through: str,
+) -> None:
+    # A @breaker wrapper made before the retune once kept the old slow_call_duration on its
+    # lock-free path, so a 2 s success counted as quick under a 1 s threshold.
+    clock = StepClock()
+    breaker = CircuitBreaker(label="retuned", window=window, minimum_calls=2, clock=clock)  # type: ignore[arg-type]
+
+    def two_seconds() -> int:
+        clock.t += 2_000_000_000
+        return 1
+
+    slow = breaker(two_seconds) if through == "decorator" else functools.partial(breaker.call, two_seconds)
+    quick = breaker(lambda: 1)
+    quick()
+    quick()
+    slow()  # 2 s < 10 s: quick, taken without the lock
+    assert breaker.snapshot.slow_calls == 0
+    breaker._retune(slow_call_duration=1.0)
+    quick()
+    quick()  # the new window holds minimum_calls: the lock-free path is open again
+    slow()
+    snap = breaker.snapshot
+    assert (snap.calls, snap.slow_calls) == (3, 1)

@@ -176,7 +176,8 @@ class CircuitBreaker:
     __slots__ = (
         "__weakref__", "_clock", "_closed_epoch", "_closed_since", "_defer_until", "_episode", "_epoch",
         "_fold_until", "_folded", "_fppm", "_lock", "_minimum", "_now", "_open_counts", "_open_duration", "_open_until",
-        "_probe_timeout_ns", "_probes", "_record_when", "_recorder", "_site", "_slow_ns", "_sppm", "_state",
+        "_probe_timeout_ns", "_probes", "_quick_from", "_record_when", "_recorder", "_site", "_slow_ns", "_sppm",
+        "_state",
         "_streams", "_trips", "_window", "_window_kind", "label",
     )
 
@@ -254,6 +255,7 @@ class CircuitBreaker:
         self._closed_epoch: itertools.count[int] | None = None
         self._folded = 0
         self._defer_until = NEVER
+        self._quick_from = FOREVER
         self._fold_until = NEVER
 
     # ------------------------------------------------------------------ running operations
@@ -444,8 +446,7 @@ class CircuitBreaker:
                         self._defer_until = NEVER
                         self._fold_until = NEVER
                     else:
-                        self._defer_until = window.defer_until()
-                        self._fold_until = FOREVER
+                        self._defer(window)
             elif recorded:
                 episode = self._episode
                 assert episode is not None
@@ -478,6 +479,20 @@ class CircuitBreaker:
             self._emit_settled(recorded, "failure" if failed else "success", slow, state, end, duration)
         if pending:
             self._flush(pending, end)
+
+    def _defer(self, window: CountRing | TimeBuckets) -> None:
+        """Open the lock-free path for quick successes ending before the window allows (under the
+        lock). A success that started at or after ``_quick_from`` and ends before ``_defer_until``
+        took less than ``slow_call_duration`` (their difference is exactly that), so the fast path
+        needs two comparisons and no subtraction; one that started earlier (a count window's
+        ``_defer_until`` is forever) falls back to measuring its duration."""
+        until = window.defer_until()
+        # Closed while the pair changes: every state a fast path can read is valid (closed, or
+        # the two instants exactly slow_call_duration apart).
+        self._defer_until = NEVER
+        self._quick_from = until - self._slow_ns
+        self._defer_until = until
+        self._fold_until = FOREVER
 
     def _new_window(self) -> CountRing | TimeBuckets:
         kind = self._window_kind
@@ -680,8 +695,7 @@ class CircuitBreaker:
                 else:
                     calls, failures, slow = window.counts(now)
                     if not _metrics_state.enabled:
-                        self._defer_until = window.defer_until()
-                        self._fold_until = FOREVER
+                        self._defer(window)
             elif state is _HALF_OPEN:
                 episode = self._episode
                 calls, failures, slow = (

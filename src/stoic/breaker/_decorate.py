@@ -24,6 +24,12 @@ the GIL), and folded into the window exactly at the next locked step (see
 ``CircuitBreaker._fold``). It needs no recent fold, so it holds at any call rate. A debug sink
 or enabled metrics take the locked path, which records every call.
 
+"Quick" needs no subtraction in the common case: a success that started at or after
+``_quick_from`` and ended before ``_defer_until`` (the locked path sets them exactly
+``slow_call_duration`` apart) cannot have been slow; one that started earlier (a call in flight
+across a locked step, or any call under a count window, whose ``_defer_until`` is forever) is
+timed against the breaker's current ``_slow_ns``, read live so that a retune applies at once.
+
 Under the GIL the fast path's last check and its ``next()`` run without a thread switch between
 them (CPython checks for a switch after a call completes, not on attribute loads, comparisons or
 jumps), so a locked step that sees the lock-free path closed knows nothing more is being counted
@@ -64,7 +70,7 @@ _BUILTINS_READ = frozenset({"BaseException", "type"})
 REFUSED_RESULTS: Final = frozenset({types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType})
 
 _TEMPLATE = """\
-def stoic_make(stoic_breaker, stoic_fn, stoic_now, stoic_slow_ns, stoic_deadline, stoic_deadline_get,
+def stoic_make(stoic_breaker, stoic_fn, stoic_now, stoic_deadline, stoic_deadline_get,
                stoic_sinks, stoic_min_level, stoic_metrics, stoic_next, stoic_refused, stoic_coroutine_type):
     {async_}def stoic_wrapper({params}):
 {bind_now}        if stoic_deadline.ever_set and stoic_deadline_get() is not None:
@@ -83,7 +89,7 @@ def stoic_make(stoic_breaker, stoic_fn, stoic_now, stoic_slow_ns, stoic_deadline
         stoic_end = stoic_now()
         if (
             stoic_end < {b}._defer_until
-            and stoic_end - stoic_start <= {slow_ns}
+            and (stoic_start >= {b}._quick_from or stoic_end - stoic_start <= {b}._slow_ns)
             and (stoic_sinks.floor > {debug} or stoic_min_level() > {debug})
             and not stoic_metrics.enabled
         ):
@@ -156,7 +162,6 @@ def _factory(is_async: bool, params: str, call: str, method: bool) -> Callable[.
         # be a LOAD_METHOD on a slot holding a builtin, which CPython 3.11 cannot specialise
         # (~200 ns more per call, measured).
         bind_now="        stoic_now = stoic_self._now\n" if method else "",
-        slow_ns="stoic_self._slow_ns" if method else "stoic_slow_ns",
         # The sync path never asks about task cancellation; the async one passes the awaitable
         # so that an async generator handed to execute() is refused, never counted.
         verdict="True, stoic_awaitable" if is_async else "False, None",
@@ -181,7 +186,7 @@ def _shared() -> tuple[object, ...]:
 
 def method(is_async: bool, name: str, doc: str | None) -> Callable[..., Any]:
     """``CircuitBreaker.execute`` (``is_async``) or ``CircuitBreaker.call``, from the template."""
-    made = _factory(is_async, _METHOD_PARAMS, _PACKED[1], True)(None, None, None, None, *_shared())
+    made = _factory(is_async, _METHOD_PARAMS, _PACKED[1], True)(None, None, None, *_shared())
     made.__name__ = name
     made.__qualname__ = f"CircuitBreaker.{name}"
     made.__doc__ = doc
@@ -208,7 +213,7 @@ def decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., A
     is_async = inspect.iscoroutinefunction(fn)
     mirrored = _mirrored(fn)
     params, call = mirrored if mirrored is not None else _PACKED
-    wrapper = _factory(is_async, params, call, False)(breaker, fn, breaker._now, breaker._slow_ns, *_shared())
+    wrapper = _factory(is_async, params, call, False)(breaker, fn, breaker._now, *_shared())
     if mirrored is not None:
         # The wrapper's parameters take fn's defaults (the same objects, read now).
         wrapper.__defaults__ = fn.__defaults__
