@@ -338,3 +338,38 @@ async def test_reading_the_throttle_never_writes_it_and_agrees_with_its_next_rol
             throttle._total_accepts, throttle._epoch) == state
     throttle._roll()  # what the loop does on its next call
     assert seen == (throttle._probability(), throttle._total_requests, throttle._total_accepts)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["up", "down", "domain"]),
+                          st.sampled_from([0.0, 0.25, 0.999999999, 1.0, 1.000000001, 2.5, 11.0, 13.0])),
+                min_size=1, max_size=80))
+def test_the_window_counts_what_a_reference_model_counts(steps: list[tuple[str, float]]) -> None:
+    # A rolling window of 12 one-second buckets, counted by hand: every call lands in the bucket
+    # of the instant it ends (so exact bucket edges matter), and a bucket leaves 12 s later.
+    # The cap stays 0 shed (min_throughput above any count) so every call is counted.
+    clock = VirtualClock()
+    throttle = AdaptiveThrottle(label="model", clock=clock, window=12.0, min_throughput=10**6)
+    model: list[tuple[int, bool]] = []  # (bucket number, accepted)
+
+    async def up() -> None:
+        return None
+
+    async def down() -> None:
+        raise ConnectionError("down")
+
+    async def domain() -> None:
+        raise ValueError("no such account")
+
+    async def main() -> None:
+        for mode, gap in steps:
+            clock._set_now(clock.now_ns() + round(gap * 1e9))
+            with contextlib.suppress(ConnectionError, ValueError):
+                await throttle.execute({"up": up, "down": down, "domain": domain}[mode])
+            model.append((clock.now_ns() // 1_000_000_000, mode != "down"))
+            now_bucket = clock.now_ns() // 1_000_000_000
+            held = [accepted for bucket, accepted in model if bucket > now_bucket - 12]
+            assert (throttle.requests, throttle.accepts) == (len(held), sum(held))
+            assert (throttle._total_requests, throttle._total_accepts) == (len(held), sum(held))
+
+    asyncio.run(main())

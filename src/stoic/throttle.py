@@ -97,8 +97,9 @@ class AdaptiveThrottle:
     Raises ``ValueError`` naming the parameter and its range for bad configuration.
     """
 
-    __slots__ = ("__weakref__", "_accepts", "_bucket_ns", "_classify", "_clock", "_epoch", "_label", "_now_ns", "_rec",
-                 "_requests", "_site", "_total_accepts", "_total_requests", "k", "max_probability", "min_throughput")
+    __slots__ = ("__weakref__", "_accepts", "_bucket_ns", "_classify", "_clock", "_end_ns", "_epoch", "_index",
+                 "_label", "_now_ns", "_rec", "_requests", "_site", "_total_accepts", "_total_requests", "k",
+                 "max_probability", "min_throughput")
 
     def __init__(
         self, *, k: float = 2.0, min_throughput: int = 10, window: Seconds = 120.0, max_probability: float = 0.9,
@@ -120,7 +121,13 @@ class AdaptiveThrottle:
         self._accepts = [0] * BUCKETS
         self._total_requests = 0
         self._total_accepts = 0
-        self._epoch = self._clock.now_ns() // self._bucket_ns  # the bucket index last written
+        self._start_epoch(self._clock.now_ns())
+
+    def _start_epoch(self, now: int) -> None:
+        """Make the bucket of ``now`` the current one (the window emptied, or rolled to it)."""
+        self._epoch = epoch = now // self._bucket_ns  # the bucket number last written
+        self._index = epoch % BUCKETS
+        self._end_ns = (epoch + 1) * self._bucket_ns  # until then a count needs no division
 
     @property
     def label(self) -> str:
@@ -139,11 +146,16 @@ class AdaptiveThrottle:
         self._classify, self._bucket_ns = fresh._classify, fresh._bucket_ns
         self._requests, self._accepts = [0] * BUCKETS, [0] * BUCKETS
         self._total_requests = self._total_accepts = 0
-        self._epoch = self._clock.now_ns() // self._bucket_ns
+        self._start_epoch(self._clock.now_ns())
 
     def _roll(self) -> int:
-        """Advance to the current bucket, clearing the buckets that fell out of the window."""
-        epoch = self._now_ns() // self._bucket_ns
+        """The current bucket's index, after clearing the buckets that fell out of the window."""
+        now = self._now_ns()
+        return self._index if now < self._end_ns else self._roll_to(now)
+
+    def _roll_to(self, now: int) -> int:
+        """:meth:`_roll` past the end of the current bucket."""
+        epoch = now // self._bucket_ns
         gap = epoch - self._epoch
         if gap > 0:
             requests, accepts = self._requests, self._accepts
@@ -152,11 +164,11 @@ class AdaptiveThrottle:
                 self._total_requests -= requests[i]
                 self._total_accepts -= accepts[i]
                 requests[i] = accepts[i] = 0
-            self._epoch = epoch
-        return epoch % BUCKETS
+            self._start_epoch(now)
+        return self._index
 
     def _probability(self) -> float:
-        i = self._epoch % BUCKETS
+        i = self._index
         j = (i - 1) % BUCKETS
         return self._shed_probability(self._total_requests, self._total_accepts,
                                       self._requests[i] + self._requests[j], self._accepts[i] + self._accepts[j])
@@ -223,8 +235,12 @@ class AdaptiveThrottle:
 
     async def execute(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``await fn(*args, **kwargs)`` unless shed; see the class docstring."""
-        i = self._roll()
-        p = 0.0 if self._total_requests < self.min_throughput else self._probability()
+        now = self._now_ns()  # (_roll, inlined: the success path)
+        i = self._index if now < self._end_ns else self._roll_to(now)
+        total = self._total_requests
+        # The window's formula is the upper bound (the latest buckets only lower it), so while
+        # requests <= k * accepts nothing is shed and the rest need not be computed.
+        p = 0.0 if total < self.min_throughput or total <= self.k * self._total_accepts else self._probability()
         if p > 0.0 and _random.stream(self._site).random() < p:
             self._requests[i] += 1
             self._total_requests += 1
@@ -246,7 +262,12 @@ class AdaptiveThrottle:
             elif not isinstance(exc, (Rejected, Defect)):
                 self._count(not self._classify(exc).retries)
             raise
-        self._count(True)
+        now = self._now_ns()  # (_count(True), inlined: the success path)
+        i = self._index if now < self._end_ns else self._roll_to(now)
+        self._requests[i] += 1
+        self._accepts[i] += 1
+        self._total_requests += 1
+        self._total_accepts += 1
         return result
 
     def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
