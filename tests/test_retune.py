@@ -203,6 +203,23 @@ def test_a_blocking_limiter_retuned_while_threads_wait() -> None:
     assert len(done) == 50 and limiter.waiter_count == 0 and limiter._queued == 0
 
 
+def test_a_retune_wakes_the_blocking_head_asleep_on_the_system_clock() -> None:
+    # The head has computed a 100 s sleep at the old rate; the new rate must serve it now, not
+    # when that sleep would have ended (the thread would still be asleep at the join below).
+    limiter = BlockingRateLimiter(1, per=100.0, burst=1, label="slow-head")
+    assert limiter.try_acquire()
+    served = threading.Event()
+    thread = threading.Thread(target=lambda: (limiter.acquire(), served.set()), daemon=True)
+    thread.start()
+    while limiter.waiter_count < 1:
+        threading.Event().wait(0.001)
+    threading.Event().wait(0.01)  # into its sleep
+    assert not served.is_set()
+    limiter._retune(rate=100_000, per=1.0)
+    thread.join(5)
+    assert served.is_set() and limiter.waiter_count == 0
+
+
 # ---------------------------------------------------------------------------- bulkheads
 
 

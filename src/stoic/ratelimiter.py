@@ -270,8 +270,8 @@ class _TokenBucket:
 
         The credit earned at the old rate up to now is kept as the same number of permits (capped
         at the new burst); waiters keep their places and pay the new price when served (the
-        asyncio head asleep is woken to recompute its wait at once; a blocking head wakes at the
-        instant it computed, then recomputes). A burst that follows the
+        asyncio head asleep is woken to recompute its wait at once, and so is a blocking head on
+        the system clock; a blocking head on another clock wakes at the instant it computed). A burst that follows the
         rate (built without ``burst``, or equal to ``rate``) keeps following it. ``ValueError``
         naming ``burst`` when a queued request asks more permits than the new burst could hold.
         """
@@ -287,6 +287,8 @@ class _TokenBucket:
             head = self._waiters[0] if self._waiters else None
             if head is not None and head.nap is not None:
                 wake(head.nap)  # the asyncio head recomputes its wait at the new price
+            elif head is not None and head.cond is not None:
+                head.cond.notify()  # so does a blocking head waiting on the system clock
 
     def _validated(self, changes: dict[str, Any]) -> _TokenBucket:
         burst = None if self._burst == self._rate else self._burst
@@ -634,11 +636,16 @@ class BlockingRateLimiter(_TokenBucket):
                 if give_up is not None and when > give_up:
                     self._leave(waiter)
                     return -1
-                self._lock.release()
-                try:
-                    self._clock.sleep_until_blocking(when)
-                finally:
-                    self._lock.acquire()
+                if type(self._clock) is SystemClock:
+                    # On the condition, so that a retune can wake it to pay the new price now
+                    # (the loop recomputes the wait however it wakes).
+                    waiter.cond.wait(wait_seconds(wait))
+                else:  # another clock's own blocking sleep (a VirtualClock's, say): not interruptible
+                    self._lock.release()
+                    try:
+                        self._clock.sleep_until_blocking(when)
+                    finally:
+                        self._lock.acquire()
         except BaseException:
             if waiter.queued:
                 self._leave(waiter)
