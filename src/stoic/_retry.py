@@ -55,11 +55,12 @@ class _Marks:
     retries' attempts are running in it now; ``inherited``: its context came from a task or
     thread that was running an attempt when this mark was made.
 
-    A context variable holds it, set once per task or thread (and by a retry whose context
-    came from elsewhere: a task created inside an attempt, for the life of that retry); every
-    other retry only counts ``depth`` up and down. Setting a context variable copies part of
-    the context (about 200 ns more with 30 variables set), so the success path sets none and
-    costs the same however many variables the caller has set.
+    A context variable holds it, set by each outermost attempt of a task or thread (and by a
+    retry whose context came from elsewhere: a task created inside an attempt, for the life of
+    that retry); the retries nested inside only count ``depth`` up and down. A fresh mark per
+    outermost attempt is what keeps a task created *before* the attempt out of it: that task's
+    context holds the older mark, which stays at 0 (one mark for the task's whole life would
+    make every worker it had started "nested" whenever it runs an attempt later).
     """
 
     __slots__ = ("depth", "inherited", "owner")
@@ -85,16 +86,17 @@ def _enter(owner: object) -> tuple[_Marks, Token[_Marks | None] | None]:
     and, when the marks were set here for this retry only, the token that restores the
     caller's (see :func:`_leave`)."""
     marks = _get_marks()
-    if marks is not None and marks.owner == owner:  # (==: a thread's id is an int)
+    if marks is not None and marks.depth and marks.owner == owner:  # (==: a thread's id is an int)
         marks.depth += 1
         return marks, None
     return _own_marks(owner, marks)
 
 
 def _own_marks(owner: object, found: _Marks | None) -> tuple[_Marks, Token[_Marks | None] | None]:
-    """The first attempt of ``owner`` that finds no marks of its own: its own are set. Inside
-    another task's or thread's running attempt they are set for this retry only (the token,
-    reset by :func:`_leave`, restores the creator's marks); otherwise they stay for the task."""
+    """An attempt of ``owner`` that finds no running marks of its own (an outermost attempt):
+    fresh marks are set. Inside another task's or thread's running attempt they are set for
+    this retry only (the token, reset by :func:`_leave`, restores the creator's marks);
+    otherwise they stay for the task, until its next outermost attempt replaces them."""
     inherited = _running(found)
     mine = _Marks(owner, inherited)
     token = _marks.set(mine)
@@ -395,7 +397,7 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
     # Only the deadline check (5) and up_to use the start: without them, success reads no time.
     started = clock.now_ns() if schedule._timed or scope is not None else -1
     marks = _get_marks()
-    if marks is not None and marks.owner is task:  # (_enter, inlined: the task's own marks)
+    if marks is not None and marks.depth and marks.owner is task:  # (_enter, inlined: nested in its own attempt)
         marks.depth += 1
         token = None
     else:
@@ -433,7 +435,7 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
         started = clock.now_ns()
     while True:
         if error is None:
-            marks, token = (None, None) if nested else _enter(task)
+            marks, token = _enter(task)  # (every attempt: a nested ALLOW retry's too)
             try:
                 if attempt_ns is None:
                     result = await fn(*args, **kwargs)
@@ -449,8 +451,7 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
                     run.succeeded(number)
                 return result
             finally:
-                if marks is not None:
-                    _leave(marks, token)
+                _leave(marks, token)
         if _cancelling() > cancels:
             raise error  # (1) the task running the retry is being cancelled: never retried, never swallowed
         if started < 0:
@@ -500,7 +501,7 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     started = clock.now_ns() if schedule._timed or scope is not None else -1
     owner = _thread_id()
     marks = _get_marks()
-    if marks is not None and marks.owner == owner:  # (_enter, inlined: the thread's own marks)
+    if marks is not None and marks.depth and marks.owner == owner:  # (_enter, inlined: nested in its own attempt)
         marks.depth += 1
         token = None
     else:
@@ -535,7 +536,7 @@ def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any,
     number = 1
     while True:
         if error is None:
-            marks, token = (None, None) if nested else _enter(_thread_id())
+            marks, token = _enter(_thread_id())
             try:
                 result = fn(*args, **kwargs)
             except Exception as caught:
@@ -547,8 +548,7 @@ def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any,
                     run.succeeded(number)
                 return result
             finally:
-                if marks is not None:
-                    _leave(marks, token)
+                _leave(marks, token)
         if started < 0:
             started = clock.now_ns()
         if run is None:
