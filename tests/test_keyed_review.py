@@ -1,0 +1,119 @@
+"""Hostile tests of stoic.Keyed with lock-free hits (a hit within 1 % of idle_after, at most
+1 s, of the key's last stamp takes no lock): the precision bound both ways, idle expiry,
+eviction under many threads, and a wrong key type refused with TypeError everywhere."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from stoic import CircuitBreaker, Keyed
+from stoic.keyed import OVERFLOW_KEY
+from stoic.testing import VirtualClock
+
+SECOND = 1_000_000_000
+
+
+@pytest.mark.parametrize("key", [1, 2.5, b"host", ("a",), object()])
+def test_a_key_that_is_not_a_str_is_a_type_error_everywhere(key: object) -> None:
+    family = Keyed(CircuitBreaker, label="hosts")
+    family.get("a")
+
+    async def op() -> None:
+        pass
+
+    for use in (family.get, family.label_for, family.force_open, family.clear_forced_open,
+                lambda k: family.call(k, lambda: None)):
+        with pytest.raises(TypeError, match="a key must be a str"):
+            use(key)  # type: ignore[operator]
+    coroutine = family.execute(key, op)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="a key must be a str"):
+        coroutine.send(None)
+    assert list(family) == ["a"] and str(family.policies["a"].state) == "closed"
+
+
+def test_a_hit_past_the_precision_restamps_the_key_and_moves_it_last() -> None:
+    clock = VirtualClock()
+    family = Keyed(CircuitBreaker, label="hosts", max_keys=2, idle_after=100.0, clock=clock)  # precision 1 s
+    a = family.get("a")
+    family.get("b")
+    clock._set_now(2 * SECOND)
+    assert family.get("a") is a  # 2 s after its stamp: restamped, now the most recent
+    family.get("c")  # at capacity: the least recently used goes, b
+    assert list(family) == ["a", "c"]
+
+
+def test_a_hit_within_the_precision_takes_no_lock_and_keeps_the_stamp() -> None:
+    clock = VirtualClock()
+    family = Keyed(CircuitBreaker, label="hosts", max_keys=4, idle_after=100.0, clock=clock)
+    a = family.get("a")
+    lock = family._lock
+    assert lock.acquire()  # held by "another thread": a hit within 1 s must not need it
+    try:
+        clock._set_now(SECOND // 2)
+        assert family.get("a") is a
+    finally:
+        lock.release()
+
+
+def test_a_key_used_often_is_never_idle_and_an_unused_one_expires_within_the_precision() -> None:
+    clock = VirtualClock()
+    family = Keyed(CircuitBreaker, label="hosts", max_keys=3, idle_after=100.0, clock=clock)
+    hot = family.get("hot")
+    family.get("cold")
+    for step in range(1, 401):  # 200 s of hits every half second
+        clock._set_now(step * SECOND // 2)
+        assert family.get("hot") is hot
+    assert family.sweep() == 1  # cold, idle 200 s
+    assert list(family) == ["hot"]
+    clock._set_now(200 * SECOND + 100 * SECOND + SECOND)  # hot unused for idle_after + precision
+    assert family.sweep() == 1 and len(family) == 0
+
+
+def test_threads_hammering_a_small_family_never_drop_a_key_in_flight() -> None:
+    clock = VirtualClock()
+    family = Keyed(CircuitBreaker, label="hosts", max_keys=8, idle_after=1.0, clock=clock)
+    keys = [f"k{n}" for n in range(32)]
+    wrong: list[str] = []
+    barrier = threading.Barrier(16)
+
+    def worker(seed: int) -> None:
+        try:
+            hammer(seed)
+        except BaseException as error:  # (reported by the assertion below)
+            wrong.append(repr(error))
+
+    def hammer(seed: int) -> None:
+        rng = random.Random(seed)
+        barrier.wait(10)
+        for _ in range(400):
+            key = rng.choice(keys)
+            if rng.random() < 0.1:
+                clock._set_now(clock.now_ns() + rng.randrange(SECOND // 20))
+
+            def work(key: str = key) -> None:
+                for other in rng.sample(keys, 9):  # room is needed while this call runs
+                    family.get(other)
+                held = family.policies
+                running = [policy for k, policy in held.items() if k in (key, OVERFLOW_KEY)]
+                if not running:
+                    wrong.append(f"{key} dropped while its call ran")
+                if len(family) > 8:
+                    wrong.append(f"{len(family)} keys held")
+
+            if rng.random() < 0.5:
+                family.call(key, work)
+            else:
+                assert isinstance(family.get(key), CircuitBreaker)
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert wrong == []
+    assert len(family) <= 8
+    for key, slot in family._slots.items():
+        assert slot.inflight == 0, key
