@@ -333,3 +333,50 @@ def test_loops_in_several_threads_each_keep_their_own_marks() -> None:
     for thread in threads:
         thread.join(60)
     assert wrong == []
+
+
+async def test_a_hedge_over_a_retry_lets_each_hedged_attempt_retry_in_full(clock: VirtualClock) -> None:
+    # Hedge -> retry: the first hedged attempt's retry runs in the caller's task; the hedge's
+    # second attempt is a task made when the hedge began, outside any attempt. Its retry is not
+    # nested in the first one's (they race; neither retries the other's work).
+    calls: list[str] = []
+
+    async def op(hedged: int) -> str:
+        calls.append(f"hedged {hedged}")
+        if hedged == 1:
+            await clock.sleep(10)  # the first attempt hangs: the hedge fires at 0.05 s
+            return "slow"
+        if calls.count("hedged 2") < 3:
+            raise ConnectionError
+        return "fast"
+
+    async def retried(attempt: stoic.Attempt) -> str:
+        return await retry(THREE, op, attempt.number, label="inner", budget=RetryBudget.UNLIMITED)
+
+    hedge = stoic.Hedge(0.05, label="h", budget=RetryBudget.UNLIMITED)
+    async def caller() -> str:
+        await retry(THREE, noop, label="first")  # the caller's task has its marks
+        return await hedge.execute(stoic.IDEMPOTENT, retried)
+
+    assert await clock.run(caller()) == "fast"
+    assert calls.count("hedged 2") == 3
+
+
+async def test_attempts_cut_by_their_timeout_leave_the_count_exact(clock: VirtualClock) -> None:
+    inner = fail_with(ConnectionError())
+    seen: list[bool] = []
+
+    async def hangs_after_a_nested_retry() -> None:
+        with pytest.raises(ConnectionError):
+            await retry(THREE, inner, label="inner")  # nested: one attempt
+        seen.append(in_retry_attempt())
+        await clock.sleep(60)  # cut by the attempt timeout
+
+    with pytest.raises(stoic.DeadlineExceeded):
+        await clock.run(retry(THREE, hangs_after_a_nested_retry, attempt_timeout=1, label="timed"))
+    assert inner.calls == 3 and seen == [True] * 3
+    assert not in_retry_attempt()
+    inner.calls = 0
+    with pytest.raises(ConnectionError):
+        await clock.run(retry(THREE, inner, label="after"))
+    assert inner.calls == 3
