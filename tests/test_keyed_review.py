@@ -117,3 +117,25 @@ def test_threads_hammering_a_small_family_never_drop_a_key_in_flight() -> None:
     assert len(family) <= 8
     for key, slot in family._slots.items():
         assert slot.inflight == 0, key
+
+
+def test_a_call_ending_stamps_its_key_as_most_recently_used() -> None:
+    # A call's end stamps its key as used then; the LRU order must say so too, or expiry
+    # (which stops at the first key not idle, in that order) and eviction judge by a stale order.
+    clock = VirtualClock()
+    family = Keyed(CircuitBreaker, label="hosts", max_keys=3, idle_after=10.0, clock=clock)
+    family.get("b")
+    ended: list[str] = []
+
+    def long_call() -> None:
+        family.get("c")  # c is used at 0 s, while a's call runs
+        clock._set_now(5 * SECOND)  # a's call ends at 5 s
+        ended.append("a")
+
+    family.call("a", long_call)
+    assert ended == ["a"]
+    clock._set_now(13 * SECOND)  # b and c idle for 13 s, past idle_after; a for 8 s
+    family.get("d")  # room: b and c expire (idle), a stays
+    assert sorted(family) == ["a", "d"]
+    family.get("e")
+    assert sorted(family) == ["a", "d", "e"]

@@ -307,9 +307,7 @@ class Keyed(Generic[P]):
             result: R = await slot.policy.execute(fn, *args, **kwargs)  # type: ignore[attr-defined]
             return result
         finally:
-            with self._lock:
-                slot.inflight -= 1
-                slot.last_used = self._clock.now_ns()
+            self._release(key, slot)
 
     def call(self, key: str | None, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
         """``family.call(key, fn, ...)``: the key's ``policy.call(fn, ...)`` (plain functions, for
@@ -319,9 +317,16 @@ class Keyed(Generic[P]):
             result: R = slot.policy.call(fn, *args, **kwargs)  # type: ignore[attr-defined]
             return result
         finally:
-            with self._lock:
-                slot.inflight -= 1
-                slot.last_used = self._clock.now_ns()
+            self._release(key, slot)
+
+    def _release(self, key: str | None, slot: _Slot[P]) -> None:
+        """A call through ``slot`` ended: no longer in flight, and the key is the most recently
+        used (its stamp and its place in the order agree, which expiry and eviction rely on)."""
+        with self._lock:
+            slot.inflight -= 1
+            slot.last_used = self._clock.now_ns()
+            if self._slots.get(key) is slot:
+                self._slots.move_to_end(key)
 
     # ------------------------------------------------------------------ control (see stoic.ControlPlane)
     def force_open(self, key: str | None = None) -> int:
