@@ -139,3 +139,45 @@ def test_a_call_ending_stamps_its_key_as_most_recently_used() -> None:
     assert sorted(family) == ["a", "d"]
     family.get("e")
     assert sorted(family) == ["a", "d", "e"]
+
+
+def test_force_open_while_threads_build_and_hit_keys_leaves_no_key_closed() -> None:
+    from stoic import CircuitOpen
+
+    clock = VirtualClock()
+    family = Keyed(CircuitBreaker, label="hosts", max_keys=512, idle_after=100.0, clock=clock)
+    keys = [f"k{n}" for n in range(400)]  # new keys keep being built after the force
+    forced, halfway = threading.Event(), threading.Event()
+    late_calls_admitted: list[str] = []
+    errors: list[str] = []
+    barrier = threading.Barrier(9)
+
+    def hammer(seed: int) -> None:
+        rng = random.Random(seed)
+        barrier.wait(10)
+        try:
+            for n in range(600):
+                if n == 200:
+                    halfway.set()
+                key = rng.choice(keys)
+                was_forced = forced.is_set()
+                try:
+                    family.call(key, lambda: None) if rng.random() < 0.5 else family.get(key).call(lambda: None)
+                except CircuitOpen:
+                    continue
+                if was_forced:
+                    late_calls_admitted.append(key)
+        except BaseException as error:  # (reported below)
+            errors.append(repr(error))
+
+    threads = [threading.Thread(target=hammer, args=(seed,)) for seed in range(8)]
+    for thread in threads:
+        thread.start()
+    barrier.wait(10)
+    halfway.wait(10)
+    family.force_open()
+    forced.set()
+    for thread in threads:
+        thread.join(60)
+    assert errors == [] and late_calls_admitted == []
+    assert all(str(policy.state) == "open" for policy in family.policies.values())
