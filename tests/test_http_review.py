@@ -144,3 +144,27 @@ async def test_an_open_keyed_breaker_refuses_only_its_own_key(clock: VirtualCloc
     with pytest.raises(CircuitOpen):
         await server.run(key="a")
     assert (await server.run(key="b")).status == 200
+
+
+@pytest.mark.xfail(strict=True, reason="found in review, not fixed: the transports resolve a family with "
+                   "Keyed.get (lock-free), which does not count the call in flight, so a closed breaker "
+                   "whose failing calls are in flight is 'at rest' and evicted when another key needs room; "
+                   "its failures land on a dropped breaker and the host's breaker never opens")
+async def test_a_keyed_breaker_with_failing_calls_in_flight_is_not_evicted_by_new_keys(clock: VirtualClock) -> None:
+    family = Keyed(CircuitBreaker, label="hosts", max_keys=1, window=CountWindow(2), minimum_calls=2)
+    policies: HTTPPolicies[Resp] = HTTPPolicies([family])
+
+    async def request(key: str, status: int, takes: float) -> Resp:
+        async def attempt() -> Resp:
+            await clock.sleep(takes)
+            response = Resp(status, 0)
+            return policies.check(response, status, {}, key)
+        return await policies.run(key, "GET", attempt, [], lambda response: None)
+
+    for _ in range(2):
+        slow = asyncio.create_task(request("a", 500, 1.0))  # a's failing call is in flight...
+        await asyncio.sleep(0)
+        await request("b", 200, 0.0)  # ...when b needs room
+        await clock.advance(1.0)
+        await slow
+    assert str(family.get("a").state) == "open"
