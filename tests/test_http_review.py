@@ -70,16 +70,19 @@ def three() -> Retrying:
     return Retrying(Schedule.fixed(0.1).attempts(3), label="http", budget=RetryBudget.UNLIMITED)
 
 
-async def test_three_stages_run_once_per_attempt_and_failed_responses_are_closed(clock: VirtualClock) -> None:
+@pytest.mark.parametrize("bulkheads", [1, 2, 3])
+async def test_stages_run_once_per_attempt_and_failed_responses_are_closed(clock: VirtualClock,
+                                                                          bulkheads: int) -> None:
+    # 2, 3 and 4 stages: resolve() has a branch for each of 1, 2 and more resolvers.
     family = Keyed(CircuitBreaker, label="hosts", window=CountWindow(10), minimum_calls=5)
-    outer, inner = Bulkhead(4, label="outer"), Bulkhead(4, label="inner")
-    policies: HTTPPolicies[Resp] = HTTPPolicies([family, outer, inner], retry=three())
+    watched = [Bulkhead(4, label=f"bh{n}") for n in range(bulkheads)]
+    policies: HTTPPolicies[Resp] = HTTPPolicies([family, *watched], retry=three())
     server = Server(policies, [500, 503, 200], clock)
-    server.watch = [outer, inner]
+    server.watch = watched
     response = await clock.run(server.run())
     assert response.status == 200 and not response.closed
     assert [r.closed for r in server.made] == [True, True, False]
-    assert server.calls == 3 and outer.in_use == 0 and inner.in_use == 0
+    assert server.calls == 3 and all(bulkhead.in_use == 0 for bulkhead in watched)
     assert list(family) == ["k"]
     assert all(nested for _, nested in server.seen)  # each attempt is a retry attempt
 
