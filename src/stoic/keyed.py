@@ -181,6 +181,7 @@ class Keyed(Generic[P]):
 
     def label_for(self, key: str | None) -> str:
         """The label key ``key`` has (or would get now)."""
+        _check_key(key)
         with self._lock:
             return self._label_locked(key, reserve=False)
 
@@ -196,8 +197,7 @@ class Keyed(Generic[P]):
     def _slot(self, key: str | None, claim: bool = False) -> _Slot[P]:
         """The key's slot, made on a miss; ``claim`` counts a call in flight in the same critical
         section, so no other thread can drop the key between finding it and using it."""
-        if key is not None and not isinstance(key, str):
-            raise TypeError(f"a key must be a str (or None), got {type(key).__name__}")
+        _check_key(key)
         now = self._clock.now_ns()
         if not claim:
             slot = self._slots.get(key)
@@ -307,9 +307,7 @@ class Keyed(Generic[P]):
             result: R = await slot.policy.execute(fn, *args, **kwargs)  # type: ignore[attr-defined]
             return result
         finally:
-            with self._lock:
-                slot.inflight -= 1
-                slot.last_used = self._clock.now_ns()
+            self._release(key, slot)
 
     def call(self, key: str | None, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
         """``family.call(key, fn, ...)``: the key's ``policy.call(fn, ...)`` (plain functions, for
@@ -319,9 +317,16 @@ class Keyed(Generic[P]):
             result: R = slot.policy.call(fn, *args, **kwargs)  # type: ignore[attr-defined]
             return result
         finally:
-            with self._lock:
-                slot.inflight -= 1
-                slot.last_used = self._clock.now_ns()
+            self._release(key, slot)
+
+    def _release(self, key: str | None, slot: _Slot[P]) -> None:
+        """A call through ``slot`` ended: no longer in flight, and the key is the most recently
+        used (its stamp and its place in the order agree, which expiry and eviction rely on)."""
+        with self._lock:
+            slot.inflight -= 1
+            slot.last_used = self._clock.now_ns()
+            if self._slots.get(key) is slot:
+                self._slots.move_to_end(key)
 
     # ------------------------------------------------------------------ control (see stoic.ControlPlane)
     def force_open(self, key: str | None = None) -> int:
@@ -362,6 +367,7 @@ class Keyed(Generic[P]):
         return cleared
 
     def _held(self, key: str) -> _Slot[P]:
+        _check_key(key)
         slot = self._slots.get(key)
         if slot is None:
             raise LookupError(f"{self._label!r} holds no key {key!r}")
@@ -417,6 +423,12 @@ class Keyed(Generic[P]):
     def __repr__(self) -> str:
         name = getattr(self._factory, "__qualname__", type(self._factory).__qualname__)
         return f"Keyed({name}, label={self._label!r}, keys={len(self._slots)}/{self._max_keys})"
+
+
+def _check_key(key: object) -> None:
+    """``TypeError`` for a key that is not a ``str`` (or None), wherever a key is taken."""
+    if key is not None and not isinstance(key, str):
+        raise TypeError(f"a key must be a str (or None), got {type(key).__name__}")
 
 
 def _key_attrs(key: str | None, reason: str) -> dict[str, Any]:

@@ -1,0 +1,173 @@
+"""Hostile tests of HTTPPolicies.run (stoic._http), the rules both HTTP integrations share,
+in process: the stages' chain form (every stage once per attempt, outermost first, a Keyed
+family resolved per key), retry and hedge through it, and every response but the returned one
+closed, on success, exhaustion and cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from stoic import (
+    Bulkhead,
+    CircuitBreaker,
+    CircuitOpen,
+    CountWindow,
+    Hedge,
+    Keyed,
+    RetryBudget,
+    Retrying,
+    Schedule,
+)
+from stoic._http import HTTPPolicies
+from stoic._retry import in_retry_attempt
+from stoic.testing import VirtualClock
+
+
+class Resp:
+    def __init__(self, status: int, n: int) -> None:
+        self.status = status
+        self.n = n
+        self.closed = False
+
+
+class Server:
+    """Answers each attempt with the next scripted status, after ``takes`` virtual seconds."""
+
+    def __init__(self, policies: HTTPPolicies[Resp], statuses: list[int], clock: VirtualClock,
+                 takes: list[float] | None = None) -> None:
+        self.policies = policies
+        self.statuses = statuses
+        self.takes = takes or [0.0] * len(statuses)
+        self.clock = clock
+        self.made: list[Resp] = []
+        self.calls = 0
+        self.seen: list[tuple[int, bool]] = []
+        self.watch: list[Bulkhead] = []
+
+    def attempt(self) -> Any:
+        async def one() -> Resp:
+            n = self.calls
+            self.calls += 1
+            self.seen.append((n, in_retry_attempt()))
+            for bulkhead in self.watch:
+                assert bulkhead.in_use >= 1  # the attempt runs inside every stage
+            await self.clock.sleep(self.takes[n])
+            response = Resp(self.statuses[n], n)
+            self.made.append(response)
+            return self.policies.check(response, response.status, {}, "k")
+        return one
+
+    async def run(self, method: str = "GET", key: str = "k") -> Resp:
+        def close(response: Resp) -> None:
+            response.closed = True
+        return await self.policies.run(key, method, self.attempt(), self.made, close)
+
+
+def three() -> Retrying:
+    return Retrying(Schedule.fixed(0.1).attempts(3), label="http", budget=RetryBudget.UNLIMITED)
+
+
+@pytest.mark.parametrize("bulkheads", [1, 2, 3])
+async def test_stages_run_once_per_attempt_and_failed_responses_are_closed(clock: VirtualClock,
+                                                                          bulkheads: int) -> None:
+    # 2, 3 and 4 stages: resolve() has a branch for each of 1, 2 and more resolvers.
+    family = Keyed(CircuitBreaker, label="hosts", window=CountWindow(10), minimum_calls=5)
+    watched = [Bulkhead(4, label=f"bh{n}") for n in range(bulkheads)]
+    policies: HTTPPolicies[Resp] = HTTPPolicies([family, *watched], retry=three())
+    server = Server(policies, [500, 503, 200], clock)
+    server.watch = watched
+    response = await clock.run(server.run())
+    assert response.status == 200 and not response.closed
+    assert [r.closed for r in server.made] == [True, True, False]
+    assert server.calls == 3 and all(bulkhead.in_use == 0 for bulkhead in watched)
+    assert list(family) == ["k"]
+    assert all(nested for _, nested in server.seen)  # each attempt is a retry attempt
+
+
+async def test_exhausted_retries_return_the_last_failed_response_open(clock: VirtualClock) -> None:
+    policies: HTTPPolicies[Resp] = HTTPPolicies([CircuitBreaker(label="b", minimum_calls=10)], retry=three())
+    server = Server(policies, [500, 500, 502], clock)
+    response = await clock.run(server.run())
+    assert response.status == 502 and response.n == 2 and not response.closed
+    assert [r.closed for r in server.made] == [True, True, False]
+
+
+async def test_no_stage_at_all_with_retry_and_without(clock: VirtualClock) -> None:
+    server = Server(HTTPPolicies([], retry=three()), [500, 200], clock)
+    assert (await clock.run(server.run())).status == 200 and server.calls == 2
+    server = Server(HTTPPolicies([]), [500], clock)
+    assert (await clock.run(server.run())).status == 500 and server.calls == 1
+
+
+async def test_a_post_is_neither_retried_nor_hedged(clock: VirtualClock) -> None:
+    hedge = Hedge(0.01, label="h", budget=RetryBudget.UNLIMITED)
+    server = Server(HTTPPolicies([Bulkhead(2, label="bh")], retry=three(), hedge=hedge), [500, 200], clock,
+                    takes=[1.0, 0.0])
+    response = await clock.run(server.run("POST"))
+    assert response.status == 500 and server.calls == 1
+
+
+async def test_retry_and_hedge_through_a_keyed_family_close_every_response_but_the_winner(
+        clock: VirtualClock) -> None:
+    family = Keyed(Bulkhead, label="per-host", max_concurrent=4)
+    hedge = Hedge(0.05, label="h", budget=RetryBudget.UNLIMITED)
+    policies: HTTPPolicies[Resp] = HTTPPolicies([family], retry=three(), hedge=hedge)
+    # attempt 0 fails fast (retried); attempt 1 is slow, so a hedge (2) starts and wins.
+    server = Server(policies, [500, 200, 200], clock, takes=[0.0, 1.0, 0.0])
+    response = await clock.run(server.run())
+    assert server.calls == 3 and response.n == 2 and not response.closed
+    assert all(r.closed for r in server.made if r is not response)
+    assert family.get("k").in_use == 0
+    assert [nested for _, nested in server.seen] == [True] * 3  # the hedge's task too
+
+
+async def test_a_cancelled_request_closes_every_response_and_frees_its_slots(clock: VirtualClock) -> None:
+    bulkhead = Bulkhead(1, label="one")
+    policies: HTTPPolicies[Resp] = HTTPPolicies([bulkhead], retry=three())
+    server = Server(policies, [500, 200], clock, takes=[0.0, 60.0])
+    task = asyncio.create_task(server.run())
+    await clock.advance(1.0)  # the first attempt failed, the second hangs in its slot
+    assert bulkhead.in_use == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert bulkhead.in_use == 0
+    assert server.made and all(r.closed for r in server.made)
+
+
+async def test_an_open_keyed_breaker_refuses_only_its_own_key(clock: VirtualClock) -> None:
+    family = Keyed(CircuitBreaker, label="hosts", window=CountWindow(2), minimum_calls=2)
+    policies: HTTPPolicies[Resp] = HTTPPolicies([family])
+    server = Server(policies, [500, 500, 200], clock)
+    await server.run(key="a")
+    await server.run(key="a")
+    with pytest.raises(CircuitOpen):
+        await server.run(key="a")
+    assert (await server.run(key="b")).status == 200
+
+
+@pytest.mark.xfail(strict=True, reason="found in review, not fixed: the transports resolve a family with "
+                   "Keyed.get (lock-free), which does not count the call in flight, so a closed breaker "
+                   "whose failing calls are in flight is 'at rest' and evicted when another key needs room; "
+                   "its failures land on a dropped breaker and the host's breaker never opens")
+async def test_a_keyed_breaker_with_failing_calls_in_flight_is_not_evicted_by_new_keys(clock: VirtualClock) -> None:
+    family = Keyed(CircuitBreaker, label="hosts", max_keys=1, window=CountWindow(2), minimum_calls=2)
+    policies: HTTPPolicies[Resp] = HTTPPolicies([family])
+
+    async def request(key: str, status: int, takes: float) -> Resp:
+        async def attempt() -> Resp:
+            await clock.sleep(takes)
+            response = Resp(status, 0)
+            return policies.check(response, status, {}, key)
+        return await policies.run(key, "GET", attempt, [], lambda response: None)
+
+    for _ in range(2):
+        slow = asyncio.create_task(request("a", 500, 1.0))  # a's failing call is in flight...
+        await asyncio.sleep(0)
+        await request("b", 200, 0.0)  # ...when b needs room
+        await clock.advance(1.0)
+        await slow
+    assert str(family.get("a").state) == "open"
