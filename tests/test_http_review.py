@@ -149,10 +149,6 @@ async def test_an_open_keyed_breaker_refuses_only_its_own_key(clock: VirtualCloc
     assert (await server.run(key="b")).status == 200
 
 
-@pytest.mark.xfail(strict=True, reason="found in review, not fixed: the transports resolve a family with "
-                   "Keyed.get (lock-free), which does not count the call in flight, so a closed breaker "
-                   "whose failing calls are in flight is 'at rest' and evicted when another key needs room; "
-                   "its failures land on a dropped breaker and the host's breaker never opens")
 async def test_a_keyed_breaker_with_failing_calls_in_flight_is_not_evicted_by_new_keys(clock: VirtualClock) -> None:
     family = Keyed(CircuitBreaker, label="hosts", max_keys=1, window=CountWindow(2), minimum_calls=2)
     policies: HTTPPolicies[Resp] = HTTPPolicies([family])

@@ -17,7 +17,7 @@ import inspect
 import math
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar, cast
 
 from ._classify import RetryDecision
 from ._errors import RateLimited
@@ -104,7 +104,7 @@ class HTTPPolicies(Generic[Resp]):
     ``retry_after_cap``: the longest ``Retry-After`` honoured, seconds (default 300).
     """
 
-    __slots__ = ("_resolvers", "hedge", "is_failure", "retry", "retry_after_cap", "retry_methods", "stages")
+    __slots__ = ("_families", "hedge", "is_failure", "retry", "retry_after_cap", "retry_methods", "stages")
 
     def __init__(
         self,
@@ -128,10 +128,9 @@ class HTTPPolicies(Generic[Resp]):
                 or not retry_after_cap >= 0 or not math.isfinite(retry_after_cap):
             raise ValueError(f"retry_after_cap must be finite seconds >= 0, got {retry_after_cap!r}")
         self.stages = tuple(stages)
-        # Per stage, what gives its policy for a key (a family's get, or the policy itself),
-        # decided once here; None when no stage is a family (resolve returns the stages as they are).
-        self._resolvers: tuple[Callable[[str], Any], ...] | None = tuple(
-            stage.get if isinstance(stage, Keyed) else _constant(stage) for stage in self.stages
+        # Per stage, its family (None for a plain policy); None when no stage is a family.
+        self._families: tuple[Keyed[Any] | None, ...] | None = tuple(
+            stage if isinstance(stage, Keyed) else None for stage in self.stages
         ) if any(isinstance(stage, Keyed) for stage in self.stages) else None
         self.retry = retry
         self.hedge = hedge
@@ -139,16 +138,31 @@ class HTTPPolicies(Generic[Resp]):
         self.is_failure: Callable[[int], bool] = is_failure if is_failure is not None else _server_error
         self.retry_after_cap = float(retry_after_cap)
 
-    def resolve(self, key: str) -> Sequence[Any]:
-        """The stages for ``key``: each family replaced by its key's policy."""
-        resolvers = self._resolvers
-        if resolvers is None:
-            return self.stages
-        if len(resolvers) == 1:  # the common cases, without a comprehension's frame
-            return (resolvers[0](key),)
-        if len(resolvers) == 2:
-            return (resolvers[0](key), resolvers[1](key))
-        return [resolve(key) for resolve in resolvers]
+    def claim(self, key: str) -> tuple[Sequence[Any], list[tuple[Keyed[Any], Any]] | None]:
+        """The stages for ``key``, each family replaced by its key's policy with one call counted
+        in flight (so the key is never dropped while a request runs through it:
+        a breaker whose calls hang or fail stays to open), and the claims to give back with
+        :func:`_unclaim` (None when no stage is a family)."""
+        families = self._families
+        if families is None:
+            return self.stages, None
+        claimed: list[tuple[Keyed[Any], Any]] = []
+        if len(families) == 1:  # the common case: the one stage is a family
+            family = cast("Keyed[Any]", families[0])
+            slot = family._claim(key)
+            claimed.append((family, slot))
+            return (slot.policy,), claimed
+        stages = list(self.stages)
+        try:
+            for index, held in enumerate(families):
+                if held is not None:
+                    slot = held._claim(key)
+                    claimed.append((held, slot))
+                    stages[index] = slot.policy
+        except BaseException:
+            _unclaim(claimed, key)
+            raise
+        return stages, claimed
 
     def check(self, response: Resp, status: int, headers: Any, key: str) -> Resp:
         """``response`` when it is not a failure; else raise :class:`ServerError` or
@@ -174,55 +188,67 @@ class HTTPPolicies(Generic[Resp]):
         returned is closed, and all of them when the call raises. ``body_in_memory``: the
         request has no body or its body is bytes held in memory, so two attempts may send it at
         once (the hedge applies only then)."""
-        stages: Sequence[Policy] = self.resolve(key)
-        retry, hedge = self.retry, self.hedge
-        if (retry is not None or hedge is not None) and method.upper() not in self.retry_methods:
-            retry = hedge = None
-        if not body_in_memory:
-            hedge = None
-        response: Resp
+        stages, claimed = self.claim(key)
         try:
+            retry, hedge = self.retry, self.hedge
+            if (retry is not None or hedge is not None) and method.upper() not in self.retry_methods:
+                retry = hedge = None
+            if not body_in_memory:
+                hedge = None
+            response: Resp
             try:
-                if hedge is None:
-                    # The stages' execute methods and the attempt as one call: the first stage
-                    # gets the inner ones and the attempt as its arguments (what a Pipeline
-                    # runs, without building one per request: a family's policy varies by key).
-                    chain = _chain(stages, attempt)
-                    if retry is not None:
-                        response = await retry.execute(*chain)
-                    else:
-                        response = await chain[0](*chain[1:])
-                else:
-                    async def racing(*_: Any) -> Resp:
-                        # A hedge starts its attempts as tasks: it needs a coroutine function.
+                try:
+                    if hedge is None:
+                        # The stages' execute methods and the attempt as one call: the first stage
+                        # gets the inner ones and the attempt as its arguments (what a Pipeline
+                        # runs, without building one per request: a family's policy varies by key).
                         chain = _chain(stages, attempt)
-                        result: Resp = await chain[0](*chain[1:])
-                        return result
+                        if retry is not None:
+                            response = await retry.execute(*chain)
+                        else:
+                            response = await chain[0](*chain[1:])
+                    else:
+                        async def racing(*_: Any) -> Resp:
+                            # A hedge starts its attempts as tasks: it needs a coroutine function.
+                            chain = _chain(stages, attempt)
+                            result: Resp = await chain[0](*chain[1:])
+                            return result
 
-                    response = await (retry.execute(hedge.execute, IDEMPOTENT, racing) if retry is not None
-                                      else hedge.execute(IDEMPOTENT, racing))
-            except (ServerError, TooManyRequests) as failed:
-                response = failed.response
-        except BaseException:
-            for made_one in made:
-                closing = close(made_one)
-                if inspect.isawaitable(closing):
-                    await closing
-            raise
-        if len(made) > 1:
-            for made_one in made:
-                if made_one is not response:
+                        response = await (retry.execute(hedge.execute, IDEMPOTENT, racing) if retry is not None
+                                          else hedge.execute(IDEMPOTENT, racing))
+                except (ServerError, TooManyRequests) as failed:
+                    response = failed.response
+            except BaseException:
+                for made_one in made:
                     closing = close(made_one)
                     if inspect.isawaitable(closing):
                         await closing
-        return response
+                raise
+            if len(made) > 1:
+                for made_one in made:
+                    if made_one is not response:
+                        closing = close(made_one)
+                        if inspect.isawaitable(closing):
+                            await closing
+            return response
+        finally:
+            if claimed is not None:
+                _unclaim(claimed, key)
 
     def run_sync(self, key: str, method: str, attempt: Callable[[], Resp], made: list[Resp],
                  close: Callable[[Resp], object]) -> Resp:
         """:meth:`run` for blocking clients: every stage needs a ``call`` method (the breaker,
         ``Retrying``, ``BlockingRateLimiter``, ``BlockingBulkhead``); a hedge is not applied;
         ``close`` is called, never awaited."""
-        stages = self.resolve(key)
+        stages, claimed = self.claim(key)
+        try:
+            return self._run_sync(method, attempt, made, close, stages)
+        finally:
+            if claimed is not None:
+                _unclaim(claimed, key)
+
+    def _run_sync(self, method: str, attempt: Callable[[], Resp], made: list[Resp], close: Callable[[Resp], object],
+                  stages: Sequence[Any]) -> Resp:
 
         def through(index: int) -> Resp:
             if index == len(stages):
@@ -251,17 +277,17 @@ class HTTPPolicies(Generic[Resp]):
         return response
 
 
+def _unclaim(claimed: list[tuple[Keyed[Any], Any]], key: str) -> None:
+    for family, slot in claimed:
+        family._unclaim(key, slot)
+
+
 def _chain(stages: Sequence[Policy], attempt: Callable[[], Awaitable[Resp]]) -> tuple[Any, ...]:
     """One attempt through the stages, outermost first, as ``(fn, *args)``: calling
     ``fn(*args)`` runs it (each stage's execute calls its first argument with the rest)."""
     if len(stages) == 1:  # the common case, without a comprehension's frame
         return (stages[0].execute, attempt)
     return (*[stage.execute for stage in stages], attempt)
-
-
-def _constant(stage: Any) -> Callable[[str], Any]:
-    """A resolver for a plain policy: the same policy for every key."""
-    return lambda _key: stage
 
 
 def _server_error(status: int) -> bool:

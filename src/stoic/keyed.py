@@ -75,13 +75,21 @@ def is_forced_open(policy: object) -> bool:
 
 
 class _Slot(Generic[P]):
-    __slots__ = ("inflight", "label", "last_used", "policy")
+    """One key's policy. ``calls`` holds one entry per call in flight through the family: a
+    list, because ``append`` and ``pop`` are single operations under the GIL, so a call is
+    counted in and out without the family's lock (:meth:`Keyed._claim`)."""
+
+    __slots__ = ("calls", "label", "last_used", "policy")
 
     def __init__(self, policy: P, label: str, now: int) -> None:
         self.policy = policy
         self.label = label
         self.last_used = now
-        self.inflight = 0
+        self.calls: list[None] = []
+
+    @property
+    def inflight(self) -> int:
+        return len(self.calls)
 
 
 class Keyed(Generic[P]):
@@ -212,7 +220,8 @@ class Keyed(Generic[P]):
             if slot is not None:
                 slot.last_used = now
                 self._slots.move_to_end(key)
-                slot.inflight += claim
+                if claim:
+                    slot.calls.append(None)
                 return slot
             self._expire(now, events)
             if len(self._slots) >= self._max_keys and not self._evict_lru(events):
@@ -222,7 +231,8 @@ class Keyed(Generic[P]):
                 slot.label = self._label_locked(key, reserve=False)
                 self._slots[key] = slot
                 self._full = False
-            slot.inflight += claim
+            if claim:
+                slot.calls.append(None)
         self._emit(events, now)
         return slot
 
@@ -254,7 +264,7 @@ class Keyed(Generic[P]):
         return self._overflow
 
     def _evictable(self, slot: _Slot[P]) -> bool:
-        return slot.inflight == 0 and at_rest(slot.policy)
+        return not slot.calls and at_rest(slot.policy)
 
     def _expire(self, now: int, events: list[tuple[str, Level, dict[str, Any]]]) -> None:
         """Drop keys idle for ``idle_after`` and at rest, oldest first (under the lock)."""
@@ -323,10 +333,32 @@ class Keyed(Generic[P]):
         """A call through ``slot`` ended: no longer in flight, and the key is the most recently
         used (its stamp and its place in the order agree, which expiry and eviction rely on)."""
         with self._lock:
-            slot.inflight -= 1
+            slot.calls.pop()
             slot.last_used = self._clock.now_ns()
             if self._slots.get(key) is slot:
                 self._slots.move_to_end(key)
+
+    def _claim(self, key: str) -> _Slot[P]:
+        """The key's slot with one call counted in flight, for a caller that runs the call
+        itself (the HTTP integrations) and then calls :meth:`_unclaim`. A hit touched within
+        the touch precision takes no lock: the call is counted in, then the key is checked to
+        be still held (an eviction under the lock that saw no call in flight may have dropped
+        it just before: then the count is taken back and the locked path claims)."""
+        slot = self._slots.get(key) if type(key) is str else None
+        if slot is not None and self._clock.now_ns() - slot.last_used < self._touch_ns:
+            slot.calls.append(None)
+            if self._slots.get(key) is slot:
+                return slot
+            slot.calls.pop()
+        return self._slot(key, claim=True)
+
+    def _unclaim(self, key: str, slot: _Slot[P]) -> None:
+        """The call :meth:`_claim` counted has ended (restamped under the lock only when the
+        stamp is older than the touch precision)."""
+        if self._clock.now_ns() - slot.last_used < self._touch_ns:
+            slot.calls.pop()
+        else:
+            self._release(key, slot)
 
     # ------------------------------------------------------------------ control (see stoic.ControlPlane)
     def force_open(self, key: str | None = None) -> int:
