@@ -17,7 +17,7 @@ import inspect
 import math
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import Any, Final, Generic, TypeVar, cast
+from typing import Any, Final, Generic, TypeVar
 
 from ._classify import RetryDecision
 from ._errors import RateLimited
@@ -104,7 +104,8 @@ class HTTPPolicies(Generic[Resp]):
     ``retry_after_cap``: the longest ``Retry-After`` honoured, seconds (default 300).
     """
 
-    __slots__ = ("_families", "hedge", "is_failure", "retry", "retry_after_cap", "retry_methods", "stages")
+    __slots__ = ("_held", "_shape", "hedge", "is_failure", "retry", "retry_after_cap",
+                 "retry_methods", "stages")
 
     def __init__(
         self,
@@ -128,41 +129,61 @@ class HTTPPolicies(Generic[Resp]):
                 or not retry_after_cap >= 0 or not math.isfinite(retry_after_cap):
             raise ValueError(f"retry_after_cap must be finite seconds >= 0, got {retry_after_cap!r}")
         self.stages = tuple(stages)
-        # Per stage, its family (None for a plain policy); None when no stage is a family.
-        self._families: tuple[Keyed[Any] | None, ...] | None = tuple(
-            stage if isinstance(stage, Keyed) else None for stage in self.stages
-        ) if any(isinstance(stage, Keyed) for stage in self.stages) else None
+        # The families among the stages, in order, and the shape claim() takes: 0 no family, 1 one
+        # stage that is a family, 2 two stages that both are, 3 anything else.
+        self._held: tuple[Keyed[Any], ...] = tuple(stage for stage in self.stages if isinstance(stage, Keyed))
+        self._shape = 0 if not self._held else len(self._held) if len(self._held) == len(self.stages) <= 2 else 3
         self.retry = retry
         self.hedge = hedge
         self.retry_methods = frozenset(m.upper() for m in retry_methods)
         self.is_failure: Callable[[int], bool] = is_failure if is_failure is not None else _server_error
         self.retry_after_cap = float(retry_after_cap)
 
-    def claim(self, key: str) -> tuple[Sequence[Any], list[tuple[Keyed[Any], Any]] | None]:
+    def claim(self, key: str) -> tuple[Sequence[Any], tuple[Any, ...] | None]:
         """The stages for ``key``, each family replaced by its key's policy with one call counted
-        in flight (so the key is never dropped while a request runs through it:
-        a breaker whose calls hang or fail stays to open), and the claims to give back with
-        :func:`_unclaim` (None when no stage is a family)."""
-        families = self._families
-        if families is None:
+        in flight (so the key is never dropped while a request runs through it: a breaker whose
+        calls hang or fail stays to open), and the claimed slots to give back with
+        :meth:`unclaim` (None when no stage is a family)."""
+        shape = self._shape
+        if shape == 0:
             return self.stages, None
-        claimed: list[tuple[Keyed[Any], Any]] = []
-        if len(families) == 1:  # the common case: the one stage is a family
-            family = cast("Keyed[Any]", families[0])
-            slot = family._claim(key)
-            claimed.append((family, slot))
-            return (slot.policy,), claimed
+        held = self._held
+        if shape == 1:  # the common shapes, unrolled (this runs on every request): one family
+            first = held[0]._claim(key)
+            return (first.policy,), (first,)
+        if shape == 2:  # two families
+            first = held[0]._claim(key)
+            try:
+                second = held[1]._claim(key)
+            except BaseException:
+                held[0]._unclaim(key, first)
+                raise
+            return (first.policy, second.policy), (first, second)
         stages = list(self.stages)
+        claimed: list[Any] = []
         try:
-            for index, held in enumerate(families):
-                if held is not None:
-                    slot = held._claim(key)
-                    claimed.append((held, slot))
+            for index, stage in enumerate(self.stages):
+                if isinstance(stage, Keyed):
+                    slot = stage._claim(key)
+                    claimed.append(slot)
                     stages[index] = slot.policy
         except BaseException:
-            _unclaim(claimed, key)
+            self.unclaim(key, tuple(claimed))
             raise
-        return stages, claimed
+        return stages, tuple(claimed)
+
+    def unclaim(self, key: str, claimed: tuple[Any, ...]) -> None:
+        """Give back what :meth:`claim` counted in flight (the families' slots, in stage order;
+        a prefix of them when a claim failed)."""
+        held = self._held
+        if len(claimed) == 1:
+            held[0]._unclaim(key, claimed[0])
+        elif len(claimed) == 2:
+            held[0]._unclaim(key, claimed[0])
+            held[1]._unclaim(key, claimed[1])
+        else:
+            for family, slot in zip(held, claimed, strict=False):
+                family._unclaim(key, slot)
 
     def check(self, response: Resp, status: int, headers: Any, key: str) -> Resp:
         """``response`` when it is not a failure; else raise :class:`ServerError` or
@@ -233,7 +254,7 @@ class HTTPPolicies(Generic[Resp]):
             return response
         finally:
             if claimed is not None:
-                _unclaim(claimed, key)
+                self.unclaim(key, claimed)
 
     def run_sync(self, key: str, method: str, attempt: Callable[[], Resp], made: list[Resp],
                  close: Callable[[Resp], object]) -> Resp:
@@ -245,7 +266,7 @@ class HTTPPolicies(Generic[Resp]):
             return self._run_sync(method, attempt, made, close, stages)
         finally:
             if claimed is not None:
-                _unclaim(claimed, key)
+                self.unclaim(key, claimed)
 
     def _run_sync(self, method: str, attempt: Callable[[], Resp], made: list[Resp], close: Callable[[Resp], object],
                   stages: Sequence[Any]) -> Resp:
@@ -275,11 +296,6 @@ class HTTPPolicies(Generic[Resp]):
                 if made_one is not response:
                     close(made_one)
         return response
-
-
-def _unclaim(claimed: list[tuple[Keyed[Any], Any]], key: str) -> None:
-    for family, slot in claimed:
-        family._unclaim(key, slot)
 
 
 def _chain(stages: Sequence[Policy], attempt: Callable[[], Awaitable[Resp]]) -> tuple[Any, ...]:
