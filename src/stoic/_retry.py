@@ -10,10 +10,9 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-import threading
 import types
 from collections.abc import Awaitable, Callable, Coroutine
-from contextvars import ContextVar, Token
+from contextvars import ContextVar
 from types import AsyncGeneratorType, CodeType, CoroutineType, GeneratorType, ModuleType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -50,58 +49,42 @@ RETRY_AFTER_CAP_NS = 300 * 1_000_000_000
 
 
 
-# A task's (or, for blocking retries, a thread's) marks: ``[depth, owner, inherited]``.
-# ``depth`` retries' attempts of ``owner`` (the task, or the thread's id) are running now;
-# ``inherited``: the marks were made inside another task's or thread's running attempt (a task
-# created in it, a thread it handed work to), so this one runs inside that attempt too.
+# One mark per retry call, ``[running, parent]``: ``running`` is 1 while one of its attempts
+# runs; ``parent`` is the mark that was running where the retry started (the attempt it is
+# nested in), else None. A retry starts inside an attempt when the mark it finds, or one up that
+# mark's parent chain, is running (seed 001, "Nesting").
 #
-# A context variable holds them. Each outermost attempt of a task sets fresh marks; the retries
-# nested inside it only count ``depth`` up and down, so a nested retry sets no context variable.
-# Fresh marks per outermost attempt are what keep a task, thread or context made *before* the
-# attempt out of it: its copy of the context holds the older marks, which stay at 0 (marks kept
-# for a task's whole life would make every worker it had started "nested" whenever it later ran
-# an attempt). A list, not a class: one is made per outermost attempt, and a three-item list is
-# the cheapest mutable object to make (about 20 ns, against 120 for a slotted instance).
-_Marks = list[Any]
-_DEPTH, _OWNER, _INHERITED = 0, 1, 2  # (the indices; the hot paths below write them as literals)
-
-# Read by a retry starting: whether it starts inside a running attempt (seed 001, "Nesting").
-_marks: ContextVar[_Marks | None] = ContextVar("stoic.retry.attempts", default=None)
+# Each retry sets its own fresh mark in a context variable and never resets it; only the retry
+# that made a mark changes it. So a task or thread whose context was copied during an attempt
+# (created by it, handed work by it) holds that attempt's mark, and is inside it exactly while
+# the attempt runs; a context copied before the attempt holds an older mark, not running; and a
+# task that outlives the attempt that created it is free once the attempt has ended. One set and
+# one small list per retry, no reset and no read of the task or thread (the set's token gives
+# the mark it replaced): a success costs what one context-variable write costs.
+_Mark = list[Any]
+_marks: ContextVar[_Mark | None] = ContextVar("stoic.retry.attempts", default=None)
 _get_marks = _marks.get
 _set_marks = _marks.set
-_thread_id = threading.get_ident
 
 
-def _running(marks: _Marks | None) -> bool:
-    return marks is not None and (marks[_DEPTH] > 0 or marks[_INHERITED])
+def _running(mark: _Mark | None) -> bool:
+    """Whether ``mark`` or one up its parent chain is running."""
+    while mark is not None:
+        if mark[0]:
+            return True
+        mark = mark[1]
+    return False
 
 
-def _enter(owner: object) -> tuple[_Marks, Token[_Marks | None] | None]:
-    """Count one attempt of ``owner`` (a task, or a thread's id) as running; returns the marks
-    and, when the marks were set here for this retry only, the token that restores the
-    caller's (see :func:`_leave`)."""
-    marks = _get_marks()
-    if marks is not None and marks[_DEPTH] and marks[_OWNER] == owner:  # (==: a thread's id is an int)
-        marks[_DEPTH] += 1
-        return marks, None
-    return _own_marks(owner, marks)
+def _new_mark() -> _Mark:
+    """Set a fresh mark for a retry starting here, not running yet (its loop counts its
+    attempts); its parent is the running mark it replaced, if any."""
+    mine: _Mark = [0, None]
+    old = _set_marks(mine).old_value
+    if type(old) is list and _running(old):
+        mine[1] = old
+    return mine
 
-
-def _own_marks(owner: object, found: _Marks | None) -> tuple[_Marks, Token[_Marks | None] | None]:
-    """An attempt of ``owner`` that finds no running marks of its own (an outermost attempt):
-    fresh marks are set. Inside another task's or thread's running attempt they are set for
-    this retry only (the token, reset by :func:`_leave`, restores the creator's marks);
-    otherwise they stay for the task, until its next outermost attempt replaces them."""
-    inherited = _running(found)
-    mine: _Marks = [1, owner, inherited]
-    token = _set_marks(mine)
-    return mine, (token if inherited else None)
-
-
-def _leave(marks: _Marks, token: Token[_Marks | None] | None) -> None:
-    marks[_DEPTH] -= 1
-    if token is not None:
-        _marks.reset(token)
 
 _SINGLE = RetryNesting.SINGLE_ATTEMPT
 _site_at = _registry.frames.get  # the dict is cleared in place by reset_budgets(), never replaced
@@ -388,18 +371,13 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
         _deadline.check_deadline_clocks(scope, clock)
     if attempt_ns is not None:
         return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
-                                 clock, _running(_get_marks()), None, -1, cancels, None, task)
+                                 clock, _new_mark(), None, -1, cancels, None)
     # Only the deadline check (5) and up_to use the start: without them, success reads no time.
     started = clock.now_ns() if schedule._timed or scope is not None else -1
-    marks = _get_marks()  # (_enter, inlined: the marks are [depth, owner, inherited])
-    if marks is not None and marks[1] is task:
-        token = None
-        if marks[0]:
-            marks[0] += 1  # nested in this task's running attempt
-        else:
-            _set_marks(marks := [1, task, False])  # this task's outermost attempt: fresh marks
-    else:
-        marks, token = _own_marks(task, marks)
+    mark: _Mark = [1, None]  # (_new_mark, inlined, the first attempt counted as running)
+    old = _set_marks(mark).old_value
+    if type(old) is list and (old[0] or _running(old[1])):
+        mark[1] = old
     try:
         if wants:  # (``first`` is bound exactly when ``wants``)
             return await fn(*args, **kwargs, attempt=(first := first_attempt()))
@@ -408,21 +386,19 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
     except Exception as caught:
         error = caught
     finally:
-        marks[0] -= 1
-        if token is not None:
-            _marks.reset(token)
+        mark[0] = 0
     return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
-                             clock, marks[0] > 0 or marks[2], error, started, cancels,
-                             first if wants else None, task)
+                             clock, mark, error, started, cancels, first if wants else None)
 
 
 async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
                       kwargs: dict[str, Any], site: str, bucket: RetryBudget, classify: RetryClassifier,
                       nesting: RetryNesting, label: str, attempt_ns: int | None, clock: Clock,
-                      nested: bool, error: Exception | None, started: int, cancels: int,
-                      attempt: Attempt | None, task: object) -> R:
+                      mark: _Mark, error: Exception | None, started: int, cancels: int,
+                      attempt: Attempt | None) -> R:
     """Every attempt after a failed first one (``error``, which was handed ``attempt`` if not
-    None), or all of them (``error`` None)."""
+    None), or all of them (``error`` None). ``mark``: this retry's (see :func:`_new_mark`)."""
+    nested = mark[1] is not None
     if error is None and "attempt" not in kwargs and wants_attempt(fn):
         attempt = first_attempt()
     if attempt is not None:
@@ -433,7 +409,7 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
         started = clock.now_ns()
     while True:
         if error is None:
-            marks, token = _enter(task)  # (every attempt: a nested ALLOW retry's too)
+            mark[0] = 1  # (every attempt: a nested ALLOW retry's too)
             try:
                 if attempt_ns is None:
                     result = await fn(*args, **kwargs)
@@ -449,7 +425,7 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
                     run.succeeded(number)
                 return result
             finally:
-                _leave(marks, token)
+                mark[0] = 0
         if _cancelling() > cancels:
             raise error  # (1) the task running the retry is being cancelled: never retried, never swallowed
         if started < 0:
@@ -497,16 +473,10 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     if scope is not None:
         _deadline.check_deadline_clocks(scope, clock)
     started = clock.now_ns() if schedule._timed or scope is not None else -1
-    owner = _thread_id()
-    marks = _get_marks()  # (_enter, inlined: the marks are [depth, owner, inherited])
-    if marks is not None and marks[1] == owner:
-        token = None
-        if marks[0]:
-            marks[0] += 1  # nested in this thread's running attempt
-        else:
-            _set_marks(marks := [1, owner, False])  # this thread's outermost attempt: fresh marks
-    else:
-        marks, token = _own_marks(owner, marks)
+    mark: _Mark = [1, None]  # (_new_mark, inlined, the first attempt counted as running)
+    old = _set_marks(mark).old_value
+    if type(old) is list and (old[0] or _running(old[1])):
+        mark[1] = old
     try:
         if wants:  # (``first`` is bound exactly when ``wants``)
             result = fn(*args, **kwargs, attempt=(first := first_attempt()))
@@ -519,25 +489,25 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
             _refuse_result(fn, result)
         return result
     finally:
-        marks[0] -= 1
-        if token is not None:
-            _marks.reset(token)
+        mark[0] = 0
     return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
-                      marks[0] > 0 or marks[2], error, started, first if wants else None)
+                      mark, error, started, first if wants else None)
 
 
 def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any],
                site: str, bucket: RetryBudget, classify: RetryClassifier, nesting: RetryNesting,
-               label: str, clock: Clock, nested: bool, error: Exception | None, started: int,
+               label: str, clock: Clock, mark: _Mark, error: Exception | None, started: int,
                attempt: Attempt | None) -> R:
-    """Every attempt after the failed first one (``error``; it was handed ``attempt``, if not None)."""
+    """Every attempt after the failed first one (``error``; it was handed ``attempt``, if not
+    None). ``mark``: this retry's (see :func:`_new_mark`)."""
+    nested = mark[1] is not None
     if attempt is not None:
         kwargs = {**kwargs, "attempt": attempt}
     run: _Run | None = None
     number = 1
     while True:
         if error is None:
-            marks, token = _enter(_thread_id())
+            mark[0] = 1
             try:
                 result = fn(*args, **kwargs)
             except Exception as caught:
@@ -549,7 +519,7 @@ def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any,
                     run.succeeded(number)
                 return result
             finally:
-                _leave(marks, token)
+                mark[0] = 0
         if started < 0:
             started = clock.now_ns()
         if run is None:
