@@ -117,7 +117,7 @@ class Keyed(Generic[P]):
     """
 
     __slots__ = ("_clock", "_config", "_factory", "_forced_all", "_full", "_idle_ns", "_label", "_labelled",
-                 "_lock", "_max_keys", "_max_labels", "_now", "_overflow", "_slots", "_touch_ns")
+                 "_lock", "_max_keys", "_max_labels", "_now", "_overflow", "_self_counting", "_slots", "_touch_ns")
 
     def __init__(
         self,
@@ -146,7 +146,10 @@ class Keyed(Generic[P]):
             raise TypeError(f"clock must be a stoic.Clock (with now_ns), got {type(clock).__name__}")
         self._factory = factory
         _check_parameters(factory, config)
-        factory(label=self._label, clock=self._clock, **config)  # validates the configuration
+        sample = factory(label=self._label, clock=self._clock, **config)  # validates the configuration
+        # A policy that reports its own work in flight (a bulkhead's ``in_use``, which at_rest
+        # reads) needs no count of its own from _claim: it is busy for as long as a call holds it.
+        self._self_counting = isinstance(getattr(sample, "in_use", None), int)
         self._config: dict[str, Any] = dict(config)
         self._lock = threading.Lock()
         self._slots: OrderedDict[str | None, _Slot[P]] = OrderedDict()
@@ -333,11 +336,13 @@ class Keyed(Generic[P]):
         finally:
             self._release(key, slot)
 
-    def _release(self, key: str | None, slot: _Slot[P]) -> None:
-        """A call through ``slot`` ended: no longer in flight, and the key is the most recently
-        used (its stamp and its place in the order agree, which expiry and eviction rely on)."""
+    def _release(self, key: str | None, slot: _Slot[P], *, counted: bool = True) -> None:
+        """A call through ``slot`` ended: no longer in flight (``counted``: it was counted in
+        ``slot.calls``), and the key is the most recently used (its stamp and its place in the
+        order agree, which expiry and eviction rely on)."""
         with self._lock:
-            slot.calls.pop()
+            if counted:
+                slot.calls.pop()
             slot.last_used = self._clock.now_ns()
             if self._slots.get(key) is slot:
                 self._slots.move_to_end(key)
@@ -351,19 +356,21 @@ class Keyed(Generic[P]):
         the locked path claims)."""
         slot = self._slots.get(key) if type(key) is str else None
         if slot is not None:
+            if self._self_counting:
+                return slot  # (its policy counts the call itself, from its admission on)
             slot.calls.append(None)
             if self._slots.get(key) is slot:
                 return slot
             slot.calls.pop()
-        return self._slot(key, claim=True)
+        return self._slot(key, claim=not self._self_counting)
 
     def _unclaim(self, key: str, slot: _Slot[P]) -> None:
         """The call :meth:`_claim` counted has ended (restamped under the lock only when the
         stamp is older than the touch precision)."""
-        if self._now() - slot.last_used < self._touch_ns:
+        if self._now() - slot.last_used >= self._touch_ns:
+            self._release(key, slot, counted=not self._self_counting)
+        elif not self._self_counting:
             slot.calls.pop()
-        else:
-            self._release(key, slot)
 
     # ------------------------------------------------------------------ control (see stoic.ControlPlane)
     def force_open(self, key: str | None = None) -> int:
