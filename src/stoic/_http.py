@@ -104,7 +104,7 @@ class HTTPPolicies(Generic[Resp]):
     ``retry_after_cap``: the longest ``Retry-After`` honoured, seconds (default 300).
     """
 
-    __slots__ = ("_held", "_shape", "hedge", "is_failure", "retry", "retry_after_cap",
+    __slots__ = ("_held", "_shape", "hedge", "is_failure", "ok_below", "retry", "retry_after_cap",
                  "retry_methods", "stages")
 
     def __init__(
@@ -137,6 +137,9 @@ class HTTPPolicies(Generic[Resp]):
         self.hedge = hedge
         self.retry_methods = frozenset(m.upper() for m in retry_methods)
         self.is_failure: Callable[[int], bool] = is_failure if is_failure is not None else _server_error
+        # A status below this is a success that :meth:`check` would return as it is (the default
+        # rule: below 429); the adapters test it before calling check, on every response.
+        self.ok_below = 429 if is_failure is None else 0
         self.retry_after_cap = float(retry_after_cap)
 
     def claim(self, key: str) -> tuple[Sequence[Any], tuple[Any, ...] | None]:
@@ -212,7 +215,8 @@ class HTTPPolicies(Generic[Resp]):
         stages, claimed = self.claim(key)
         try:
             retry, hedge = self.retry, self.hedge
-            if (retry is not None or hedge is not None) and method.upper() not in self.retry_methods:
+            if (retry is not None or hedge is not None) and method not in self.retry_methods \
+                    and method.upper() not in self.retry_methods:  # (httpx and aiohttp give it in capitals)
                 retry = hedge = None
             if not body_in_memory:
                 hedge = None
@@ -223,11 +227,13 @@ class HTTPPolicies(Generic[Resp]):
                         # The stages' execute methods and the attempt as one call: the first stage
                         # gets the inner ones and the attempt as its arguments (what a Pipeline
                         # runs, without building one per request: a family's policy varies by key).
-                        chain = _chain(stages, attempt)
-                        if retry is not None:
-                            response = await retry.execute(*chain)
+                        if len(stages) == 2:  # the common stack, called without building a tuple
+                            first, second = stages
+                            response = await (retry.execute(first.execute, second.execute, attempt)
+                                              if retry is not None else first.execute(second.execute, attempt))
                         else:
-                            response = await chain[0](*chain[1:])
+                            chain = _chain(stages, attempt)
+                            response = await (retry.execute(*chain) if retry is not None else chain[0](*chain[1:]))
                     else:
                         async def racing(*_: Any) -> Resp:
                             # A hedge starts its attempts as tasks: it needs a coroutine function.

@@ -102,12 +102,16 @@ class ResilientMiddleware:
         policies' coroutine, awaited by aiohttp: no coroutine of its own per request)."""
         key = self._key(request)
         policies = self._policies
+        ok_below = policies.ok_below
         made: list[ClientResponse] = []
 
         async def attempt() -> ClientResponse:
             response = await handler(request)
             made.append(response)
-            return policies.check(response, response.status, response.headers, key)
+            status = response.status
+            if status < ok_below:  # a success by the default rule: no call to check
+                return response
+            return policies.check(response, status, response.headers, key)
 
         return policies.run(key, request.method, attempt, made, _release,
                             body_in_memory=policies.hedge is None or isinstance(request.body, (bytes, BytesPayload)))

@@ -123,12 +123,16 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
         policies' coroutine, awaited by httpx: no coroutine of its own per request)."""
         key = self._key(request)
         policies, inner = self._policies, self._inner
+        ok_below = policies.ok_below
         made: list[httpx.Response] = []
 
         async def attempt() -> httpx.Response:
             response = await inner.handle_async_request(request)
             made.append(response)
-            return policies.check(response, response.status_code, response.headers, key)
+            status = response.status_code
+            if status < ok_below:  # a success by the default rule: no call to check
+                return response
+            return policies.check(response, status, response.headers, key)
 
         return policies.run(key, request.method, attempt, made, _aclose,
                             body_in_memory=policies.hedge is None or isinstance(request.stream, httpx.ByteStream))
@@ -166,12 +170,16 @@ class ResilientTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         key = self._key(request)
         policies, inner = self._policies, self._inner
+        ok_below = policies.ok_below
         made: list[httpx.Response] = []
 
         def attempt() -> httpx.Response:
             response = inner.handle_request(request)
             made.append(response)
-            return policies.check(response, response.status_code, response.headers, key)
+            status = response.status_code
+            if status < ok_below:  # a success by the default rule: no call to check
+                return response
+            return policies.check(response, status, response.headers, key)
 
         return policies.run_sync(key, request.method, attempt, made, _close)
 
