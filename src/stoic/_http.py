@@ -192,7 +192,7 @@ class HTTPPolicies(Generic[Resp]):
         """``response`` when it is not a failure; else raise :class:`ServerError` or
         :class:`TooManyRequests` carrying it. ``headers``: the response's headers (a
         case-insensitive mapping), whose ``Retry-After`` is read for 429 and 503 only."""
-        if status < 429 and self.is_failure is _server_error:  # a success by the default rule: no call
+        if status < self.ok_below:  # a success by the default rule: no call
             return response
         if status == 429:
             raise TooManyRequests(response, label=key, retry_after=parse_retry_after(

@@ -47,8 +47,6 @@ R = TypeVar("R")
 RETRY_AFTER_CAP_NS = 300 * 1_000_000_000
 """A Retry-After longer than five minutes is capped (retry.after_capped)."""
 
-
-
 # One mark per retry call, ``[running, parent]``: ``running`` is 1 while one of its attempts
 # runs; ``parent`` is the mark that was running where the retry started (the attempt it is
 # nested in), else None. A retry starts inside an attempt when the mark it finds, or one up that

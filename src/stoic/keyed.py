@@ -203,8 +203,10 @@ class Keyed(Generic[P]):
     # ------------------------------------------------------------------ getting a key's policy
     def get(self, key: str | None = None) -> P:
         """The policy of ``key``, built on first use (see the class docstring for bounds)."""
-        # (_slot's lock-free hit, inlined: the request path; any other key type gets its error there)
-        slot = self._slots.get(key) if type(key) is str else None
+        # A hit touched within the last _touch_ns is returned without the lock: the LRU order and
+        # idle ages are kept to that precision (1 % of idle_after, at most 1 s), and the request
+        # path takes no lock. A miss, a stale stamp or a key of another type goes to _slot.
+        slot = self._slots.get(key) if key is None or type(key) is str else None
         if slot is not None and self._now() - slot.last_used < self._touch_ns:
             return slot.policy
         return self._slot(key).policy
@@ -214,13 +216,6 @@ class Keyed(Generic[P]):
         section, so no other thread can drop the key between finding it and using it."""
         _check_key(key)
         now = self._clock.now_ns()
-        if not claim:
-            slot = self._slots.get(key)
-            # A hit touched within the last _touch_ns is returned without the lock: the LRU
-            # order and idle ages are kept to that precision (1 % of idle_after, at most 1 s),
-            # and the request path (an HTTP transport resolving its key) takes no lock.
-            if slot is not None and now - slot.last_used < self._touch_ns:
-                return slot
         events: list[tuple[str, Level, dict[str, Any]]] = []
         with self._lock:
             slot = self._slots.get(key)
