@@ -271,8 +271,9 @@ class _TokenBucket:
         The credit earned at the old rate up to now is kept as the same number of permits (capped
         at the new burst); waiters keep their places and pay the new price when served (the
         asyncio head asleep is woken to recompute its wait at once, and so is a blocking head on
-        the system clock; a blocking head on another clock wakes at the instant it computed). A burst that follows the
-        rate (built without ``burst``, or equal to ``rate``) keeps following it. ``ValueError``
+        the system clock; a blocking head on another clock wakes at the instant it computed). A
+        burst that follows the rate (built without ``burst``, or equal to ``rate``) keeps
+        following it. ``ValueError``
         naming ``burst`` when a queued request asks more permits than the new burst could hold.
         """
         fresh = self._validated(changes)

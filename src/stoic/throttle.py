@@ -154,17 +154,16 @@ class AdaptiveThrottle:
         return self._index if now < self._end_ns else self._roll_to(now)
 
     def _roll_to(self, now: int) -> int:
-        """:meth:`_roll` past the end of the current bucket."""
-        epoch = now // self._bucket_ns
-        gap = epoch - self._epoch
-        if gap > 0:
-            requests, accepts = self._requests, self._accepts
-            for step in range(1, min(gap, BUCKETS) + 1):
-                i = (self._epoch + step) % BUCKETS
-                self._total_requests -= requests[i]
-                self._total_accepts -= accepts[i]
-                requests[i] = accepts[i] = 0
-            self._start_epoch(now)
+        """:meth:`_roll` past the end of the current bucket (``now >= _end_ns``, so at least one
+        bucket later: _start_epoch keeps ``_end_ns`` the end of bucket ``_epoch``)."""
+        gap = now // self._bucket_ns - self._epoch
+        requests, accepts = self._requests, self._accepts
+        for step in range(1, min(gap, BUCKETS) + 1):
+            i = (self._epoch + step) % BUCKETS
+            self._total_requests -= requests[i]
+            self._total_accepts -= accepts[i]
+            requests[i] = accepts[i] = 0
+        self._start_epoch(now)
         return self._index
 
     def _probability(self) -> float:
