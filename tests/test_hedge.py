@@ -721,3 +721,37 @@ async def test_three_hundred_concurrent_hedged_calls_leave_nothing_running(clock
     assert sum(1 for r in results if r == "failed") > 0
     assert all(s.running == set() for s in scripts)
     assert clock.pending_timers == 0
+
+
+def test_a_hedge_driven_outside_any_task_never_borrows_another_threads_task() -> None:
+    # While another thread's loop is inside a task's step, that task is the only entry in
+    # asyncio's running-task table; a hedge driven by hand on this thread (no loop, no task)
+    # must refuse, as it does with no other loop running, not schedule its timer on that loop.
+    import threading
+    import time
+
+    inside, leave = threading.Event(), threading.Event()
+
+    async def holds_its_step() -> None:
+        inside.set()
+        while not leave.is_set():
+            time.sleep(0.001)  # (blocking on purpose: the task stays the running entry)
+
+    other = threading.Thread(target=asyncio.run, args=(holds_its_step(),))
+    other.start()
+    try:
+        assert inside.wait(10)
+        calls: list[int] = []
+
+        async def op() -> int:
+            calls.append(1)
+            return 1
+
+        driven = Hedge(delay=0.01, label="h").execute(IDEMPOTENT, op)
+        with pytest.raises(RuntimeError):
+            driven.send(None)
+        assert calls == []
+    finally:
+        leave.set()
+        other.join(10)
+    assert not other.is_alive()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+import threading
 import types
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar
@@ -88,6 +89,7 @@ _SINGLE = RetryNesting.SINGLE_ATTEMPT
 _site_at = _registry.frames.get  # the dict is cleared in place by reset_budgets(), never replaced
 _PER_SITE = RetryBudget.PER_CALL_SITE
 _getframe = sys._getframe
+_get_ident = threading.get_ident
 _MAX_NS = 2**63 - 1  # durations saturate here (about 292 years), as schedules do
 
 
@@ -317,12 +319,19 @@ _lazy.when_imported(_bind)
 
 def _caller_task() -> asyncio.Task[Any] | None:
     """The task running the caller, through the one-entry read above when it applies (else
-    :func:`_current_task`; ``None`` outside a task or a loop)."""
+    :func:`_current_task`; ``None`` outside a task or a loop).
+
+    The one entry is taken only when its loop runs on this thread: a coroutine driven by hand
+    outside any task (or from a loop's callback) while another thread's loop runs a task must
+    not be handed that task. (A retry only compares that task's cancel count with itself later,
+    which is harmless, so ``_run_async`` skips this check; a hedge would schedule on its loop.)"""
     running = _RUNNING
     if running is not None and len(running) == 1:
         try:
             for task in running:
-                return task  # type: ignore[no-any-return]
+                if getattr(task.get_loop(), "_thread_id", None) == _get_ident():
+                    return task  # type: ignore[no-any-return]
+                break
         except RuntimeError:  # another thread's loop entered or left a task meanwhile
             pass
     try:
