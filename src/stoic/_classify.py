@@ -112,7 +112,7 @@ class RetryNesting(enum.Enum):
     ALLOW = "allow"
 
 
-_Verdict: TypeAlias = "RetryDecision | bool"
+_Verdict: TypeAlias = RetryDecision | bool
 
 # The same bytes fail the same way: decoding and encoding errors never get better by retrying.
 _DETERMINISTIC: tuple[type[BaseException], ...] = (UnicodeError, json.JSONDecodeError)
@@ -257,8 +257,8 @@ RetryClassifier.transient_only = RetryClassifier(_by_leaves(_transient_only), na
 RetryClassifier.never = RetryClassifier(_never, name="never")
 
 ClassifierLike: TypeAlias = (
-    "RetryClassifier | Callable[[BaseException], RetryDecision | bool] | type[BaseException]"
-    " | tuple[type[BaseException], ...]"
+    RetryClassifier | Callable[[BaseException], RetryDecision | bool] | type[BaseException]
+    | tuple[type[BaseException], ...]
 )
 
 

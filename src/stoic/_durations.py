@@ -15,7 +15,7 @@ import math
 from datetime import timedelta
 from typing import Literal, TypeAlias, overload
 
-Seconds: TypeAlias = "float | int | timedelta"
+Seconds: TypeAlias = float | int | timedelta  # (an object, not a string: typing.get_type_hints resolves it)
 """A public duration: seconds as a number, or a :class:`datetime.timedelta`."""
 
 NS_PER_SECOND = 1_000_000_000

@@ -6,7 +6,7 @@ import enum
 from collections.abc import Mapping
 from typing import TypeAlias
 
-AttributeValue: TypeAlias = "str | int | float | bool"
+AttributeValue: TypeAlias = str | int | float | bool
 
 
 class Level(enum.IntEnum):
