@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from . import _deadline, _metrics
+from . import _deadline, _metrics, _source
 from ._admission import admitted_after_wait
 from ._clock import Clock, resolve_clock, wait_seconds
 from ._deadline import _current as _deadline_scope
@@ -185,6 +185,42 @@ class _Compartment:
         self._check_retune(validated(self, self._settings(), changes))
 
 
+# A slot around a call, as source (stoic._source): ``{k}`` is the bulkhead, ``{p}`` prefixes its
+# names, ``{body}`` runs the operation. A free slot also says that nobody waits: a caller queues
+# only when every slot is taken, and a slot given back while anyone waits is handed over, never
+# freed (the max is fixed; the adaptive bulkheads, whose limit moves, have their own fast path).
+STAGE = """\
+stoic_{p}active = {k}._active
+if stoic_{p}active < {k}._max and (not stoic_deadline.ever_set or stoic_deadline_get() is None):
+    {k}._active = stoic_{p}active + 1
+else:
+    await {k}._enter_slow()
+try:
+{body}
+finally:
+    if {k}._waiters:
+        {k}._release()
+    else:
+        {k}._active -= 1
+"""
+
+
+def stage(k: str, p: str, body: str) -> str:
+    """The bulkhead's part of a call around ``body`` (both at indent 0)."""
+    return STAGE.format(k=k, p=p, body=_source.indent(body))
+
+
+def _execute(doc: str) -> Callable[..., Any]:
+    call = "return await (stoic_fn(*stoic_args, **stoic_kwargs) if stoic_kwargs else stoic_fn(*stoic_args))"
+    source = ("async def execute(stoic_self, stoic_fn, /, *stoic_args, **stoic_kwargs):\n"
+              + _source.indent(stage("stoic_self", "", call)))
+    execute: Callable[..., Any] = _source.compile_source(source, "<stoic Bulkhead.execute>", {})["execute"]
+    execute.__qualname__ = "Bulkhead.execute"
+    execute.__module__ = __name__
+    execute.__doc__ = doc
+    return execute
+
+
 class Bulkhead(_Compartment):
     """A concurrency limit for asyncio operations (seed 000, "Bulkhead").
 
@@ -297,28 +333,17 @@ class Bulkhead(_Compartment):
                 self._active += 1
                 self._release()  # hands the new slot over (or gives it back if nobody can run)
 
-    async def execute(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run ``await fn(*args, **kwargs)`` in a slot, waiting for one if the queue allows.
+    _EXECUTE_DOC = """Run ``await fn(*args, **kwargs)`` in a slot, waiting for one if the queue allows.
 
         Returns what ``fn`` returns; its exceptions propagate unchanged and the slot is released
         however it ends. Raises ``BulkheadFull`` or ``DeadlineExceeded`` (``fn`` never ran) when
         refused.
         """
-        # A free slot also says that nobody waits: a caller queues only when every slot is
-        # taken, and a slot given back while anyone waits is handed over, never freed (the max
-        # is fixed; the adaptive bulkheads, whose limit moves, have their own fast path).
-        active = self._active
-        if active < self._max and (not _deadline.ever_set or _deadline_scope.get() is None):
-            self._active = active + 1
-        else:
-            await self._enter_slow()
-        try:
-            return await (fn(*args, **kwargs) if kwargs else fn(*args))  # type: ignore[call-arg]  # (no dict to build)
-        finally:
-            if self._waiters:
-                self._release()
-            else:
-                self._active -= 1
+
+    if TYPE_CHECKING:
+        async def execute(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
+    else:  # compiled from STAGE, as a pipeline that fuses this bulkhead is (stoic._source)
+        execute = _execute(_EXECUTE_DOC)
 
     def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
         """Decorate an async function so every call runs in a slot.

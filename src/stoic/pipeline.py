@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from . import _random
+from . import _random, _source
 from ._attempt import Attempt
 from ._budget import _NO_OP, RetryBudget
 from ._classify import ClassifierLike, RetryClassifier, RetryNesting
@@ -116,14 +116,14 @@ class Retrying:
 
 
 class _Rest:
-    """The rest of a pipeline from stage ``index`` on: what stage ``index - 1`` runs as its
+    """The rest of a pipeline from run ``index`` on: what run ``index - 1`` runs as its
     operation. Forwards an ``attempt`` keyword to the user's operation when it wants one."""
 
-    __slots__ = ("args", "fn", "index", "kwargs", "stages", "wants_attempt")
+    __slots__ = ("args", "fn", "index", "kwargs", "runs", "wants_attempt")
 
-    def __init__(self, stages: tuple[Policy, ...], index: int, fn: Callable[..., Awaitable[Any]],
+    def __init__(self, runs: tuple[Callable[..., Any], ...], index: int, fn: Callable[..., Awaitable[Any]],
                  args: tuple[Any, ...], kwargs: dict[str, Any], wants: bool) -> None:
-        self.stages = stages
+        self.runs = runs
         self.index = index
         self.fn = fn
         self.args = args
@@ -137,22 +137,87 @@ class _Rest:
 
     def __call__(self, **attempt: Any) -> Any:
         kwargs = {**self.kwargs, **attempt} if attempt else self.kwargs
-        return _enter(self.stages, self.index, self.fn, self.args, kwargs, self.wants_attempt)
+        return _enter(self.runs, self.index, self.fn, self.args, kwargs, self.wants_attempt)
 
 
-def _enter(stages: tuple[Policy, ...], index: int, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...],
-           kwargs: dict[str, Any], wants: bool) -> Any:
-    """Stage ``index`` running the rest; the last stage runs ``fn`` itself unless an Attempt
-    must be forwarded (one object and one coroutine fewer per stage-free hop)."""
-    if index == len(stages):
+def _enter(runs: tuple[Callable[..., Any], ...], index: int, fn: Callable[..., Awaitable[Any]],
+           args: tuple[Any, ...], kwargs: dict[str, Any], wants: bool) -> Any:
+    """Run ``index`` running the rest; the last run runs ``fn`` itself unless an Attempt must
+    be forwarded (one object and one coroutine fewer per stage-free hop)."""
+    if index == len(runs):
         if wants and "attempt" not in kwargs:
             # No Retrying stage handed one down: the operation still declared it, and this is
             # its first and only attempt (as retry() would say).
             kwargs = {**kwargs, "attempt": Attempt(1)}
         return fn(*args, **kwargs)
-    if index == len(stages) - 1 and not wants:
-        return stages[index].execute(fn, *args, **kwargs)
-    return stages[index].execute(_Rest(stages, index + 1, fn, args, kwargs, wants))
+    if index == len(runs) - 1 and not wants:
+        return runs[index](fn, *args, **kwargs)
+    return runs[index](_Rest(runs, index + 1, fn, args, kwargs, wants))
+
+
+# --- fusing: adjacent stages whose admission is a synchronous check, run in one coroutine ------
+
+def _parts() -> dict[type, Callable[[str, str, str], str]]:
+    """The stage kinds that can be fused, each with its part of a call as source (stoic._source):
+    exactly these types (a subclass may change what execute does, so it runs its own)."""
+    from . import bulkhead, ratelimiter
+    from .breaker import CircuitBreaker, _decorate
+
+    return {
+        CircuitBreaker: lambda b, p, body: _decorate.stage(b, p, body, True),
+        ratelimiter.RateLimiter: ratelimiter.stage,
+        bulkhead.Bulkhead: bulkhead.stage,
+    }
+
+
+@functools.lru_cache(maxsize=64)
+def _fused_factory(kinds: tuple[type, ...]) -> Callable[..., Callable[..., Any]]:
+    """``stoic_make(stage, ..., *shared)`` returning one coroutine function that runs the stages of
+    ``kinds``, outermost first, nested in one frame: ``run(fn, *args, **kwargs)`` does what
+    ``stages[0].execute(stages[1].execute, ..., fn, *args, **kwargs)`` does, with the same
+    checks, events and errors, one coroutine instead of one per stage."""
+    from .breaker import CircuitBreaker, _decorate
+
+    parts = _parts()
+    body = ("stoic_awaitable = (stoic_fn(*stoic_args, **stoic_kwargs) if stoic_kwargs\n"
+            "                   else (stoic_fn(*stoic_args) if stoic_args else stoic_fn()))\n"
+            "stoic_result = await stoic_awaitable")
+    for index in reversed(range(len(kinds))):
+        body = parts[kinds[index]](f"stoic_s{index}", f"s{index}_", body)
+    stages = ", ".join(f"stoic_s{index}" for index in range(len(kinds)))
+    clocks = "".join(f"    stoic_s{index}_now = stoic_s{index}._now\n"
+                     for index, kind in enumerate(kinds) if kind is CircuitBreaker)
+    source = (f"def stoic_make({stages}, {_decorate.SHARED_PARAMS}):\n{clocks}"
+              "    async def stoic_run(stoic_fn, /, *stoic_args, **stoic_kwargs):\n"
+              "        stoic_awaitable = None\n"
+              f"{_source.indent(_source.indent(body))}\n"
+              "        return stoic_result\n"
+              "    return stoic_run\n")
+    filename = f"<stoic pipeline: {', '.join(kind.__name__ for kind in kinds)}>"
+    make: Callable[..., Callable[..., Any]] = _source.compile_source(source, filename, {})["stoic_make"]
+    return make
+
+
+def _runs(stages: tuple[Policy, ...]) -> tuple[Callable[..., Any], ...]:
+    """The pipeline's runs: each stage's execute, except that two or more adjacent stages of the
+    kinds in :func:`_parts` become one fused run (:func:`_fused_factory`)."""
+    from .breaker import _decorate
+
+    parts = _parts()
+    runs: list[Callable[..., Any]] = []
+    group: list[Policy] = []
+    for stage in (*stages, None):
+        if stage is not None and type(stage) in parts:
+            group.append(stage)
+            continue
+        if len(group) >= 2:
+            runs.append(_fused_factory(tuple(type(member) for member in group))(*group, *_decorate.shared()))
+        else:
+            runs.extend(member.execute for member in group)
+        group = []
+        if stage is not None:
+            runs.append(stage.execute)
+    return tuple(runs)
 
 
 class Pipeline:
@@ -169,7 +234,7 @@ class Pipeline:
     Raises ``TypeError`` for a stage without an ``execute`` method.
     """
 
-    __slots__ = ("_first", "_stages", "op")
+    __slots__ = ("_first", "_runs", "_stages", "op")
     _stages: tuple[Policy, ...]
 
     def __init__(self, *stages: Policy | Sequence[Policy]) -> None:
@@ -184,12 +249,13 @@ class Pipeline:
             else:
                 raise TypeError(f"a pipeline stage must be a Policy (with an execute method), got {stage!r}")
         self._stages = tuple(flat)
-        # The chain, bound once: the outer stage's execute gets the next stages' execute methods
-        # as leading positional arguments, each passing the rest on (a Policy's execute runs
-        # ``fn(*args, **kwargs)``), so a call allocates nothing per stage.
+        self._runs = runs = _runs(self._stages)
+        # The chain, bound once: the outer run gets the next runs as leading positional
+        # arguments, each passing the rest on (a Policy's execute runs ``fn(*args, **kwargs)``),
+        # so a call allocates nothing per stage.
         # functools.partial prepends them in C: cheaper than building (*inner, fn) per call.
         self._first: Callable[..., Any] | None = (
-            functools.partial(flat[0].execute, *(stage.execute for stage in flat[1:])) if flat else None)
+            None if not runs else runs[0] if len(runs) == 1 else functools.partial(runs[0], *runs[1:]))
         self.op: tuple[object, bool] = _NO_OP  # (code, wants) of the last operation (see _learn_op)
 
     @property
@@ -211,7 +277,7 @@ class Pipeline:
             return chained
         # Keywords (which a stage's own keyword parameters could catch on the way down) and an
         # operation wanting its Attempt go through _Rest, one small object per stage.
-        run: Coroutine[Any, Any, R] = _enter(self._stages, 0, fn, args, kwargs, "attempt" not in kwargs and wants)
+        run: Coroutine[Any, Any, R] = _enter(self._runs, 0, fn, args, kwargs, "attempt" not in kwargs and wants)
         return run
 
     def __call__(self, fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:

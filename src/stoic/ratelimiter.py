@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from . import _deadline, _metrics
+from . import _deadline, _metrics, _source
 from ._admission import admitted_after_wait
 from ._clock import Clock, SystemClock, resolve_clock, wait_seconds
 from ._deadline import _current as _deadline_scope
@@ -344,6 +344,30 @@ class _TokenBucket:
                  {"permits": permits, "waited": (now - start_ns) / 1e9})
 
 
+# Whether a call's permit is granted at once, as source (stoic._source): nobody queued, no
+# ambient deadline to check, enough credit (taken by the test). ``{l}`` is the limiter.
+GRANTED = ("not {l}._waiters and (not stoic_deadline.ever_set or stoic_deadline_get() is None)"
+           " and {l}._take({l}._now(), {l}._cost)")
+
+
+def stage(l: str, p: str, body: str) -> str:  # noqa: E741 (the limiter, as in GRANTED)
+    """The limiter's part of a call before ``body`` (both at indent 0): the permit, waited for
+    in the queue unless granted at once."""
+    return f"if not ({GRANTED.format(l=l)}):\n    await {l}._acquire_slow(1)\n{body}"
+
+
+def _execute(doc: str) -> Callable[..., Any]:
+    source = (f"def execute(stoic_self, stoic_fn, /, *stoic_args, **stoic_kwargs):\n"
+              f"    if {GRANTED.format(l='stoic_self')}:\n"
+              "        return stoic_fn(*stoic_args, **stoic_kwargs) if stoic_kwargs else stoic_fn(*stoic_args)\n"
+              "    return stoic_self._execute_queued(stoic_fn, stoic_args, stoic_kwargs)\n")
+    execute: Callable[..., Any] = _source.compile_source(source, "<stoic RateLimiter.execute>", {})["execute"]
+    execute.__qualname__ = "RateLimiter.execute"
+    execute.__module__ = __name__
+    execute.__doc__ = doc
+    return execute
+
+
 class RateLimiter(_TokenBucket):
     """An exact token-bucket rate limiter for asyncio (seed 000, "RateLimiter").
 
@@ -471,10 +495,7 @@ class RateLimiter(_TokenBucket):
         admitted_after_wait(self._clock, now)  # the breaker outside times the call from here
         self._waited(permits, start)
 
-    def execute(
-        self, fn: Callable[P, Coroutine[Any, Any, T]], /, *args: P.args, **kwargs: P.kwargs
-    ) -> Coroutine[Any, Any, T]:
-        """Take one permit (as :meth:`acquire`), then run ``fn(*args, **kwargs)``; await the result.
+    _EXECUTE_DOC = """Take one permit (as :meth:`acquire`), then run ``fn(*args, **kwargs)``; await the result.
 
         ``await limiter.execute(fn, ...)`` returns what ``fn`` returns; its exceptions propagate
         unchanged. Raises what :meth:`acquire` raises when the permit is refused (``fn`` then
@@ -486,13 +507,13 @@ class RateLimiter(_TokenBucket):
         returned coroutine queues and waits when it is awaited. Either way a permit once taken is
         spent, even if the returned coroutine is never awaited (a limiter limits attempts).
         """
-        if (
-            not self._waiters
-            and (not _deadline.ever_set or _deadline_scope.get() is None)
-            and self._take(self._now(), self._cost)
-        ):
-            return fn(*args, **kwargs) if kwargs else fn(*args)  # type: ignore[call-arg]  # (no dict to build)
-        return self._execute_queued(fn, args, kwargs)
+
+    if TYPE_CHECKING:
+        def execute(
+            self, fn: Callable[P, Coroutine[Any, Any, T]], /, *args: P.args, **kwargs: P.kwargs
+        ) -> Coroutine[Any, Any, T]: ...
+    else:  # compiled from GRANTED, as a pipeline that fuses this limiter is (stoic._source)
+        execute = _execute(_EXECUTE_DOC)
 
     async def _execute_queued(
         self, fn: Callable[..., Coroutine[Any, Any, T]], args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -41,13 +41,14 @@ from __future__ import annotations
 import functools
 import inspect
 import keyword
-import linecache
+import textwrap
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import _deadline, _metrics
 from .._deadline import _current as _deadline_scope
+from .._source import compile_source, indent
 from ..events import Level
 
 if TYPE_CHECKING:
@@ -69,46 +70,66 @@ _BUILTINS_READ = frozenset({"BaseException", "type"})
 # running (a coroutine) or run its body later, outside the breaker (a generator).
 REFUSED_RESULTS: Final = frozenset({types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType})
 
-_TEMPLATE = """\
-def stoic_make(stoic_breaker, stoic_fn, stoic_now, stoic_deadline, stoic_deadline_get,
-               stoic_sinks, stoic_min_level, stoic_metrics, stoic_next, stoic_refused, stoic_coroutine_type):
-    {async_}def stoic_wrapper({params}):
-{bind_now}        if stoic_deadline.ever_set and stoic_deadline_get() is not None:
-            {b}._refuse_if_late()
-        stoic_start = stoic_now()
-        stoic_epoch = {b}._closed_epoch  # the current epoch when closed, else None
-        if stoic_epoch is None:
-            stoic_epoch, stoic_probe = {b}._admit(stoic_start)
-        else:
-            stoic_probe = 0
-        try:
+# The breaker's part of a call, at indent 0: ``{b}`` is the breaker, ``{p}`` prefixes its own
+# names (so several breakers fused in one pipeline cannot collide: stoic.pipeline), ``{body}``
+# (indented by 4 here) runs the operation into ``stoic_result``. Its clock is ``stoic_{p}now``.
+_STAGE = """\
+if stoic_deadline.ever_set and stoic_deadline_get() is not None:
+    {b}._refuse_if_late()
+stoic_{p}start = stoic_{p}now()
+stoic_{p}epoch = {b}._closed_epoch  # the current epoch when closed, else None
+if stoic_{p}epoch is None:
+    stoic_{p}epoch, stoic_{p}probe = {b}._admit(stoic_{p}start)
+else:
+    stoic_{p}probe = 0
+try:
 {body}
-        except BaseException as stoic_exc:
-            {b}._settle_error(stoic_exc, stoic_epoch, stoic_probe, stoic_start, {verdict})
-            raise
-        stoic_end = stoic_now()
-        if (
-            stoic_end < {b}._defer_until
-            and (stoic_start >= {b}._quick_from or stoic_end - stoic_start <= {b}._slow_ns)
-            and (stoic_sinks.floor > {debug} or stoic_min_level() > {debug})
-            and not stoic_metrics.enabled
-        ):
-            stoic_next(stoic_epoch)
-            return stoic_result
-        {b}._settle(stoic_epoch, stoic_probe, stoic_start, stoic_end, False, None)
+except BaseException as stoic_{p}exc:
+    {b}._settle_error(stoic_{p}exc, stoic_{p}epoch, stoic_{p}probe, stoic_{p}start, {verdict})
+    raise
+stoic_{p}end = stoic_{p}now()
+if (
+    stoic_{p}end < {b}._defer_until
+    and (stoic_{p}start >= {b}._quick_from or stoic_{p}end - stoic_{p}start <= {b}._slow_ns)
+    and (stoic_sinks.floor > {debug} or stoic_min_level() > {debug})
+    and not stoic_metrics.enabled
+):
+    stoic_next(stoic_{p}epoch)
+else:
+    {b}._settle(stoic_{p}epoch, stoic_{p}probe, stoic_{p}start, stoic_{p}end, False, None)
+"""
+
+# What every generated function takes from stoic_make, besides its own: see shared().
+SHARED_PARAMS: Final = ("stoic_deadline, stoic_deadline_get, stoic_sinks, stoic_min_level, stoic_metrics, "
+                        "stoic_next, stoic_refused, stoic_coroutine_type")
+
+_TEMPLATE = """\
+def stoic_make(stoic_breaker, stoic_fn, stoic_now, {shared}):
+    {async_}def stoic_wrapper({params}):
+{bind_now}{stage}
         return stoic_result
     return stoic_wrapper
 """
 
 _ASYNC_BODY = """\
-            stoic_awaitable = None
-            stoic_awaitable = {call}
-            stoic_result = await stoic_awaitable"""
+stoic_awaitable = None
+stoic_awaitable = {call}
+stoic_result = await stoic_awaitable"""
 
 _SYNC_BODY = """\
-            stoic_result = {call}
-            if {refused_test}:
-                {b}._refuse_result(stoic_fn, stoic_result)"""
+stoic_result = {call}
+if {refused_test}:
+    {b}._refuse_result(stoic_fn, stoic_result)"""
+
+
+def stage(b: str, p: str, body: str, is_async: bool) -> str:
+    """The breaker's part of a call (``_STAGE``) around ``body`` (at indent 0), at indent 0."""
+    return _STAGE.format(
+        b=b, p=p, body=indent(body), debug=int(Level.DEBUG),
+        # The sync path never asks about task cancellation; the async one passes the awaitable
+        # so that an async generator handed to execute() is refused, never counted.
+        verdict="True, stoic_awaitable" if is_async else "False, None")
+
 
 # call() refuses every returned coroutine, generator or async generator. A @breaker wrapper has
 # already refused generator functions at decoration, so it only checks for a coroutine (one
@@ -154,30 +175,23 @@ def _factory(is_async: bool, params: str, call: str, method: bool) -> Callable[.
     refused_test = _REFUSED_BY_CALL if method else _REFUSED_BY_WRAPPER
     body = (_ASYNC_BODY if is_async else _SYNC_BODY).format(call=call, b=b, refused_test=refused_test)
     source = _TEMPLATE.format(
+        shared=SHARED_PARAMS,
         async_="async " if is_async else "",
         params=params,
-        body=body,
-        b=b,
         # A method reads its clock once into a local: a call through ``stoic_self._now()`` would
         # be a LOAD_METHOD on a slot holding a builtin, which CPython 3.11 cannot specialise
         # (~200 ns more per call, measured).
         bind_now="        stoic_now = stoic_self._now\n" if method else "",
-        # The sync path never asks about task cancellation; the async one passes the awaitable
-        # so that an async generator handed to execute() is refused, never counted.
-        verdict="True, stoic_awaitable" if is_async else "False, None",
-        debug=int(Level.DEBUG),
+        stage=textwrap.indent(stage(b, "", body, is_async), "        "),
     )
     kind = "method" if method else "wrapper"
     filename = f"<stoic breaker {kind}: {'async ' if is_async else ''}({params})>"
-    # Registered like a file so tracebacks through the wrapper show its source lines.
-    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
-    namespace: dict[str, Any] = {}
-    exec(compile(source, filename, "exec"), namespace)
-    make: Callable[..., Callable[..., Any]] = namespace["stoic_make"]
+    make: Callable[..., Callable[..., Any]] = compile_source(source, filename, {})["stoic_make"]
     return make
 
 
-def _shared() -> tuple[object, ...]:
+def shared() -> tuple[object, ...]:
+    """The values of :data:`SHARED_PARAMS`, in order."""
     from ._breaker import _sinks_registry, min_level  # the breaker kind's sink floor
 
     return (_deadline, _deadline_scope.get, _sinks_registry, min_level, _metrics.state, next, REFUSED_RESULTS,
@@ -186,7 +200,7 @@ def _shared() -> tuple[object, ...]:
 
 def method(is_async: bool, name: str, doc: str | None) -> Callable[..., Any]:
     """``CircuitBreaker.execute`` (``is_async``) or ``CircuitBreaker.call``, from the template."""
-    made = _factory(is_async, _METHOD_PARAMS, _PACKED[1], True)(None, None, None, *_shared())
+    made = _factory(is_async, _METHOD_PARAMS, _PACKED[1], True)(None, None, None, *shared())
     made.__name__ = name
     made.__qualname__ = f"CircuitBreaker.{name}"
     made.__doc__ = doc
@@ -213,7 +227,7 @@ def decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., A
     is_async = inspect.iscoroutinefunction(fn)
     mirrored = _mirrored(fn)
     params, call = mirrored if mirrored is not None else _PACKED
-    wrapper = _factory(is_async, params, call, False)(breaker, fn, breaker._now, *_shared())
+    wrapper = _factory(is_async, params, call, False)(breaker, fn, breaker._now, *shared())
     if mirrored is not None:
         # The wrapper's parameters take fn's defaults (the same objects, read now).
         wrapper.__defaults__ = fn.__defaults__

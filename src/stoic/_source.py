@@ -1,0 +1,35 @@
+"""Functions compiled from source: the success paths that a pipeline fuses (stoic.pipeline).
+
+A policy whose admission is a synchronous check writes its part of a call once, as source with
+a ``{body}`` slot: its own ``execute`` is compiled from that source, and a ``Pipeline`` of
+several such policies is compiled from all of theirs nested in one coroutine, so one rule
+stays one text. Every name in that source starts with ``stoic_``; the ones every part may read
+are :data:`SHARED`.
+"""
+
+from __future__ import annotations
+
+import linecache
+import textwrap
+from typing import Any
+
+from . import _deadline
+from ._deadline import _current as _deadline_scope
+
+# Names every compiled part may read, bound once in the namespace it is compiled in.
+SHARED: dict[str, Any] = {"stoic_deadline": _deadline, "stoic_deadline_get": _deadline_scope.get}
+
+
+def indent(body: str) -> str:
+    """``body`` one block deeper (four spaces), for a part's ``{body}`` slot."""
+    return textwrap.indent(body, "    ")
+
+
+def compile_source(source: str, filename: str, names: dict[str, Any]) -> dict[str, Any]:
+    """Run ``source`` in a fresh namespace holding ``names`` (and :data:`SHARED`) and return it.
+
+    ``filename`` is registered like a file's, so tracebacks through the code show its lines."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    namespace = {**SHARED, **names}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace
