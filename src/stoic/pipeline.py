@@ -183,7 +183,7 @@ def _fused_factory(kinds: tuple[type, ...]) -> Callable[..., Callable[..., Any]]
             "                   else (stoic_fn(*stoic_args) if stoic_args else stoic_fn()))\n"
             "stoic_result = await stoic_awaitable")
     for index in reversed(range(len(kinds))):
-        body = parts[kinds[index]](f"stoic_s{index}", f"s{index}_", body)
+        body = parts[kinds[index]](f"stoic_s{index}", f"s{index}_", body).rstrip("\n")
     stages = ", ".join(f"stoic_s{index}" for index in range(len(kinds)))
     clocks = "".join(f"    stoic_s{index}_now = stoic_s{index}._now\n"
                      for index, kind in enumerate(kinds) if kind is CircuitBreaker)

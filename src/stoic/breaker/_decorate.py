@@ -182,7 +182,7 @@ def _factory(is_async: bool, params: str, call: str, method: bool) -> Callable[.
         # be a LOAD_METHOD on a slot holding a builtin, which CPython 3.11 cannot specialise
         # (~200 ns more per call, measured).
         bind_now="        stoic_now = stoic_self._now\n" if method else "",
-        stage=textwrap.indent(stage(b, "", body, is_async), "        "),
+        stage=textwrap.indent(stage(b, "", body, is_async).rstrip("\n"), "        "),
     )
     kind = "method" if method else "wrapper"
     filename = f"<stoic breaker {kind}: {'async ' if is_async else ''}({params})>"
