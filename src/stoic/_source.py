@@ -25,11 +25,12 @@ def indent(body: str) -> str:
     return textwrap.indent(body, "    ")
 
 
-def compile_source(source: str, filename: str, names: dict[str, Any]) -> dict[str, Any]:
-    """Run ``source`` in a fresh namespace holding ``names`` (and :data:`SHARED`) and return it.
+def compile_source(source: str, filename: str, module: str) -> dict[str, Any]:
+    """Run ``source`` in a fresh namespace holding :data:`SHARED` and return it. Its functions
+    belong to ``module`` (their ``__module__``).
 
     ``filename`` is registered like a file's, so tracebacks through the code show its lines."""
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
-    namespace = {**SHARED, **names}
+    namespace = {**SHARED, "__name__": module}
     exec(compile(source, filename, "exec"), namespace)
     return namespace

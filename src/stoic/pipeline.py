@@ -194,7 +194,7 @@ def _fused_factory(kinds: tuple[type, ...]) -> Callable[..., Callable[..., Any]]
               "        return stoic_result\n"
               "    return stoic_run\n")
     filename = f"<stoic pipeline: {', '.join(kind.__name__ for kind in kinds)}>"
-    make: Callable[..., Callable[..., Any]] = _source.compile_source(source, filename, {})["stoic_make"]
+    make: Callable[..., Callable[..., Any]] = _source.compile_source(source, filename, __name__)["stoic_make"]
     return make
 
 

@@ -186,7 +186,7 @@ def _factory(is_async: bool, params: str, call: str, method: bool) -> Callable[.
     )
     kind = "method" if method else "wrapper"
     filename = f"<stoic breaker {kind}: {'async ' if is_async else ''}({params})>"
-    make: Callable[..., Callable[..., Any]] = compile_source(source, filename, {})["stoic_make"]
+    make: Callable[..., Callable[..., Any]] = compile_source(source, filename, "stoic.breaker")["stoic_make"]
     return make
 
 
