@@ -314,22 +314,22 @@ class Keyed(Generic[P]):
     async def execute(self, key: str | None, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> R:
         """``await family.execute(key, fn, ...)``: the key's ``policy.execute(fn, ...)``, with the
         call counted in flight (the key is not dropped meanwhile). Raises what the policy raises."""
-        slot = self._slot(key, claim=True)
+        slot = self._claim(key)
         try:
             result: R = await slot.policy.execute(fn, *args, **kwargs)  # type: ignore[attr-defined]
             return result
         finally:
-            self._release(key, slot)
+            self._unclaim(key, slot)
 
     def call(self, key: str | None, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
         """``family.call(key, fn, ...)``: the key's ``policy.call(fn, ...)`` (plain functions, for
         policies with a ``call`` method), counted in flight as :meth:`execute` does."""
-        slot = self._slot(key, claim=True)
+        slot = self._claim(key)
         try:
             result: R = slot.policy.call(fn, *args, **kwargs)  # type: ignore[attr-defined]
             return result
         finally:
-            self._release(key, slot)
+            self._unclaim(key, slot)
 
     def _release(self, key: str | None, slot: _Slot[P], *, counted: bool = True) -> None:
         """A call through ``slot`` ended: no longer in flight (``counted``: it was counted in
@@ -342,9 +342,9 @@ class Keyed(Generic[P]):
             if self._slots.get(key) is slot:
                 self._slots.move_to_end(key)
 
-    def _claim(self, key: str) -> _Slot[P]:
+    def _claim(self, key: str | None) -> _Slot[P]:
         """The key's slot with one call counted in flight, for a caller that runs the call
-        itself (the HTTP integrations) and then calls :meth:`_unclaim`. A key held already
+        (:meth:`execute`, :meth:`call`, the HTTP integrations) and then calls :meth:`_unclaim`. A key held already
         takes no lock and reads no clock (the key is stamped when the call ends): the call is
         counted in, then the key is checked to be still held (an eviction under the lock that
         saw no call in flight may have dropped it just before: then the count is taken back and
@@ -359,7 +359,7 @@ class Keyed(Generic[P]):
             slot.calls.pop()
         return self._slot(key, claim=not self._self_counting)
 
-    def _unclaim(self, key: str, slot: _Slot[P]) -> None:
+    def _unclaim(self, key: str | None, slot: _Slot[P]) -> None:
         """The call :meth:`_claim` counted has ended (restamped under the lock only when the
         stamp is older than the touch precision)."""
         if self._now() - slot.last_used >= self._touch_ns:
