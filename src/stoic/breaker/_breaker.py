@@ -315,7 +315,9 @@ class CircuitBreaker:
         """Admission outside the closed fast path: (epoch, probe id or 0), or CircuitOpen."""
         pending: _Pending = []
         retry_after: int | None = None
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # (as in _settle)
+        try:
             self._advance(now, pending)
             state = self._state
             episode = self._episode
@@ -334,6 +336,8 @@ class CircuitBreaker:
                 admitted = None
                 if state is _OPEN and self._open_until is not None:
                     retry_after = self._open_until - now
+        finally:
+            lock.release()
         if pending:
             try:
                 self._flush(pending, now)
