@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Any, Final, ParamSpec, TypeVar
 
 from .. import _metrics
+from .._admission import admitted_after_wait
 from .._clock import Clock, current_clock
 from .._deadline import cancelled_by_deadline, remaining_ns
 from .._durations import Seconds, to_ns
@@ -330,6 +331,7 @@ class SharedRateLimiter(_SharedBucket):
             raise
         finally:
             self._leave(future)
+        admitted_after_wait(clock, clock.now_ns())  # a breaker outside times the call from here
         if _SINKS.wants(Level.DEBUG):
             now = clock.now_ns()
             emit("ratelimiter.waited", self._label, Level.DEBUG, now,
@@ -477,6 +479,8 @@ class BlockingSharedRateLimiter(_SharedBucket):
                         waiters.remove(ticket)
                     except ValueError:
                         pass
+        if not (head and first):  # it waited: a breaker outside times the call from here
+            admitted_after_wait(clock, clock.now_ns())
         if _SINKS.wants(Level.DEBUG):
             now = clock.now_ns()
             emit("ratelimiter.waited", self._label, Level.DEBUG, now,
