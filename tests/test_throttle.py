@@ -373,3 +373,46 @@ def test_the_window_counts_what_a_reference_model_counts(steps: list[tuple[str, 
             assert (throttle._total_requests, throttle._total_accepts) == (len(held), sum(held))
 
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------- field report 18: errors inside groups
+
+async def test_a_group_holding_only_inner_rejections_is_not_counted_like_a_bare_one(clock: VirtualClock):
+    throttle = AdaptiveThrottle(label="t", clock=clock, min_throughput=0)
+
+    async def fan_out_refused() -> None:
+        raise ExceptionGroup("fan-out", [stoic.BulkheadFull(label="inner"),
+                                         ExceptionGroup("nested", [stoic.RateLimited(label="inner")])])
+
+    for _ in range(20):
+        with pytest.raises(ExceptionGroup):
+            await throttle.execute(fan_out_refused)
+    assert (throttle.requests, throttle.probability) == (0, 0.0)  # local refusals: no overload evidence
+
+
+async def test_a_group_with_a_transient_leaf_is_overload_evidence(clock: VirtualClock):
+    throttle = AdaptiveThrottle(label="t", clock=clock, min_throughput=0)
+
+    async def fan_out_down() -> None:
+        raise ExceptionGroup("fan-out", [ConnectionError("down"), ConnectionError("down")])
+
+    for _ in range(20):
+        with pytest.raises((ExceptionGroup, Throttled)):
+            await throttle.execute(fan_out_down)
+    assert (throttle.requests, throttle.accepts) == (20, 0)
+    assert throttle.probability > 0.0
+
+
+async def test_a_defect_behind_a_cause_or_inside_a_group_is_never_counted(clock: VirtualClock):
+    throttle = AdaptiveThrottle(label="t", clock=clock, min_throughput=0)
+
+    async def caused() -> None:
+        raise ConnectionError("wrapped bug") from stoic.Defect("a bug")
+
+    async def grouped() -> None:
+        raise ExceptionGroup("fan-out", [stoic.Defect("a bug"), ConnectionError("down")])
+
+    for fn in (caused, grouped) * 10:
+        with pytest.raises((ConnectionError, ExceptionGroup)):
+            await throttle.execute(fn)
+    assert (throttle.requests, throttle.probability) == (0, 0.0)

@@ -36,7 +36,7 @@ from ._classify import ClassifierLike, RetryClassifier, as_classifier
 from ._clock import Clock, SystemClock, resolve_clock
 from ._deadline import cancelled_by_deadline
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
-from ._errors import DeadlineExceeded, Defect, Rejected, Throttled
+from ._errors import DeadlineExceeded, Throttled, is_defect, is_rejection
 from ._retune import validated
 from .events import Level, emit
 from .events._sinks import kind_floor
@@ -90,7 +90,8 @@ class AdaptiveThrottle:
     call is shed; ``fn``'s own exceptions propagate unchanged. A timeout (``TimeoutError``, a
     ``DeadlineExceeded`` that cut the call, a cancellation by an enclosing ``stoic.timeout``)
     counts as a failure; other cancellations, defects and inner policies' rejections are not
-    counted at all. Randomness comes from stoic's per-call-site
+    counted at all (an exception group too, judged by its leaves: only rejections, or any leaf a
+    defect). Randomness comes from stoic's per-call-site
     streams (reproducible under ``stoic.testing.seeded``). Read-only: ``probability`` (the shed
     probability the next call would face), ``requests``, ``accepts``.
 
@@ -258,7 +259,7 @@ class AdaptiveThrottle:
         except Exception as exc:
             if isinstance(exc, DeadlineExceeded) and exc.timed_out:
                 self._count(False)  # the work ran and took too long: the dependency failed it
-            elif not isinstance(exc, (Rejected, Defect)):
+            elif not is_rejection(exc) and not is_defect(exc):  # (a group judged by its leaves)
                 self._count(not self._classify(exc).retries)
             raise
         now = self._now_ns()  # (_count(True), inlined: the success path)
