@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import warnings
 
 import pytest
 from hypothesis import given, settings
@@ -416,3 +417,38 @@ async def test_a_defect_behind_a_cause_or_inside_a_group_is_never_counted(clock:
         with pytest.raises((ConnectionError, ExceptionGroup)):
             await throttle.execute(fn)
     assert (throttle.requests, throttle.probability) == (0, 0.0)
+
+
+# ---------------------------------------------------------------- field report 19: a classifier that raises
+
+class _BrokenDecision(ConnectionError):
+    """A Retryable-style error whose retry_decision property itself raises."""
+
+    @property
+    def retry_decision(self) -> object:
+        raise KeyError("no such header")
+
+
+@pytest.mark.parametrize("source", ["classify", "retry_decision"])
+async def test_a_raising_classifier_never_replaces_the_operations_error_and_is_reported_once(
+    clock: VirtualClock, caplog: pytest.LogCaptureFixture, source: str,
+):
+    def broken(error: BaseException) -> stoic.RetryDecision:
+        raise KeyError("no such field")
+
+    async def down() -> None:
+        raise (_BrokenDecision("down") if source == "retry_decision" else ConnectionError("down"))
+
+    throttle = AdaptiveThrottle(label="t", clock=clock, min_throughput=100,  # (nothing shed yet)
+                                **({"classify": broken} if source == "classify" else {}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            with pytest.raises(ConnectionError) as info:
+                await throttle.execute(down)
+            assert isinstance(info.value.__context__, KeyError)  # chained, never in its place
+    # The conservative decision: each call counted as a failure, never as an accept.
+    assert (throttle.requests, throttle.accepts) == (3, 0)
+    if source == "classify":  # (the built-in classifier's one report may be spent by another test)
+        assert len([w for w in caught if "classify" in str(w.message)]) == 1
+        assert len([r for r in caplog.records if r.name == "stoic" and "classify" in r.getMessage()]) == 1

@@ -6,8 +6,9 @@ and queue management are the fixed bulkhead's; the arithmetic lives in :mod:`sto
 A call's latency is measured around the operation on the bulkhead's clock and fed to the
 algorithm when the call completes. Samples: a success (its latency), and a timeout (a *drop*:
 ``TimeoutError``, a ``DeadlineExceeded`` that cut running work short, or a cancellation by an
-enclosing ``stoic.timeout``; an exception group when any leaf is one). Not samples: any other failure (fast failures say nothing about
-queueing; errors are the breaker's business) and plain cancellations.
+enclosing ``stoic.timeout``; an exception group when any leaf is one). Not samples: any other
+failure (fast failures say nothing about queueing; errors are the breaker's business) and plain
+cancellations.
 
 Shrinking never evicts in-flight work: the limit gates admission only, and a slot released
 while the bulkhead is over its new limit is retired instead of handed on.

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _metrics, _random
+from ._callbacks import callback_failed
 from ._classify import ClassifierLike, RetryClassifier, as_classifier
 from ._clock import Clock, SystemClock, resolve_clock
 from ._deadline import cancelled_by_deadline
@@ -83,7 +84,10 @@ class AdaptiveThrottle:
     - ``classify``: decides which failures were the dependency's fault; a failure it would not
       retry (a domain error) counts as accepted. The default, ``transient_only``, counts only
       ``TimeoutError``, ``ConnectionError`` and errors that say they are retryable against the
-      dependency: a ``ValueError`` from a validation is the dependency doing its job.
+      dependency: a ``ValueError`` from a validation is the dependency doing its job. A
+      classifier (or an error's ``retry_decision``) that raises never replaces ``fn``'s error:
+      it is chained to it, reported once (``warnings`` and the ``"stoic"`` logger), and the
+      call counts as a failure.
 
     ``await throttle.execute(fn, *args, **kwargs)`` or ``@throttle``. Raises
     :class:`stoic.Throttled` (a retryable :class:`stoic.Rejected`, ``fn`` not run) when the
@@ -260,7 +264,12 @@ class AdaptiveThrottle:
             if isinstance(exc, DeadlineExceeded) and exc.timed_out:
                 self._count(False)  # the work ran and took too long: the dependency failed it
             elif not is_rejection(exc) and not is_defect(exc):  # (a group judged by its leaves)
-                self._count(not self._classify(exc).retries)
+                try:
+                    overloaded = self._classify(exc).retries
+                except Exception as failure:  # a user's classifier or retry_decision: keep the error
+                    callback_failed(self._classify._fn, f"classify of throttle {self._label!r}", failure, exc)
+                    overloaded = True  # the conservative decision: the call failed
+                self._count(not overloaded)
             raise
         now = self._now_ns()  # (_count(True), inlined: the success path)
         i = self._index if now < self._end_ns else self._roll_to(now)
