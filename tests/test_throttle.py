@@ -452,3 +452,57 @@ async def test_a_raising_classifier_never_replaces_the_operations_error_and_is_r
     if source == "classify":  # (the built-in classifier's one report may be spent by another test)
         assert len([w for w in caught if "classify" in str(w.message)]) == 1
         assert len([r for r in caplog.records if r.name == "stoic" and "classify" in r.getMessage()]) == 1
+
+
+# ---------------------------------------------------------------- field report 21: forked workers
+
+def _shed_pattern(throttle: AdaptiveThrottle, clock: VirtualClock) -> list[bool]:
+    """Which of 64 calls an overloaded throttle sheds (its random draws, in order)."""
+    async def draw() -> list[bool]:
+        pattern = []
+        for _ in range(64):
+            try:
+                await throttle.execute(Dependency().call)  # a success: the ratio barely moves
+                pattern.append(False)
+            except Throttled:
+                pattern.append(True)
+        return pattern
+
+    return asyncio.run(draw())
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_forked_workers_shed_different_calls() -> None:
+    import os
+    import pickle
+
+    clock = VirtualClock()
+    throttle = AdaptiveThrottle(label="forked", clock=clock, min_throughput=0, k=1.0)
+    dep = Dependency()
+    dep.mode = "down"
+
+    async def overload() -> None:
+        for _ in range(200):
+            with contextlib.suppress(ConnectionError, Throttled):
+                await throttle.execute(dep.call)
+
+    asyncio.run(overload())
+    assert throttle.probability > 0.3
+    parent = _shed_pattern(throttle, clock)  # the master drew from the call site before forking
+    children = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() in a process with threads (3.12+)
+        for _ in range(4):
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: report and leave at once
+                try:
+                    os.write(write, pickle.dumps(_shed_pattern(throttle, clock)))
+                finally:
+                    os._exit(0)
+            os.close(write)
+            with os.fdopen(read, "rb") as pipe:
+                children.append(tuple(pickle.loads(pipe.read())))
+            os.waitpid(pid, 0)
+    assert len(set(children)) == 4  # no two workers shed the same calls in lockstep
+    assert tuple(parent) not in children and all(any(c) and not all(c) for c in children)
