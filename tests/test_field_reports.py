@@ -704,3 +704,35 @@ def test_every_policy_built_outside_a_loop_works_under_successive_asyncio_runs()
     assert first[3] == (0, 0, 0)
     assert asyncio.run(scenario()) == first
     assert asyncio.run(scenario()) == first
+
+
+# --- 16. Generators are not successes: the blocking stages refuse them too ----------------------
+def _numbers() -> Iterator[int]:
+    yield 1
+
+
+async def _async_numbers() -> Any:
+    yield 1
+
+
+def _blocking_shared_limiter() -> Any:
+    from stoic.fleet import BlockingSharedRateLimiter, RedisStore
+
+    return BlockingSharedRateLimiter(1, store=RedisStore("redis://127.0.0.1:1/0"), label="gen")  # never contacted
+
+
+@pytest.mark.parametrize("fn", [_numbers, _async_numbers], ids=["generator", "async generator"])
+@pytest.mark.parametrize("make", [
+    lambda: BlockingBulkhead(1, label="gen"),
+    lambda: BlockingRateLimiter(1, label="gen"),
+    lambda: _blocking_shared_limiter(),
+], ids=["BlockingBulkhead", "BlockingRateLimiter", "BlockingSharedRateLimiter"])
+def test_the_blocking_stages_refuse_generator_functions_at_decoration(make: Callable[[], Any],
+                                                                     fn: Callable[[], Any]) -> None:
+    """A wrapper would take the slot (or permit), create the generator and give the slot back at
+    once: the body would run while the caller iterates, outside the stage."""
+    stage = make()
+    with pytest.raises(TypeError, match="generator"):
+        stage(fn)
+    if isinstance(stage, BlockingBulkhead):
+        assert stage.in_use == 0

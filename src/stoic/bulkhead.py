@@ -32,6 +32,7 @@ from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import BulkheadFull, DeadlineExceeded, Shed
+from ._policy import refuse_generator_function
 from ._retune import validated
 from ._waitqueue import NO_DEADLINE, ManagedQueue, Parked, QueueRules, check_queue_options, shed_error, shed_event
 from ._wakeup import wake
@@ -624,7 +625,9 @@ class BlockingBulkhead(_Compartment):
                 self._release_locked()
 
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
-        """Decorate a plain function so every call runs in a slot (blocking)."""
+        """Decorate a plain function so every call runs in a slot (blocking). Raises ``TypeError``
+        for an async function (use :class:`Bulkhead`) or a generator function."""
+        refuse_generator_function(fn, type(self).__name__)
         if inspect.iscoroutinefunction(fn):
             raise TypeError(f"{type(self).__name__} decorates plain functions; use Bulkhead for {fn!r}")
 

@@ -38,6 +38,7 @@ from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import DeadlineExceeded, RateLimited
+from ._policy import refuse_generator_function
 from ._retune import validated
 from ._wakeup import wake
 from .events import AttributeValue, Level, emit
@@ -670,7 +671,9 @@ class BlockingRateLimiter(_TokenBucket):
         return fn(*args, **kwargs) if kwargs else fn(*args)  # type: ignore[call-arg]
 
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
-        """Decorate a plain function so every call takes one permit first (blocking)."""
+        """Decorate a plain function so every call takes one permit first (blocking). Raises
+        ``TypeError`` for an async function (use :class:`RateLimiter`) or a generator function."""
+        refuse_generator_function(fn, type(self).__name__)
         if inspect.iscoroutinefunction(fn):
             raise TypeError(f"{type(self).__name__} decorates plain functions; use RateLimiter for {fn!r}")
 

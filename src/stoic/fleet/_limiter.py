@@ -27,6 +27,7 @@ from .._clock import Clock, current_clock
 from .._deadline import cancelled_by_deadline, remaining_ns
 from .._durations import Seconds, to_ns
 from .._errors import DeadlineExceeded, RateLimited
+from .._policy import refuse_generator_function
 from .._wakeup import wake
 from ..events import AttributeValue, Level, emit
 from ..events._sinks import kind_floor
@@ -493,7 +494,8 @@ class BlockingSharedRateLimiter(_SharedBucket):
 
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
         """Decorate a plain function so every call takes one permit first (``TypeError`` for an
-        async function: use :class:`SharedRateLimiter`)."""
+        async function: use :class:`SharedRateLimiter`; or a generator function)."""
+        refuse_generator_function(fn, type(self).__name__)
         if inspect.iscoroutinefunction(fn):
             raise TypeError(f"BlockingSharedRateLimiter decorates plain functions, not {fn!r}")
 
