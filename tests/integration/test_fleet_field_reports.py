@@ -286,3 +286,55 @@ def test_threads_waiting_for_a_blocking_shared_rate_limiter_are_not_slow_calls(s
     assert results == ["ok"] * 14
     snap = breaker.snapshot
     assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 14, 0)
+
+
+# ---------------------------------------------------------------- 1 and 3: sinks that raise, a herd of failures
+
+class RaisingSink:
+    level = stoic.Level.DEBUG
+
+    def emit(self, event: stoic.Event) -> None:
+        raise RuntimeError("the sink is broken")
+
+
+async def test_a_raising_sink_changes_nothing_the_shared_breaker_decides(store: RedisStore) -> None:
+    from stoic.testing import RecordingSink
+
+    async def run(*extra: object) -> tuple[list[str], list[tuple[int, int]], int]:
+        recording = RecordingSink()
+        breaker = shared_breaker(store, window=CountWindow(6), minimum_calls=4, failure_rate_threshold=0.5)
+        outcomes, counts_after = [], []
+        with stoic.use_sinks(recording, *extra):  # type: ignore[arg-type]
+            for failed in (False, True, False, True, True, False, False):
+                try:
+                    await breaker.execute(refused if failed else dependency)
+                    outcomes.append("ok")
+                except Exception as error:
+                    outcomes.append(type(error).__name__)
+                counts_after.append(counts(breaker))
+        return outcomes, counts_after, len(recording.of("breaker.opened"))
+
+    expected = await run()
+    assert expected[0][4:] == ["CircuitOpen"] * 3 and expected[2] == 1
+    assert await run(RaisingSink()) == expected  # opens at exactly the same call, same counts
+
+
+async def test_a_hundred_concurrent_failures_open_the_shared_breaker_once(store: RedisStore) -> None:
+    from stoic.testing import RecordingSink
+
+    recording = RecordingSink()
+    breaker = shared_breaker(store, window=CountWindow(10), minimum_calls=10)
+    gate = asyncio.Event()
+
+    async def herd() -> None:
+        await gate.wait()
+        raise ConnectionError("down")
+
+    with stoic.use_sinks(recording):
+        tasks = [asyncio.create_task(breaker.execute(herd)) for _ in range(100)]
+        await asyncio.sleep(0.2)  # every caller admitted while closed (the first refresh included)
+        gate.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(r, ConnectionError) for r in results)
+    assert breaker.state is stoic.BreakerState.OPEN and breaker.snapshot.trips == 1
+    assert len(recording.of("breaker.opened")) == 1
