@@ -338,3 +338,32 @@ async def test_a_hundred_concurrent_failures_open_the_shared_breaker_once(store:
     assert all(isinstance(r, ConnectionError) for r in results)
     assert breaker.state is stoic.BreakerState.OPEN and breaker.snapshot.trips == 1
     assert len(recording.of("breaker.opened")) == 1
+
+
+# ---------------------------------------------------------------- 11: reused across event loops
+
+def test_shared_policies_built_outside_a_loop_work_under_successive_asyncio_runs(server: RedisServer) -> None:
+    from stoic.testing import RecordingSink
+
+    recording = RecordingSink()
+    store = RedisStore(server.url, budget=0.5)  # built at "import time": no loop running
+    breaker = SharedCircuitBreaker(label=fresh("loops"), store=store, window=CountWindow(20), minimum_calls=4,
+                                   refresh_interval=0.01)
+    limiter = SharedRateLimiter(20, per=1.0, burst=1, store=store, label=fresh("loops"))
+
+    async def run() -> tuple[list[str], float]:
+        results = []
+        for _ in range(3):
+            results.append(await breaker.execute(dependency))
+            await asyncio.sleep(0.02)  # past the refresh interval: the next call asks the store
+        began = time.monotonic()
+        await asyncio.gather(*(limiter.acquire() for _ in range(3)))  # two of them wait in the queue
+        return results, time.monotonic() - began
+
+    with stoic.use_sinks(recording):
+        for _ in range(3):
+            results, waited = asyncio.run(run())
+            assert results == ["ok"] * 3
+            assert 0.07 < waited < 1.0  # served by the shared bucket, not refused or failed open at once
+    assert [e.name for e in recording.events if e.name.startswith("fleet.")] == []  # the store answered every time
+    assert breaker.snapshot.calls == 9
