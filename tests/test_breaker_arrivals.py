@@ -372,6 +372,31 @@ async def test_a_slow_dependency_behind_a_queue_is_still_slow(clock: VirtualCloc
     assert breaker.snapshot.state is stoic.BreakerState.OPEN  # every call slow, measured from admission
 
 
+@pytest.mark.parametrize("stage", ["bulkhead", "limiter"])
+async def test_a_queued_sub_step_inside_the_operation_does_not_hide_a_slow_dependency(
+    clock: VirtualClock, stage: str,
+) -> None:
+    """The other side of report 20: only the time spent queued is local. An operation that
+    first waits 1.5 s on its dependency and then runs a local sub-step through a queued
+    bulkhead or limiter took 1.5 s of the dependency's time, not the sub-step's."""
+    breaker = _queued_breaker()
+    inner: Any = (Bulkhead(1, queue_limit=50, label="cache") if stage == "bulkhead"
+                  else RateLimiter(20, burst=1, queue_limit=50, label="cache"))
+
+    async def write() -> None:
+        await clock.sleep_until(clock.now_ns() + SECOND // 20)
+
+    async def handler() -> str:
+        await clock.sleep_until(clock.now_ns() + 3 * SECOND // 2)  # the dependency: 1.5 s
+        await inner.execute(write)  # then a local step, which queues behind the other callers
+        return "ok"
+
+    results = await _run_queued(clock, lambda: breaker.execute(handler), callers=20)
+    assert results == ["ok"] * 20  # all admitted while closed
+    assert breaker.snapshot.state is stoic.BreakerState.OPEN  # every call slow: 1.5 s and more
+    assert breaker.snapshot.trips == 1
+
+
 @pytest.mark.parametrize("kind", ["adaptive", "gradient", "prioritized", "keyed bulkhead", "keyed limiter"])
 async def test_queueing_in_any_inner_queued_stage_is_not_a_slow_call(clock: VirtualClock, kind: str) -> None:
     """Report 20 for every stage that queues: the adaptive bulkheads, a managed queue and the

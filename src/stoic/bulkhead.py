@@ -241,6 +241,7 @@ class Bulkhead(_Compartment):
         waiter = _Waiter()
         waiter.future = asyncio.get_running_loop().create_future()
         waiters.append(waiter)
+        since = self._clock.now_ns()
         try:
             await waiter.future
         except BaseException as exc:
@@ -257,8 +258,8 @@ class Bulkhead(_Compartment):
             # Handed a slot in the instant its deadline passed: fail at wake, pass the slot on.
             self._release()
             raise self._late()
-        # Admitted after waiting: an outer breaker times the call from here, not from arrival.
-        admitted_after_wait(self._clock, self._clock.now_ns())
+        # Admitted after waiting: an outer breaker leaves the wait out of the call's duration.
+        admitted_after_wait(self._clock, self._clock.now_ns(), since)
 
     def _release(self) -> None:
         if self._managed is not None:
@@ -426,10 +427,11 @@ class BlockingBulkhead(_Compartment):
                 self._active += 1
                 return
             waiting = len(waiters)
+            since = self._clock.now_ns()
             admitted = waiting < self._queue_limit and self._wait_locked(limit)
         if admitted:
-            # Admitted after waiting: an outer breaker times the call from here, not from arrival.
-            admitted_after_wait(self._clock, self._clock.now_ns())
+            # Admitted after waiting: an outer breaker leaves the wait out of the call's duration.
+            admitted_after_wait(self._clock, self._clock.now_ns(), since)
             return
         # Events are emitted outside the lock: a sink never runs inside the critical section.
         if waiting >= self._queue_limit:
@@ -519,8 +521,9 @@ class BlockingBulkhead(_Compartment):
             raise
         # Events are emitted outside the lock: a sink never runs inside the critical section.
         if admitted:
-            # Admitted after waiting: an outer breaker times the call from here, not from arrival.
-            admitted_after_wait(clock, clock.now_ns())
+            assert parked is not None
+            # Admitted after waiting: an outer breaker leaves the wait out of the call's duration.
+            admitted_after_wait(clock, clock.now_ns(), parked.since_ns)
             return
         if parked is None:
             raise self._full(waiting) if waiting >= self._queue_limit else self._late()

@@ -469,7 +469,7 @@ class RateLimiter(_TokenBucket):
             if isinstance(exc, asyncio.CancelledError):
                 self._reject("deadline_exceeded" if cancelled_by_deadline() else "cancelled", permits, None)
             raise
-        admitted_after_wait(self._clock, now)  # the breaker outside times the call from here
+        admitted_after_wait(self._clock, now, start)  # the breaker outside leaves the wait out
         self._waited(permits, start)
 
     def execute(
@@ -601,8 +601,8 @@ class BlockingRateLimiter(_TokenBucket):
         if served < 0:
             self._reject("deadline_exceeded", permits, None)
             raise DeadlineExceeded(f"timed out waiting for permits ({self._label})", label=self._label)
-        # Served after waiting: an outer breaker times the call from here, not from arrival.
-        admitted_after_wait(self._clock, served)
+        # Served after waiting: an outer breaker leaves the wait out of the call's duration.
+        admitted_after_wait(self._clock, served, now)
         self._waited(permits, now)
 
     def _wait_locked(self, permits: int, start: int, limit: int | None, ambient: int | None) -> int:

@@ -332,7 +332,7 @@ class SharedRateLimiter(_SharedBucket):
             raise
         finally:
             self._leave(future)
-        admitted_after_wait(clock, clock.now_ns())  # a breaker outside times the call from here
+        admitted_after_wait(clock, clock.now_ns(), start)  # a breaker outside leaves the wait out
         if _SINKS.wants(Level.DEBUG):
             now = clock.now_ns()
             emit("ratelimiter.waited", self._label, Level.DEBUG, now,
@@ -481,7 +481,7 @@ class BlockingSharedRateLimiter(_SharedBucket):
                     except ValueError:
                         pass
         if not (head and first):  # it waited: a breaker outside times the call from here
-            admitted_after_wait(clock, clock.now_ns())
+            admitted_after_wait(clock, clock.now_ns(), start)
         if _SINKS.wants(Level.DEBUG):
             now = clock.now_ns()
             emit("ratelimiter.waited", self._label, Level.DEBUG, now,
