@@ -367,3 +367,87 @@ def test_shared_policies_built_outside_a_loop_work_under_successive_asyncio_runs
             assert 0.07 < waited < 1.0  # served by the shared bucket, not refused or failed open at once
     assert [e.name for e in recording.events if e.name.startswith("fleet.")] == []  # the store answered every time
     assert breaker.snapshot.calls == 9
+
+
+# ---------------------------------------------------------------- 5: the server's clock steps back
+# The shared state runs on the server's time (Redis TIME, a wall clock). A state written before
+# the server's clock was stepped back an hour holds instants an hour in the future: exactly what
+# these tests write, the only way to move a real server's clock from a test.
+
+HOUR_US = 3_600_000_000
+
+
+def _server_now_us(raw: Any) -> int:
+    seconds, micros = raw.time()
+    return int(seconds) * 1_000_000 + int(micros)
+
+
+async def test_a_shared_bucket_stamped_in_the_future_still_refills(server: RedisServer) -> None:
+    import redis
+
+    raw = redis.Redis.from_url(server.url)
+    store = RedisStore(server.url, budget=0.5)
+    label = fresh("stepped")
+    limiter = SharedRateLimiter(20, per=1.0, burst=1, queue_limit=10, store=store, label=label)
+    assert await limiter.try_acquire()
+    raw.hset(f"{{stoic:{label}}}:bucket", mapping={"c": 0, "s": _server_now_us(raw) + HOUR_US})
+    began = time.monotonic()
+    await asyncio.wait_for(limiter.acquire(), 5.0)  # a permit refills in 50 ms, not in an hour
+    assert time.monotonic() - began < 1.0
+    await store.aclose()
+    raw.close()
+
+
+async def test_a_shared_open_period_never_outlasts_its_configured_length_when_the_server_clock_steps_back(
+    server: RedisServer,
+) -> None:
+    import redis
+
+    raw = redis.Redis.from_url(server.url)
+    store = RedisStore(server.url, budget=0.5)
+    breaker = shared_breaker(store, window=CountWindow(1), minimum_calls=1,
+                             open_duration=OpenDuration.fixed(30.0, jitter=0.0), refresh_interval=0.01)
+    with pytest.raises(ConnectionError):
+        await breaker.execute(refused)
+    state_key = f"{{stoic:{breaker.label}}}:breaker"
+    until = int(raw.hget(state_key, "un"))
+    raw.hset(state_key, "un", until + HOUR_US)  # the same open period, seen after a step back
+    await asyncio.sleep(0.02)  # past the refresh interval: the next call reads the shared state
+    with pytest.raises(stoic.CircuitOpen) as refused_now:
+        await breaker.execute(dependency)
+    assert refused_now.value.retry_after is not None and refused_now.value.retry_after <= 30.0
+    await store.aclose()
+    raw.close()
+
+
+async def test_a_probe_lease_stamped_in_the_future_still_expires_after_half_open_timeout(
+    server: RedisServer,
+) -> None:
+    import redis
+
+    raw = redis.Redis.from_url(server.url)
+    store = RedisStore(server.url, budget=0.5)
+    breaker = shared_breaker(store, window=CountWindow(1), minimum_calls=1, half_open_probes=1,
+                             half_open_timeout=0.2, open_duration=OpenDuration.fixed(0.1, jitter=0.0),
+                             refresh_interval=0.01)
+    with pytest.raises(ConnectionError):
+        await breaker.execute(refused)
+    await asyncio.sleep(0.15)
+    state_key = f"{{stoic:{breaker.label}}}:breaker"
+    # A replica took the one probe lease and died; then the server's clock stepped back an hour.
+    raw.hset(state_key, mapping={"st": 2, "pf": 0, "gen": int(raw.hget(state_key, "gen")) + 1})
+    raw.hset(f"{{stoic:{breaker.label}}}:probes", "dead-replica",
+             _server_now_us(raw) + HOUR_US + 200_000)
+    await asyncio.sleep(0.35)  # past half_open_timeout
+    # The dead lease counts as a failed probe: the breaker reopens for its 0.1 s and then lets a
+    # probe through, instead of refusing every call for an hour.
+    deadline = time.monotonic() + 3.0
+    while True:
+        try:
+            assert await breaker.execute(dependency) == "ok"
+            break
+        except stoic.CircuitOpen:
+            assert time.monotonic() < deadline, "the dead lease wedged the half-open state"
+            await asyncio.sleep(0.05)
+    await store.aclose()
+    raw.close()
