@@ -451,3 +451,37 @@ async def test_a_probe_lease_stamped_in_the_future_still_expires_after_half_open
             await asyncio.sleep(0.05)
     await store.aclose()
     raw.close()
+
+
+# ---------------------------------------------------------------- the blocking shared queue limit is exact
+
+@pytest.mark.parametrize("queue_limit", [0, 1, 2])
+def test_the_blocking_shared_limiters_queue_limit_is_exact_as_the_asyncio_ones(
+    server: RedisServer, queue_limit: int,
+) -> None:
+    """``queue_limit`` threads wait, the next is refused at once (``queue_full``), as in
+    SharedRateLimiter and the local limiters. Four threads arrive 50 ms apart while a permit
+    takes 0.5 s to refill."""
+    import threading
+
+    from stoic.fleet import BlockingSharedRateLimiter
+
+    limiter = BlockingSharedRateLimiter(2, per=1.0, burst=1, queue_limit=queue_limit,
+                                        store=RedisStore(server.url, budget=0.5), label=fresh("bql"))
+    assert limiter.try_acquire()
+    outcomes: list[str] = []
+
+    def arrive() -> None:
+        try:
+            limiter.acquire()
+            outcomes.append("served")
+        except stoic.RateLimited:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=arrive) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.05)
+    for thread in threads:
+        thread.join(10)
+    assert sorted(outcomes) == ["refused"] * (4 - queue_limit) + ["served"] * queue_limit

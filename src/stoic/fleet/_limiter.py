@@ -444,7 +444,9 @@ class BlockingSharedRateLimiter(_SharedBucket):
         ticket = threading.Event()
         with self._lock:
             waiters = self._waiters
-            if self._queue_limit is not None and len(waiters) > self._queue_limit:
+            # An arrival behind someone will wait: refused when queue_limit threads already do
+            # (the head, asking, is checked below once it knows it must wait).
+            if waiters and self._queue_limit is not None and len(waiters) >= self._queue_limit:
                 raise self._reject("queue_full", permits, None)
             waiters.append(ticket)
             head = waiters[0] is ticket
