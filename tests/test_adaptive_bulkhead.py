@@ -507,3 +507,26 @@ def test_nobody_waits_while_a_slot_is_free_so_the_fast_path_never_passes_a_waite
     asyncio.run(main())
     assert not violations, violations[:5]
     assert bulkhead.in_use == 0 and bulkhead.queued == 0
+
+
+# --- field report 18: a fan-out's errors arrive as an exception group ---
+
+@pytest.mark.parametrize("kind", ["aimd", "gradient"])
+async def test_a_timeout_inside_an_exception_group_is_a_drop_like_a_bare_one(clock: VirtualClock, kind: str):
+    bulkhead = aimd(clock, cooldown=0.001) if kind == "aimd" else GradientBulkhead(
+        max_concurrent=10, label="g", clock=clock)
+    samples = fed(bulkhead)
+
+    async def fan_out_timed_out() -> None:
+        raise ExceptionGroup("fan-out", [ValueError("bad row"), ExceptionGroup("inner", [TimeoutError()])])
+
+    async def fan_out_refused() -> None:
+        raise ExceptionGroup("fan-out", [stoic.BulkheadFull(label="inner")])
+
+    with pytest.raises(ExceptionGroup):
+        await bulkhead.execute(fan_out_timed_out)
+    assert samples[-1][1] is True  # a drop, as a bare TimeoutError is
+    count = len(samples)
+    with pytest.raises(ExceptionGroup):
+        await bulkhead.execute(fan_out_refused)
+    assert len(samples) == count  # inner rejections only: nothing ran, no sample

@@ -372,6 +372,91 @@ async def test_a_slow_dependency_behind_a_queue_is_still_slow(clock: VirtualCloc
     assert breaker.snapshot.state is stoic.BreakerState.OPEN  # every call slow, measured from admission
 
 
+@pytest.mark.parametrize("stage", ["bulkhead", "limiter"])
+async def test_a_queued_sub_step_inside_the_operation_does_not_hide_a_slow_dependency(
+    clock: VirtualClock, stage: str,
+) -> None:
+    """The other side of report 20: only the time spent queued is local. An operation that
+    first waits 1.5 s on its dependency and then runs a local sub-step through a queued
+    bulkhead or limiter took 1.5 s of the dependency's time, not the sub-step's."""
+    breaker = _queued_breaker()
+    inner: Any = (Bulkhead(1, queue_limit=50, label="cache") if stage == "bulkhead"
+                  else RateLimiter(20, burst=1, queue_limit=50, label="cache"))
+
+    async def write() -> None:
+        await clock.sleep_until(clock.now_ns() + SECOND // 20)
+
+    async def handler() -> str:
+        await clock.sleep_until(clock.now_ns() + 3 * SECOND // 2)  # the dependency: 1.5 s
+        await inner.execute(write)  # then a local step, which queues behind the other callers
+        return "ok"
+
+    results = await _run_queued(clock, lambda: breaker.execute(handler), callers=20)
+    assert results == ["ok"] * 20  # all admitted while closed
+    assert breaker.snapshot.state is stoic.BreakerState.OPEN  # every call slow: 1.5 s and more
+    assert breaker.snapshot.trips == 1
+
+
+@pytest.mark.parametrize("kind", ["adaptive", "gradient", "prioritized", "keyed bulkhead", "keyed limiter"])
+async def test_queueing_in_any_inner_queued_stage_is_not_a_slow_call(clock: VirtualClock, kind: str) -> None:
+    """Report 20 for every stage that queues: the adaptive bulkheads, a managed queue and the
+    per-key families mark the admission as the fixed bulkhead does."""
+    breaker = _queued_breaker()
+    stage: Any
+    if kind == "adaptive":
+        stage = stoic.AdaptiveBulkhead(latency_threshold=5.0, max_concurrent=2, min_concurrent=2, queue_limit=50,
+                                       label="api")
+    elif kind == "gradient":
+        stage = stoic.GradientBulkhead(max_concurrent=2, min_concurrent=2, queue_limit=50, label="api")
+    elif kind == "prioritized":
+        stage = Bulkhead(2, queue_limit=50, prioritized=True, label="api")
+    elif kind == "keyed bulkhead":
+        stage = stoic.Keyed(Bulkhead, label="api", max_concurrent=2, queue_limit=50)
+    else:
+        stage = stoic.Keyed(RateLimiter, label="api", rate=2, burst=2, queue_limit=100)
+
+    def call() -> Awaitable[str]:
+        if kind.startswith("keyed"):
+            return breaker.execute(stage.execute, "tenant", _dependency, clock)
+        return breaker.execute(stage.execute, _dependency, clock)
+
+    results = await _run_queued(clock, call)
+    assert results == ["ok"] * 40  # the last caller queued for 9.5 s or more
+    snap = breaker.snapshot
+    assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 40, 0)
+
+
+@pytest.mark.parametrize("kind", ["bulkhead", "limiter"])
+def test_threads_queued_in_a_blocking_stage_are_not_slow_calls(kind: str) -> None:
+    """Report 20 for threads (real time, scaled down: the blocking stages wait on real locks):
+    24 threads through 2 slots (or 20 permits a second) of 50 ms calls queue for up to 0.6 s,
+    twice the breaker's slow_call_duration."""
+    import threading
+    import time
+
+    breaker = CircuitBreaker(label="api", window=TimeWindow(60.0), minimum_calls=10, slow_call_duration=0.3,
+                             slow_call_rate_threshold=0.5)
+    stage: Any = (stoic.BlockingBulkhead(2, queue_limit=50, label="api") if kind == "bulkhead"
+                  else stoic.BlockingRateLimiter(20, per=1.0, burst=1, queue_limit=100, label="api"))
+    results: list[str] = []
+
+    def answer() -> str:
+        time.sleep(0.05)
+        return "ok"
+
+    def worker() -> None:
+        results.append(breaker.call(stage.call, answer))
+
+    threads = [threading.Thread(target=worker) for _ in range(24)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert results == ["ok"] * 24
+    snap = breaker.snapshot
+    assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 24, 0)
+
+
 # ---------------------------------------------------------------- 21: forked workers do not open in lockstep
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

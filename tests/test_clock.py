@@ -312,3 +312,42 @@ def test_the_system_clocks_blocking_sleep_never_overflows(monkeypatch: pytest.Mo
     SystemClock().sleep_until_blocking(10**19 * 3)  # 30 billion seconds
     assert len(slept) >= 4 and max(slept) <= threading.TIMEOUT_MAX
     assert now[0] >= 10**19 * 3
+
+
+def test_a_cancelled_virtual_timer_lets_go_of_its_callback() -> None:
+    """As asyncio's TimerHandle.cancel does: a cancelled timer (a hedge's delay after the first
+    attempt won, a sleep cut short) must not keep what its callback holds alive until the clock
+    reaches its instant (field report 22: dropped policies must be collectable)."""
+    import gc
+    import weakref
+
+    class Owner:
+        def fire(self) -> None:
+            raise AssertionError("a cancelled timer fired")
+
+    clock = VirtualClock()
+    owner = Owner()
+    handle = clock.call_at(10**15, owner.fire)
+    alive = weakref.ref(owner)
+    del owner
+    handle.cancel()
+    gc.collect()
+    assert alive() is None
+    assert clock.pending_timers == 0
+
+
+async def test_a_hedge_whose_delay_timer_was_cancelled_is_collectable() -> None:
+    import gc
+    import weakref
+
+    clock = VirtualClock()
+
+    async def quick() -> int:
+        return 1
+
+    hedge = stoic.Hedge(10.0, label="gone", clock=clock)
+    assert await hedge.execute(stoic.IDEMPOTENT, quick) == 1  # the first attempt won: no hedge was due
+    alive = weakref.ref(hedge)
+    del hedge
+    gc.collect()
+    assert alive() is None

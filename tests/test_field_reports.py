@@ -150,12 +150,67 @@ async def _hedge_scenario(clock: VirtualClock) -> list[Outcome]:
     return await _gather_timed(clock, [policy.execute(IDEMPOTENT, attempt_op(plan)) for plan in plans])
 
 
+async def _adaptive_scenario(clock: VirtualClock) -> list[Outcome]:
+    bulkhead = stoic.AdaptiveBulkhead(latency_threshold=0.2, max_concurrent=3, min_concurrent=1, queue_limit=2,
+                                      cooldown=0.1, label="a")
+
+    async def times_out() -> None:
+        await sleeper(clock, 0.1)()
+        raise TimeoutError
+
+    ops = [sleeper(clock, 0.5), times_out, sleeper(clock, 0.05), sleeper(clock, 0.3), sleeper(clock, 0.1),
+           times_out, sleeper(clock, 0.1), sleeper(clock, 0.1)]
+    outcomes = await _gather_timed(clock, [bulkhead.execute(op) for op in ops])
+    return [*outcomes, ("limit", float(bulkhead.limit))]
+
+
+async def _throttle_scenario(clock: VirtualClock) -> list[Outcome]:
+    throttle = stoic.AdaptiveThrottle(label="t", min_throughput=4, k=1.5)
+    outcomes: list[Outcome] = []
+    for failed in [True] * 12 + [False] * 6:
+        try:
+            await throttle.execute(fail_with(ConnectionError()) if failed else sleeper(clock, 0))
+            outcomes.append(("ok", clock.now()))
+        except Exception as error:
+            outcomes.append((type(error).__name__, clock.now()))
+        await clock.advance(0.5)
+    return [*outcomes, ("probability", throttle.probability)]
+
+
+async def _keyed_scenario(clock: VirtualClock) -> list[Outcome]:
+    family = stoic.Keyed(CircuitBreaker, label="fam", max_keys=2, window=CountWindow(4), minimum_calls=2,
+                         open_duration=OpenDuration.fixed(2, jitter=0))
+    outcomes: list[Outcome] = []
+    for key, failed in [("a", True), ("b", False), ("a", True), ("a", False), ("c", True), ("b", True),
+                        ("b", True), ("b", False)]:
+        try:
+            await family.execute(key, fail_with(Boom()) if failed else sleeper(clock, 0))
+            outcomes.append((f"{key}:ok", clock.now()))
+        except Exception as error:
+            outcomes.append((f"{key}:{type(error).__name__}", clock.now()))
+        await clock.advance(0.3)
+    return outcomes
+
+
+async def _pipeline_scenario(clock: VirtualClock) -> list[Outcome]:
+    breaker = CircuitBreaker(label="p", window=CountWindow(4), minimum_calls=3, open_duration=OpenDuration.fixed(5))
+    pipeline = Pipeline(Retrying(Schedule.fixed(0.1).attempts(2), label="p"), breaker,
+                        Bulkhead(1, queue_limit=1, label="p"))
+    ops = [fail_times(1, ConnectionError, then="a", takes=0.2), fail_times(5, ConnectionError, takes=0.2),
+           sleeper(clock, 0.1), fail_times(5, ConnectionError, takes=0.2)]
+    return await _gather_timed(clock, [pipeline.execute(op) for op in ops])
+
+
 SCENARIOS: dict[str, Scenario] = {
     "breaker": _breaker_scenario,
     "rate_limiter": _limiter_scenario,
     "bulkhead": _bulkhead_scenario,
     "retry": _retry_scenario,
     "hedge": _hedge_scenario,
+    "adaptive_bulkhead": _adaptive_scenario,
+    "throttle": _throttle_scenario,
+    "keyed": _keyed_scenario,
+    "pipeline": _pipeline_scenario,
 }
 
 
@@ -704,3 +759,35 @@ def test_every_policy_built_outside_a_loop_works_under_successive_asyncio_runs()
     assert first[3] == (0, 0, 0)
     assert asyncio.run(scenario()) == first
     assert asyncio.run(scenario()) == first
+
+
+# --- 16. Generators are not successes: the blocking stages refuse them too ----------------------
+def _numbers() -> Iterator[int]:
+    yield 1
+
+
+async def _async_numbers() -> Any:
+    yield 1
+
+
+def _blocking_shared_limiter() -> Any:
+    from stoic.fleet import BlockingSharedRateLimiter, RedisStore
+
+    return BlockingSharedRateLimiter(1, store=RedisStore("redis://127.0.0.1:1/0"), label="gen")  # never contacted
+
+
+@pytest.mark.parametrize("fn", [_numbers, _async_numbers], ids=["generator", "async generator"])
+@pytest.mark.parametrize("make", [
+    lambda: BlockingBulkhead(1, label="gen"),
+    lambda: BlockingRateLimiter(1, label="gen"),
+    lambda: _blocking_shared_limiter(),
+], ids=["BlockingBulkhead", "BlockingRateLimiter", "BlockingSharedRateLimiter"])
+def test_the_blocking_stages_refuse_generator_functions_at_decoration(make: Callable[[], Any],
+                                                                     fn: Callable[[], Any]) -> None:
+    """A wrapper would take the slot (or permit), create the generator and give the slot back at
+    once: the body would run while the caller iterates, outside the stage."""
+    stage = make()
+    with pytest.raises(TypeError, match="generator"):
+        stage(fn)
+    if isinstance(stage, BlockingBulkhead):
+        assert stage.in_use == 0

@@ -395,3 +395,45 @@ def test_a_failing_reading_of_the_recorders_never_breaks_the_sdk_collection(capl
         assert len([r for r in caplog.records if "reading stoic's metrics failed" in r.getMessage()]) == 1
     finally:
         inst.uninstrument()
+
+
+@pytest.mark.parametrize("kind", ["bulkhead", "limiter", "adaptive", "throttle", "hedge"])
+async def test_short_lived_policies_of_every_kind_leave_no_series_behind(otel, clock, kind):
+    """Field report 22 beyond breakers: 1,200 per-tenant policies of one kind, used and dropped
+    in rounds of 400 (more than the 1,000-label cap in all), leave only the live one's series,
+    under its own label, and never trigger the overflow."""
+    _, reader, registry = otel
+
+    def build(label: str) -> Any:
+        if kind == "bulkhead":
+            return stoic.Bulkhead(2, label=label, clock=clock)
+        if kind == "limiter":
+            return stoic.RateLimiter(5, label=label, clock=clock)
+        if kind == "adaptive":
+            return stoic.AdaptiveBulkhead(latency_threshold=1.0, max_concurrent=4, label=label, clock=clock)
+        if kind == "throttle":
+            return stoic.AdaptiveThrottle(label=label, clock=clock)
+        return stoic.Hedge(0.1, label=label, clock=clock)
+
+    async def ok() -> int:
+        return 1
+
+    async def use(policy: Any) -> None:
+        await (policy.execute(stoic.IDEMPOTENT, ok) if kind == "hedge" else policy.execute(ok))
+
+    prefix = f"t6-{kind}-"
+    live = build(f"{prefix}live")
+    await use(live)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # an overflow warning fails the test
+        for round_ in range(3):
+            tenants = [build(f"{prefix}tenant-{round_}-{i}") for i in range(400)]
+            for tenant in tenants:
+                await use(tenant)
+            del tenants, tenant
+            gc.collect()
+            got = collect(reader)
+    labels = {dict(k)["stoic.label"] for metric in got.values() for k in mine(metric, prefix)}
+    assert labels == {f"{prefix}live"}
+    assert "tenant" not in "".join(line for line in generate_latest(registry).decode().splitlines()
+                                   if prefix in line)

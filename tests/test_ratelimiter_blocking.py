@@ -189,3 +189,26 @@ def test_a_burst_lowered_while_a_caller_enters_is_read_again_under_the_lock() ->
     with pytest.raises(RateLimited, match="can never be granted"):
         limiter.acquire(10, timeout=Retuning(3.0))
     assert Retuning.fired and limiter.burst == 5 and limiter.waiter_count == 0
+
+
+def test_a_blocked_thread_waits_for_the_deficit_not_the_request() -> None:
+    """Field report 13 for threads: on a bucket of 3 per 3 s, acquire(1) and then acquire(3):
+    the second thread is served exactly when the one-permit deficit has refilled (1 s), not at
+    3 s and not 1 ns before 1 s."""
+    clock = VirtualClock()
+    limiter = BlockingRateLimiter(3, per=3.0, label="deficit", clock=clock)
+    log: list[tuple[str, float]] = []
+    first = Worker(limiter, clock, "one", log, permits=1)
+    first.start()
+    first.join(5)
+    second = Worker(limiter, clock, "three", log, permits=3)
+    second.start()
+    eventually(lambda: limiter.waiter_count == 1)
+    time.sleep(0.05)  # (real time: let it reach its blocking sleep on the virtual clock)
+    advance(clock, 0.999_999_999)
+    time.sleep(0.05)  # (real time: a thread woken too early would have logged by now)
+    assert log == [("one", 0.0)]
+    advance(clock, 0.000_000_001)
+    second.join(5)
+    assert log == [("one", 0.0), ("three", 1.0)]
+    assert first.error is None and second.error is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import warnings
 
 import pytest
 from hypothesis import given, settings
@@ -373,3 +374,135 @@ def test_the_window_counts_what_a_reference_model_counts(steps: list[tuple[str, 
             assert (throttle._total_requests, throttle._total_accepts) == (len(held), sum(held))
 
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------- field report 18: errors inside groups
+
+async def test_a_group_holding_only_inner_rejections_is_not_counted_like_a_bare_one(clock: VirtualClock):
+    throttle = AdaptiveThrottle(label="t", clock=clock, min_throughput=0)
+
+    async def fan_out_refused() -> None:
+        raise ExceptionGroup("fan-out", [stoic.BulkheadFull(label="inner"),
+                                         ExceptionGroup("nested", [stoic.RateLimited(label="inner")])])
+
+    for _ in range(20):
+        with pytest.raises(ExceptionGroup):
+            await throttle.execute(fan_out_refused)
+    assert (throttle.requests, throttle.probability) == (0, 0.0)  # local refusals: no overload evidence
+
+
+async def test_a_group_with_a_transient_leaf_is_overload_evidence(clock: VirtualClock):
+    throttle = AdaptiveThrottle(label="t", clock=clock, min_throughput=0)
+
+    async def fan_out_down() -> None:
+        raise ExceptionGroup("fan-out", [ConnectionError("down"), ConnectionError("down")])
+
+    for _ in range(20):
+        with pytest.raises((ExceptionGroup, Throttled)):
+            await throttle.execute(fan_out_down)
+    assert (throttle.requests, throttle.accepts) == (20, 0)
+    assert throttle.probability > 0.0
+
+
+async def test_a_defect_behind_a_cause_or_inside_a_group_is_never_counted(clock: VirtualClock):
+    throttle = AdaptiveThrottle(label="t", clock=clock, min_throughput=0)
+
+    async def caused() -> None:
+        raise ConnectionError("wrapped bug") from stoic.Defect("a bug")
+
+    async def grouped() -> None:
+        raise ExceptionGroup("fan-out", [stoic.Defect("a bug"), ConnectionError("down")])
+
+    for fn in (caused, grouped) * 10:
+        with pytest.raises((ConnectionError, ExceptionGroup)):
+            await throttle.execute(fn)
+    assert (throttle.requests, throttle.probability) == (0, 0.0)
+
+
+# ---------------------------------------------------------------- field report 19: a classifier that raises
+
+class _BrokenDecision(ConnectionError):
+    """A Retryable-style error whose retry_decision property itself raises."""
+
+    @property
+    def retry_decision(self) -> object:
+        raise KeyError("no such header")
+
+
+@pytest.mark.parametrize("source", ["classify", "retry_decision"])
+async def test_a_raising_classifier_never_replaces_the_operations_error_and_is_reported_once(
+    clock: VirtualClock, caplog: pytest.LogCaptureFixture, source: str,
+):
+    def broken(error: BaseException) -> stoic.RetryDecision:
+        raise KeyError("no such field")
+
+    async def down() -> None:
+        raise (_BrokenDecision("down") if source == "retry_decision" else ConnectionError("down"))
+
+    throttle = AdaptiveThrottle(label="t", clock=clock, min_throughput=100,  # (nothing shed yet)
+                                **({"classify": broken} if source == "classify" else {}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            with pytest.raises(ConnectionError) as info:
+                await throttle.execute(down)
+            assert isinstance(info.value.__context__, KeyError)  # chained, never in its place
+    # The conservative decision: each call counted as a failure, never as an accept.
+    assert (throttle.requests, throttle.accepts) == (3, 0)
+    if source == "classify":  # (the built-in classifier's one report may be spent by another test)
+        assert len([w for w in caught if "classify" in str(w.message)]) == 1
+        assert len([r for r in caplog.records if r.name == "stoic" and "classify" in r.getMessage()]) == 1
+
+
+# ---------------------------------------------------------------- field report 21: forked workers
+
+def _shed_pattern(throttle: AdaptiveThrottle, clock: VirtualClock) -> list[bool]:
+    """Which of 64 calls an overloaded throttle sheds (its random draws, in order)."""
+    async def draw() -> list[bool]:
+        pattern = []
+        for _ in range(64):
+            try:
+                await throttle.execute(Dependency().call)  # a success: the ratio barely moves
+                pattern.append(False)
+            except Throttled:
+                pattern.append(True)
+        return pattern
+
+    return asyncio.run(draw())
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_forked_workers_shed_different_calls() -> None:
+    import os
+    import pickle
+
+    clock = VirtualClock()
+    throttle = AdaptiveThrottle(label="forked", clock=clock, min_throughput=0, k=1.0)
+    dep = Dependency()
+    dep.mode = "down"
+
+    async def overload() -> None:
+        for _ in range(200):
+            with contextlib.suppress(ConnectionError, Throttled):
+                await throttle.execute(dep.call)
+
+    asyncio.run(overload())
+    assert throttle.probability > 0.3
+    parent = _shed_pattern(throttle, clock)  # the master drew from the call site before forking
+    children = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() in a process with threads (3.12+)
+        for _ in range(4):
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: report and leave at once
+                try:
+                    os.write(write, pickle.dumps(_shed_pattern(throttle, clock)))
+                finally:
+                    os._exit(0)
+            os.close(write)
+            with os.fdopen(read, "rb") as pipe:
+                children.append(tuple(pickle.loads(pipe.read())))
+            os.waitpid(pid, 0)
+    assert len(set(children)) == 4  # no two workers shed the same calls in lockstep
+    assert tuple(parent) not in children and all(any(c) and not all(c) for c in children)

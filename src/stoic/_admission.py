@@ -3,9 +3,12 @@
 Seed 000, "Pipeline": local load-shedding must never reach the breaker's window. A breaker
 outside a queued bulkhead or rate limiter would otherwise count the time a call waited for a
 slot or a permit as call duration, and open on slow calls when only the local queue was long
-(field report 20). So a stage that made a call *wait* before admitting it records the instant
-it admitted it (on its own clock) in the current context, and a breaker whose call started
-earlier measures from that instant instead.
+(field report 20). So a stage that made a call *wait* before admitting it records when the wait
+began and the instant it admitted the call (on its own clock) in the current context, and a
+breaker whose call started earlier leaves out the time spent waiting: only the waiting, so a
+local sub-step that queues *after* the operation has already spent 1.5 s on its dependency does
+not hide those 1.5 s (the breaker's duration is measured from its start shifted by the waits).
+The latest few waits of the context are kept (a call rarely waits more than once or twice).
 
 The breaker's success path pays one integer comparison: :data:`state.waits` counts admissions
 after a wait, process-wide, and only when it changed during a call does the breaker read the
@@ -32,18 +35,33 @@ state: Final = _State()
 """``state.waits``: admissions that followed a wait, in the whole process (only ever grows)."""
 
 _admitted_at: ContextVar[tuple[Clock | None, int]] = ContextVar("stoic.admitted_at", default=(None, -1))
+# The latest waits of this context on one clock: (clock, (since, admitted, since, admitted, ...)).
+_waits: ContextVar[tuple[Clock | None, tuple[int, ...]]] = ContextVar("stoic.admission_waits", default=(None, ()))
+_KEPT: Final = 2 * 8  # eight waits
 
 
-def admitted_after_wait(clock: Clock, now_ns: int) -> None:
+def admitted_after_wait(clock: Clock, now_ns: int, since_ns: int) -> None:
     """Called by a stage (bulkhead, rate limiter, ...) that admits a call after making it wait,
-    with its clock and the admission instant on it."""
+    with its clock, the admission instant on it and the instant the call began waiting."""
     _admitted_at.set((clock, now_ns))
+    at_clock, kept = _waits.get()
+    pair = (min(since_ns, now_ns), now_ns)
+    _waits.set((clock, kept[2 - _KEPT:] + pair if at_clock is clock else pair))
     state.waits += 1  # (a lost increment under threads only costs one context-variable read)
 
 
 def admitted_since(clock: Clock, start_ns: int) -> int:
-    """The latest instant an inner stage admitted the current call after a wait, if that stage
-    runs on ``clock`` (the outer policy's) and admitted it after ``start_ns``; else ``start_ns``.
-    Instants on another clock cannot be compared and are ignored."""
-    at_clock, at = _admitted_at.get()
-    return at if at_clock is clock and at > start_ns else start_ns
+    """``start_ns`` (when an outer policy on ``clock`` started the current call) moved later by
+    the time the call has since spent waiting in inner stages on that clock: the call's
+    duration without local queueing is ``end - admitted_since(clock, start_ns)``. Waits on
+    another clock cannot be compared and are ignored."""
+    at_clock, kept = _waits.get()
+    if at_clock is not clock:
+        return start_ns
+    queued = 0
+    for i in range(0, len(kept), 2):
+        admitted = kept[i + 1]
+        if admitted > start_ns:
+            since = kept[i]
+            queued += admitted - (since if since > start_ns else start_ns)
+    return start_ns + queued

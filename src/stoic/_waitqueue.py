@@ -310,8 +310,8 @@ class ManagedQueue(QueueRules):
             bulkhead._release()
             shed_event(bulkhead, "deadline_exceeded", clock.now_ns() - parked.since_ns, parked.tier)
             raise shed_error("deadline_exceeded", bulkhead._label)
-        # Admitted after waiting: an outer breaker times the call from here, not from arrival.
-        admitted_after_wait(clock, clock.now_ns())
+        # Admitted after waiting: an outer breaker leaves the wait out of the call's duration.
+        admitted_after_wait(clock, clock.now_ns(), parked.since_ns)
 
     def release(self, bulkhead: Bulkhead) -> None:
         """Give back one slot: hand it to the next waiter the rules pick, unless the bulkhead is

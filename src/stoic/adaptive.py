@@ -6,8 +6,9 @@ and queue management are the fixed bulkhead's; the arithmetic lives in :mod:`sto
 A call's latency is measured around the operation on the bulkhead's clock and fed to the
 algorithm when the call completes. Samples: a success (its latency), and a timeout (a *drop*:
 ``TimeoutError``, a ``DeadlineExceeded`` that cut running work short, or a cancellation by an
-enclosing ``stoic.timeout``). Not samples: any other failure (fast failures say nothing about
-queueing; errors are the breaker's business) and plain cancellations.
+enclosing ``stoic.timeout``; an exception group when any leaf is one). Not samples: any other
+failure (fast failures say nothing about queueing; errors are the breaker's business) and plain
+cancellations.
 
 Shrinking never evicts in-flight work: the limit gates admission only, and a slot released
 while the bulkhead is over its new limit is retired instead of handed on.
@@ -45,7 +46,7 @@ from ._clock import Clock, SystemClock, check_clock
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
-from ._errors import DeadlineExceeded, Rejected
+from ._errors import DeadlineExceeded, Rejected, leaves
 from ._limits import AimdLimit, Change, Gradient2Limit
 from ._quantile import _check_quantile
 from ._retune import validated
@@ -88,7 +89,10 @@ _RUN_SCALE = [0.0, 0.0] + [1.0 / math.log1p(-1.0 / stride) for stride in range(2
 
 
 def _is_drop(error: BaseException) -> bool | None:
-    """True for a timeout (a drop), None when the failure is not a sample."""
+    """True for a timeout (a drop), None when the failure is not a sample. An exception group
+    (a fan-out's verdict) is a drop when any of its leaves is one."""
+    if isinstance(error, BaseExceptionGroup):
+        return True if any(_is_drop(leaf) for leaf in leaves(error)) else None
     if isinstance(error, asyncio.CancelledError):
         return True if cancelled_by_deadline() else None
     if isinstance(error, DeadlineExceeded):

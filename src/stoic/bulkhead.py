@@ -32,6 +32,7 @@ from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import BulkheadFull, DeadlineExceeded, Shed
+from ._policy import refuse_generator_function
 from ._retune import validated
 from ._waitqueue import NO_DEADLINE, ManagedQueue, Parked, QueueRules, check_queue_options, shed_error, shed_event
 from ._wakeup import wake
@@ -275,6 +276,7 @@ class Bulkhead(_Compartment):
         waiter = _Waiter()
         waiter.future = asyncio.get_running_loop().create_future()
         waiters.append(waiter)
+        since = self._clock.now_ns()
         try:
             await waiter.future
         except BaseException as exc:
@@ -291,8 +293,8 @@ class Bulkhead(_Compartment):
             # Handed a slot in the instant its deadline passed: fail at wake, pass the slot on.
             self._release()
             raise self._late()
-        # Admitted after waiting: an outer breaker times the call from here, not from arrival.
-        admitted_after_wait(self._clock, self._clock.now_ns())
+        # Admitted after waiting: an outer breaker leaves the wait out of the call's duration.
+        admitted_after_wait(self._clock, self._clock.now_ns(), since)
 
     def _release(self) -> None:
         if self._managed is not None:
@@ -449,10 +451,11 @@ class BlockingBulkhead(_Compartment):
                 self._active += 1
                 return
             waiting = len(waiters)
+            since = self._clock.now_ns()
             admitted = waiting < self._queue_limit and self._wait_locked(limit)
         if admitted:
-            # Admitted after waiting: an outer breaker times the call from here, not from arrival.
-            admitted_after_wait(self._clock, self._clock.now_ns())
+            # Admitted after waiting: an outer breaker leaves the wait out of the call's duration.
+            admitted_after_wait(self._clock, self._clock.now_ns(), since)
             return
         # Events are emitted outside the lock: a sink never runs inside the critical section.
         if waiting >= self._queue_limit:
@@ -542,8 +545,9 @@ class BlockingBulkhead(_Compartment):
             raise
         # Events are emitted outside the lock: a sink never runs inside the critical section.
         if admitted:
-            # Admitted after waiting: an outer breaker times the call from here, not from arrival.
-            admitted_after_wait(clock, clock.now_ns())
+            assert parked is not None
+            # Admitted after waiting: an outer breaker leaves the wait out of the call's duration.
+            admitted_after_wait(clock, clock.now_ns(), parked.since_ns)
             return
         if parked is None:
             raise self._full(waiting) if waiting >= self._queue_limit else self._late()
@@ -654,7 +658,9 @@ class BlockingBulkhead(_Compartment):
                 lock.release()
 
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
-        """Decorate a plain function so every call runs in a slot (blocking)."""
+        """Decorate a plain function so every call runs in a slot (blocking). Raises ``TypeError``
+        for an async function (use :class:`Bulkhead`) or a generator function."""
+        refuse_generator_function(fn, type(self).__name__)
         if inspect.iscoroutinefunction(fn):
             raise TypeError(f"{type(self).__name__} decorates plain functions; use Bulkhead for {fn!r}")
 

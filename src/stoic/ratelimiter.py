@@ -38,6 +38,7 @@ from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import DeadlineExceeded, RateLimited
+from ._policy import refuse_generator_function
 from ._retune import validated
 from ._wakeup import wake
 from .events import AttributeValue, Level, emit
@@ -491,7 +492,7 @@ class RateLimiter(_TokenBucket):
             if isinstance(exc, asyncio.CancelledError):
                 self._reject("deadline_exceeded" if cancelled_by_deadline() else "cancelled", permits, None)
             raise
-        admitted_after_wait(self._clock, now)  # the breaker outside times the call from here
+        admitted_after_wait(self._clock, now, start)  # the breaker outside leaves the wait out
         self._waited(permits, start)
 
     _EXECUTE_DOC = """Take one permit (as :meth:`acquire`), then run ``fn(*args, **kwargs)``; await the result.
@@ -620,8 +621,8 @@ class BlockingRateLimiter(_TokenBucket):
         if served < 0:
             self._reject("deadline_exceeded", permits, None)
             raise DeadlineExceeded(f"timed out waiting for permits ({self._label})", label=self._label)
-        # Served after waiting: an outer breaker times the call from here, not from arrival.
-        admitted_after_wait(self._clock, served)
+        # Served after waiting: an outer breaker leaves the wait out of the call's duration.
+        admitted_after_wait(self._clock, served, now)
         self._waited(permits, now)
 
     def _wait_locked(self, permits: int, start: int, limit: int | None, ambient: int | None) -> int:
@@ -690,7 +691,9 @@ class BlockingRateLimiter(_TokenBucket):
         return fn(*args, **kwargs) if kwargs else fn(*args)  # type: ignore[call-arg]
 
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
-        """Decorate a plain function so every call takes one permit first (blocking)."""
+        """Decorate a plain function so every call takes one permit first (blocking). Raises
+        ``TypeError`` for an async function (use :class:`RateLimiter`) or a generator function."""
+        refuse_generator_function(fn, type(self).__name__)
         if inspect.iscoroutinefunction(fn):
             raise TypeError(f"{type(self).__name__} decorates plain functions; use RateLimiter for {fn!r}")
 

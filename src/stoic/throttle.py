@@ -32,11 +32,12 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _metrics, _random
+from ._callbacks import callback_failed
 from ._classify import ClassifierLike, RetryClassifier, as_classifier
 from ._clock import Clock, SystemClock, resolve_clock
 from ._deadline import cancelled_by_deadline
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
-from ._errors import DeadlineExceeded, Defect, Rejected, Throttled
+from ._errors import DeadlineExceeded, Throttled, is_defect, is_rejection
 from ._retune import validated
 from .events import Level, emit
 from .events._sinks import kind_floor
@@ -83,14 +84,18 @@ class AdaptiveThrottle:
     - ``classify``: decides which failures were the dependency's fault; a failure it would not
       retry (a domain error) counts as accepted. The default, ``transient_only``, counts only
       ``TimeoutError``, ``ConnectionError`` and errors that say they are retryable against the
-      dependency: a ``ValueError`` from a validation is the dependency doing its job.
+      dependency: a ``ValueError`` from a validation is the dependency doing its job. A
+      classifier (or an error's ``retry_decision``) that raises never replaces ``fn``'s error:
+      it is chained to it, reported once (``warnings`` and the ``"stoic"`` logger), and the
+      call counts as a failure.
 
     ``await throttle.execute(fn, *args, **kwargs)`` or ``@throttle``. Raises
     :class:`stoic.Throttled` (a retryable :class:`stoic.Rejected`, ``fn`` not run) when the
     call is shed; ``fn``'s own exceptions propagate unchanged. A timeout (``TimeoutError``, a
     ``DeadlineExceeded`` that cut the call, a cancellation by an enclosing ``stoic.timeout``)
     counts as a failure; other cancellations, defects and inner policies' rejections are not
-    counted at all. Randomness comes from stoic's per-call-site
+    counted at all (an exception group too, judged by its leaves: only rejections, or any leaf a
+    defect). Randomness comes from stoic's per-call-site
     streams (reproducible under ``stoic.testing.seeded``). Read-only: ``probability`` (the shed
     probability the next call would face), ``requests``, ``accepts``.
 
@@ -258,8 +263,13 @@ class AdaptiveThrottle:
         except Exception as exc:
             if isinstance(exc, DeadlineExceeded) and exc.timed_out:
                 self._count(False)  # the work ran and took too long: the dependency failed it
-            elif not isinstance(exc, (Rejected, Defect)):
-                self._count(not self._classify(exc).retries)
+            elif not is_rejection(exc) and not is_defect(exc):  # (a group judged by its leaves)
+                try:
+                    overloaded = self._classify(exc).retries
+                except Exception as failure:  # a user's classifier or retry_decision: keep the error
+                    callback_failed(self._classify._fn, f"classify of throttle {self._label!r}", failure, exc)
+                    overloaded = True  # the conservative decision: the call failed
+                self._count(not overloaded)
             raise
         now = self._now_ns()  # (_count(True), inlined: the success path)
         i = self._index if now < self._end_ns else self._roll_to(now)

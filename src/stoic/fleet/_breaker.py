@@ -23,16 +23,19 @@ import inspect
 import os
 import threading
 import time
+import types
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, ParamSpec, TypeVar
 
-from .. import _random
+from .. import _admission, _random
+from .._callbacks import callback_failed
 from .._clock import Clock, SystemClock, current_clock
 from .._durations import Seconds, check_int, to_ns
-from .._errors import CircuitOpen, Rejected, is_defect
+from .._errors import CircuitOpen, Defect, is_defect, is_rejection
 from ..breaker import BreakerSnapshot, BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
 from ..breaker._config import threshold_ppm
+from ..breaker._decorate import REFUSED_RESULTS, caller_cancelled
 from ..breaker._stream import StateStream
 from ..breaker._window import FAILED, NEVER, SLOW, CountRing, TimeBuckets
 from ..events import Level, emit
@@ -54,12 +57,18 @@ _SINKS: Final = kind_floor("breaker")
 _STATES: Final = (BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN, BreakerState.OPEN)
 
 
-def _caller_cancelling() -> bool:
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # a plain call() from a thread with no loop: nothing to cancel it
-        return False
-    return task is not None and task.cancelling() > 0
+_admission_state: Final = _admission.state
+
+
+def _refuse_generator(exc: BaseException, awaitable: object) -> None:
+    """``execute`` was handed a generator or async generator function (``exc``: the TypeError of
+    awaiting what it returned): refused, never counted, as the local breaker refuses one."""
+    if type(exc) is TypeError and type(awaitable) in (types.GeneratorType, types.AsyncGeneratorType):
+        if isinstance(awaitable, types.GeneratorType):
+            awaitable.close()
+        raise TypeError(
+            f"SharedCircuitBreaker.execute got a {type(awaitable).__name__}, which cannot be awaited: protect the "
+            "code that consumes the generator instead") from Defect("a generator was passed to execute")
 
 
 def _text(value: object) -> str | None:
@@ -367,14 +376,19 @@ class SharedCircuitBreaker:
         if start >= self._due or self._st or self._degraded or gen < 0:
             return await self._admit_slow(start, fn, args, kwargs)
         # The closed state with a fresh copy: no store round trip, no extra coroutine.
+        awaitable: object = None
         try:
-            result = await (fn(*args, **kwargs) if kwargs else fn(*args))  # type: ignore[call-arg]
+            awaitable = fn(*args, **kwargs) if kwargs else fn(*args)  # type: ignore[call-arg]
+            result = await awaitable
         except BaseException as exc:
-            verdict = self._judge(exc)
+            _refuse_generator(exc, awaitable)
+            verdict = self._judge(exc, True)
             if verdict is not None:
-                await self._record(gen, start, now(), verdict)
+                await self._record(gen, self._since(start), now(), verdict)
             raise
         end = now()
+        if _admission_state.waits:
+            start = self._since(start)
         if end - start > self._slow_ns:
             await self._record(gen, start, end, False)
         elif end < self._defer_until and gen == self._gen:
@@ -402,6 +416,11 @@ class SharedCircuitBreaker:
             raise self._reject(self._now())
         return await self._probe(fn, args, kwargs)
 
+    def _since(self, start: int) -> int:
+        """When the call was admitted by the stages inside this breaker: a call that waited in an
+        inner queue is timed from its admission, not from ``start`` (field report 20)."""
+        return _admission.admitted_since(self._clock, start) if _admission_state.waits else start
+
     def _recorded(self, outcome: str, slow: bool, start: int, end: int) -> None:
         emit("breaker.recorded", self.label, Level.DEBUG, end,
              {"outcome": outcome, "slow": slow, "state": "closed", "duration": (end - start) / 1e9})
@@ -423,9 +442,11 @@ class SharedCircuitBreaker:
             emit("breaker.rejected", self.label, Level.DEBUG, now, attrs)
         return CircuitOpen(label=self.label, retry_after=retry_after)
 
-    def _judge(self, exc: BaseException) -> bool | None:
-        """True: a failure; False: a success; None: no verdict (cancelled, a defect, a rejection)."""
-        if not isinstance(exc, Exception) or _caller_cancelling():
+    def _judge(self, exc: BaseException, in_task: bool) -> bool | None:
+        """True: a failure; False: a success; None: no verdict (cancelled, a defect, a rejection).
+        The local breaker's rules (``in_task``: the call ran on the async path, where the caller
+        may be being cancelled; judged against the task's state, never ``cancelling() > 0``)."""
+        if not isinstance(exc, Exception) or (in_task and caller_cancelled(exc)):
             return None
         if is_defect(exc):
             if _SINKS.wants(Level.ERROR):
@@ -433,11 +454,12 @@ class SharedCircuitBreaker:
             return None
         try:
             counts = bool(self._record_when(exc))
-        except Exception:
-            if _SINKS.wants(Level.ERROR):
-                emit("breaker.defect", self.label, Level.ERROR, self._now(), {})
-            return None
-        if not counts and isinstance(exc, Rejected):
+        except Exception as bad:
+            # A broken record_when: reported once, and the call counts (the conservative decision).
+            callback_failed(self._record_when, f"record_when of breaker {self.label!r} (the call counts as a failure)",
+                            bad, exc)
+            counts = True
+        if not counts and is_rejection(exc):
             return None
         return counts
 
@@ -446,14 +468,18 @@ class SharedCircuitBreaker:
         gen = self._gen
         now = self._now
         start = now()
+        awaitable: object = None
         try:
-            result = await fn(*args, **kwargs)
+            awaitable = fn(*args, **kwargs)
+            result = await awaitable
         except BaseException as exc:
-            verdict = self._judge(exc)
+            _refuse_generator(exc, awaitable)
+            verdict = self._judge(exc, True)
             if verdict is not None:
-                await self._record(gen, start, now(), verdict)
+                await self._record(gen, self._since(start), now(), verdict)
             raise
         end = now()
+        start = self._since(start)
         # The success path: no store round trip unless this success trips the window (slow calls).
         if end - start > self._slow_ns:
             await self._record(gen, start, end, False)
@@ -518,18 +544,27 @@ class SharedCircuitBreaker:
                 return await self._run(fn, args, kwargs)
             raise self._reject(self._now())
         start = self._now()
+        awaitable: object = None
         try:
-            result = await fn(*args, **kwargs)
+            awaitable = fn(*args, **kwargs)
+            result = await awaitable
         except BaseException as exc:
-            verdict = self._judge(exc)
+            refusal: TypeError | None = None
+            try:
+                _refuse_generator(exc, awaitable)
+            except TypeError as refused:
+                refusal = refused  # raised once the lease is back
+            verdict = None if refusal is not None else self._judge(exc, True)
             outcome = "none" if verdict is None else ("failed" if verdict else "ok")
-            if outcome == "ok" and self._now() - start > self._slow_ns:
+            if outcome == "ok" and self._now() - self._since(start) > self._slow_ns:
                 outcome = "slow"
             # Reported even while the caller is being cancelled: the lease goes back at once
             # instead of expiring after half_open_timeout.
             await self._call("breaker_done", token, outcome)
+            if refusal is not None:
+                raise refusal from refusal.__cause__
             raise
-        await self._call("breaker_done", token, "slow" if self._now() - start > self._slow_ns else "ok")
+        await self._call("breaker_done", token, "slow" if self._now() - self._since(start) > self._slow_ns else "ok")
         return result
 
     # ------------------------------------------------------------------ plain functions
@@ -565,14 +600,17 @@ class SharedCircuitBreaker:
         start = now()
         try:
             result = fn(*args, **kwargs)
+            if type(result) in REFUSED_RESULTS:
+                CircuitBreaker._refuse_result(fn, result)
         except BaseException as exc:
-            verdict = self._judge(exc)
+            verdict = self._judge(exc, False)
             if verdict is not None:
                 with self._sync:
-                    if self._note(gen, start, now(), verdict):
+                    if self._note(gen, self._since(start), now(), verdict):
                         self._call_blocking("breaker_trip", self._tripping(now()))
             raise
         end = now()
+        start = self._since(start)
         with self._sync:
             if end - start > self._slow_ns:
                 tripped = self._note(gen, start, end, False)
@@ -601,16 +639,19 @@ class SharedCircuitBreaker:
         start = self._now()
         try:
             result = fn(*args, **kwargs)
+            if type(result) in REFUSED_RESULTS:
+                CircuitBreaker._refuse_result(fn, result)
         except BaseException as exc:
-            verdict = self._judge(exc)
+            verdict = self._judge(exc, False)
             outcome = "none" if verdict is None else ("failed" if verdict else "ok")
-            if outcome == "ok" and self._now() - start > self._slow_ns:
+            if outcome == "ok" and self._now() - self._since(start) > self._slow_ns:
                 outcome = "slow"
             with self._sync:
                 self._call_blocking("breaker_done", token, outcome)
             raise
         with self._sync:
-            self._call_blocking("breaker_done", token, "slow" if self._now() - start > self._slow_ns else "ok")
+            self._call_blocking("breaker_done", token,
+                                "slow" if self._now() - self._since(start) > self._slow_ns else "ok")
         return result
 
     def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:

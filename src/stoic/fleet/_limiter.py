@@ -22,10 +22,12 @@ from types import TracebackType
 from typing import Any, Final, ParamSpec, TypeVar
 
 from .. import _metrics
+from .._admission import admitted_after_wait
 from .._clock import Clock, current_clock
 from .._deadline import cancelled_by_deadline, remaining_ns
 from .._durations import Seconds, to_ns
 from .._errors import DeadlineExceeded, RateLimited
+from .._policy import refuse_generator_function
 from .._wakeup import wake
 from ..events import AttributeValue, Level, emit
 from ..events._sinks import kind_floor
@@ -330,6 +332,7 @@ class SharedRateLimiter(_SharedBucket):
             raise
         finally:
             self._leave(future)
+        admitted_after_wait(clock, clock.now_ns(), start)  # a breaker outside leaves the wait out
         if _SINKS.wants(Level.DEBUG):
             now = clock.now_ns()
             emit("ratelimiter.waited", self._label, Level.DEBUG, now,
@@ -441,7 +444,9 @@ class BlockingSharedRateLimiter(_SharedBucket):
         ticket = threading.Event()
         with self._lock:
             waiters = self._waiters
-            if self._queue_limit is not None and len(waiters) > self._queue_limit:
+            # An arrival behind someone will wait: refused when queue_limit threads already do
+            # (the head, asking, is checked below once it knows it must wait).
+            if waiters and self._queue_limit is not None and len(waiters) >= self._queue_limit:
                 raise self._reject("queue_full", permits, None)
             waiters.append(ticket)
             head = waiters[0] is ticket
@@ -477,6 +482,8 @@ class BlockingSharedRateLimiter(_SharedBucket):
                         waiters.remove(ticket)
                     except ValueError:
                         pass
+        if not (head and first):  # it waited: a breaker outside times the call from here
+            admitted_after_wait(clock, clock.now_ns(), start)
         if _SINKS.wants(Level.DEBUG):
             now = clock.now_ns()
             emit("ratelimiter.waited", self._label, Level.DEBUG, now,
@@ -489,7 +496,8 @@ class BlockingSharedRateLimiter(_SharedBucket):
 
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
         """Decorate a plain function so every call takes one permit first (``TypeError`` for an
-        async function: use :class:`SharedRateLimiter`)."""
+        async function: use :class:`SharedRateLimiter`; or a generator function)."""
+        refuse_generator_function(fn, type(self).__name__)
         if inspect.iscoroutinefunction(fn):
             raise TypeError(f"BlockingSharedRateLimiter decorates plain functions, not {fn!r}")
 

@@ -14,6 +14,10 @@ from .._durations import Seconds, to_ns
 T = TypeVar("T")
 
 
+def _nothing() -> None:
+    pass
+
+
 class _VirtualTimer:
     __slots__ = ("when_ns", "seq", "callback", "cancelled")
 
@@ -24,7 +28,10 @@ class _VirtualTimer:
         self.cancelled = False
 
     def cancel(self) -> None:
+        # As asyncio's TimerHandle does: let go of the callback (and all it holds) at once
+        # rather than when the clock reaches the instant.
         self.cancelled = True
+        self.callback = _nothing
 
     def __lt__(self, other: _VirtualTimer) -> bool:
         return (self.when_ns, self.seq) < (other.when_ns, other.seq)

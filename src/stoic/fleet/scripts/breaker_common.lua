@@ -62,7 +62,18 @@ end
 
 -- The lazy transitions due now: open -> half-open at the end of the open period; a probe lease
 -- held past probe_timeout is a failed probe (a hung holder cannot wedge the fleet).
+-- TIME is the server's wall clock: an instant further ahead than any period can reach was
+-- written before the clock stepped back, and is brought back within that period (an open
+-- period never outlasts `maximum`, a lease never outlives `probe_timeout`).
 local function advance()
+    if s.st == 1 and s.un - now > maximum then
+        s.un = now + maximum
+        dirty = true
+    end
+    if s.cs > now then
+        s.cs = now
+        dirty = true
+    end
     if s.st == 1 and now >= s.un then
         s.st, s.pf, s.pk, s.gen = 2, probes, 0, s.gen + 1
         redis.call('DEL', leases)
@@ -70,12 +81,15 @@ local function advance()
         dirty = true
     end
     if s.st == 2 then
-        local held = redis.call('HVALS', leases)
-        for _, v in ipairs(held) do
-            local expiry = tonumber(v)
+        local held = redis.call('HGETALL', leases)
+        for i = 1, #held, 2 do
+            local expiry = tonumber(held[i + 1])
             if expiry == nil or expiry <= now then
                 open('probe_timeout')
                 return
+            end
+            if expiry - now > probe_timeout then
+                redis.call('HSET', leases, held[i], string.format('%.0f', now + probe_timeout))
             end
         end
     end

@@ -28,6 +28,8 @@ else
         -- r >= 1, so elapsed >= need already refills it; otherwise elapsed * r < cap * r < 2^53
         if elapsed >= need or elapsed * r >= need then credit = cap else credit = credit + elapsed * r end
         stamp = now
+    elseif elapsed < 0 then
+        stamp = now -- the server's clock stepped back: refill from here, not from the old future
     end
 end
 local granted, wait = 0, 0

@@ -1,0 +1,487 @@
+"""Field reports (cases/field-reports.md) re-run against the shared (fleet) policies on a real
+redis-server: the shared breaker and the shared rate limiter must not have the faults the local
+ones were fixed for. One server for the module; a fresh label per test keeps their keys apart.
+Redis answers in real time, so the queueing tests run in real time, scaled down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from redis_harness import RedisServer
+
+import stoic
+from stoic import Bulkhead, BulkheadFull, CountWindow, OpenDuration, Pipeline, TimeWindow
+from stoic.fleet import RedisStore, SharedCircuitBreaker, SharedRateLimiter
+
+pytestmark = pytest.mark.integration
+
+_labels = itertools.count()
+
+
+def fresh(name: str) -> str:
+    return f"{name}-{next(_labels)}-{time.monotonic_ns()}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    running = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+async def store(server: RedisServer) -> AsyncIterator[RedisStore]:
+    shared = RedisStore(server.url, budget=0.5)
+    yield shared
+    await shared.aclose()
+
+
+def shared_breaker(store: RedisStore, **kwargs: Any) -> SharedCircuitBreaker:
+    kwargs.setdefault("window", CountWindow(4))
+    kwargs.setdefault("minimum_calls", 4)
+    kwargs.setdefault("open_duration", OpenDuration.fixed(30.0, jitter=0.0))
+    return SharedCircuitBreaker(label=fresh("fr"), store=store, **kwargs)
+
+
+def counts(breaker: SharedCircuitBreaker) -> tuple[int, int]:
+    snap = breaker.snapshot
+    return snap.calls, snap.failures
+
+
+async def refused() -> None:
+    raise ConnectionError("refused")
+
+
+async def failed_task_group() -> None:
+    """Leave this task's ``cancelling()`` raised, as a failed TaskGroup does on Python 3.11 (and
+    a library that swallows a cancel without ``uncancel()`` does on any version)."""
+    async def child() -> None:
+        raise ValueError("child failed")
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(child())
+            group.create_task(asyncio.sleep(1))
+    except* ValueError:
+        pass
+    task = asyncio.current_task()
+    assert task is not None
+    if task.cancelling() == 0:  # Python >= 3.12 uncancels: swallow one by hand
+        task.cancel()
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            pass
+    assert task.cancelling() >= 1
+
+
+# ---------------------------------------------------------------- 17: a cancel swallowed earlier
+
+@pytest.mark.parametrize("form", ["execute", "decorator"])
+async def test_a_stale_cancel_count_does_not_hide_later_failures_from_a_shared_breaker(
+    store: RedisStore, form: str,
+) -> None:
+    await failed_task_group()
+    breaker = shared_breaker(store)
+    wrapped = breaker(refused)
+    for _ in range(4):
+        with pytest.raises(ConnectionError):
+            await (breaker.execute(refused) if form == "execute" else wrapped())
+    assert breaker.state is stoic.BreakerState.OPEN
+    with pytest.raises(stoic.CircuitOpen):
+        await breaker.execute(refused)
+
+
+async def test_a_caller_cancelled_during_a_shared_breaker_call_is_still_not_counted(store: RedisStore) -> None:
+    breaker = shared_breaker(store)
+    started = asyncio.Event()
+
+    async def cleanup_fails() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise ConnectionError("cleanup failed") from None
+
+    async def caller() -> None:
+        await failed_task_group()
+        await breaker.execute(cleanup_fails)
+
+    task = asyncio.create_task(caller())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(ConnectionError):
+        await task
+    assert counts(breaker) == (0, 0)
+
+
+# ---------------------------------------------------------------- 16: generators are not successes
+
+def test_a_generator_returned_through_the_shared_breakers_call_is_refused_and_never_counted(
+    server: RedisServer,
+) -> None:
+    def numbers() -> Iterator[int]:
+        yield 1
+
+    async def later() -> int:
+        return 1
+
+    breaker = shared_breaker(RedisStore(server.url, budget=0.5))
+    for fn in (numbers, lambda: later()):
+        with pytest.raises(TypeError, match=r"generator|coroutine"):
+            breaker.call(fn)
+    assert counts(breaker) == (0, 0)
+
+
+async def test_an_async_generator_function_given_to_the_shared_execute_is_refused_and_never_counted(
+    store: RedisStore,
+) -> None:
+    async def stream() -> AsyncIterator[int]:
+        yield 1
+
+    breaker = shared_breaker(store, window=CountWindow(1), minimum_calls=1)
+    for _ in range(3):
+        with pytest.raises(TypeError, match="generator"):
+            await breaker.execute(stream)  # type: ignore[arg-type]
+    assert breaker.state is stoic.BreakerState.CLOSED
+    assert counts(breaker) == (0, 0)
+
+
+# ---------------------------------------------------------------- 18: errors inside exception groups
+
+async def test_a_group_holding_only_rejections_is_ignored_by_the_shared_breaker_like_a_bare_one(
+    store: RedisStore,
+) -> None:
+    async def full() -> None:
+        raise ExceptionGroup("fan-out", [BulkheadFull(label="inner"), BulkheadFull(label="inner")])
+
+    async def bare() -> None:
+        raise BulkheadFull(label="inner")
+
+    breaker = shared_breaker(store)
+    for fn in (bare, full):
+        with pytest.raises((BulkheadFull, ExceptionGroup)):
+            await breaker.execute(fn)
+    assert counts(breaker) == (0, 0)  # neither a failure nor a success: no evidence at all
+
+
+# ---------------------------------------------------------------- 19: a record_when that raises
+
+async def test_a_raising_record_when_of_a_shared_breaker_counts_the_failure_and_is_reported_once(
+    store: RedisStore, caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(error: Exception) -> bool:
+        raise KeyError("no such field")
+
+    breaker = shared_breaker(store, record_when=broken)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(4):
+            with pytest.raises(ConnectionError) as info:
+                await breaker.execute(refused)
+            assert isinstance(info.value.__context__, KeyError)  # the operation's own error, chained
+    assert breaker.state is stoic.BreakerState.OPEN  # the conservative decision: each call counted
+    assert len([w for w in caught if "record_when" in str(w.message)]) == 1
+    assert len([r for r in caplog.records if r.name == "stoic" and "record_when" in r.getMessage()]) == 1
+
+
+# ---------------------------------------------------------------- 20: local queueing is not a slow dependency
+
+DEPENDENCY = 0.05  # seconds: the dependency answers this fast, every time
+SLOW = 0.25  # seconds: slow_call_duration, five times the dependency's answer
+
+
+async def dependency() -> str:
+    await asyncio.sleep(DEPENDENCY)
+    return "ok"
+
+
+def queued_breaker(store: RedisStore) -> SharedCircuitBreaker:
+    return shared_breaker(store, window=TimeWindow(60.0), minimum_calls=10, slow_call_duration=SLOW,
+                          slow_call_rate_threshold=0.5)
+
+
+async def run_together(call: Callable[[], Awaitable[str]], callers: int) -> list[object]:
+    return await asyncio.gather(*(call() for _ in range(callers)), return_exceptions=True)
+
+
+@pytest.mark.parametrize("form", ["pipeline", "nested by hand", "stacked decorators"])
+async def test_queueing_in_an_inner_bulkhead_is_not_a_slow_call_for_a_shared_breaker(
+    store: RedisStore, form: str,
+) -> None:
+    breaker = queued_breaker(store)
+    bulkhead = Bulkhead(2, queue_limit=50, label="api")
+    if form == "pipeline":
+        pipeline = Pipeline(breaker, bulkhead)
+
+        def call() -> Awaitable[str]:
+            return pipeline.execute(dependency)
+    elif form == "nested by hand":
+        def call() -> Awaitable[str]:
+            return breaker.execute(bulkhead.execute, dependency)
+    else:
+        @breaker
+        @bulkhead
+        async def decorated() -> str:
+            return await dependency()
+
+        call = decorated
+    # 24 callers, 2 at a time: the last one queues for 11 answers (0.55 s), over twice SLOW.
+    assert await run_together(call, 24) == ["ok"] * 24
+    snap = breaker.snapshot
+    assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 24, 0)
+    assert await run_together(call, 24) == ["ok"] * 24  # the next requests are not refused
+
+
+async def test_waiting_for_a_shared_rate_limiter_is_not_a_slow_call(store: RedisStore) -> None:
+    breaker = queued_breaker(store)
+    limiter = SharedRateLimiter(20, per=1.0, burst=1, queue_limit=100, store=store, label=fresh("rl"))
+    # 14 callers at 20 per second: the last one waits about 0.65 s for its permit.
+    assert await run_together(lambda: Pipeline(breaker, limiter).execute(dependency), 14) == ["ok"] * 14
+    snap = breaker.snapshot
+    assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 14, 0)
+
+
+async def test_a_slow_dependency_behind_a_queue_is_still_slow_for_a_shared_breaker(store: RedisStore) -> None:
+    async def slow() -> str:
+        await asyncio.sleep(SLOW + 0.05)
+        return "late"
+
+    breaker = queued_breaker(store)
+    bulkhead = Bulkhead(5, queue_limit=50, label="api")
+    assert await run_together(lambda: breaker.execute(bulkhead.execute, slow), 10) == ["late"] * 10
+    assert breaker.snapshot.state is stoic.BreakerState.OPEN  # every call slow, measured from admission
+
+
+def test_threads_waiting_for_a_blocking_shared_rate_limiter_are_not_slow_calls(server: RedisServer) -> None:
+    import threading
+
+    from stoic.fleet import BlockingSharedRateLimiter
+
+    store = RedisStore(server.url, budget=0.5)
+    breaker = shared_breaker(store, window=TimeWindow(60.0), minimum_calls=10, slow_call_duration=SLOW,
+                             slow_call_rate_threshold=0.5)
+    limiter = BlockingSharedRateLimiter(20, per=1.0, burst=1, queue_limit=100, store=store, label=fresh("brl"))
+    results: list[str] = []
+
+    def answer() -> str:
+        time.sleep(DEPENDENCY)
+        return "ok"
+
+    def worker() -> None:
+        results.append(breaker.call(limiter.call, answer))
+
+    threads = [threading.Thread(target=worker) for _ in range(14)]  # the last waits about 0.65 s
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert results == ["ok"] * 14
+    snap = breaker.snapshot
+    assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 14, 0)
+
+
+# ---------------------------------------------------------------- 1 and 3: sinks that raise, a herd of failures
+
+class RaisingSink:
+    level = stoic.Level.DEBUG
+
+    def emit(self, event: stoic.Event) -> None:
+        raise RuntimeError("the sink is broken")
+
+
+async def test_a_raising_sink_changes_nothing_the_shared_breaker_decides(store: RedisStore) -> None:
+    from stoic.testing import RecordingSink
+
+    async def run(*extra: object) -> tuple[list[str], list[tuple[int, int]], int]:
+        recording = RecordingSink()
+        breaker = shared_breaker(store, window=CountWindow(6), minimum_calls=4, failure_rate_threshold=0.5)
+        outcomes, counts_after = [], []
+        with stoic.use_sinks(recording, *extra):  # type: ignore[arg-type]
+            for failed in (False, True, False, True, True, False, False):
+                try:
+                    await breaker.execute(refused if failed else dependency)
+                    outcomes.append("ok")
+                except Exception as error:
+                    outcomes.append(type(error).__name__)
+                counts_after.append(counts(breaker))
+        return outcomes, counts_after, len(recording.of("breaker.opened"))
+
+    expected = await run()
+    assert expected[0][4:] == ["CircuitOpen"] * 3 and expected[2] == 1
+    assert await run(RaisingSink()) == expected  # opens at exactly the same call, same counts
+
+
+async def test_a_hundred_concurrent_failures_open_the_shared_breaker_once(store: RedisStore) -> None:
+    from stoic.testing import RecordingSink
+
+    recording = RecordingSink()
+    breaker = shared_breaker(store, window=CountWindow(10), minimum_calls=10)
+    gate = asyncio.Event()
+
+    async def herd() -> None:
+        await gate.wait()
+        raise ConnectionError("down")
+
+    with stoic.use_sinks(recording):
+        tasks = [asyncio.create_task(breaker.execute(herd)) for _ in range(100)]
+        await asyncio.sleep(0.2)  # every caller admitted while closed (the first refresh included)
+        gate.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(r, ConnectionError) for r in results)
+    assert breaker.state is stoic.BreakerState.OPEN and breaker.snapshot.trips == 1
+    assert len(recording.of("breaker.opened")) == 1
+
+
+# ---------------------------------------------------------------- 11: reused across event loops
+
+def test_shared_policies_built_outside_a_loop_work_under_successive_asyncio_runs(server: RedisServer) -> None:
+    from stoic.testing import RecordingSink
+
+    recording = RecordingSink()
+    store = RedisStore(server.url, budget=0.5)  # built at "import time": no loop running
+    breaker = SharedCircuitBreaker(label=fresh("loops"), store=store, window=CountWindow(20), minimum_calls=4,
+                                   refresh_interval=0.01)
+    limiter = SharedRateLimiter(20, per=1.0, burst=1, store=store, label=fresh("loops"))
+
+    async def run() -> tuple[list[str], float]:
+        results = []
+        for _ in range(3):
+            results.append(await breaker.execute(dependency))
+            await asyncio.sleep(0.02)  # past the refresh interval: the next call asks the store
+        began = time.monotonic()
+        await asyncio.gather(*(limiter.acquire() for _ in range(3)))  # two of them wait in the queue
+        return results, time.monotonic() - began
+
+    with stoic.use_sinks(recording):
+        for _ in range(3):
+            results, waited = asyncio.run(run())
+            assert results == ["ok"] * 3
+            assert 0.07 < waited < 1.0  # served by the shared bucket, not refused or failed open at once
+    assert [e.name for e in recording.events if e.name.startswith("fleet.")] == []  # the store answered every time
+    assert breaker.snapshot.calls == 9
+
+
+# ---------------------------------------------------------------- 5: the server's clock steps back
+# The shared state runs on the server's time (Redis TIME, a wall clock). A state written before
+# the server's clock was stepped back an hour holds instants an hour in the future: exactly what
+# these tests write, the only way to move a real server's clock from a test.
+
+HOUR_US = 3_600_000_000
+
+
+def _server_now_us(raw: Any) -> int:
+    seconds, micros = raw.time()
+    return int(seconds) * 1_000_000 + int(micros)
+
+
+async def test_a_shared_bucket_stamped_in_the_future_still_refills(server: RedisServer) -> None:
+    import redis
+
+    raw = redis.Redis.from_url(server.url)
+    store = RedisStore(server.url, budget=0.5)
+    label = fresh("stepped")
+    limiter = SharedRateLimiter(20, per=1.0, burst=1, queue_limit=10, store=store, label=label)
+    assert await limiter.try_acquire()
+    raw.hset(f"{{stoic:{label}}}:bucket", mapping={"c": 0, "s": _server_now_us(raw) + HOUR_US})
+    began = time.monotonic()
+    await asyncio.wait_for(limiter.acquire(), 5.0)  # a permit refills in 50 ms, not in an hour
+    assert time.monotonic() - began < 1.0
+    await store.aclose()
+    raw.close()
+
+
+async def test_a_shared_open_period_never_outlasts_its_configured_length_when_the_server_clock_steps_back(
+    server: RedisServer,
+) -> None:
+    import redis
+
+    raw = redis.Redis.from_url(server.url)
+    store = RedisStore(server.url, budget=0.5)
+    breaker = shared_breaker(store, window=CountWindow(1), minimum_calls=1,
+                             open_duration=OpenDuration.fixed(30.0, jitter=0.0), refresh_interval=0.01)
+    with pytest.raises(ConnectionError):
+        await breaker.execute(refused)
+    state_key = f"{{stoic:{breaker.label}}}:breaker"
+    until = int(raw.hget(state_key, "un"))
+    raw.hset(state_key, "un", until + HOUR_US)  # the same open period, seen after a step back
+    await asyncio.sleep(0.02)  # past the refresh interval: the next call reads the shared state
+    with pytest.raises(stoic.CircuitOpen) as refused_now:
+        await breaker.execute(dependency)
+    assert refused_now.value.retry_after is not None and refused_now.value.retry_after <= 30.0
+    await store.aclose()
+    raw.close()
+
+
+async def test_a_probe_lease_stamped_in_the_future_still_expires_after_half_open_timeout(
+    server: RedisServer,
+) -> None:
+    import redis
+
+    raw = redis.Redis.from_url(server.url)
+    store = RedisStore(server.url, budget=0.5)
+    breaker = shared_breaker(store, window=CountWindow(1), minimum_calls=1, half_open_probes=1,
+                             half_open_timeout=0.2, open_duration=OpenDuration.fixed(0.1, jitter=0.0),
+                             refresh_interval=0.01)
+    with pytest.raises(ConnectionError):
+        await breaker.execute(refused)
+    await asyncio.sleep(0.15)
+    state_key = f"{{stoic:{breaker.label}}}:breaker"
+    # A replica took the one probe lease and died; then the server's clock stepped back an hour.
+    raw.hset(state_key, mapping={"st": 2, "pf": 0, "gen": int(raw.hget(state_key, "gen")) + 1})
+    raw.hset(f"{{stoic:{breaker.label}}}:probes", "dead-replica",
+             _server_now_us(raw) + HOUR_US + 200_000)
+    await asyncio.sleep(0.35)  # past half_open_timeout
+    # The dead lease counts as a failed probe: the breaker reopens for its 0.1 s and then lets a
+    # probe through, instead of refusing every call for an hour.
+    deadline = time.monotonic() + 3.0
+    while True:
+        try:
+            assert await breaker.execute(dependency) == "ok"
+            break
+        except stoic.CircuitOpen:
+            assert time.monotonic() < deadline, "the dead lease wedged the half-open state"
+            await asyncio.sleep(0.05)
+    await store.aclose()
+    raw.close()
+
+
+# ---------------------------------------------------------------- the blocking shared queue limit is exact
+
+@pytest.mark.parametrize("queue_limit", [0, 1, 2])
+def test_the_blocking_shared_limiters_queue_limit_is_exact_as_the_asyncio_ones(
+    server: RedisServer, queue_limit: int,
+) -> None:
+    """``queue_limit`` threads wait, the next is refused at once (``queue_full``), as in
+    SharedRateLimiter and the local limiters. Four threads arrive 50 ms apart while a permit
+    takes 0.5 s to refill."""
+    import threading
+
+    from stoic.fleet import BlockingSharedRateLimiter
+
+    limiter = BlockingSharedRateLimiter(2, per=1.0, burst=1, queue_limit=queue_limit,
+                                        store=RedisStore(server.url, budget=0.5), label=fresh("bql"))
+    assert limiter.try_acquire()
+    outcomes: list[str] = []
+
+    def arrive() -> None:
+        try:
+            limiter.acquire()
+            outcomes.append("served")
+        except stoic.RateLimited:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=arrive) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.05)
+    for thread in threads:
+        thread.join(10)
+    assert sorted(outcomes) == ["refused"] * (4 - queue_limit) + ["served"] * queue_limit
