@@ -203,26 +203,45 @@ class HTTPPolicies(Generic[Resp]):
         return response
 
     async def run(self, key: str, method: str, attempt: Callable[[], Awaitable[Resp]], made: list[Resp],
-                  close: Callable[[Resp], Any], *, body_in_memory: bool = True) -> Resp:
+                  close: Callable[[Resp], Any], *, body_in_memory: bool = True,
+                  body_replayable: bool = True) -> Resp:
         """Run ``attempt`` through the policies for ``key``; an attempt that failed by its status
         (the last one, when retries are over) is returned as a response, not raised.
 
         ``made``: the list ``attempt`` appends every response it receives to; ``close(response)``
         releases one (its result awaited when awaitable). Every response in ``made`` but the one
-        returned is closed, and all of them when the call raises. ``body_in_memory``: the
-        request has no body or its body is bytes held in memory, so two attempts may send it at
-        once (the hedge applies only then)."""
+        returned is closed, and all of them when the call raises; a retried attempt closes the
+        failed ones before it sends (their connections may be the ones it needs).
+        ``body_in_memory``: the request has no body or its body is bytes held in memory, so two
+        attempts may send it at once (the hedge applies only then). ``body_replayable``: the
+        body can be sent again (False for a stream or a file read once: no retry, no hedge)."""
         stages, claimed = self.claim(key)
         try:
             retry, hedge = self.retry, self.hedge
             if (retry is not None or hedge is not None) and method not in self.retry_methods \
                     and method.upper() not in self.retry_methods:  # (httpx and aiohttp give it in capitals)
                 retry = hedge = None
-            if not body_in_memory:
+            if not body_replayable:
+                retry = hedge = None  # a second attempt would send an empty or a broken body
+            elif not body_in_memory:
                 hedge = None
             response: Resp
+            closed = 0  # made[:closed] are closed already (failed attempts, before a retry)
+
+            async def release_failed() -> None:
+                # A retried attempt runs only after a failure: every response made so far is a
+                # failed one, and its connection may be the one this attempt needs.
+                nonlocal closed
+                while closed < len(made):
+                    closing = close(made[closed])
+                    closed += 1
+                    if inspect.isawaitable(closing):
+                        await closing
+
             try:
                 try:
+                    if retry is not None and hedge is None:
+                        attempt = _releasing_first(attempt, made, release_failed)
                     if hedge is None:
                         # The stages' execute methods and the attempt as one call: the first stage
                         # gets the inner ones and the attempt as its arguments (what a Pipeline
@@ -237,6 +256,8 @@ class HTTPPolicies(Generic[Resp]):
                     else:
                         async def racing(*_: Any) -> Resp:
                             # A hedge starts its attempts as tasks: it needs a coroutine function.
+                            if len(made) > closed:  # a retried race: the last race's responses all failed
+                                await release_failed()
                             chain = _chain(stages, attempt)
                             result: Resp = await chain[0](*chain[1:])
                             return result
@@ -246,13 +267,13 @@ class HTTPPolicies(Generic[Resp]):
                 except (ServerError, TooManyRequests) as failed:
                     response = failed.response
             except BaseException:
-                for made_one in made:
+                for made_one in made[closed:]:
                     closing = close(made_one)
                     if inspect.isawaitable(closing):
                         await closing
                 raise
             if len(made) > 1:
-                for made_one in made:
+                for made_one in made[closed:]:
                     if made_one is not response:
                         closing = close(made_one)
                         if inspect.isawaitable(closing):
@@ -263,29 +284,35 @@ class HTTPPolicies(Generic[Resp]):
                 self.unclaim(key, claimed)
 
     def run_sync(self, key: str, method: str, attempt: Callable[[], Resp], made: list[Resp],
-                 close: Callable[[Resp], object]) -> Resp:
+                 close: Callable[[Resp], object], *, body_replayable: bool = True) -> Resp:
         """:meth:`run` for blocking clients: every stage needs a ``call`` method (the breaker,
         ``Retrying``, ``BlockingRateLimiter``, ``BlockingBulkhead``); a hedge is not applied;
         ``close`` is called, never awaited."""
         stages, claimed = self.claim(key)
         try:
-            return self._run_sync(method, attempt, made, close, stages)
+            return self._run_sync(method, attempt, made, close, stages, body_replayable)
         finally:
             if claimed is not None:
                 self.unclaim(key, claimed)
 
     def _run_sync(self, method: str, attempt: Callable[[], Resp], made: list[Resp], close: Callable[[Resp], object],
-                  stages: Sequence[Any]) -> Resp:
+                  stages: Sequence[Any], body_replayable: bool) -> Resp:
+
+        closed = 0  # made[:closed] are closed already (failed attempts, before a retry)
 
         def through(index: int) -> Resp:
+            nonlocal closed
             if index == len(stages):
+                while closed < len(made):  # a retried attempt: the failed ones give their connections back first
+                    closed += 1
+                    close(made[closed - 1])
                 return attempt()
             result: Resp = stages[index].call(through, index + 1)
             return result
 
         try:
             try:
-                if self.retry is not None and method.upper() in self.retry_methods:
+                if self.retry is not None and body_replayable and method.upper() in self.retry_methods:
                     response = self.retry.call(through, 0)
                 elif len(stages) == 1:
                     response = stages[0].call(attempt)  # the common case, called directly
@@ -294,14 +321,27 @@ class HTTPPolicies(Generic[Resp]):
             except (ServerError, TooManyRequests) as failed:
                 response = failed.response
         except BaseException:
-            for made_one in made:
+            for made_one in made[closed:]:
                 close(made_one)
             raise
         if len(made) > 1:
-            for made_one in made:
+            for made_one in made[closed:]:
                 if made_one is not response:
                     close(made_one)
         return response
+
+
+def _releasing_first(attempt: Callable[[], Awaitable[Resp]], made: list[Resp],
+                     release: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[Resp]]:
+    """``attempt`` for a retried request: the responses of the failed attempts before it are
+    released first (a pool of one connection would otherwise wait for itself)."""
+
+    async def releasing() -> Resp:
+        if made:
+            await release()
+        return await attempt()
+
+    return releasing
 
 
 def _chain(stages: Sequence[Policy], attempt: Callable[[], Awaitable[Resp]]) -> tuple[Any, ...]:

@@ -11,8 +11,10 @@ failures; a 429 is the server's refusal (:class:`TooManyRequests`, ignored by th
 ``Retry-After`` on a 429 or 503 (seconds or an HTTP date, clamped to ``[0, retry_after_cap]``;
 malformed: ignored) replaces the retry schedule's delay. A response that failed by its status
 is still a response: the caller gets the last one when no retry is left, and every earlier
-attempt's response is closed. A hedge applies only to a request whose body is in memory (none,
-bytes, JSON, a url-encoded form): two attempts cannot read one stream or file at once. A
+attempt's response is closed (before the next attempt sends). A hedge applies only to a request
+whose body is in memory (none, bytes, JSON, a url-encoded form): two attempts cannot read one
+stream or file at once. A streamed body (a generator, a file) is read once, so its request is
+never retried either (a multipart form is: httpx renders it again). A
 refusal by a policy (``CircuitOpen``, ``RateLimited``, ``BulkheadFull``) is raised as itself.
 The breaker times an attempt up to its response headers.
 """
@@ -53,6 +55,15 @@ __all__ = [
 
 _aclose = operator.methodcaller("aclose")  # (a method call: an inner transport may return a Response subclass)
 _close = operator.methodcaller("close")
+# The request bodies a second attempt can send again: bytes in memory, and a multipart form
+# (httpx renders it afresh, seeking each file back to its start). A generator raises
+# StreamConsumed on a second read and a file content is read to its end: sent once, not retried.
+try:
+    from httpx._multipart import MultipartStream
+
+    _REPLAYABLE: tuple[type, ...] = (httpx.ByteStream, MultipartStream)
+except ImportError:  # pragma: no cover - a later httpx that moved it: multipart is sent once
+    _REPLAYABLE = (httpx.ByteStream,)
 KeyFunction = Callable[[httpx.Request], str]
 
 
@@ -134,8 +145,10 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
                 return response
             return policies.check(response, status, response.headers, key)
 
+        stream = request.stream
         return policies.run(key, request.method, attempt, made, _aclose,
-                            body_in_memory=policies.hedge is None or isinstance(request.stream, httpx.ByteStream))
+                            body_in_memory=policies.hedge is None or isinstance(stream, httpx.ByteStream),
+                            body_replayable=isinstance(stream, _REPLAYABLE) or policies.retry is None)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -181,7 +194,8 @@ class ResilientTransport(httpx.BaseTransport):
                 return response
             return policies.check(response, status, response.headers, key)
 
-        return policies.run_sync(key, request.method, attempt, made, _close)
+        return policies.run_sync(key, request.method, attempt, made, _close,
+                                 body_replayable=isinstance(request.stream, _REPLAYABLE) or policies.retry is None)
 
     def close(self) -> None:
         self._inner.close()

@@ -1,0 +1,141 @@
+"""A hostile production user's review of the HTTP client integrations, against a real server
+(uvicorn on loopback): a retried request must not hold its failed attempts' connections while
+it needs one, and a request body that can be read only once is never sent twice."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiohttp
+import httpx
+import pytest
+from _uvicorn import serving
+
+from stoic import Retrying, Schedule
+from stoic.aiohttp import ResilientMiddleware
+from stoic.httpx import AsyncResilientTransport, ResilientTransport
+
+pytestmark = pytest.mark.integration
+
+
+class Recorder:
+    """Answers 503 to the first hit of every path, 200 after; keeps every body it received."""
+
+    def __init__(self) -> None:
+        self.bodies: dict[str, list[bytes]] = {}
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        seen = self.bodies.setdefault(scope["path"], [])
+        seen.append(body)
+        status = 503 if len(seen) == 1 else 200
+        text = f"hit {len(seen)}".encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-length", str(len(text)).encode())]})
+        await send({"type": "http.response.body", "body": text})
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, Recorder]]:
+    app = Recorder()
+    with serving(app) as url:
+        yield url, app
+
+
+def retry() -> Retrying:
+    return Retrying(Schedule.fixed(0.01).attempts(3), label="http-retry")
+
+
+async def test_a_retried_request_does_not_wait_for_the_connection_its_failed_attempt_holds(server):
+    url, app = server
+    inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=1))
+    transport = AsyncResilientTransport(inner, retry=retry())
+    async with httpx.AsyncClient(base_url=url, transport=transport, timeout=2.0) as client:
+        r = await client.get("/pool/async")
+    assert r.status_code == 200 and r.text == "hit 2" and len(app.bodies["/pool/async"]) == 2
+
+
+def test_a_blocking_retried_request_does_not_wait_for_the_connection_its_failed_attempt_holds(server):
+    url, app = server
+    inner = httpx.HTTPTransport(limits=httpx.Limits(max_connections=1))
+    with httpx.Client(base_url=url, transport=ResilientTransport(inner, retry=retry()), timeout=2.0) as client:
+        r = client.get("/pool/sync")
+    assert r.status_code == 200 and r.text == "hit 2" and len(app.bodies["/pool/sync"]) == 2
+
+
+async def test_an_httpx_streamed_body_is_not_retried_and_the_failed_response_is_returned(server):
+    url, app = server
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"streamed "
+        yield b"once"
+
+    async with httpx.AsyncClient(base_url=url, transport=AsyncResilientTransport(retry=retry())) as client:
+        r = await client.put("/stream/httpx", content=body())
+        assert r.status_code == 503 and r.text == "hit 1"  # the server's answer, not StreamConsumed
+        r = await client.put("/bytes/httpx", content=b"in memory")  # a body in memory is retried
+        assert r.status_code == 200
+    assert app.bodies["/stream/httpx"] == [b"streamed once"]
+    assert app.bodies["/bytes/httpx"] == [b"in memory", b"in memory"]
+
+
+def test_a_blocking_httpx_file_body_is_not_retried_and_the_failed_response_is_returned(server, tmp_path):
+    url, app = server
+    path = tmp_path / "upload"
+    path.write_bytes(b"file content")
+    with httpx.Client(base_url=url, transport=ResilientTransport(retry=retry())) as client, path.open("rb") as f:
+        r = client.put("/file/httpx", content=f)
+        assert r.status_code == 503 and r.text == "hit 1"  # not h11's "too little data" on a retry
+    assert app.bodies["/file/httpx"] == [b"file content"]
+
+
+async def test_an_aiohttp_streamed_body_is_not_retried_with_an_empty_body(server):
+    url, app = server
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"streamed "
+        yield b"once"
+
+    async with aiohttp.ClientSession(base_url=url, middlewares=(ResilientMiddleware(retry=retry()),)) as http:
+        async with http.put("/stream/aiohttp", data=body()) as r:
+            assert r.status == 503 and await r.text() == "hit 1"
+        async with http.put("/bytes/aiohttp", data=b"in memory") as r:
+            assert r.status == 200
+    assert app.bodies["/stream/aiohttp"] == [b"streamed once"]  # never a second, empty PUT
+    assert app.bodies["/bytes/aiohttp"] == [b"in memory", b"in memory"]
+
+
+async def test_a_cancelled_retried_request_leaves_the_pool_usable(server):
+    url, app = server
+    inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=1))
+    transport = AsyncResilientTransport(inner, retry=Retrying(Schedule.fixed(5.0).attempts(2), label="slow-retry"))
+    async with httpx.AsyncClient(base_url=url, transport=transport, timeout=2.0) as client:
+        task = asyncio.create_task(client.get("/cancel/first"))
+        while "/cancel/first" not in app.bodies:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # the first attempt failed: the retry sleeps
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        r = await client.post("/cancel/second")  # the pool's one connection was given back
+        assert r.status_code == 503 and r.text == "hit 1"  # (a POST: one attempt)
+
+
+def test_an_httpx_multipart_body_is_still_retried_whole(server, tmp_path):
+    url, app = server
+    path = tmp_path / "part"
+    path.write_bytes(b"part content")
+    with httpx.Client(base_url=url, transport=ResilientTransport(retry=retry())) as client, path.open("rb") as f:
+        r = client.put("/multipart/httpx", files={"f": f})
+        assert r.status_code == 200
+    first, second = app.bodies["/multipart/httpx"]
+    assert first == second and b"part content" in first
