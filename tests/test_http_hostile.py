@@ -15,7 +15,7 @@ from _uvicorn import serving
 
 from stoic import Retrying, Schedule
 from stoic.aiohttp import ResilientMiddleware
-from stoic.httpx import AsyncResilientTransport, ResilientTransport
+from stoic.httpx import AsyncResilientTransport, ResilientTransport, parse_retry_after
 
 pytestmark = pytest.mark.integration
 
@@ -139,3 +139,38 @@ def test_an_httpx_multipart_body_is_still_retried_whole(server, tmp_path):
         assert r.status_code == 200
     first, second = app.bodies["/multipart/httpx"]
     assert first == second and b"part content" in first
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("9" * 400, 300.0),  # a float() of the int overflowed (OverflowError)
+        ("9" * 5000, 300.0),  # int() refuses over 4,300 digits (ValueError)
+        ("\u00b2", None),  # latin-1 superscript two: isdigit() but not an int (ValueError)
+        ("\u0663", None),  # a non-ASCII digit is not delay-seconds
+    ],
+)
+def test_parse_retry_after_never_raises_on_a_hostile_header(value, expected):
+    assert parse_retry_after(value) == expected
+
+
+def test_parse_retry_after_reads_all_three_http_date_forms():
+    now = 784111777.0  # Sun, 06 Nov 1994 08:49:37 GMT (RFC 9110 5.6.7: a recipient MUST accept all three)
+    assert parse_retry_after("Sun, 06 Nov 1994 08:49:47 GMT", now=now) == 10.0
+    assert parse_retry_after("Sunday, 06-Nov-94 08:49:47 GMT", now=now) == 10.0
+    assert parse_retry_after("Sun Nov  6 08:49:47 1994", now=now) == 10.0  # asctime: GMT by definition
+
+
+async def test_a_hostile_retry_after_is_still_the_servers_503(server):
+    url, _ = server
+    seen: list[httpx.Response] = []
+
+    class Hostile(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            response = httpx.Response(503, headers=[(b"retry-after", b"\xb2")], content=b"busy", request=request)
+            seen.append(response)
+            return response
+
+    async with httpx.AsyncClient(base_url=url, transport=AsyncResilientTransport(Hostile())) as client:
+        r = await client.get("/anything")
+    assert r.status_code == 503 and r.text == "busy" and seen == [r]

@@ -12,9 +12,11 @@ request's key -> one attempt.
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import inspect
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, Final, Generic, TypeVar
@@ -34,28 +36,35 @@ IDEMPOTENT_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"
 """Methods RFC 9110 calls idempotent: the only ones retried or hedged unless told otherwise."""
 
 DEFAULT_RETRY_AFTER_CAP: Final = 300.0  # seconds: retry's own cap on a retry_after wait
+_ASCTIME: Final = re.compile(r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}")
 
 
 def parse_retry_after(value: str | None, *, cap: float = DEFAULT_RETRY_AFTER_CAP,
                       now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delay-seconds or an HTTP date (RFC 9110
-    10.2.3), clamped to ``[0, cap]``. ``None`` when absent or malformed (never raises).
+    """Seconds to wait from a ``Retry-After`` header: delay-seconds (ASCII digits) or an HTTP
+    date in any of its three forms (RFC 9110 10.2.3, 5.6.7), clamped to ``[0, cap]``. ``None``
+    when absent or malformed (never raises).
     ``now`` is the wall-clock time (``time.time()``) a date is measured from."""
     if value is None:
         return None
     text = value.strip()
     if not text:
         return None
-    if text.isdigit():
-        seconds = float(int(text))
-    else:
-        try:
-            when = email.utils.parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError, OverflowError):
+    if text.isascii() and text.isdigit():
+        # float(), not int(): a value of thousands of digits is inf (then the cap), where int()
+        # raises ValueError past 4,300 digits and float(int) OverflowError past 308.
+        return min(float(text), cap)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        # An HTTP date is always GMT. The one form that does not say so is asctime's (RFC 9110
+        # 5.6.7: a recipient must accept it); any other date without a zone is not an HTTP date.
+        if not _ASCTIME.fullmatch(text):
             return None
-        if when.tzinfo is None:
-            return None  # an HTTP date is always GMT; a date without a zone is not one
-        seconds = when.timestamp() - (time.time() if now is None else now)
+        when = when.replace(tzinfo=datetime.UTC)
+    seconds = when.timestamp() - (time.time() if now is None else now)
     if not math.isfinite(seconds):
         return None
     return min(max(seconds, 0.0), cap)
