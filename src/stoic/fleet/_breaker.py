@@ -510,7 +510,14 @@ class SharedCircuitBreaker:
 
     async def _probe(self, fn: Callable[..., Awaitable[R]], args: Any, kwargs: Any) -> R:
         token = os.urandom(9).hex()
-        reply = await self._call("breaker_probe", token)
+        try:
+            reply = await self._call("breaker_probe", token)
+        except asyncio.CancelledError:
+            # The server may have granted the lease before the caller left: given back at once
+            # (a lease nobody holds would keep the fleet's probes taken until half_open_timeout,
+            # then count as a failed probe). A token never granted changes nothing.
+            await self._call("breaker_done", token, "none")
+            raise
         if reply is None:
             return await self._without_store(fn, args, kwargs)
         if not reply[4]:
@@ -527,10 +534,19 @@ class SharedCircuitBreaker:
                 outcome = "slow"
             # Reported even while the caller is being cancelled: the lease goes back at once
             # instead of expiring after half_open_timeout.
+            await self._done(token, outcome)
+            raise
+        await self._done(token, "slow" if self._now() - start > self._slow_ns else "ok")
+        return result
+
+    async def _done(self, token: str, outcome: str) -> None:
+        try:
+            await self._call("breaker_done", token, outcome)
+        except asyncio.CancelledError:
+            # Cancelled before the reply came: the report may never have run, so it is sent
+            # again (harmless when it did run: the lease is gone, a second report is stale).
             await self._call("breaker_done", token, outcome)
             raise
-        await self._call("breaker_done", token, "slow" if self._now() - start > self._slow_ns else "ok")
-        return result
 
     # ------------------------------------------------------------------ plain functions
     def call(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:

@@ -1,0 +1,122 @@
+"""A hostile production user's review of stoic.fleet on a real redis-server: leases and
+permits must not be leaked by a caller's cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from redis_harness import RedisServer
+
+from stoic import OpenDuration
+from stoic.breaker import BreakerState, CountWindow
+from stoic.fleet import RedisStore, SharedCircuitBreaker
+
+pytestmark = pytest.mark.integration
+
+_labels = itertools.count()
+
+
+def fresh(name: str) -> str:
+    return f"{name}-{next(_labels)}-{time.monotonic_ns()}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    running = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield running
+    running.stop()
+
+
+def breaker(store: RedisStore, label: str, **kwargs: Any) -> SharedCircuitBreaker:
+    return SharedCircuitBreaker(label=label, store=store, window=CountWindow(4), minimum_calls=4,
+                                open_duration=OpenDuration.fixed(0.2, jitter=0.0), refresh_interval=0.05,
+                                **kwargs)
+
+
+async def fail() -> None:
+    raise ConnectionError("the dependency is down")
+
+
+async def ok() -> str:
+    return "ok"
+
+
+async def trip(shared: SharedCircuitBreaker) -> None:
+    for _ in range(4):
+        with pytest.raises(ConnectionError):
+            await shared.execute(fail)
+    assert shared.state is BreakerState.OPEN
+
+
+def slow_replies_to(store: RedisStore, script: str, gate: asyncio.Event) -> list[str]:
+    """Hold back the replies of ``script`` (already run by the server) until ``gate`` is set:
+    a slow network between Redis and this replica. Returns the list of held calls."""
+    sha = store._scripts[script].sha
+    roundtrip = store._roundtrip
+    held: list[str] = []
+
+    async def slow(command: tuple[Any, ...], repeat: bool) -> Any:
+        reply = await roundtrip(command, repeat)
+        if command[1] == sha:
+            held.append(script)
+            await gate.wait()
+        return reply
+
+    store._roundtrip = slow  # type: ignore[method-assign]
+    return held
+
+
+async def test_a_probe_cancelled_before_its_lease_reply_arrived_gives_the_lease_back(server: RedisServer) -> None:
+    label = fresh("probe-cancel")
+    store, other_store = RedisStore(server.url, budget=2.0), RedisStore(server.url, budget=2.0)
+    shared, other = breaker(store, label), breaker(other_store, label)
+    await trip(shared)
+    await asyncio.sleep(0.25)  # the open period is over: the next call probes
+    held = slow_replies_to(store, "breaker_probe", asyncio.Event())
+    probing = asyncio.create_task(shared.execute(ok))
+    while not held:
+        await asyncio.sleep(0.005)
+    probing.cancel()  # the server granted the lease; its reply never reached the caller
+    with pytest.raises(asyncio.CancelledError):
+        await probing
+    # The fleet's one probe lease must be free again: another replica probes (and closes it),
+    # instead of being refused until half_open_timeout (60 s) expires the lease as a failure.
+    assert await other.execute(ok) == "ok"
+    assert other.state is BreakerState.CLOSED
+    await store.aclose()
+    await other_store.aclose()
+
+
+async def test_a_probe_cancelled_before_its_report_was_sent_still_reports(server: RedisServer) -> None:
+    label = fresh("done-cancel")
+    store, other_store = RedisStore(server.url, budget=2.0), RedisStore(server.url, budget=2.0)
+    shared, other = breaker(store, label), breaker(other_store, label)
+    await trip(shared)
+    await asyncio.sleep(0.25)
+    sha = store._scripts["breaker_done"].sha
+    roundtrip = store._roundtrip
+    held = asyncio.Event()
+
+    async def stalled(command: tuple[Any, ...], repeat: bool) -> Any:
+        if command[1] == sha and not held.is_set():
+            held.set()
+            await asyncio.Event().wait()  # the first report never leaves this replica
+        return await roundtrip(command, repeat)
+
+    store._roundtrip = stalled  # type: ignore[method-assign]
+    probing = asyncio.create_task(shared.execute(ok))
+    await held.wait()  # the probe succeeded; its report is stuck
+    probing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await probing
+    await asyncio.sleep(0.1)  # past the other replica's refresh interval
+    # The probe's success reached the store: the breaker is closed for the whole fleet.
+    assert await other.execute(ok) == "ok"
+    assert other.state is BreakerState.CLOSED
+    await store.aclose()
+    await other_store.aclose()
