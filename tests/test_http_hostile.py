@@ -21,7 +21,8 @@ pytestmark = pytest.mark.integration
 
 
 class Recorder:
-    """Answers 503 to the first hit of every path, 200 after; keeps every body it received."""
+    """Answers 503 to the first hit of every path (with ``Retry-After`` when the query is
+    ``retry_after=S``), 200 after, and always 200 under ``/healthy``; keeps every body it received."""
 
     def __init__(self) -> None:
         self.bodies: dict[str, list[bytes]] = {}
@@ -37,10 +38,13 @@ class Recorder:
                 break
         seen = self.bodies.setdefault(scope["path"], [])
         seen.append(body)
-        status = 503 if len(seen) == 1 else 200
+        status = 503 if len(seen) == 1 and not scope["path"].startswith("/healthy") else 200
         text = f"hit {len(seen)}".encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-length", str(len(text)).encode())]})
+        headers = [(b"content-length", str(len(text)).encode())]
+        query = scope.get("query_string", b"")
+        if query.startswith(b"retry_after="):
+            headers.append((b"retry-after", query.removeprefix(b"retry_after=")))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": text})
 
 
@@ -174,3 +178,46 @@ async def test_a_hostile_retry_after_is_still_the_servers_503(server):
     async with httpx.AsyncClient(base_url=url, transport=AsyncResilientTransport(Hostile())) as client:
         r = await client.get("/anything")
     assert r.status_code == 503 and r.text == "busy" and seen == [r]
+
+
+async def test_requests_waiting_out_a_retry_after_hold_no_connection_a_healthy_request_needs(server):
+    url, app = server
+    inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=2))
+    transport = AsyncResilientTransport(inner, retry=retry())
+    async with httpx.AsyncClient(base_url=url, transport=transport, timeout=httpx.Timeout(5.0, pool=0.5)) as client:
+        backing_off = [asyncio.create_task(client.get(f"/after/{n}?retry_after=30")) for n in range(2)]
+        while len([p for p in app.bodies if p.startswith("/after/")]) < 2:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # both got their 503 and sleep out its Retry-After (30 s)
+        r = await client.get("/healthy/async")  # not PoolTimeout: the pool's two connections are free
+        assert r.status_code == 200
+        for task in backing_off:
+            task.cancel()
+        await asyncio.gather(*backing_off, return_exceptions=True)
+
+
+def test_blocking_requests_waiting_out_a_retry_after_hold_no_connection(server):
+    import threading
+
+    url, app = server
+    inner = httpx.HTTPTransport(limits=httpx.Limits(max_connections=1))
+    transport = ResilientTransport(inner, retry=retry())
+    with httpx.Client(base_url=url, transport=transport, timeout=httpx.Timeout(5.0, pool=0.2)) as client:
+        finals: list[httpx.Response] = []
+        backing_off = threading.Thread(target=lambda: finals.append(client.get("/after/sync?retry_after=2")))
+        backing_off.start()
+        while "/after/sync" not in app.bodies:
+            threading.Event().wait(0.01)
+        threading.Event().wait(0.05)
+        assert client.get("/healthy/sync").status_code == 200
+        backing_off.join()
+    assert finals[0].status_code == 200
+
+
+async def test_the_last_failed_response_read_before_a_retry_is_still_readable(server):
+    url, _ = server
+    transport = AsyncResilientTransport(retry=Retrying(Schedule.fixed(0.01).attempts(1), label="one-try"))
+    async with httpx.AsyncClient(base_url=url, transport=transport) as client, \
+            client.stream("GET", "/readable/async") as r:  # one attempt: its failure is the answer
+        assert r.status_code == 503
+        assert b"".join([chunk async for chunk in r.aiter_bytes()]) == b"hit 1"

@@ -213,7 +213,7 @@ class HTTPPolicies(Generic[Resp]):
 
     async def run(self, key: str, method: str, attempt: Callable[[], Awaitable[Resp]], made: list[Resp],
                   close: Callable[[Resp], Any], *, body_in_memory: bool = True,
-                  body_replayable: bool = True) -> Resp:
+                  body_replayable: bool = True, settle: Callable[[Resp], Any] | None = None) -> Resp:
         """Run ``attempt`` through the policies for ``key``; an attempt that failed by its status
         (the last one, when retries are over) is returned as a response, not raised.
 
@@ -223,7 +223,11 @@ class HTTPPolicies(Generic[Resp]):
         failed ones before it sends (their connections may be the ones it needs).
         ``body_in_memory``: the request has no body or its body is bytes held in memory, so two
         attempts may send it at once (the hedge applies only then). ``body_replayable``: the
-        body can be sent again (False for a stream or a file read once: no retry, no hedge)."""
+        body can be sent again (False for a stream or a file read once: no retry, no hedge).
+        ``settle(response)``: called (its result awaited when awaitable) on a failed attempt's
+        response when the request may be retried, before the retry sleeps, to give its
+        connection back while keeping it readable (the adapter reads a small body); a retry
+        waiting out a ``Retry-After`` must not hold a connection other requests need."""
         stages, claimed = self.claim(key)
         try:
             retry, hedge = self.retry, self.hedge
@@ -250,7 +254,7 @@ class HTTPPolicies(Generic[Resp]):
             try:
                 try:
                     if retry is not None and hedge is None:
-                        attempt = _releasing_first(attempt, made, release_failed)
+                        attempt = _releasing_first(attempt, made, release_failed, settle)
                     if hedge is None:
                         # The stages' execute methods and the attempt as one call: the first stage
                         # gets the inner ones and the attempt as its arguments (what a Pipeline
@@ -293,19 +297,20 @@ class HTTPPolicies(Generic[Resp]):
                 self.unclaim(key, claimed)
 
     def run_sync(self, key: str, method: str, attempt: Callable[[], Resp], made: list[Resp],
-                 close: Callable[[Resp], object], *, body_replayable: bool = True) -> Resp:
+                 close: Callable[[Resp], object], *, body_replayable: bool = True,
+                 settle: Callable[[Resp], object] | None = None) -> Resp:
         """:meth:`run` for blocking clients: every stage needs a ``call`` method (the breaker,
         ``Retrying``, ``BlockingRateLimiter``, ``BlockingBulkhead``); a hedge is not applied;
         ``close`` is called, never awaited."""
         stages, claimed = self.claim(key)
         try:
-            return self._run_sync(method, attempt, made, close, stages, body_replayable)
+            return self._run_sync(method, attempt, made, close, stages, body_replayable, settle)
         finally:
             if claimed is not None:
                 self.unclaim(key, claimed)
 
     def _run_sync(self, method: str, attempt: Callable[[], Resp], made: list[Resp], close: Callable[[Resp], object],
-                  stages: Sequence[Any], body_replayable: bool) -> Resp:
+                  stages: Sequence[Any], body_replayable: bool, settle: Callable[[Resp], object] | None) -> Resp:
 
         closed = 0  # made[:closed] are closed already (failed attempts, before a retry)
 
@@ -319,10 +324,18 @@ class HTTPPolicies(Generic[Resp]):
             result: Resp = stages[index].call(through, index + 1)
             return result
 
+        def retried() -> Resp:
+            try:
+                return through(0)
+            except (ServerError, TooManyRequests) as failed:
+                if settle is not None:
+                    settle(failed.response)
+                raise
+
         try:
             try:
                 if self.retry is not None and body_replayable and method.upper() in self.retry_methods:
-                    response = self.retry.call(through, 0)
+                    response = self.retry.call(retried)
                 elif len(stages) == 1:
                     response = stages[0].call(attempt)  # the common case, called directly
                 else:
@@ -341,14 +354,23 @@ class HTTPPolicies(Generic[Resp]):
 
 
 def _releasing_first(attempt: Callable[[], Awaitable[Resp]], made: list[Resp],
-                     release: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[Resp]]:
+                     release: Callable[[], Awaitable[None]],
+                     settle: Callable[[Resp], Any] | None) -> Callable[[], Awaitable[Resp]]:
     """``attempt`` for a retried request: the responses of the failed attempts before it are
-    released first (a pool of one connection would otherwise wait for itself)."""
+    released first (a pool of one connection would otherwise wait for itself), and a failed
+    response is settled (see :meth:`HTTPPolicies.run`) before the retry sleeps."""
 
     async def releasing() -> Resp:
         if made:
             await release()
-        return await attempt()
+        try:
+            return await attempt()
+        except (ServerError, TooManyRequests) as failed:
+            if settle is not None:
+                settling = settle(failed.response)
+                if inspect.isawaitable(settling):
+                    await settling
+            raise
 
     return releasing
 
