@@ -120,3 +120,35 @@ async def test_a_probe_cancelled_before_its_report_was_sent_still_reports(server
     assert other.state is BreakerState.CLOSED
     await store.aclose()
     await other_store.aclose()
+
+
+def test_the_blocking_shared_limiter_queues_no_more_threads_than_queue_limit(server: RedisServer) -> None:
+    import threading
+
+    from stoic import RateLimited
+    from stoic.fleet import BlockingSharedRateLimiter, SharedRateLimiter
+
+    label = fresh("queue")
+    limiter = BlockingSharedRateLimiter(1, 0.5, queue_limit=1, store=RedisStore(server.url, budget=0.5), label=label)
+    assert limiter.try_acquire()  # the bucket is empty now: the next permit in 0.5 s
+    first = threading.Thread(target=limiter.acquire)
+    first.start()
+    while limiter.waiter_count == 0:
+        time.sleep(0.005)
+    time.sleep(0.05)  # the first thread was refused with a wait: it sleeps in the queue
+    with pytest.raises(RateLimited):  # queue_limit=1: a second waiting thread is one too many
+        limiter.acquire()
+    first.join(5)
+
+    async def the_asyncio_twin() -> None:  # what the asyncio limiter does in the same spot
+        twin = SharedRateLimiter(1, 0.5, queue_limit=1, store=RedisStore(server.url, budget=0.5),
+                                 label=fresh("queue"))
+        assert await twin.try_acquire()
+        waiting = asyncio.create_task(twin.acquire())
+        while twin.waiter_count == 0:
+            await asyncio.sleep(0.005)
+        with pytest.raises(RateLimited):
+            await twin.acquire()
+        await waiting
+
+    asyncio.run(the_asyncio_twin())

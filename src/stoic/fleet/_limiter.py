@@ -441,7 +441,9 @@ class BlockingSharedRateLimiter(_SharedBucket):
         ticket = threading.Event()
         with self._lock:
             waiters = self._waiters
-            if self._queue_limit is not None and len(waiters) > self._queue_limit:
+            # Behind others it will wait: refused when queue_limit threads wait already (as the
+            # asyncio limiter). First in line it asks at once, and is judged if it must wait.
+            if waiters and self._queue_limit is not None and len(waiters) >= self._queue_limit:
                 raise self._reject("queue_full", permits, None)
             waiters.append(ticket)
             head = waiters[0] is ticket
