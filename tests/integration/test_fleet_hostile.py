@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from redis_harness import RedisServer
 
-from stoic import OpenDuration
+from stoic import CircuitOpen, OpenDuration
 from stoic.breaker import BreakerState, CountWindow
 from stoic.fleet import RedisStore, SharedCircuitBreaker
 
@@ -152,3 +152,38 @@ def test_the_blocking_shared_limiter_queues_no_more_threads_than_queue_limit(ser
         await waiting
 
     asyncio.run(the_asyncio_twin())
+
+
+async def test_a_trip_whose_caller_is_cancelled_while_reporting_it_still_opens_the_fleets_breaker(
+    server: RedisServer,
+) -> None:
+    label = fresh("trip-cancel")
+    store, other_store = RedisStore(server.url, budget=2.0), RedisStore(server.url, budget=2.0)
+    shared, other = breaker(store, label), breaker(other_store, label)
+    assert await other.execute(ok) == "ok"
+    sha = store._scripts["breaker_trip"].sha
+    roundtrip = store._roundtrip
+    stalled = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow_trip(command: tuple[Any, ...], repeat: bool) -> Any:
+        if command[1] == sha:
+            stalled.set()
+            await release.wait()  # a slow link: the trip is still on its way
+        return await roundtrip(command, repeat)
+
+    store._roundtrip = slow_trip  # type: ignore[method-assign]
+    for _ in range(3):
+        with pytest.raises(ConnectionError):
+            await shared.execute(fail)
+    fourth = asyncio.create_task(shared.execute(fail))  # trips this replica's window
+    await stalled.wait()
+    fourth.cancel()  # the request's deadline, say: the trip it was reporting must still land
+    with pytest.raises((asyncio.CancelledError, ConnectionError)):
+        await fourth
+    release.set()
+    await asyncio.sleep(0.1)  # the other replica's refresh interval
+    with pytest.raises(CircuitOpen):
+        await other.execute(ok)
+    await store.aclose()
+    await other_store.aclose()

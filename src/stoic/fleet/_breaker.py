@@ -506,7 +506,10 @@ class SharedCircuitBreaker:
         return trigger
 
     async def _trip(self, now: int) -> None:
-        await self._call("breaker_trip", self._tripping(now))
+        # Shielded: the window that tripped is emptied here, so a trip lost with its cancelled
+        # caller (a request's deadline, most likely while the dependency fails) would wait for
+        # minimum_calls more failures. The caller still leaves at once; the trip lands.
+        await asyncio.shield(self._call("breaker_trip", self._tripping(now)))
 
     async def _probe(self, fn: Callable[..., Awaitable[R]], args: Any, kwargs: Any) -> R:
         token = os.urandom(9).hex()
