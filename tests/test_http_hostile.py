@@ -221,3 +221,18 @@ async def test_the_last_failed_response_read_before_a_retry_is_still_readable(se
             client.stream("GET", "/readable/async") as r:  # one attempt: its failure is the answer
         assert r.status_code == 503
         assert b"".join([chunk async for chunk in r.aiter_bytes()]) == b"hit 1"
+
+
+async def test_an_is_failure_that_raises_is_reported_once_and_the_default_rule_decides(server, caplog):
+    url, _ = server
+
+    def is_failure(status: int) -> bool:
+        return {500: True, 503: True}[status]  # a user's table that forgot 200
+
+    transport = AsyncResilientTransport(is_failure=is_failure)
+    with pytest.warns(RuntimeWarning, match="is_failure"):
+        async with httpx.AsyncClient(base_url=url, transport=transport) as client:
+            first = await client.get("/healthy/callback")
+            second = await client.get("/healthy/callback")
+    assert first.status_code == second.status_code == 200  # the response, not KeyError
+    assert len([r for r in caplog.records if "is_failure" in r.getMessage()]) == 1

@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, Final, Generic, TypeVar
 
+from ._callbacks import callback_failed
 from ._classify import RetryDecision
 from ._errors import RateLimited
 from ._policy import Policy
@@ -109,7 +110,8 @@ class HTTPPolicies(Generic[Resp]):
     :class:`stoic.Keyed` families of them, outermost first; ``retry``: a :class:`stoic.Retrying`
     or ``None``; ``hedge``: a :class:`stoic.Hedge` or ``None`` (async only);
     ``retry_methods``: methods that may be retried and hedged (default
-    :data:`IDEMPOTENT_METHODS`); ``is_failure(status)``: which statuses fail (default 5xx);
+    :data:`IDEMPOTENT_METHODS`); ``is_failure(status)``: which statuses fail (default 5xx; when
+    it raises, reported once by warnings and the ``"stoic"`` logger, the default rule decides);
     ``retry_after_cap``: the longest ``Retry-After`` honoured, seconds (default 300).
     """
 
@@ -206,10 +208,19 @@ class HTTPPolicies(Generic[Resp]):
         if status == 429:
             raise TooManyRequests(response, label=key, retry_after=parse_retry_after(
                 headers.get("retry-after"), cap=self.retry_after_cap))
-        if self.is_failure(status):
+        if self._failed(status, response):
             after = parse_retry_after(headers.get("retry-after"), cap=self.retry_after_cap) if status == 503 else None
             raise ServerError(status, response, after)
         return response
+
+    def _failed(self, status: int, response: Resp) -> bool:
+        try:
+            return bool(self.is_failure(status))
+        except Exception as failure:
+            # A user callback never breaks a call: reported once, and the response judged by
+            # the default rule (5xx) instead.
+            callback_failed(self.is_failure, "is_failure", failure, ServerError(status, response))
+            return _server_error(status)
 
     async def run(self, key: str, method: str, attempt: Callable[[], Awaitable[Resp]], made: list[Resp],
                   close: Callable[[Resp], Any], *, body_in_memory: bool = True,
