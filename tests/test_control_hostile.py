@@ -82,3 +82,13 @@ def test_a_breaker_family_is_still_forced_and_cleared() -> None:
     assert control.force_open("hosts") == 1
     assert str(family.get("b").state) == "open"  # a key built later is forced too
     assert control.clear_forced_open("hosts") == 2
+
+
+def test_a_clock_that_is_not_one_is_refused_at_construction() -> None:
+    with pytest.raises(TypeError, match="clock"):
+        ControlPlane(clock="not a clock")  # type: ignore[arg-type]
+    from stoic.fleet import SharedLatency
+
+    store = RedisStore("redis://127.0.0.1:1/0")
+    with pytest.raises(TypeError, match="clock"):
+        SharedLatency(store=store, label="lat", clock=object())  # type: ignore[arg-type]

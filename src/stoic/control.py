@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ._clock import Clock, current_clock
+from ._clock import Clock, check_clock, current_clock
 from ._durations import check_label
 from .events import Level, emit
 from .events._sinks import kind_floor
@@ -111,14 +111,15 @@ class ControlPlane:
     """Policies registered by name, and the controls an operator needs during an incident.
 
     ``ControlPlane(clock=None)``; ``clock`` stamps the ``control.*`` events (default: the
-    ambient clock at construction). Thread-safe. A typical service has one, shared by its
+    ambient clock at construction; ``TypeError`` naming ``clock`` for an object that is not
+    one). Thread-safe. A typical service has one, shared by its
     HTTP integrations and served by :func:`stoic.admin.admin_app`.
     """
 
     __slots__ = ("_clock", "_entries", "_lock")
 
     def __init__(self, *, clock: Clock | None = None) -> None:
-        self._clock: Clock = clock if clock is not None else current_clock()
+        self._clock: Clock = check_clock(clock) if clock is not None else current_clock()
         self._entries: dict[str, object] = {}
         self._lock = threading.Lock()
 
