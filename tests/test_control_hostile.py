@@ -92,3 +92,16 @@ def test_a_clock_that_is_not_one_is_refused_at_construction() -> None:
     store = RedisStore("redis://127.0.0.1:1/0")
     with pytest.raises(TypeError, match="clock"):
         SharedLatency(store=store, label="lat", clock=object())  # type: ignore[arg-type]
+
+
+def test_an_admin_prefix_that_could_match_no_path_is_refused() -> None:
+    from stoic.admin import admin_app
+
+    control = ControlPlane()
+    with pytest.raises(ValueError, match="prefix"):
+        admin_app(control, token="t", prefix="admin")  # every route would answer 404
+    with pytest.raises(TypeError, match="prefix"):
+        admin_app(control, token="t", prefix=None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="token"):
+        admin_app(control, token=1234)  # type: ignore[arg-type]
+    admin_app(control, token="t", prefix="/admin/")  # a trailing slash is fine
