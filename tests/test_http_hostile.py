@@ -236,3 +236,20 @@ async def test_an_is_failure_that_raises_is_reported_once_and_the_default_rule_d
             second = await client.get("/healthy/callback")
     assert first.status_code == second.status_code == 200  # the response, not KeyError
     assert len([r for r in caplog.records if "is_failure" in r.getMessage()]) == 1
+
+
+def test_load_shedding_refuses_header_names_that_are_not_names():
+    from stoic import Bulkhead
+    from stoic.asgi import LoadShedding
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        return None
+
+    bulkhead = Bulkhead(1, label="ingress")
+    with pytest.raises(TypeError, match="criticality_header"):
+        LoadShedding(app, bulkhead=bulkhead, criticality_header=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="deadline_header"):
+        LoadShedding(app, bulkhead=bulkhead, deadline_header=b"x-timeout")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="deadline_header"):
+        LoadShedding(app, bulkhead=bulkhead, deadline_header="")
+    LoadShedding(app, bulkhead=bulkhead, criticality_header=None, deadline_header="X-Request-Timeout")
