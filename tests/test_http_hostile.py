@@ -253,3 +253,39 @@ def test_load_shedding_refuses_header_names_that_are_not_names():
     with pytest.raises(ValueError, match="deadline_header"):
         LoadShedding(app, bulkhead=bulkhead, deadline_header="")
     LoadShedding(app, bulkhead=bulkhead, criticality_header=None, deadline_header="X-Request-Timeout")
+
+
+class FakeResponse:
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+
+async def test_a_response_that_fails_to_close_never_replaces_the_result_or_the_error():
+    from stoic import RetryBudget
+    from stoic._http import HTTPPolicies
+
+    policies: HTTPPolicies[FakeResponse] = HTTPPolicies(
+        retry=Retrying(Schedule.fixed(0.0).attempts(3), label="r", budget=RetryBudget.UNLIMITED))
+
+    def close(response: FakeResponse) -> None:
+        raise OSError("the socket was already gone")
+
+    for last, expected in ((200, None), (ConnectionResetError, ConnectionResetError)):
+        made: list[FakeResponse] = []
+        statuses: list[Any] = [503, last, last]
+
+        async def attempt(statuses: list[Any] = statuses, made: list[FakeResponse] = made) -> FakeResponse:
+            status = statuses.pop(0)
+            if not isinstance(status, int):
+                raise status("the transport failed")
+            response = FakeResponse(status)
+            made.append(response)
+            return policies.check(response, status, {}, "k")
+
+        if expected is None:
+            assert (await policies.run("k", "GET", attempt, made, close)).status == 200
+            assert policies.run_sync("k", "GET", lambda: policies.check(FakeResponse(200), 200, {}, "k"),
+                                     [FakeResponse(503)], close).status == 200
+        else:
+            with pytest.raises(expected):  # the transport's error, not the OSError of a close
+                await policies.run("k", "GET", attempt, made, close)

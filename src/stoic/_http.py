@@ -229,8 +229,9 @@ class HTTPPolicies(Generic[Resp]):
         (the last one, when retries are over) is returned as a response, not raised.
 
         ``made``: the list ``attempt`` appends every response it receives to; ``close(response)``
-        releases one (its result awaited when awaitable). Every response in ``made`` but the one
-        returned is closed, and all of them when the call raises; a retried attempt closes the
+        releases one (its result awaited when awaitable; a close that raises is ignored). Every
+        response in ``made`` but the one returned is closed, and all of them when the call
+        raises; a retried attempt closes the
         failed ones before it sends (their connections may be the ones it needs).
         ``body_in_memory``: the request has no body or its body is bytes held in memory, so two
         attempts may send it at once (the hedge applies only then). ``body_replayable``: the
@@ -257,10 +258,8 @@ class HTTPPolicies(Generic[Resp]):
                 # failed one, and its connection may be the one this attempt needs.
                 nonlocal closed
                 while closed < len(made):
-                    closing = close(made[closed])
                     closed += 1
-                    if inspect.isawaitable(closing):
-                        await closing
+                    await _closed(close, made[closed - 1])
 
             try:
                 try:
@@ -292,16 +291,12 @@ class HTTPPolicies(Generic[Resp]):
                     response = failed.response
             except BaseException:
                 for made_one in made[closed:]:
-                    closing = close(made_one)
-                    if inspect.isawaitable(closing):
-                        await closing
+                    await _closed(close, made_one)
                 raise
             if len(made) > 1:
                 for made_one in made[closed:]:
                     if made_one is not response:
-                        closing = close(made_one)
-                        if inspect.isawaitable(closing):
-                            await closing
+                        await _closed(close, made_one)
             return response
         finally:
             if claimed is not None:
@@ -330,7 +325,7 @@ class HTTPPolicies(Generic[Resp]):
             if index == len(stages):
                 while closed < len(made):  # a retried attempt: the failed ones give their connections back first
                     closed += 1
-                    close(made[closed - 1])
+                    _closed_sync(close, made[closed - 1])
                 return attempt()
             result: Resp = stages[index].call(through, index + 1)
             return result
@@ -355,13 +350,32 @@ class HTTPPolicies(Generic[Resp]):
                 response = failed.response
         except BaseException:
             for made_one in made[closed:]:
-                close(made_one)
+                _closed_sync(close, made_one)
             raise
         if len(made) > 1:
             for made_one in made[closed:]:
                 if made_one is not response:
-                    close(made_one)
+                    _closed_sync(close, made_one)
         return response
+
+
+async def _closed(close: Callable[[Resp], Any], response: Resp) -> None:
+    """``close(response)``, its result awaited when awaitable; a close that fails is ignored: the
+    response is gone either way, and the request's own result or error must stand."""
+    try:
+        closing = close(response)
+        if inspect.isawaitable(closing):
+            await closing
+    except Exception:
+        pass
+
+
+def _closed_sync(close: Callable[[Resp], object], response: Resp) -> None:
+    """:func:`_closed` for the blocking clients."""
+    try:
+        close(response)
+    except Exception:
+        pass
 
 
 def _releasing_first(attempt: Callable[[], Awaitable[Resp]], made: list[Resp],
