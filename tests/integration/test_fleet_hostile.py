@@ -187,3 +187,33 @@ async def test_a_trip_whose_caller_is_cancelled_while_reporting_it_still_opens_t
         await other.execute(ok)
     await store.aclose()
     await other_store.aclose()
+
+
+async def test_the_fleets_kill_switch_survives_a_redis_restarted_without_its_data(tmp_path) -> None:
+    own = RedisServer(tmp_path)
+    try:
+        label = fresh("switch")
+        store, other_store = (RedisStore(own.url, budget=0.2, probe_interval=0.1) for _ in range(2))
+        switched, other = breaker(store, label), breaker(other_store, label)
+        await switched.force_open()
+        own.kill()
+        own.start()  # empty: nothing is persisted
+        deadline = time.monotonic() + 5.0
+        refusals = 0
+        while refusals < 3 or switched.degraded:  # through the outage, then on the restarted store
+            await asyncio.sleep(0.06)
+            with pytest.raises(CircuitOpen):
+                await switched.execute(ok)
+            refusals += 1
+            assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+        with pytest.raises(CircuitOpen) as info:
+            await other.execute(ok)  # a replica that never forced anything sees the switch again
+        assert info.value.retry_after is None
+        await switched.force_closed()
+        await asyncio.sleep(0.1)
+        assert await other.execute(ok) == "ok"
+        await store.aclose()
+        await other_store.aclose()
+    finally:
+        own.stop()

@@ -172,6 +172,10 @@ class SharedCircuitBreaker:
         self._seen = BreakerState.CLOSED  # the state last published to state_changes() streams
         self._streams: weakref.WeakSet[StateStream] | None = None
         self._sync = threading.Lock()  # serialises call() from threads around the shared copy
+        # This replica threw the fleet's kill switch (force_open) and nobody has lifted it since:
+        # a shared state found empty (a restarted or flushed Redis, an expired key) gets it again.
+        self._switched = False
+        self._reforce = False
 
     # ------------------------------------------------------------------ observation
     @property
@@ -310,6 +314,11 @@ class SharedCircuitBreaker:
             self._quick = 0
             self._defer_until = NEVER
             self._gen = gen
+        if self._switched and st != _FORCED:
+            if gen == 0:  # an empty state: the switch was lost with it, not lifted
+                self._reforce = True
+            else:
+                self._switched = False  # lifted by force_closed()/reset() on another replica
         self._st = st
         self._trips = trips
         self._until = now + remaining * 1000 if remaining >= 0 else 0
@@ -343,6 +352,9 @@ class SharedCircuitBreaker:
         self._refreshed = done
         try:
             await self._call("breaker_refresh")
+            if self._reforce:
+                self._reforce = False
+                await self._call("breaker_force", "open")
         finally:
             self._refreshing = False
             self._refreshed = None
@@ -570,6 +582,9 @@ class SharedCircuitBreaker:
             start = now()
             if start >= self._due or self._gen < 0:
                 self._call_blocking("breaker_refresh")
+                if self._reforce:
+                    self._reforce = False
+                    self._call_blocking("breaker_force", "open")
                 self._due = now() + self._refresh_ns
             st, gen, degraded = self._st, self._gen, self._degraded
             if not degraded and st != _CLOSED and (st == _FORCED or now() < self._until):
@@ -654,19 +669,24 @@ class SharedCircuitBreaker:
         """Open the breaker for the whole fleet with no end (a kill switch) until
         :meth:`force_closed` or :meth:`reset` on any replica. Other replicas refuse within
         ``refresh_interval``. The fallback breaker is forced open too, so the switch holds here
-        through a store outage. Raises :class:`StoreError` when the store cannot be reached."""
+        through a store outage, and this replica throws it again when it finds the shared state
+        empty (a Redis restarted without its data, a flushed or expired key). Raises
+        :class:`StoreError` when the store cannot be reached."""
         self._local.force_open()
         await self._force("open")
+        self._switched = True
 
     async def force_closed(self) -> None:
         """Close the breaker fleet-wide (the trip count is kept). Raises :class:`StoreError`
         when the store cannot be reached."""
+        self._switched = False
         self._local.force_closed()
         await self._force("closed")
 
     async def reset(self) -> None:
         """Close the breaker fleet-wide and forget the trip count. Raises :class:`StoreError`
         when the store cannot be reached."""
+        self._switched = False
         self._local.reset()
         await self._force("reset")
 
