@@ -289,3 +289,13 @@ async def test_a_response_that_fails_to_close_never_replaces_the_result_or_the_e
         else:
             with pytest.raises(expected):  # the transport's error, not the OSError of a close
                 await policies.run("k", "GET", attempt, made, close)
+
+
+def test_retry_methods_and_is_failure_of_the_wrong_type_are_refused_at_construction():
+    with pytest.raises(TypeError, match="retry_methods"):
+        AsyncResilientTransport(retry=retry(), retry_methods="GET")  # its letters: nothing retried
+    with pytest.raises(TypeError, match="retry_methods"):
+        ResilientTransport(retry=retry(), retry_methods=["GET", 1])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="is_failure"):
+        ResilientMiddleware(is_failure=500)  # type: ignore[arg-type]
+    AsyncResilientTransport(retry=retry(), retry_methods=("get", "POST"))

@@ -113,6 +113,8 @@ class HTTPPolicies(Generic[Resp]):
     :data:`IDEMPOTENT_METHODS`); ``is_failure(status)``: which statuses fail (default 5xx; when
     it raises, reported once by warnings and the ``"stoic"`` logger, the default rule decides);
     ``retry_after_cap``: the longest ``Retry-After`` honoured, seconds (default 300).
+    ``TypeError`` for a stage, ``retry``, ``hedge``, ``retry_methods`` (a bare ``str`` included)
+    or ``is_failure`` of the wrong type; ``ValueError`` naming ``retry_after_cap`` out of range.
     """
 
     __slots__ = ("_held", "_shape", "hedge", "is_failure", "ok_below", "retry", "retry_after_cap",
@@ -136,6 +138,11 @@ class HTTPPolicies(Generic[Resp]):
             raise TypeError(f"retry must be a stoic.Retrying, got {type(retry).__name__}")
         if hedge is not None and not isinstance(hedge, Hedge):
             raise TypeError(f"hedge must be a stoic.Hedge, got {type(hedge).__name__}")
+        if isinstance(retry_methods, str) or not all(isinstance(m, str) for m in retry_methods):
+            # ("GET" is a collection of str too: its letters, which would retry nothing)
+            raise TypeError(f"retry_methods must be a collection of method names, got {retry_methods!r}")
+        if is_failure is not None and not callable(is_failure):
+            raise TypeError(f"is_failure must be a callable (status -> bool), got {type(is_failure).__name__}")
         if isinstance(retry_after_cap, bool) or not isinstance(retry_after_cap, (int, float)) \
                 or not retry_after_cap >= 0 or not math.isfinite(retry_after_cap):
             raise ValueError(f"retry_after_cap must be finite seconds >= 0, got {retry_after_cap!r}")
