@@ -299,3 +299,32 @@ def test_retry_methods_and_is_failure_of_the_wrong_type_are_refused_at_construct
     with pytest.raises(TypeError, match="is_failure"):
         ResilientMiddleware(is_failure=500)  # type: ignore[arg-type]
     AsyncResilientTransport(retry=retry(), retry_methods=("get", "POST"))
+
+
+async def test_a_hedged_attempt_never_closes_its_rivals_response(clock) -> None:
+    from stoic import Hedge, RetryBudget
+    from stoic._http import HTTPPolicies
+
+    class Resp:
+        def __init__(self, status: int, n: int) -> None:
+            self.status, self.n, self.closed = status, n, False
+
+    policies: HTTPPolicies[Resp] = HTTPPolicies(
+        hedge=Hedge(1.0, label="hedge"),
+        retry=Retrying(Schedule.fixed(0.0).attempts(1), label="r", budget=RetryBudget.UNLIMITED, clock=clock))
+    made: list[Resp] = []
+    takes = [1.0, 0.5]  # the first answers at the instant the hedge fires: both race
+
+    async def attempt() -> Resp:
+        n = 2 - len(takes)
+        await clock.sleep(takes.pop(0))
+        response = Resp(503, n)
+        made.append(response)
+        return policies.check(response, 503, {}, "k")
+
+    def close(response: Resp) -> None:
+        response.closed = True
+
+    response = await clock.run(policies.run("k", "GET", attempt, made, close))
+    assert response.status == 503 and not response.closed  # the answer the caller gets is open
+    assert len(made) == 2 and all(r.closed for r in made if r is not response)

@@ -286,13 +286,19 @@ class HTTPPolicies(Generic[Resp]):
                     else:
                         async def racing(*_: Any) -> Resp:
                             # A hedge starts its attempts as tasks: it needs a coroutine function.
-                            if len(made) > closed:  # a retried race: the last race's responses all failed
-                                await release_failed()
                             chain = _chain(stages, attempt)
                             result: Resp = await chain[0](*chain[1:])
                             return result
 
-                        response = await (retry.execute(hedge.execute, IDEMPOTENT, racing) if retry is not None
+                        async def race() -> Resp:
+                            # A retried race: the last race's responses all failed (within a race,
+                            # a hedged attempt must not close its rivals': one may be the answer).
+                            if len(made) > closed:
+                                await release_failed()
+                            result: Resp = await hedge.execute(IDEMPOTENT, racing)
+                            return result
+
+                        response = await (retry.execute(race) if retry is not None
                                           else hedge.execute(IDEMPOTENT, racing))
                 except (ServerError, TooManyRequests) as failed:
                     response = failed.response
