@@ -105,3 +105,30 @@ def test_an_admin_prefix_that_could_match_no_path_is_refused() -> None:
     with pytest.raises(TypeError, match="token"):
         admin_app(control, token=1234)  # type: ignore[arg-type]
     admin_app(control, token="t", prefix="/admin/")  # a trailing slash is fine
+
+
+async def call_app(app: Any, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+    sent: list[dict[str, Any]] = []
+    scope = {"type": "http", "method": method, "path": path, "headers": [(b"authorization", b"Bearer t")],
+             "server": ("10.0.0.1", 9470)}
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return sent[0]["status"], sent[1]["body"]
+
+
+async def test_an_admin_body_nested_too_deep_is_malformed_json_not_an_internal_error() -> None:
+    from stoic.admin import admin_app
+
+    control = ControlPlane()
+    control.register(CircuitBreaker(label="b"))
+    app = admin_app(control, token="t")
+    status, body = await call_app(app, "POST", "/policies/b/force-open", b"[" * 30000 + b"]" * 30000)
+    assert status == 400 and b"JSON" in body
+    assert str(control.get("b").state) == "closed"

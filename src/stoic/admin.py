@@ -180,7 +180,7 @@ async def _read_json(receive: Receive) -> dict[str, Any]:
         return {}
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # (nesting too deep for the parser)
         raise _Refused(400, "the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise _Refused(400, "the body must be a JSON object")
