@@ -132,3 +132,20 @@ async def test_an_admin_body_nested_too_deep_is_malformed_json_not_an_internal_e
     status, body = await call_app(app, "POST", "/policies/b/force-open", b"[" * 30000 + b"]" * 30000)
     assert status == 400 and b"JSON" in body
     assert str(control.get("b").state) == "closed"
+
+
+def test_a_retune_that_cannot_keep_a_key_forced_changes_no_key() -> None:
+    built: list[AsyncSwitch] = []
+
+    def switches(*, label: str, clock: Any = None, size: int = 1) -> AsyncSwitch:
+        switch = AsyncSwitch(label=label, clock=clock)
+        built.append(switch)
+        return switch
+
+    family = Keyed(switches, label="sw", size=1)
+    family.get("a")
+    family.get("b")
+    before = dict(family.policies)
+    with pytest.raises(TypeError, match="asynchronous"):
+        family.retune(size=2)  # the keys read as forced open: their new policies could not be forced
+    assert dict(family.policies) == before and family.config["size"] == 1

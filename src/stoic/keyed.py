@@ -445,8 +445,11 @@ class Keyed(Generic[P]):
             rebuilt: list[tuple[_Slot[P], P, bool]] = []
             if not in_place:
                 for slot in slots:
-                    rebuilt.append((slot, factory(label=slot.label, clock=clock, **config),
-                                    is_forced_open(slot.policy)))
+                    policy = factory(label=slot.label, clock=clock, **config)
+                    forced = is_forced_open(slot.policy)
+                    if forced or self._forced_all:
+                        _switch(policy, "force_open", self._label)  # refused here, before any key changes
+                    rebuilt.append((slot, policy, forced))
             if in_place:
                 # A key's own state can refuse (a queued request above a new burst, queue
                 # management switched on while callers wait): every key is asked first, so a
