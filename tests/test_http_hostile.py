@@ -40,7 +40,8 @@ class Recorder:
         seen.append(body)
         status = 503 if len(seen) == 1 and not scope["path"].startswith("/healthy") else 200
         text = f"hit {len(seen)}".encode()
-        headers = [(b"content-length", str(len(text)).encode())]
+        # (under /chunked/ no length: uvicorn sends the body chunked, so it is not read before a retry)
+        headers = [] if scope["path"].startswith("/chunked/") else [(b"content-length", str(len(text)).encode())]
         query = scope.get("query_string", b"")
         if query.startswith(b"retry_after="):
             headers.append((b"retry-after", query.removeprefix(b"retry_after=")))
@@ -328,3 +329,51 @@ async def test_a_hedged_attempt_never_closes_its_rivals_response(clock) -> None:
     response = await clock.run(policies.run("k", "GET", attempt, made, close))
     assert response.status == 503 and not response.closed  # the answer the caller gets is open
     assert len(made) == 2 and all(r.closed for r in made if r is not response)
+
+
+def test_a_retried_request_gives_its_connection_back_before_it_queues_in_a_bulkhead(server):
+    import threading
+
+    from stoic import BlockingBulkhead
+
+    url, app = server
+    inner = httpx.HTTPTransport(limits=httpx.Limits(max_connections=1))
+    transport = ResilientTransport(inner, stages=[BlockingBulkhead(1, queue_limit=10, label="one")],
+                                   retry=Retrying(Schedule.fixed(0.3).attempts(2), label="slow-retry"))
+    results: dict[str, Any] = {}
+    with httpx.Client(base_url=url, transport=transport, timeout=httpx.Timeout(5.0, pool=2.0)) as client:
+        def get(name: str, path: str) -> None:
+            try:  # (the second is a POST: one attempt, a PoolTimeout is not retried away)
+                results[name] = client.request("GET" if name == "first" else "POST", path).status_code
+            except httpx.HTTPError as exc:
+                results[name] = type(exc).__name__
+
+        first = threading.Thread(target=get, args=("first", "/chunked/bulkhead-sync"))
+        first.start()
+        while "/chunked/bulkhead-sync" not in app.bodies:
+            threading.Event().wait(0.01)
+        threading.Event().wait(0.05)  # its 503 is held (chunked: not read) while its retry sleeps
+        second = threading.Thread(target=get, args=("second", "/healthy/bulkhead-sync"))
+        second.start()  # takes the slot, then waits for the pool's one connection
+        first.join(10)
+        second.join(10)
+    # The first, back from its sleep, must not queue for the slot while holding the connection
+    # the slot's holder waits for (both would wait until the pool timeout).
+    assert results == {"first": 200, "second": 200}
+
+
+async def test_an_asyncio_retried_request_gives_its_connection_back_before_it_queues_in_a_bulkhead(server):
+    from stoic import Bulkhead
+
+    url, app = server
+    inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=1))
+    transport = AsyncResilientTransport(inner, stages=[Bulkhead(1, queue_limit=10, label="one")],
+                                        retry=Retrying(Schedule.fixed(0.3).attempts(2), label="slow-retry"))
+    async with httpx.AsyncClient(base_url=url, transport=transport, timeout=httpx.Timeout(5.0, pool=2.0)) as client:
+        first = asyncio.create_task(client.get("/chunked/bulkhead-async"))
+        while "/chunked/bulkhead-async" not in app.bodies:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        second = asyncio.create_task(client.post("/healthy/bulkhead-async"))  # one attempt
+        results = await asyncio.gather(first, second, return_exceptions=True)
+    assert [getattr(r, "status_code", type(r).__name__) for r in results] == [200, 200]

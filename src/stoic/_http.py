@@ -270,19 +270,37 @@ class HTTPPolicies(Generic[Resp]):
 
             try:
                 try:
-                    if retry is not None and hedge is None:
-                        attempt = _releasing_first(attempt, made, release_failed, settle)
-                    if hedge is None:
+                    if hedge is None and retry is not None:
+                        chain = _chain(stages, attempt)
+
+                        async def once() -> Resp:
+                            # Outside the stages: the failed attempts' responses are released
+                            # before this one queues for a slot (a caller waiting in a bulkhead
+                            # while holding a connection the slot's holder needs would deadlock),
+                            # and a failed response is settled before the retry sleeps.
+                            if len(made) > closed:
+                                await release_failed()
+                            try:
+                                result: Resp = await chain[0](*chain[1:])
+                            except (ServerError, TooManyRequests) as failed:
+                                if settle is not None:
+                                    settling = settle(failed.response)
+                                    if inspect.isawaitable(settling):
+                                        await settling
+                                raise
+                            return result
+
+                        response = await retry.execute(once)
+                    elif hedge is None:
                         # The stages' execute methods and the attempt as one call: the first stage
                         # gets the inner ones and the attempt as its arguments (what a Pipeline
                         # runs, without building one per request: a family's policy varies by key).
                         if len(stages) == 2:  # the common stack, called without building a tuple
                             first, second = stages
-                            response = await (retry.execute(first.execute, second.execute, attempt)
-                                              if retry is not None else first.execute(second.execute, attempt))
+                            response = await first.execute(second.execute, attempt)
                         else:
                             chain = _chain(stages, attempt)
-                            response = await (retry.execute(*chain) if retry is not None else chain[0](*chain[1:]))
+                            response = await chain[0](*chain[1:])
                     else:
                         async def racing(*_: Any) -> Resp:
                             # A hedge starts its attempts as tasks: it needs a coroutine function.
@@ -334,16 +352,18 @@ class HTTPPolicies(Generic[Resp]):
         closed = 0  # made[:closed] are closed already (failed attempts, before a retry)
 
         def through(index: int) -> Resp:
-            nonlocal closed
             if index == len(stages):
-                while closed < len(made):  # a retried attempt: the failed ones give their connections back first
-                    closed += 1
-                    _closed_sync(close, made[closed - 1])
                 return attempt()
             result: Resp = stages[index].call(through, index + 1)
             return result
 
         def retried() -> Resp:
+            # As the asyncio run's once(): the failed attempts give their connections back before
+            # this one queues for a slot, and a failed response is settled before the retry sleeps.
+            nonlocal closed
+            while closed < len(made):
+                closed += 1
+                _closed_sync(close, made[closed - 1])
             try:
                 return through(0)
             except (ServerError, TooManyRequests) as failed:
@@ -389,28 +409,6 @@ def _closed_sync(close: Callable[[Resp], object], response: Resp) -> None:
         close(response)
     except Exception:
         pass
-
-
-def _releasing_first(attempt: Callable[[], Awaitable[Resp]], made: list[Resp],
-                     release: Callable[[], Awaitable[None]],
-                     settle: Callable[[Resp], Any] | None) -> Callable[[], Awaitable[Resp]]:
-    """``attempt`` for a retried request: the responses of the failed attempts before it are
-    released first (a pool of one connection would otherwise wait for itself), and a failed
-    response is settled (see :meth:`HTTPPolicies.run`) before the retry sleeps."""
-
-    async def releasing() -> Resp:
-        if made:
-            await release()
-        try:
-            return await attempt()
-        except (ServerError, TooManyRequests) as failed:
-            if settle is not None:
-                settling = settle(failed.response)
-                if inspect.isawaitable(settling):
-                    await settling
-            raise
-
-    return releasing
 
 
 def _chain(stages: Sequence[Policy], attempt: Callable[[], Awaitable[Resp]]) -> tuple[Any, ...]:
