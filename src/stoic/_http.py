@@ -260,13 +260,14 @@ class HTTPPolicies(Generic[Resp]):
             response: Resp
             closed = 0  # made[:closed] are closed already (failed attempts, before a retry)
 
-            async def release_failed() -> None:
-                # A retried attempt runs only after a failure: every response made so far is a
-                # failed one, and its connection may be the one this attempt needs.
-                nonlocal closed
-                while closed < len(made):
-                    closed += 1
-                    await _closed(close, made[closed - 1])
+            if retry is not None:  # (not built for a request that is never retried)
+                async def release_failed() -> None:
+                    # A retried attempt runs only after a failure: every response made so far is
+                    # a failed one, and its connection may be the one this attempt needs.
+                    nonlocal closed
+                    while closed < len(made):
+                        closed += 1
+                        await _closed(close, made[closed - 1])
 
             try:
                 try:
