@@ -217,3 +217,37 @@ async def test_the_fleets_kill_switch_survives_a_redis_restarted_without_its_dat
         await other_store.aclose()
     finally:
         own.stop()
+
+
+async def test_a_probe_whose_lease_reply_came_after_the_budget_gives_the_lease_back_at_the_next_contact(
+    server: RedisServer,
+) -> None:
+    label = fresh("probe-late")
+    store = RedisStore(server.url, budget=0.2, probe_interval=0.2)
+    other_store = RedisStore(server.url, budget=0.5)
+    shared, other = breaker(store, label), breaker(other_store, label)
+    await trip(shared)
+    await asyncio.sleep(0.25)  # the open period is over: the next call probes
+    sha = store._scripts["breaker_probe"].sha
+    roundtrip = store._roundtrip
+    late = [True]  # only the first probe's reply is late
+
+    async def slow(command: tuple[Any, ...], repeat: bool) -> Any:
+        reply = await roundtrip(command, repeat)
+        if command[1] == sha and late:
+            late.clear()
+            await asyncio.sleep(1.0)  # the lease was granted; its reply misses the 0.2 s budget
+        return reply
+
+    store._roundtrip = slow  # type: ignore[method-assign]
+    assert await shared.execute(ok) == "ok"  # the store failed: the local fallback decided
+    assert shared.degraded
+    await asyncio.sleep(0.25)  # the store's rest (probe_interval) is over
+    await shared.refresh()  # the next contact: the orphaned lease goes back
+    assert not shared.degraded
+    # The fleet's probe is free: another replica probes and closes the breaker, instead of being
+    # refused until half_open_timeout (60 s) expires the lease as a failed probe.
+    assert await other.execute(ok) == "ok"
+    assert other.state is BreakerState.CLOSED
+    await store.aclose()
+    await other_store.aclose()

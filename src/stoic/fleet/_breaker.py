@@ -176,6 +176,10 @@ class SharedCircuitBreaker:
         # a shared state found empty (a restarted or flushed Redis, an expired key) gets it again.
         self._switched = False
         self._reforce = False
+        # Probe tokens whose lease request got no answer (the store timed out or failed): the
+        # lease may have been granted, so each is given back at the next contact, long before
+        # half_open_timeout would expire it as a failed probe.
+        self._orphans: list[str] = []
 
     # ------------------------------------------------------------------ observation
     @property
@@ -351,10 +355,15 @@ class SharedCircuitBreaker:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._refreshed = done
         try:
-            await self._call("breaker_refresh")
+            answered = await self._call("breaker_refresh") is not None
             if self._reforce:
                 self._reforce = False
                 await self._call("breaker_force", "open")
+            while answered and self._orphans:
+                token = self._orphans.pop()
+                answered = await self._call("breaker_done", token, "none") is not None
+                if not answered:
+                    self._orphans.append(token)
         finally:
             self._refreshing = False
             self._refreshed = None
@@ -534,6 +543,7 @@ class SharedCircuitBreaker:
             await self._call("breaker_done", token, "none")
             raise
         if reply is None:
+            self._orphan(token)
             return await self._without_store(fn, args, kwargs)
         if not reply[4]:
             if self._st == _CLOSED:
@@ -553,6 +563,10 @@ class SharedCircuitBreaker:
             raise
         await self._done(token, "slow" if self._now() - start > self._slow_ns else "ok")
         return result
+
+    def _orphan(self, token: str) -> None:
+        if len(self._orphans) < 16:  # (bounded: an outage makes one per probe interval at most)
+            self._orphans.append(token)
 
     async def _done(self, token: str, outcome: str) -> None:
         try:
@@ -581,10 +595,15 @@ class SharedCircuitBreaker:
         with self._sync:
             start = now()
             if start >= self._due or self._gen < 0:
-                self._call_blocking("breaker_refresh")
+                answered = self._call_blocking("breaker_refresh") is not None
                 if self._reforce:
                     self._reforce = False
                     self._call_blocking("breaker_force", "open")
+                while answered and self._orphans:
+                    token = self._orphans.pop()
+                    answered = self._call_blocking("breaker_done", token, "none") is not None
+                    if not answered:
+                        self._orphans.append(token)
                 self._due = now() + self._refresh_ns
             st, gen, degraded = self._st, self._gen, self._degraded
             if not degraded and st != _CLOSED and (st == _FORCED or now() < self._until):
@@ -624,6 +643,7 @@ class SharedCircuitBreaker:
             reply = self._call_blocking("breaker_probe", token)
             closed = self._st == _CLOSED
         if reply is None:
+            self._orphan(token)
             fail_event(self.label, "breaker", self._fail_open, self._why, self._now())
             if not self._fail_open:
                 raise CircuitOpen(f"circuit open ({self.label}): the store could not decide", label=self.label)
