@@ -12,13 +12,16 @@ request's key -> one attempt.
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import inspect
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, Final, Generic, TypeVar
 
+from ._callbacks import callback_failed
 from ._classify import RetryDecision
 from ._errors import RateLimited
 from ._policy import Policy
@@ -34,28 +37,35 @@ IDEMPOTENT_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"
 """Methods RFC 9110 calls idempotent: the only ones retried or hedged unless told otherwise."""
 
 DEFAULT_RETRY_AFTER_CAP: Final = 300.0  # seconds: retry's own cap on a retry_after wait
+_ASCTIME: Final = re.compile(r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}")
 
 
 def parse_retry_after(value: str | None, *, cap: float = DEFAULT_RETRY_AFTER_CAP,
                       now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delay-seconds or an HTTP date (RFC 9110
-    10.2.3), clamped to ``[0, cap]``. ``None`` when absent or malformed (never raises).
+    """Seconds to wait from a ``Retry-After`` header: delay-seconds (ASCII digits) or an HTTP
+    date in any of its three forms (RFC 9110 10.2.3, 5.6.7), clamped to ``[0, cap]``. ``None``
+    when absent or malformed (never raises).
     ``now`` is the wall-clock time (``time.time()``) a date is measured from."""
     if value is None:
         return None
     text = value.strip()
     if not text:
         return None
-    if text.isdigit():
-        seconds = float(int(text))
-    else:
-        try:
-            when = email.utils.parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError, OverflowError):
+    if text.isascii() and text.isdigit():
+        # float(), not int(): a value of thousands of digits is inf (then the cap), where int()
+        # raises ValueError past 4,300 digits and float(int) OverflowError past 308.
+        return min(float(text), cap)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        # An HTTP date is always GMT. The one form that does not say so is asctime's (RFC 9110
+        # 5.6.7: a recipient must accept it); any other date without a zone is not an HTTP date.
+        if not _ASCTIME.fullmatch(text):
             return None
-        if when.tzinfo is None:
-            return None  # an HTTP date is always GMT; a date without a zone is not one
-        seconds = when.timestamp() - (time.time() if now is None else now)
+        when = when.replace(tzinfo=datetime.UTC)
+    seconds = when.timestamp() - (time.time() if now is None else now)
     if not math.isfinite(seconds):
         return None
     return min(max(seconds, 0.0), cap)
@@ -100,8 +110,11 @@ class HTTPPolicies(Generic[Resp]):
     :class:`stoic.Keyed` families of them, outermost first; ``retry``: a :class:`stoic.Retrying`
     or ``None``; ``hedge``: a :class:`stoic.Hedge` or ``None`` (async only);
     ``retry_methods``: methods that may be retried and hedged (default
-    :data:`IDEMPOTENT_METHODS`); ``is_failure(status)``: which statuses fail (default 5xx);
+    :data:`IDEMPOTENT_METHODS`); ``is_failure(status)``: which statuses fail (default 5xx; when
+    it raises, reported once by warnings and the ``"stoic"`` logger, the default rule decides);
     ``retry_after_cap``: the longest ``Retry-After`` honoured, seconds (default 300).
+    ``TypeError`` for a stage, ``retry``, ``hedge``, ``retry_methods`` (a bare ``str`` included)
+    or ``is_failure`` of the wrong type; ``ValueError`` naming ``retry_after_cap`` out of range.
     """
 
     __slots__ = ("_held", "_shape", "hedge", "is_failure", "ok_below", "retry", "retry_after_cap",
@@ -125,6 +138,11 @@ class HTTPPolicies(Generic[Resp]):
             raise TypeError(f"retry must be a stoic.Retrying, got {type(retry).__name__}")
         if hedge is not None and not isinstance(hedge, Hedge):
             raise TypeError(f"hedge must be a stoic.Hedge, got {type(hedge).__name__}")
+        if isinstance(retry_methods, str) or not all(isinstance(m, str) for m in retry_methods):
+            # ("GET" is a collection of str too: its letters, which would retry nothing)
+            raise TypeError(f"retry_methods must be a collection of method names, got {retry_methods!r}")
+        if is_failure is not None and not callable(is_failure):
+            raise TypeError(f"is_failure must be a callable (status -> bool), got {type(is_failure).__name__}")
         if isinstance(retry_after_cap, bool) or not isinstance(retry_after_cap, (int, float)) \
                 or not retry_after_cap >= 0 or not math.isfinite(retry_after_cap):
             raise ValueError(f"retry_after_cap must be finite seconds >= 0, got {retry_after_cap!r}")
@@ -197,43 +215,93 @@ class HTTPPolicies(Generic[Resp]):
         if status == 429:
             raise TooManyRequests(response, label=key, retry_after=parse_retry_after(
                 headers.get("retry-after"), cap=self.retry_after_cap))
-        if self.is_failure(status):
+        if self._failed(status, response):
             after = parse_retry_after(headers.get("retry-after"), cap=self.retry_after_cap) if status == 503 else None
             raise ServerError(status, response, after)
         return response
 
+    def _failed(self, status: int, response: Resp) -> bool:
+        try:
+            return bool(self.is_failure(status))
+        except Exception as failure:
+            # A user callback never breaks a call: reported once, and the response judged by
+            # the default rule (5xx) instead.
+            callback_failed(self.is_failure, "is_failure", failure, ServerError(status, response))
+            return _server_error(status)
+
     async def run(self, key: str, method: str, attempt: Callable[[], Awaitable[Resp]], made: list[Resp],
-                  close: Callable[[Resp], Any], *, body_in_memory: bool = True) -> Resp:
+                  close: Callable[[Resp], Any], *, body_in_memory: bool = True,
+                  body_replayable: bool = True, settle: Callable[[Resp], Any] | None = None) -> Resp:
         """Run ``attempt`` through the policies for ``key``; an attempt that failed by its status
         (the last one, when retries are over) is returned as a response, not raised.
 
         ``made``: the list ``attempt`` appends every response it receives to; ``close(response)``
-        releases one (its result awaited when awaitable). Every response in ``made`` but the one
-        returned is closed, and all of them when the call raises. ``body_in_memory``: the
-        request has no body or its body is bytes held in memory, so two attempts may send it at
-        once (the hedge applies only then)."""
+        releases one (its result awaited when awaitable; a close that raises is ignored). Every
+        response in ``made`` but the one returned is closed, and all of them when the call
+        raises; a retried attempt closes the
+        failed ones before it sends (their connections may be the ones it needs).
+        ``body_in_memory``: the request has no body or its body is bytes held in memory, so two
+        attempts may send it at once (the hedge applies only then). ``body_replayable``: the
+        body can be sent again (False for a stream or a file read once: no retry, no hedge).
+        ``settle(response)``: called (its result awaited when awaitable) on a failed attempt's
+        response when the request may be retried, before the retry sleeps, to give its
+        connection back while keeping it readable (the adapter reads a small body); a retry
+        waiting out a ``Retry-After`` must not hold a connection other requests need."""
         stages, claimed = self.claim(key)
         try:
             retry, hedge = self.retry, self.hedge
             if (retry is not None or hedge is not None) and method not in self.retry_methods \
                     and method.upper() not in self.retry_methods:  # (httpx and aiohttp give it in capitals)
                 retry = hedge = None
-            if not body_in_memory:
+            if not body_replayable:
+                retry = hedge = None  # a second attempt would send an empty or a broken body
+            elif not body_in_memory:
                 hedge = None
             response: Resp
+            closed = 0  # made[:closed] are closed already (failed attempts, before a retry)
+
+            if retry is not None:  # (not built for a request that is never retried)
+                async def release_failed() -> None:
+                    # A retried attempt runs only after a failure: every response made so far is
+                    # a failed one, and its connection may be the one this attempt needs.
+                    nonlocal closed
+                    while closed < len(made):
+                        closed += 1
+                        await _closed(close, made[closed - 1])
+
             try:
                 try:
-                    if hedge is None:
+                    if hedge is None and retry is not None:
+                        chain = _chain(stages, attempt)
+
+                        async def once() -> Resp:
+                            # Outside the stages: the failed attempts' responses are released
+                            # before this one queues for a slot (a caller waiting in a bulkhead
+                            # while holding a connection the slot's holder needs would deadlock),
+                            # and a failed response is settled before the retry sleeps.
+                            if len(made) > closed:
+                                await release_failed()
+                            try:
+                                result: Resp = await chain[0](*chain[1:])
+                            except (ServerError, TooManyRequests) as failed:
+                                if settle is not None:
+                                    settling = settle(failed.response)
+                                    if inspect.isawaitable(settling):
+                                        await settling
+                                raise
+                            return result
+
+                        response = await retry.execute(once)
+                    elif hedge is None:
                         # The stages' execute methods and the attempt as one call: the first stage
                         # gets the inner ones and the attempt as its arguments (what a Pipeline
                         # runs, without building one per request: a family's policy varies by key).
                         if len(stages) == 2:  # the common stack, called without building a tuple
                             first, second = stages
-                            response = await (retry.execute(first.execute, second.execute, attempt)
-                                              if retry is not None else first.execute(second.execute, attempt))
+                            response = await first.execute(second.execute, attempt)
                         else:
                             chain = _chain(stages, attempt)
-                            response = await (retry.execute(*chain) if retry is not None else chain[0](*chain[1:]))
+                            response = await chain[0](*chain[1:])
                     else:
                         async def racing(*_: Any) -> Resp:
                             # A hedge starts its attempts as tasks: it needs a coroutine function.
@@ -241,41 +309,48 @@ class HTTPPolicies(Generic[Resp]):
                             result: Resp = await chain[0](*chain[1:])
                             return result
 
-                        response = await (retry.execute(hedge.execute, IDEMPOTENT, racing) if retry is not None
+                        async def race() -> Resp:
+                            # A retried race: the last race's responses all failed (within a race,
+                            # a hedged attempt must not close its rivals': one may be the answer).
+                            if len(made) > closed:
+                                await release_failed()
+                            result: Resp = await hedge.execute(IDEMPOTENT, racing)
+                            return result
+
+                        response = await (retry.execute(race) if retry is not None
                                           else hedge.execute(IDEMPOTENT, racing))
                 except (ServerError, TooManyRequests) as failed:
                     response = failed.response
             except BaseException:
-                for made_one in made:
-                    closing = close(made_one)
-                    if inspect.isawaitable(closing):
-                        await closing
+                for made_one in made[closed:]:
+                    await _closed(close, made_one)
                 raise
             if len(made) > 1:
-                for made_one in made:
+                for made_one in made[closed:]:
                     if made_one is not response:
-                        closing = close(made_one)
-                        if inspect.isawaitable(closing):
-                            await closing
+                        await _closed(close, made_one)
             return response
         finally:
             if claimed is not None:
                 self.unclaim(key, claimed)
 
     def run_sync(self, key: str, method: str, attempt: Callable[[], Resp], made: list[Resp],
-                 close: Callable[[Resp], object]) -> Resp:
+                 close: Callable[[Resp], object], *, body_replayable: bool = True,
+                 settle: Callable[[Resp], object] | None = None) -> Resp:
         """:meth:`run` for blocking clients: every stage needs a ``call`` method (the breaker,
         ``Retrying``, ``BlockingRateLimiter``, ``BlockingBulkhead``); a hedge is not applied;
         ``close`` is called, never awaited."""
         stages, claimed = self.claim(key)
         try:
-            return self._run_sync(method, attempt, made, close, stages)
+            return self._run_sync(method, attempt, made, close, stages, body_replayable, settle)
         finally:
             if claimed is not None:
                 self.unclaim(key, claimed)
 
     def _run_sync(self, method: str, attempt: Callable[[], Resp], made: list[Resp], close: Callable[[Resp], object],
-                  stages: Sequence[Any]) -> Resp:
+                  stages: Sequence[Any], body_replayable: bool, settle: Callable[[Resp], object] | None) -> Resp:
+
+        closed = 0  # made[:closed] are closed already (failed attempts, before a retry)
 
         def through(index: int) -> Resp:
             if index == len(stages):
@@ -283,10 +358,24 @@ class HTTPPolicies(Generic[Resp]):
             result: Resp = stages[index].call(through, index + 1)
             return result
 
+        def retried() -> Resp:
+            # As the asyncio run's once(): the failed attempts give their connections back before
+            # this one queues for a slot, and a failed response is settled before the retry sleeps.
+            nonlocal closed
+            while closed < len(made):
+                closed += 1
+                _closed_sync(close, made[closed - 1])
+            try:
+                return through(0)
+            except (ServerError, TooManyRequests) as failed:
+                if settle is not None:
+                    settle(failed.response)
+                raise
+
         try:
             try:
-                if self.retry is not None and method.upper() in self.retry_methods:
-                    response = self.retry.call(through, 0)
+                if self.retry is not None and body_replayable and method.upper() in self.retry_methods:
+                    response = self.retry.call(retried)
                 elif len(stages) == 1:
                     response = stages[0].call(attempt)  # the common case, called directly
                 else:
@@ -294,14 +383,33 @@ class HTTPPolicies(Generic[Resp]):
             except (ServerError, TooManyRequests) as failed:
                 response = failed.response
         except BaseException:
-            for made_one in made:
-                close(made_one)
+            for made_one in made[closed:]:
+                _closed_sync(close, made_one)
             raise
         if len(made) > 1:
-            for made_one in made:
+            for made_one in made[closed:]:
                 if made_one is not response:
-                    close(made_one)
+                    _closed_sync(close, made_one)
         return response
+
+
+async def _closed(close: Callable[[Resp], Any], response: Resp) -> None:
+    """``close(response)``, its result awaited when awaitable; a close that fails is ignored: the
+    response is gone either way, and the request's own result or error must stand."""
+    try:
+        closing = close(response)
+        if inspect.isawaitable(closing):
+            await closing
+    except Exception:
+        pass
+
+
+def _closed_sync(close: Callable[[Resp], object], response: Resp) -> None:
+    """:func:`_closed` for the blocking clients."""
+    try:
+        close(response)
+    except Exception:
+        pass
 
 
 def _chain(stages: Sequence[Policy], attempt: Callable[[], Awaitable[Resp]]) -> tuple[Any, ...]:

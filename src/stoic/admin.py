@@ -74,13 +74,21 @@ def admin_app(control: ControlPlane, *, token: str | None = None, prefix: str = 
     """The ASGI app serving ``control`` (see the module docstring for routes and answers).
 
     ``token``: the bearer token every request must carry (``None``: loopback only; an empty
-    string is a ``ValueError``). ``prefix``: a path prefix such as ``"/admin"``. Raises
-    ``TypeError`` when ``control`` is not a :class:`stoic.ControlPlane`.
+    string is a ``ValueError``, another type a ``TypeError``). ``prefix``: a path prefix such as
+    ``"/admin"`` (``ValueError`` unless empty or starting with ``/``). Raises ``TypeError`` when
+    ``control`` is not a :class:`stoic.ControlPlane`.
     """
     if not isinstance(control, ControlPlane):
         raise TypeError(f"control must be a stoic.ControlPlane, got {type(control).__name__}")
-    if token is not None and (not isinstance(token, str) or not token):
+    if token is not None and not isinstance(token, str):
+        raise TypeError(f"token must be a str (or None for loopback only), got {type(token).__name__}")
+    if token is not None and not token:
         raise ValueError("token must be a non-empty str (or None for loopback only)")
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
+    if prefix and not prefix.startswith("/"):
+        # A request path always starts with "/": this prefix would match nothing, silently.
+        raise ValueError(f"prefix must be empty or start with '/', got {prefix!r}")
     expected = None if token is None else f"Bearer {token}".encode()
     root = prefix.rstrip("/") + "/policies"
 
@@ -172,7 +180,7 @@ async def _read_json(receive: Receive) -> dict[str, Any]:
         return {}
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # (nesting too deep for the parser)
         raise _Refused(400, "the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise _Refused(400, "the body must be a JSON object")

@@ -10,7 +10,9 @@ attempt's response is released, and the last one is returned when no retry is le
 
 A hedge sends the same ``ClientRequest`` again while the first attempt is still waiting; it
 applies only to a request with no body or an in-memory one (bytes, str, JSON, url-encoded form:
-aiohttp's ``BytesPayload``), since two attempts would read one file or stream at once. The
+aiohttp's ``BytesPayload``), since two attempts would read one file or stream at once. A body
+that can be read only once (an async iterable, a ``StreamReader``) is neither retried nor
+hedged: a second attempt would send it empty. The
 losing attempts are cancelled (aiohttp closes their connections) and a losing response that
 had already arrived is released.
 """
@@ -25,7 +27,7 @@ from typing import Any
 try:
     from aiohttp import ClientRequest, ClientResponse
     from aiohttp.client_middlewares import ClientHandlerType
-    from aiohttp.payload import BytesPayload
+    from aiohttp.payload import AsyncIterablePayload, BytesPayload
 except ImportError as exc:  # the optional extra is missing (or older than 3.12): say which one
     raise ImportError("stoic.aiohttp needs aiohttp 3.12 or later: pip install 'stoic[aiohttp]'") from exc
 
@@ -113,5 +115,8 @@ class ResilientMiddleware:
                 return response
             return policies.check(response, status, response.headers, key)
 
+        body = request.body
         return policies.run(key, request.method, attempt, made, _release,
-                            body_in_memory=policies.hedge is None or isinstance(request.body, (bytes, BytesPayload)))
+                            body_in_memory=policies.hedge is None or isinstance(body, (bytes, BytesPayload)),
+                            # an async iterable is read once: a retry would send an empty body
+                            body_replayable=not isinstance(body, AsyncIterablePayload))

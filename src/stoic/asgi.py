@@ -61,7 +61,9 @@ class LoadShedding:
       (for example ``"x-request-timeout"``); the request runs under ``stoic.timeout`` of it
       (unparsable: ignored; 0 or less: 504 at once).
 
-    Raises ``TypeError`` when ``bulkhead`` has no ``execute`` or ``limiter`` no ``acquire``.
+    Raises ``TypeError`` when ``bulkhead`` has no ``execute`` or ``limiter`` no ``acquire``, or
+    a header name is not a ``str``; ``ValueError`` naming the parameter for an empty or
+    non-ASCII header name (it could never match a request's header).
     """
 
     __slots__ = ("_app", "_bulkhead", "_criticality", "_deadline", "_limiter")
@@ -79,6 +81,11 @@ class LoadShedding:
             raise TypeError(f"bulkhead must be a policy with execute(), got {type(bulkhead).__name__}")
         if limiter is not None and not callable(getattr(limiter, "acquire", None)):
             raise TypeError(f"limiter must be a stoic.RateLimiter (with acquire()), got {type(limiter).__name__}")
+        for name, header in (("criticality_header", criticality_header), ("deadline_header", deadline_header)):
+            if header is not None and not isinstance(header, str):
+                raise TypeError(f"{name} must be a str (a header name) or None, got {type(header).__name__}")
+            if header is not None and (not header or not header.isascii()):
+                raise ValueError(f"{name} must be a non-empty ASCII header name, got {header!r}")
         self._app = app
         self._bulkhead = bulkhead
         self._limiter = limiter

@@ -21,11 +21,11 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ._clock import Clock, current_clock
+from ._clock import Clock, check_clock, current_clock
 from ._durations import check_label
 from .events import Level, emit
 from .events._sinks import kind_floor
-from .keyed import Keyed, is_forced_open
+from .keyed import Keyed, _switch, is_forced_open
 
 # The sinks wanting control events (stoic.events._sinks.KindFloor): a sink that wants none of
 # them leaves these events unbuilt.
@@ -111,14 +111,15 @@ class ControlPlane:
     """Policies registered by name, and the controls an operator needs during an incident.
 
     ``ControlPlane(clock=None)``; ``clock`` stamps the ``control.*`` events (default: the
-    ambient clock at construction). Thread-safe. A typical service has one, shared by its
+    ambient clock at construction; ``TypeError`` naming ``clock`` for an object that is not
+    one). Thread-safe. A typical service has one, shared by its
     HTTP integrations and served by :func:`stoic.admin.admin_app`.
     """
 
     __slots__ = ("_clock", "_entries", "_lock")
 
     def __init__(self, *, clock: Clock | None = None) -> None:
-        self._clock: Clock = clock if clock is not None else current_clock()
+        self._clock: Clock = check_clock(clock) if clock is not None else current_clock()
         self._entries: dict[str, object] = {}
         self._lock = threading.Lock()
 
@@ -176,16 +177,15 @@ class ControlPlane:
         """Trip the breaker ``policy`` open with no end (for a family: ``key``'s, or with no key
         every key's, including keys built later until cleared). Returns how many breakers
         were forced. Raises :class:`UnknownPolicy` for an unknown policy or key, ``TypeError``
-        when the policy is not a breaker. Emits ``control.forced_open``."""
+        when the policy is not a breaker, or is one whose ``force_open`` is a coroutine (a
+        :class:`stoic.fleet.SharedCircuitBreaker`: ``await breaker.force_open()`` on it), and then
+        nothing changed. Emits ``control.forced_open``."""
         entry = self.get(policy)
         if isinstance(entry, Keyed):
             count = self._on_key(entry, policy, key, entry.force_open)
         else:
             self._no_key(policy, key)
-            force = getattr(entry, "force_open", None)
-            if not callable(force):
-                raise TypeError(f"{policy!r} is a {type(entry).__name__}, which cannot be forced open")
-            force()
+            _switch(entry, "force_open", policy, plain=True)()
             count = 1
         self._emit("control.forced_open", policy, key, actor, {"policies": count})
         return count
@@ -200,11 +200,11 @@ class ControlPlane:
             count = self._on_key(entry, policy, key, entry.clear_forced_open)
         else:
             self._no_key(policy, key)
-            if not callable(getattr(entry, "force_open", None)):
-                raise TypeError(f"{policy!r} is a {type(entry).__name__}, which cannot be forced open")
+            _switch(entry, "force_open", policy, plain=True)
+            close = _switch(entry, "force_closed", policy, plain=True)
             count = 0
             if is_forced_open(entry):
-                entry.force_closed()
+                close()
                 count = 1
         self._emit("control.cleared", policy, key, actor, {"policies": count})
         return count

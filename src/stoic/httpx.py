@@ -11,8 +11,12 @@ failures; a 429 is the server's refusal (:class:`TooManyRequests`, ignored by th
 ``Retry-After`` on a 429 or 503 (seconds or an HTTP date, clamped to ``[0, retry_after_cap]``;
 malformed: ignored) replaces the retry schedule's delay. A response that failed by its status
 is still a response: the caller gets the last one when no retry is left, and every earlier
-attempt's response is closed. A hedge applies only to a request whose body is in memory (none,
-bytes, JSON, a url-encoded form): two attempts cannot read one stream or file at once. A
+attempt's response is closed (before the next attempt sends; a small body, up to 64 KiB, is
+read as soon as the attempt fails, so a retry sleeping out a ``Retry-After`` holds no
+connection). A hedge applies only to a request
+whose body is in memory (none, bytes, JSON, a url-encoded form): two attempts cannot read one
+stream or file at once. A streamed body (a generator, a file) is read once, so its request is
+never retried either (a multipart form is: httpx renders it again). A
 refusal by a policy (``CircuitOpen``, ``RateLimited``, ``BulkheadFull``) is raised as itself.
 The breaker times an attempt up to its response headers.
 """
@@ -53,7 +57,42 @@ __all__ = [
 
 _aclose = operator.methodcaller("aclose")  # (a method call: an inner transport may return a Response subclass)
 _close = operator.methodcaller("close")
+# The request bodies a second attempt can send again: bytes in memory, and a multipart form
+# (httpx renders it afresh, seeking each file back to its start). A generator raises
+# StreamConsumed on a second read and a file content is read to its end: sent once, not retried.
+try:
+    from httpx._multipart import MultipartStream
+
+    _REPLAYABLE: tuple[type, ...] = (httpx.ByteStream, MultipartStream)
+except ImportError:  # pragma: no cover - a later httpx that moved it: multipart is sent once
+    _REPLAYABLE = (httpx.ByteStream,)
 KeyFunction = Callable[[httpx.Request], str]
+_SETTLE_LIMIT = 64 * 1024  # bytes: the largest failed response body read before a retry
+
+
+def _small(response: httpx.Response) -> bool:
+    length = response.headers.get("content-length", "")
+    return length.isascii() and length.isdigit() and len(length) < 10 and int(length) <= _SETTLE_LIMIT
+
+
+async def _settle_async(response: httpx.Response) -> None:
+    """Read a failed attempt's small body before the retry sleeps: the connection goes back
+    to the pool (an unread response holds it), the response stays readable if it is the last.
+    A larger or unsized body is closed before the next attempt instead."""
+    if _small(response):
+        try:
+            await response.aread()
+        except httpx.HTTPError:
+            pass  # the body could not be read: it is closed before the next attempt
+
+
+def _settle(response: httpx.Response) -> None:
+    """:func:`_settle_async` for the blocking transport."""
+    if _small(response):
+        try:
+            response.read()
+        except httpx.HTTPError:
+            pass
 
 
 def by_host(request: httpx.Request) -> str:
@@ -134,8 +173,11 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
                 return response
             return policies.check(response, status, response.headers, key)
 
+        stream = request.stream
         return policies.run(key, request.method, attempt, made, _aclose,
-                            body_in_memory=policies.hedge is None or isinstance(request.stream, httpx.ByteStream))
+                            body_in_memory=policies.hedge is None or isinstance(stream, httpx.ByteStream),
+                            body_replayable=isinstance(stream, _REPLAYABLE) or policies.retry is None,
+                            settle=_settle_async)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -181,7 +223,9 @@ class ResilientTransport(httpx.BaseTransport):
                 return response
             return policies.check(response, status, response.headers, key)
 
-        return policies.run_sync(key, request.method, attempt, made, _close)
+        return policies.run_sync(key, request.method, attempt, made, _close,
+                                 body_replayable=isinstance(request.stream, _REPLAYABLE) or policies.retry is None,
+                                 settle=_settle)
 
     def close(self) -> None:
         self._inner.close()

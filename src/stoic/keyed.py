@@ -371,20 +371,25 @@ class Keyed(Generic[P]):
     def force_open(self, key: str | None = None) -> int:
         """Force the breaker of ``key`` open; with no key, every breaker held now and every one
         built later until :meth:`clear_forced_open`. Returns how many policies were forced.
-        Raises ``TypeError`` when the family's policies have no ``force_open``; ``LookupError``
-        for a key the family does not hold."""
+        Raises ``TypeError`` when the family's policies have no ``force_open`` or an asynchronous
+        one (stoic.fleet's), and then nothing changed; ``LookupError`` for a key the family does
+        not hold."""
         with self._lock:
             if key is None:
                 targets = [slot.policy for slot in self._slots.values()]
                 if self._overflow is not None:
                     targets.append(self._overflow.policy)
+                # Checked before the family is marked: a refusal must not leave every key
+                # built later failing in its own forced open.
+                for policy in targets:
+                    _switch(policy, "force_open", self._label)
+                if not targets:
+                    _force_check(self._factory, self._label)
                 self._forced_all = True
             else:
                 targets = [self._held(key).policy]
         for policy in targets:
             _force(policy, self._label)
-        if key is None and not targets:
-            _force_check(self._factory, self._label)
         return len(targets)
 
     def clear_forced_open(self, key: str | None = None) -> int:
@@ -401,7 +406,7 @@ class Keyed(Generic[P]):
         cleared = 0
         for policy in targets:
             if is_forced_open(policy):
-                policy.force_closed()  # type: ignore[attr-defined]
+                _switch(policy, "force_closed", self._label)()
                 cleared += 1
         return cleared
 
@@ -440,8 +445,11 @@ class Keyed(Generic[P]):
             rebuilt: list[tuple[_Slot[P], P, bool]] = []
             if not in_place:
                 for slot in slots:
-                    rebuilt.append((slot, factory(label=slot.label, clock=clock, **config),
-                                    is_forced_open(slot.policy)))
+                    policy = factory(label=slot.label, clock=clock, **config)
+                    forced = is_forced_open(slot.policy)
+                    if forced or self._forced_all:
+                        _switch(policy, "force_open", self._label)  # refused here, before any key changes
+                    rebuilt.append((slot, policy, forced))
             if in_place:
                 # A key's own state can refuse (a queued request above a new burst, queue
                 # management switched on while callers wait): every key is asked first, so a
@@ -474,16 +482,25 @@ def _key_attrs(key: str | None, reason: str) -> dict[str, Any]:
     return {"key": "" if key is None else key, "reason": reason}
 
 
+def _switch(policy: object, name: str, label: str, *, plain: bool = False) -> Callable[[], object]:
+    """``policy``'s ``force_open`` / ``force_closed`` (``name``); ``TypeError`` when it has none,
+    or when it is a coroutine function (stoic.fleet's breakers: a store round trip this
+    synchronous call cannot await; called, it would be dropped unawaited and do nothing)."""
+    switch = getattr(policy, name, None)
+    what = f"{label!r} is a {type(policy).__name__}" if plain else f"{label!r} holds {type(policy).__name__} policies"
+    if not callable(switch):
+        raise TypeError(f"{what}, which cannot be forced open")
+    if inspect.iscoroutinefunction(switch):
+        raise TypeError(f"{what}, whose {name}() is asynchronous: await it on the policy itself")
+    return switch  # type: ignore[no-any-return]
+
+
 def _force(policy: object, label: str) -> None:
-    force = getattr(policy, "force_open", None)
-    if not callable(force):
-        raise TypeError(f"{label!r} holds {type(policy).__name__} policies, which cannot be forced open")
-    force()
+    _switch(policy, "force_open", label)()
 
 
 def _force_check(factory: Callable[..., Any], label: str) -> None:
-    if not callable(getattr(factory, "force_open", None)):
-        raise TypeError(f"{label!r} builds {getattr(factory, '__name__', 'policies')}, which cannot be forced open")
+    _switch(factory, "force_open", label)
 
 
 def _check_parameters(factory: Callable[..., Any], config: Mapping[str, Any]) -> None:

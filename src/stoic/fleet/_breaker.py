@@ -181,6 +181,14 @@ class SharedCircuitBreaker:
         self._seen = BreakerState.CLOSED  # the state last published to state_changes() streams
         self._streams: weakref.WeakSet[StateStream] | None = None
         self._sync = threading.Lock()  # serialises call() from threads around the shared copy
+        # This replica threw the fleet's kill switch (force_open) and nobody has lifted it since:
+        # a shared state found empty (a restarted or flushed Redis, an expired key) gets it again.
+        self._switched = False
+        self._reforce = False
+        # Probe tokens whose lease request got no answer (the store timed out or failed): the
+        # lease may have been granted, so each is given back at the next contact, long before
+        # half_open_timeout would expire it as a failed probe.
+        self._orphans: list[str] = []
 
     # ------------------------------------------------------------------ observation
     @property
@@ -319,6 +327,11 @@ class SharedCircuitBreaker:
             self._quick = 0
             self._defer_until = NEVER
             self._gen = gen
+        if self._switched and st != _FORCED:
+            if gen == 0:  # an empty state: the switch was lost with it, not lifted
+                self._reforce = True
+            else:
+                self._switched = False  # lifted by force_closed()/reset() on another replica
         self._st = st
         self._trips = trips
         self._until = now + remaining * 1000 if remaining >= 0 else 0
@@ -351,7 +364,15 @@ class SharedCircuitBreaker:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._refreshed = done
         try:
-            await self._call("breaker_refresh")
+            answered = await self._call("breaker_refresh") is not None
+            if self._reforce:
+                self._reforce = False
+                await self._call("breaker_force", "open")
+            while answered and self._orphans:
+                token = self._orphans.pop()
+                answered = await self._call("breaker_done", token, "none") is not None
+                if not answered:
+                    self._orphans.append(token)
         finally:
             self._refreshing = False
             self._refreshed = None
@@ -532,12 +553,23 @@ class SharedCircuitBreaker:
         return trigger
 
     async def _trip(self, now: int) -> None:
-        await self._call("breaker_trip", self._tripping(now))
+        # Shielded: the window that tripped is emptied here, so a trip lost with its cancelled
+        # caller (a request's deadline, most likely while the dependency fails) would wait for
+        # minimum_calls more failures. The caller still leaves at once; the trip lands.
+        await asyncio.shield(self._call("breaker_trip", self._tripping(now)))
 
     async def _probe(self, fn: Callable[..., Awaitable[R]], args: Any, kwargs: Any) -> R:
         token = os.urandom(9).hex()
-        reply = await self._call("breaker_probe", token)
+        try:
+            reply = await self._call("breaker_probe", token)
+        except asyncio.CancelledError:
+            # The server may have granted the lease before the caller left: given back at once
+            # (a lease nobody holds would keep the fleet's probes taken until half_open_timeout,
+            # then count as a failed probe). A token never granted changes nothing.
+            await self._call("breaker_done", token, "none")
+            raise
         if reply is None:
+            self._orphan(token)
             return await self._without_store(fn, args, kwargs)
         if not reply[4]:
             if self._st == _CLOSED:
@@ -560,12 +592,25 @@ class SharedCircuitBreaker:
                 outcome = "slow"
             # Reported even while the caller is being cancelled: the lease goes back at once
             # instead of expiring after half_open_timeout.
-            await self._call("breaker_done", token, outcome)
+            await self._done(token, outcome)
             if refusal is not None:
                 raise refusal from refusal.__cause__
             raise
-        await self._call("breaker_done", token, "slow" if self._now() - self._since(start) > self._slow_ns else "ok")
+        await self._done(token, "slow" if self._now() - self._since(start) > self._slow_ns else "ok")
         return result
+
+    def _orphan(self, token: str) -> None:
+        if len(self._orphans) < 16:  # (bounded: an outage makes one per probe interval at most)
+            self._orphans.append(token)
+
+    async def _done(self, token: str, outcome: str) -> None:
+        try:
+            await self._call("breaker_done", token, outcome)
+        except asyncio.CancelledError:
+            # Cancelled before the reply came: the report may never have run, so it is sent
+            # again (harmless when it did run: the lease is gone, a second report is stale).
+            await self._call("breaker_done", token, outcome)
+            raise
 
     # ------------------------------------------------------------------ plain functions
     def call(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -585,7 +630,15 @@ class SharedCircuitBreaker:
         with self._sync:
             start = now()
             if start >= self._due or self._gen < 0:
-                self._call_blocking("breaker_refresh")
+                answered = self._call_blocking("breaker_refresh") is not None
+                if self._reforce:
+                    self._reforce = False
+                    self._call_blocking("breaker_force", "open")
+                while answered and self._orphans:
+                    token = self._orphans.pop()
+                    answered = self._call_blocking("breaker_done", token, "none") is not None
+                    if not answered:
+                        self._orphans.append(token)
                 self._due = now() + self._refresh_ns
             st, gen, degraded = self._st, self._gen, self._degraded
             if not degraded and st != _CLOSED and (st == _FORCED or now() < self._until):
@@ -628,6 +681,7 @@ class SharedCircuitBreaker:
             reply = self._call_blocking("breaker_probe", token)
             closed = self._st == _CLOSED
         if reply is None:
+            self._orphan(token)
             fail_event(self.label, "breaker", self._fail_open, self._why, self._now())
             if not self._fail_open:
                 raise CircuitOpen(f"circuit open ({self.label}): the store could not decide", label=self.label)
@@ -676,19 +730,24 @@ class SharedCircuitBreaker:
         """Open the breaker for the whole fleet with no end (a kill switch) until
         :meth:`force_closed` or :meth:`reset` on any replica. Other replicas refuse within
         ``refresh_interval``. The fallback breaker is forced open too, so the switch holds here
-        through a store outage. Raises :class:`StoreError` when the store cannot be reached."""
+        through a store outage, and this replica throws it again when it finds the shared state
+        empty (a Redis restarted without its data, a flushed or expired key). Raises
+        :class:`StoreError` when the store cannot be reached."""
         self._local.force_open()
         await self._force("open")
+        self._switched = True
 
     async def force_closed(self) -> None:
         """Close the breaker fleet-wide (the trip count is kept). Raises :class:`StoreError`
         when the store cannot be reached."""
+        self._switched = False
         self._local.force_closed()
         await self._force("closed")
 
     async def reset(self) -> None:
         """Close the breaker fleet-wide and forget the trip count. Raises :class:`StoreError`
         when the store cannot be reached."""
+        self._switched = False
         self._local.reset()
         await self._force("reset")
 

@@ -23,7 +23,7 @@ import math
 import threading
 from typing import Any, Final
 
-from .._clock import Clock, current_clock
+from .._clock import Clock, check_clock, current_clock
 from .._durations import Seconds, to_ns
 from .._quantile import WindowedQuantile, _check_quantile
 from ._store import RedisStore, StoreError, check_key_part
@@ -84,8 +84,8 @@ class SharedLatency:
     Pass it to a policy that estimates a latency quantile: ``Hedge(..., quantile=0.95,
     latency_digest=shared)`` or ``AdaptiveBulkhead(..., latency_quantile=0.9,
     latency_digest=shared)``. One ``SharedLatency`` per measured stream: two policies measuring
-    the same calls into one sketch would count each call twice. ``TypeError`` for a store of
-    another type, ``ValueError`` for non-positive durations.
+    the same calls into one sketch would count each call twice. ``TypeError`` for a store or a
+    clock of another type, ``ValueError`` for non-positive durations.
     """
 
     def __init__(
@@ -101,7 +101,7 @@ class SharedLatency:
         self._half_us = max(1, half_ns // 1000)
         ttl_ms = max(10 * half_ns, 3 * self._interval_ns) // 1_000_000 + 1000
         self._config = (self._half_us, ttl_ms)
-        self._clock = clock if clock is not None else current_clock()
+        self._clock = check_clock(clock) if clock is not None else current_clock()
         self._keys = store.keys(label, "latency")
         self._lock = threading.Lock()
         self._pending: dict[int, int] = {}

@@ -444,8 +444,8 @@ class BlockingSharedRateLimiter(_SharedBucket):
         ticket = threading.Event()
         with self._lock:
             waiters = self._waiters
-            # An arrival behind someone will wait: refused when queue_limit threads already do
-            # (the head, asking, is checked below once it knows it must wait).
+            # Behind others it will wait: refused when queue_limit threads wait already (as the
+            # asyncio limiter). First in line it asks at once, and is judged if it must wait.
             if waiters and self._queue_limit is not None and len(waiters) >= self._queue_limit:
                 raise self._reject("queue_full", permits, None)
             waiters.append(ticket)

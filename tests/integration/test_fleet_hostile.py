@@ -1,0 +1,253 @@
+"""A hostile production user's review of stoic.fleet on a real redis-server: leases and
+permits must not be leaked by a caller's cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from redis_harness import RedisServer
+
+from stoic import CircuitOpen, OpenDuration
+from stoic.breaker import BreakerState, CountWindow
+from stoic.fleet import RedisStore, SharedCircuitBreaker
+
+pytestmark = pytest.mark.integration
+
+_labels = itertools.count()
+
+
+def fresh(name: str) -> str:
+    return f"{name}-{next(_labels)}-{time.monotonic_ns()}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    running = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield running
+    running.stop()
+
+
+def breaker(store: RedisStore, label: str, **kwargs: Any) -> SharedCircuitBreaker:
+    return SharedCircuitBreaker(label=label, store=store, window=CountWindow(4), minimum_calls=4,
+                                open_duration=OpenDuration.fixed(0.2, jitter=0.0), refresh_interval=0.05,
+                                **kwargs)
+
+
+async def fail() -> None:
+    raise ConnectionError("the dependency is down")
+
+
+async def ok() -> str:
+    return "ok"
+
+
+async def trip(shared: SharedCircuitBreaker) -> None:
+    for _ in range(4):
+        with pytest.raises(ConnectionError):
+            await shared.execute(fail)
+    assert shared.state is BreakerState.OPEN
+
+
+def slow_replies_to(store: RedisStore, script: str, gate: asyncio.Event) -> list[str]:
+    """Hold back the replies of ``script`` (already run by the server) until ``gate`` is set:
+    a slow network between Redis and this replica. Returns the list of held calls."""
+    sha = store._scripts[script].sha
+    roundtrip = store._roundtrip
+    held: list[str] = []
+
+    async def slow(command: tuple[Any, ...], repeat: bool) -> Any:
+        reply = await roundtrip(command, repeat)
+        if command[1] == sha:
+            held.append(script)
+            await gate.wait()
+        return reply
+
+    store._roundtrip = slow  # type: ignore[method-assign]
+    return held
+
+
+async def test_a_probe_cancelled_before_its_lease_reply_arrived_gives_the_lease_back(server: RedisServer) -> None:
+    label = fresh("probe-cancel")
+    store, other_store = RedisStore(server.url, budget=2.0), RedisStore(server.url, budget=2.0)
+    shared, other = breaker(store, label), breaker(other_store, label)
+    await trip(shared)
+    await asyncio.sleep(0.25)  # the open period is over: the next call probes
+    held = slow_replies_to(store, "breaker_probe", asyncio.Event())
+    probing = asyncio.create_task(shared.execute(ok))
+    while not held:
+        await asyncio.sleep(0.005)
+    probing.cancel()  # the server granted the lease; its reply never reached the caller
+    with pytest.raises(asyncio.CancelledError):
+        await probing
+    # The fleet's one probe lease must be free again: another replica probes (and closes it),
+    # instead of being refused until half_open_timeout (60 s) expires the lease as a failure.
+    assert await other.execute(ok) == "ok"
+    assert other.state is BreakerState.CLOSED
+    await store.aclose()
+    await other_store.aclose()
+
+
+async def test_a_probe_cancelled_before_its_report_was_sent_still_reports(server: RedisServer) -> None:
+    label = fresh("done-cancel")
+    store, other_store = RedisStore(server.url, budget=2.0), RedisStore(server.url, budget=2.0)
+    shared, other = breaker(store, label), breaker(other_store, label)
+    await trip(shared)
+    await asyncio.sleep(0.25)
+    sha = store._scripts["breaker_done"].sha
+    roundtrip = store._roundtrip
+    held = asyncio.Event()
+
+    async def stalled(command: tuple[Any, ...], repeat: bool) -> Any:
+        if command[1] == sha and not held.is_set():
+            held.set()
+            await asyncio.Event().wait()  # the first report never leaves this replica
+        return await roundtrip(command, repeat)
+
+    store._roundtrip = stalled  # type: ignore[method-assign]
+    probing = asyncio.create_task(shared.execute(ok))
+    await held.wait()  # the probe succeeded; its report is stuck
+    probing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await probing
+    await asyncio.sleep(0.1)  # past the other replica's refresh interval
+    # The probe's success reached the store: the breaker is closed for the whole fleet.
+    assert await other.execute(ok) == "ok"
+    assert other.state is BreakerState.CLOSED
+    await store.aclose()
+    await other_store.aclose()
+
+
+def test_the_blocking_shared_limiter_queues_no_more_threads_than_queue_limit(server: RedisServer) -> None:
+    import threading
+
+    from stoic import RateLimited
+    from stoic.fleet import BlockingSharedRateLimiter, SharedRateLimiter
+
+    label = fresh("queue")
+    limiter = BlockingSharedRateLimiter(1, 0.5, queue_limit=1, store=RedisStore(server.url, budget=0.5), label=label)
+    assert limiter.try_acquire()  # the bucket is empty now: the next permit in 0.5 s
+    first = threading.Thread(target=limiter.acquire)
+    first.start()
+    while limiter.waiter_count == 0:
+        time.sleep(0.005)
+    time.sleep(0.05)  # the first thread was refused with a wait: it sleeps in the queue
+    with pytest.raises(RateLimited):  # queue_limit=1: a second waiting thread is one too many
+        limiter.acquire()
+    first.join(5)
+
+    async def the_asyncio_twin() -> None:  # what the asyncio limiter does in the same spot
+        twin = SharedRateLimiter(1, 0.5, queue_limit=1, store=RedisStore(server.url, budget=0.5),
+                                 label=fresh("queue"))
+        assert await twin.try_acquire()
+        waiting = asyncio.create_task(twin.acquire())
+        while twin.waiter_count == 0:
+            await asyncio.sleep(0.005)
+        with pytest.raises(RateLimited):
+            await twin.acquire()
+        await waiting
+
+    asyncio.run(the_asyncio_twin())
+
+
+async def test_a_trip_whose_caller_is_cancelled_while_reporting_it_still_opens_the_fleets_breaker(
+    server: RedisServer,
+) -> None:
+    label = fresh("trip-cancel")
+    store, other_store = RedisStore(server.url, budget=2.0), RedisStore(server.url, budget=2.0)
+    shared, other = breaker(store, label), breaker(other_store, label)
+    assert await other.execute(ok) == "ok"
+    sha = store._scripts["breaker_trip"].sha
+    roundtrip = store._roundtrip
+    stalled = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow_trip(command: tuple[Any, ...], repeat: bool) -> Any:
+        if command[1] == sha:
+            stalled.set()
+            await release.wait()  # a slow link: the trip is still on its way
+        return await roundtrip(command, repeat)
+
+    store._roundtrip = slow_trip  # type: ignore[method-assign]
+    for _ in range(3):
+        with pytest.raises(ConnectionError):
+            await shared.execute(fail)
+    fourth = asyncio.create_task(shared.execute(fail))  # trips this replica's window
+    await stalled.wait()
+    fourth.cancel()  # the request's deadline, say: the trip it was reporting must still land
+    with pytest.raises((asyncio.CancelledError, ConnectionError)):
+        await fourth
+    release.set()
+    await asyncio.sleep(0.1)  # the other replica's refresh interval
+    with pytest.raises(CircuitOpen):
+        await other.execute(ok)
+    await store.aclose()
+    await other_store.aclose()
+
+
+async def test_the_fleets_kill_switch_survives_a_redis_restarted_without_its_data(tmp_path) -> None:
+    own = RedisServer(tmp_path)
+    try:
+        label = fresh("switch")
+        store, other_store = (RedisStore(own.url, budget=0.2, probe_interval=0.1) for _ in range(2))
+        switched, other = breaker(store, label), breaker(other_store, label)
+        await switched.force_open()
+        own.kill()
+        own.start()  # empty: nothing is persisted
+        deadline = time.monotonic() + 5.0
+        refusals = 0
+        while refusals < 3 or switched.degraded:  # through the outage, then on the restarted store
+            await asyncio.sleep(0.06)
+            with pytest.raises(CircuitOpen):
+                await switched.execute(ok)
+            refusals += 1
+            assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+        with pytest.raises(CircuitOpen) as info:
+            await other.execute(ok)  # a replica that never forced anything sees the switch again
+        assert info.value.retry_after is None
+        await switched.force_closed()
+        await asyncio.sleep(0.1)
+        assert await other.execute(ok) == "ok"
+        await store.aclose()
+        await other_store.aclose()
+    finally:
+        own.stop()
+
+
+async def test_a_probe_whose_lease_reply_came_after_the_budget_gives_the_lease_back_at_the_next_contact(
+    server: RedisServer,
+) -> None:
+    label = fresh("probe-late")
+    store = RedisStore(server.url, budget=0.2, probe_interval=0.2)
+    other_store = RedisStore(server.url, budget=0.5)
+    shared, other = breaker(store, label), breaker(other_store, label)
+    await trip(shared)
+    await asyncio.sleep(0.25)  # the open period is over: the next call probes
+    sha = store._scripts["breaker_probe"].sha
+    roundtrip = store._roundtrip
+    late = [True]  # only the first probe's reply is late
+
+    async def slow(command: tuple[Any, ...], repeat: bool) -> Any:
+        reply = await roundtrip(command, repeat)
+        if command[1] == sha and late:
+            late.clear()
+            await asyncio.sleep(1.0)  # the lease was granted; its reply misses the 0.2 s budget
+        return reply
+
+    store._roundtrip = slow  # type: ignore[method-assign]
+    assert await shared.execute(ok) == "ok"  # the store failed: the local fallback decided
+    assert shared.degraded
+    await asyncio.sleep(0.25)  # the store's rest (probe_interval) is over
+    await shared.refresh()  # the next contact: the orphaned lease goes back
+    assert not shared.degraded
+    # The fleet's probe is free: another replica probes and closes the breaker, instead of being
+    # refused until half_open_timeout (60 s) expires the lease as a failed probe.
+    assert await other.execute(ok) == "ok"
+    assert other.state is BreakerState.CLOSED
+    await store.aclose()
+    await other_store.aclose()
