@@ -33,6 +33,8 @@ async def sleeper(clock: VirtualClock, seconds: float) -> float:
 @pytest.mark.parametrize(("kwargs", "parameter"), [
     ({"min_concurrent": 11}, "min_concurrent"),
     ({"min_concurrent": 0}, "min_concurrent"),
+    ({"max_concurrent": 10**400}, "max_concurrent"),
+    ({"max_concurrent": 2**53 + 1}, "max_concurrent"),
     ({"backoff_ratio": 1.0}, "backoff_ratio"),
     ({"backoff_ratio": 0.0}, "backoff_ratio"),
     ({"cooldown": 0}, "cooldown"),
@@ -57,6 +59,7 @@ def test_aimd_bad_input_names_the_parameter(kwargs: dict[str, object], parameter
 @pytest.mark.parametrize(("kwargs", "parameter"), [
     ({"min_concurrent": 11}, "min_concurrent"),
     ({"min_concurrent": 0}, "min_concurrent"),
+    ({"max_concurrent": 10**400}, "max_concurrent"),
     ({"rtt_tolerance": 0.99}, "rtt_tolerance"),
     ({"smoothing": 0.0}, "smoothing"),
     ({"smoothing": 1.01}, "smoothing"),

@@ -48,6 +48,8 @@ async def drive(throttle: AdaptiveThrottle, dep: Dependency, n: int) -> tuple[in
     ({"k": 0.99}, "k"), ({"window": 0}, "window"), ({"window": -1.0}, "window"),
     ({"min_throughput": -1}, "min_throughput"), ({"max_probability": 0.0}, "max_probability"),
     ({"max_probability": 1.5}, "max_probability"), ({"label": ""}, "label"),
+    ({"k": float("inf")}, "k"), ({"k": 10**400}, "k"), ({"k": float("nan")}, "k"),
+    ({"max_probability": 10**400}, "max_probability"),
 ])
 def test_bad_input_names_the_parameter(kwargs: dict[str, object], parameter: str) -> None:
     options: dict[str, object] = {"label": "t"}

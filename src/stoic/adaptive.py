@@ -127,6 +127,10 @@ def _check_number(value: float, name: str, low: float, high: float | None, *, lo
     return float(value)
 
 
+MAX_CONCURRENT = 2**53
+"""The largest ``max_concurrent`` of an adaptive bulkhead: its limit is a float, exact to here."""
+
+
 class _AdaptiveBulkhead(Bulkhead):
     """What both adaptive bulkheads share: the sample path and the moving limit."""
 
@@ -149,7 +153,8 @@ class _AdaptiveBulkhead(Bulkhead):
         self._stride = 1
         self._period_at: int | None = None
         self._site = _random.call_site(2)
-        self._ceiling = max_concurrent
+        # The limit moves as a float: a ceiling is exact as one (and never overflows it).
+        self._ceiling = check_int(max_concurrent, "max_concurrent", minimum=1, maximum=MAX_CONCURRENT)
         self._floor = check_int(min_concurrent, "min_concurrent", minimum=1)
         if self._floor > max_concurrent:
             raise ValueError(f"min_concurrent must be in [1, max_concurrent={max_concurrent}], got {min_concurrent!r}")
@@ -319,7 +324,7 @@ class AdaptiveBulkhead(_AdaptiveBulkhead):
     prioritized=False, latency_digest=None)``
 
     - ``latency_threshold`` (seconds > 0): a completion slower than this is congestion.
-    - ``max_concurrent`` (int >= 1): the ceiling and the initial limit.
+    - ``max_concurrent`` (int in [1, 2**53]): the ceiling and the initial limit.
     - ``min_concurrent`` (int in [1, max_concurrent]): the floor.
     - ``backoff_ratio`` (in (0, 1)): the limit is multiplied by it on a breach, at most once per
       ``cooldown`` (seconds > 0).

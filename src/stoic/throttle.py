@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -61,13 +62,17 @@ BUCKETS = 12
 
 
 def _check_float(value: float, name: str, *, low: float, high: float | None, low_open: bool) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-    if ok:
-        ok = (value > low if low_open else value >= low) and (high is None or value <= high)
+    number = float("nan")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond any float
+            pass
+    ok = math.isfinite(number) and (number > low if low_open else number >= low) and (high is None or number <= high)
     if not ok:
         rng = f"in {'(' if low_open else '['}{low:g}, {high:g}]" if high is not None else f">= {low:g}"
-        raise ValueError(f"{name} must be a number {rng}, got {value!r}")
-    return float(value)
+        raise ValueError(f"{name} must be a finite number {rng}, got {value!r}")
+    return number
 
 
 class AdaptiveThrottle:
