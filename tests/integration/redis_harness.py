@@ -11,6 +11,7 @@ slot served by one of the three primaries (no replicas).
 
 from __future__ import annotations
 
+import itertools
 import signal
 import socket
 import subprocess
@@ -19,6 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_harness import free_port, require_binary, stop_process
+
+_labels = itertools.count()
+
+
+def fresh(name: str) -> str:
+    """A key prefix (a policy label) that no other test, nor an earlier run on the same server, uses."""
+    return f"{name}-{next(_labels)}-{time.monotonic_ns()}"
 
 
 def _answers_ping(port: int) -> bool:

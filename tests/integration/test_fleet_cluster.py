@@ -4,7 +4,6 @@ keys share one hash tag, so each policy lives on the one node owning its slot.""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import Iterator
 
@@ -15,7 +14,7 @@ import redis.cluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from redis_harness import RedisClusterServer
+from redis_harness import RedisClusterServer, fresh
 
 import stoic
 from stoic import CircuitOpen, OpenDuration
@@ -24,13 +23,6 @@ from stoic.fleet import BlockingSharedRateLimiter, RedisStore, SharedCircuitBrea
 from stoic.testing import RecordingSink
 
 pytestmark = pytest.mark.integration
-
-_labels = itertools.count()
-
-
-def fresh(name: str) -> str:
-    return f"{name}-{next(_labels)}-{time.monotonic_ns()}"
-
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterServer]:

@@ -7,34 +7,19 @@ Redis answers in real time, so the queueing tests run in real time, scaled down.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
-from redis_harness import RedisServer
+from redis_harness import RedisServer, fresh
 
 import stoic
 from stoic import Bulkhead, BulkheadFull, CountWindow, OpenDuration, Pipeline, TimeWindow
 from stoic.fleet import RedisStore, SharedCircuitBreaker, SharedRateLimiter
 
 pytestmark = pytest.mark.integration
-
-_labels = itertools.count()
-
-
-def fresh(name: str) -> str:
-    return f"{name}-{next(_labels)}-{time.monotonic_ns()}"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    running = RedisServer(tmp_path_factory.mktemp("redis"))
-    yield running
-    running.stop()
-
 
 @pytest.fixture
 async def store(server: RedisServer) -> AsyncIterator[RedisStore]:

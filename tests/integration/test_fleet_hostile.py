@@ -4,33 +4,17 @@ permits must not be leaked by a caller's cancellation."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from redis_harness import RedisServer
+from redis_harness import RedisServer, fresh
 
 from stoic import CircuitOpen, OpenDuration
 from stoic.breaker import BreakerState, CountWindow
 from stoic.fleet import RedisStore, SharedCircuitBreaker
 
 pytestmark = pytest.mark.integration
-
-_labels = itertools.count()
-
-
-def fresh(name: str) -> str:
-    return f"{name}-{next(_labels)}-{time.monotonic_ns()}"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    running = RedisServer(tmp_path_factory.mktemp("redis"))
-    yield running
-    running.stop()
-
 
 def breaker(store: RedisStore, label: str, **kwargs: Any) -> SharedCircuitBreaker:
     return SharedCircuitBreaker(label=label, store=store, window=CountWindow(4), minimum_calls=4,

@@ -9,19 +9,18 @@ connections in this process: a new object is exactly what a new process builds.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio
-from redis_harness import RedisServer
+from redis_harness import RedisServer, fresh
 
 import stoic
 from stoic import CircuitBreaker, CircuitOpen, OpenDuration, RateLimited
@@ -32,20 +31,6 @@ from stoic.testing import RecordingSink, VirtualClock
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-_labels = itertools.count()
-
-
-def fresh(name: str) -> str:
-    return f"{name}-{next(_labels)}-{time.monotonic_ns()}"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    running = RedisServer(tmp_path_factory.mktemp("redis"))
-    yield running
-    running.stop()
-
-
 @pytest.fixture
 async def raw(server: RedisServer) -> AsyncIterator[redis.asyncio.Redis]:
     client = redis.asyncio.Redis.from_url(server.url)
