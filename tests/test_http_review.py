@@ -167,3 +167,19 @@ async def test_a_keyed_breaker_with_failing_calls_in_flight_is_not_evicted_by_ne
         await clock.advance(1.0)
         await slow
     assert str(family.get("a").state) == "open"
+
+
+async def test_a_bulkhead_familys_key_stays_held_through_a_requests_retry_backoff(clock: VirtualClock) -> None:
+    # Between attempts the request holds no slot, so the bulkhead counts nothing: the key must
+    # still be busy for the family (the retried attempt runs on the key's bulkhead, the one held).
+    family = Keyed(Bulkhead, label="per-host", max_keys=1, max_concurrent=1, clock=clock)
+    server = Server(HTTPPolicies([family], retry=three()), [500, 200], clock)
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(server.run(key="a"))
+        await clock.sleep(0.05)  # the first attempt failed; the retry sleeps 0.1 s
+        assert family.get("b").label == "per-host:_other" and "a" in family
+        assert (await task).status == 200
+
+    await clock.run(scenario())
+    assert family.get("b").label == "per-host:b"  # the request over, "a" could go

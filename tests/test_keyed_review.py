@@ -206,3 +206,32 @@ def test_a_bulkhead_family_counts_its_calls_through_the_bulkhead_itself() -> Non
     breakers._unclaim("a", breaker)
     assert breaker.inflight == 0
     assert bulkheads.get("b").label == "pools:b" and breakers.get("b").label == "hosts:b"
+
+
+def test_a_key_is_never_evicted_between_call_and_its_bulkheads_admission() -> None:
+    # A bulkhead counts a call from its admission on; Keyed.call hands the call over before that,
+    # so another thread running in between (simulated here: the first call pauses on its way in)
+    # must still find the key busy, not evict it and run the call on a bulkhead no longer held.
+    paused, resume = threading.Event(), threading.Event()
+
+    class PausingBulkhead(BlockingBulkhead):
+        def call(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if threading.current_thread().name == "first":
+                paused.set()
+                resume.wait(10)
+            return super().call(fn, *args, **kwargs)
+
+    family = Keyed(PausingBulkhead, label="pools", max_keys=1, max_concurrent=1)
+    family.get("a")
+    held_during_call: list[object] = []
+    thread = threading.Thread(target=lambda: held_during_call.append(
+        family.call("a", lambda: family.policies.get("a"))), name="first")
+    thread.start()
+    assert paused.wait(10)
+    try:
+        assert family.get("b").label == f"pools:{OVERFLOW_KEY}"  # "a" has a call in flight
+        assert "a" in family
+    finally:
+        resume.set()
+        thread.join(10)
+    assert held_during_call[0] is not None and family.get("b").label == "pools:b"

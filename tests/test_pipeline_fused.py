@@ -160,3 +160,57 @@ async def test_a_fused_pipeline_refuses_and_releases_like_its_stages(clock: Virt
     assert bulkhead.in_use == 0  # released however the call ended
     with pytest.raises(stoic.CircuitOpen):
         await pipeline.execute(fails)
+
+
+def test_fused_equals_nested_with_keywords_a_repeated_stage_a_deadline_and_metrics_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # What the property above leaves out: keyword arguments, one stage object twice, an ambient
+    # deadline, and the metrics the stages record (the breaker's locked path on every call).
+    from stoic import _metrics
+
+    monkeypatch.setattr(_metrics.state, "enabled", True)
+
+    def run(fused: bool) -> tuple[object, ...]:
+        clock = VirtualClock()
+        breaker = _make("breaker", 0, clock)
+        limiter, bulkhead = _make("limiter", 1, clock), _make("bulkhead", 2, clock)
+        stages = (breaker, limiter, breaker, bulkhead)
+        if fused:
+            execute: Callable[..., Awaitable[Any]] = Pipeline(*stages).execute
+        else:
+            def execute(fn: Callable[..., Awaitable[Any]], /, *args: Any, **kwargs: Any) -> Awaitable[Any]:
+                return breaker.execute(limiter.execute, breaker.execute, bulkhead.execute, fn, *args, **kwargs)
+        sink = RecordingSink()
+
+        async def op(x: int, *, fn: int, fails: bool) -> tuple[int, int]:
+            await clock.sleep(0.2)
+            if fails:
+                raise ConnectionError("down")
+            return x, fn
+
+        async def one(n: int) -> object:
+            try:
+                async with stoic.timeout(0.3 if n % 3 else 5.0, clock=clock):
+                    await clock.sleep(0.1 * (n % 4))
+                    return await execute(op, n, fn=-n, fails=n % 5 == 0)
+            except Exception as error:
+                return type(error).__name__
+
+        async def main() -> list[object]:
+            return list(await asyncio.gather(*(one(n) for n in range(16))))
+
+        with stoic.use_sinks(sink):
+            outcomes = asyncio.run(clock.run(main()))
+        recorded = []
+        for stage in (breaker, limiter, bulkhead):
+            recorder = getattr(stage, "_recorder", None) or getattr(stage, "_rec", None)
+            recorded.append(None if recorder is None else (
+                dict(recorder.counters),
+                {key: (h.count, h.sum_ns, list(h.counts)) for key, h in recorder.histograms.items()}))
+        events = [(e.name, e.label, e.time_ns, tuple(sorted(e.attributes.items()))) for e in sink.events]
+        return outcomes, events, recorded, [_state(stage) for stage in (breaker, limiter, bulkhead)]
+
+    fused = run(True)
+    assert {"DeadlineExceeded", "ConnectionError", "BulkheadFull", "(4, -4)"} <= set(map(str, fused[0]))
+    assert fused[2][0] is not None and fused[2][0][1]  # the breaker recorded durations
+    assert fused == run(False)

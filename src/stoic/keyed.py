@@ -314,22 +314,22 @@ class Keyed(Generic[P]):
     async def execute(self, key: str | None, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> R:
         """``await family.execute(key, fn, ...)``: the key's ``policy.execute(fn, ...)``, with the
         call counted in flight (the key is not dropped meanwhile). Raises what the policy raises."""
-        slot = self._claim(key)
+        slot = self._claim(key, counted=True)
         try:
             result: R = await slot.policy.execute(fn, *args, **kwargs)  # type: ignore[attr-defined]
             return result
         finally:
-            self._unclaim(key, slot)
+            self._unclaim(key, slot, counted=True)
 
     def call(self, key: str | None, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
         """``family.call(key, fn, ...)``: the key's ``policy.call(fn, ...)`` (plain functions, for
         policies with a ``call`` method), counted in flight as :meth:`execute` does."""
-        slot = self._claim(key)
+        slot = self._claim(key, counted=True)
         try:
             result: R = slot.policy.call(fn, *args, **kwargs)  # type: ignore[attr-defined]
             return result
         finally:
-            self._unclaim(key, slot)
+            self._unclaim(key, slot, counted=True)
 
     def _release(self, key: str | None, slot: _Slot[P], *, counted: bool = True) -> None:
         """A call through ``slot`` ended: no longer in flight (``counted``: it was counted in
@@ -342,29 +342,33 @@ class Keyed(Generic[P]):
             if self._slots.get(key) is slot:
                 self._slots.move_to_end(key)
 
-    def _claim(self, key: str | None) -> _Slot[P]:
+    def _claim(self, key: str | None, *, counted: bool = False) -> _Slot[P]:
         """The key's slot with one call counted in flight, for a caller that runs the call
         (:meth:`execute`, :meth:`call`, the HTTP integrations) and then calls :meth:`_unclaim`. A key held already
         takes no lock and reads no clock (the key is stamped when the call ends): the call is
         counted in, then the key is checked to be still held (an eviction under the lock that
         saw no call in flight may have dropped it just before: then the count is taken back and
-        the locked path claims)."""
+        the locked path claims). ``counted``: count the call even in a family whose policy
+        counts its own calls (execute and call: another thread may evict the key between this
+        claim and the policy's admission, which would then run on a policy no longer held)."""
+        counted = counted or not self._self_counting
         slot = self._slots.get(key) if type(key) is str else None
         if slot is not None:
-            if self._self_counting:
+            if not counted:
                 return slot  # (its policy counts the call itself, from its admission on)
             slot.calls.append(None)
             if self._slots.get(key) is slot:
                 return slot
             slot.calls.pop()
-        return self._slot(key, claim=not self._self_counting)
+        return self._slot(key, claim=counted)
 
-    def _unclaim(self, key: str | None, slot: _Slot[P]) -> None:
+    def _unclaim(self, key: str | None, slot: _Slot[P], *, counted: bool = False) -> None:
         """The call :meth:`_claim` counted has ended (restamped under the lock only when the
-        stamp is older than the touch precision)."""
+        stamp is older than the touch precision); ``counted`` as given to :meth:`_claim`."""
+        counted = counted or not self._self_counting
         if self._now() - slot.last_used >= self._touch_ns:
-            self._release(key, slot, counted=not self._self_counting)
-        elif not self._self_counting:
+            self._release(key, slot, counted=counted)
+        elif counted:
             slot.calls.pop()
 
     # ------------------------------------------------------------------ control (see stoic.ControlPlane)
