@@ -192,19 +192,19 @@ def test_force_open_while_threads_build_and_hit_keys_leaves_no_key_closed() -> N
     assert all(str(policy.state) == "open" for policy in family.policies.values())
 
 
-def test_a_bulkhead_family_counts_its_calls_through_the_bulkhead_itself() -> None:
-    # A bulkhead reports its own calls in flight (in_use), which the eviction rule reads, so the
-    # lock-free claim adds no count of its own; a breaker family's claim does count.
+def test_a_bulkhead_family_counts_its_claimed_calls_too() -> None:
+    # A bulkhead reports its own calls in flight (in_use) only from its admission on, so the
+    # claim counts the call in every family, a bulkhead's too (see the next test).
     bulkheads = Keyed(BlockingBulkhead, label="pools", max_keys=1, max_concurrent=2)
     breakers = Keyed(CircuitBreaker, label="hosts", max_keys=1)
     pool, breaker = bulkheads._claim("a"), breakers._claim("a")
-    assert pool.inflight == 0 and breaker.inflight == 1
+    assert pool.inflight == 1 and breaker.inflight == 1
     with pool.policy:  # a call holds a slot: the key is busy, so a new key goes to the overflow
         assert bulkheads.get("b").label == f"pools:{OVERFLOW_KEY}"
     assert breakers.get("b").label == f"hosts:{OVERFLOW_KEY}"  # the claimed call keeps "a"
     bulkheads._unclaim("a", pool)
     breakers._unclaim("a", breaker)
-    assert breaker.inflight == 0
+    assert pool.inflight == 0 and breaker.inflight == 0
     assert bulkheads.get("b").label == "pools:b" and breakers.get("b").label == "hosts:b"
 
 

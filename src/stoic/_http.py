@@ -170,14 +170,14 @@ class HTTPPolicies(Generic[Resp]):
             return self.stages, None
         held = self._held
         if shape == 1:  # the common shapes, unrolled (this runs on every request): one family
-            first = held[0]._claim(key, counted=True)
+            first = held[0]._claim(key)
             return (first.policy,), (first,)
         if shape == 2:  # two families
-            first = held[0]._claim(key, counted=True)
+            first = held[0]._claim(key)
             try:
-                second = held[1]._claim(key, counted=True)
+                second = held[1]._claim(key)
             except BaseException:
-                held[0]._unclaim(key, first, counted=True)
+                held[0]._unclaim(key, first)
                 raise
             return (first.policy, second.policy), (first, second)
         stages = list(self.stages)
@@ -185,7 +185,7 @@ class HTTPPolicies(Generic[Resp]):
         try:
             for index, stage in enumerate(self.stages):
                 if isinstance(stage, Keyed):
-                    slot = stage._claim(key, counted=True)
+                    slot = stage._claim(key)
                     claimed.append(slot)
                     stages[index] = slot.policy
         except BaseException:
@@ -198,13 +198,13 @@ class HTTPPolicies(Generic[Resp]):
         a prefix of them when a claim failed)."""
         held = self._held
         if len(claimed) == 1:
-            held[0]._unclaim(key, claimed[0], counted=True)
+            held[0]._unclaim(key, claimed[0])
         elif len(claimed) == 2:
-            held[0]._unclaim(key, claimed[0], counted=True)
-            held[1]._unclaim(key, claimed[1], counted=True)
+            held[0]._unclaim(key, claimed[0])
+            held[1]._unclaim(key, claimed[1])
         else:
             for family, slot in zip(held, claimed, strict=False):
-                family._unclaim(key, slot, counted=True)
+                family._unclaim(key, slot)
 
     def check(self, response: Resp, status: int, headers: Any, key: str) -> Resp:
         """``response`` when it is not a failure; else raise :class:`ServerError` or

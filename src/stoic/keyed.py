@@ -117,7 +117,7 @@ class Keyed(Generic[P]):
     """
 
     __slots__ = ("_clock", "_config", "_factory", "_forced_all", "_full", "_idle_ns", "_label", "_labelled",
-                 "_lock", "_max_keys", "_max_labels", "_now", "_overflow", "_self_counting", "_slots", "_touch_ns")
+                 "_lock", "_max_keys", "_max_labels", "_now", "_overflow", "_slots", "_touch_ns")
 
     def __init__(
         self,
@@ -146,10 +146,7 @@ class Keyed(Generic[P]):
             raise TypeError(f"clock must be a stoic.Clock (with now_ns), got {type(clock).__name__}")
         self._factory = factory
         _check_parameters(factory, config)
-        sample = factory(label=self._label, clock=self._clock, **config)  # validates the configuration
-        # A policy that reports its own work in flight (a bulkhead's ``in_use``, which at_rest
-        # reads) needs no count of its own from _claim: it is busy for as long as a call holds it.
-        self._self_counting = isinstance(getattr(sample, "in_use", None), int)
+        factory(label=self._label, clock=self._clock, **config)  # validates the configuration
         self._config: dict[str, Any] = dict(config)
         self._lock = threading.Lock()
         self._slots: OrderedDict[str | None, _Slot[P]] = OrderedDict()
@@ -314,61 +311,58 @@ class Keyed(Generic[P]):
     async def execute(self, key: str | None, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> R:
         """``await family.execute(key, fn, ...)``: the key's ``policy.execute(fn, ...)``, with the
         call counted in flight (the key is not dropped meanwhile). Raises what the policy raises."""
-        slot = self._claim(key, counted=True)
+        slot = self._claim(key)
         try:
             result: R = await slot.policy.execute(fn, *args, **kwargs)  # type: ignore[attr-defined]
             return result
         finally:
-            self._unclaim(key, slot, counted=True)
+            self._unclaim(key, slot)
 
     def call(self, key: str | None, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
         """``family.call(key, fn, ...)``: the key's ``policy.call(fn, ...)`` (plain functions, for
         policies with a ``call`` method), counted in flight as :meth:`execute` does."""
-        slot = self._claim(key, counted=True)
+        slot = self._claim(key)
         try:
             result: R = slot.policy.call(fn, *args, **kwargs)  # type: ignore[attr-defined]
             return result
         finally:
-            self._unclaim(key, slot, counted=True)
+            self._unclaim(key, slot)
 
-    def _release(self, key: str | None, slot: _Slot[P], *, counted: bool = True) -> None:
-        """A call through ``slot`` ended: no longer in flight (``counted``: it was counted in
-        ``slot.calls``), and the key is the most recently used (its stamp and its place in the
-        order agree, which expiry and eviction rely on)."""
+    def _release(self, key: str | None, slot: _Slot[P]) -> None:
+        """A call through ``slot`` ended: no longer in flight, and the key is the most recently
+        used (its stamp and its place in the order agree, which expiry and eviction rely on)."""
         with self._lock:
-            if counted:
-                slot.calls.pop()
+            slot.calls.pop()
             slot.last_used = self._clock.now_ns()
             if self._slots.get(key) is slot:
                 self._slots.move_to_end(key)
 
-    def _claim(self, key: str | None, *, counted: bool = False) -> _Slot[P]:
+    def _claim(self, key: str | None) -> _Slot[P]:
         """The key's slot with one call counted in flight, for a caller that runs the call
-        (:meth:`execute`, :meth:`call`, the HTTP integrations) and then calls :meth:`_unclaim`. A key held already
-        takes no lock and reads no clock (the key is stamped when the call ends): the call is
-        counted in, then the key is checked to be still held (an eviction under the lock that
-        saw no call in flight may have dropped it just before: then the count is taken back and
-        the locked path claims). ``counted``: count the call even in a family whose policy
-        counts its own calls (execute and call: another thread may evict the key between this
-        claim and the policy's admission, which would then run on a policy no longer held)."""
-        counted = counted or not self._self_counting
+        (:meth:`execute`, :meth:`call`, the HTTP integrations) and then calls :meth:`_unclaim`.
+        A key held already takes no lock and reads no clock (the key is stamped when the call
+        ends): the call is counted in, then the key is checked to be still held (an eviction
+        under the lock that saw no call in flight may have dropped it just before: then the count
+        is taken back and the locked path claims).
+
+        Every call is counted, even in a family whose policy counts its own (a bulkhead's
+        ``in_use``): that count starts only at the policy's admission, and between the claim and
+        the admission (another thread, a retry's backoff, a queue in an outer stage) the key
+        could be evicted and the call run on a policy no longer held."""
         slot = self._slots.get(key) if type(key) is str else None
         if slot is not None:
-            if not counted:
-                return slot  # (its policy counts the call itself, from its admission on)
             slot.calls.append(None)
             if self._slots.get(key) is slot:
                 return slot
             slot.calls.pop()
-        return self._slot(key, claim=counted)
+        return self._slot(key, claim=True)
 
-    def _unclaim(self, key: str | None, slot: _Slot[P], *, counted: bool = False) -> None:
+    def _unclaim(self, key: str | None, slot: _Slot[P]) -> None:
         """The call :meth:`_claim` counted has ended (restamped under the lock only when the
-        stamp is older than the touch precision); ``counted`` as given to :meth:`_claim`."""
-        counted = counted or not self._self_counting
+        stamp is older than the touch precision)."""
         if self._now() - slot.last_used >= self._touch_ns:
-            self._release(key, slot, counted=counted)
-        elif counted:
+            self._release(key, slot)
+        else:
             slot.calls.pop()
 
     # ------------------------------------------------------------------ control (see stoic.ControlPlane)
