@@ -124,3 +124,33 @@ def test_a_collected_breaker_takes_its_recorder_with_it(metrics_on: None) -> Non
     del breaker
     gc.collect()
     assert not any(r.label == "tenant-42" for r in _metrics.recorders())
+
+
+def test_threads_racing_to_make_the_recorder_make_one(metrics_on: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A rejection counts outside the breaker's lock and a call under it: both may make the
+    # recorder at once. Each making thread is held inside until the other has had time to
+    # arrive, so without the guard both would make one and the success histogram kept at hand
+    # could belong to the recorder that was dropped.
+    breaker = CircuitBreaker(label="raced")
+    made: list[_metrics.Recorder] = []
+    real = _metrics.recorder
+    both = threading.Barrier(2, timeout=0.3)
+
+    def slow_recorder(*args: Any, **kwargs: Any) -> _metrics.Recorder:
+        try:
+            both.wait()
+        except threading.BrokenBarrierError:
+            pass  # (the other thread is waiting for the guard: the expected case)
+        recorder = real(*args, **kwargs)
+        made.append(recorder)
+        return recorder
+
+    monkeypatch.setattr(_metrics, "recorder", slow_recorder)
+    threads = [threading.Thread(target=breaker._new_recorder) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert len(made) == 1
+    recorder = _recorder_of(breaker)
+    assert breaker._success_histogram is recorder.histograms[("stoic.breaker.call.duration", "success", "")]

@@ -79,6 +79,7 @@ _SUCCESS_DURATION: Final = (_DURATION, "success", "")
 # Only the sinks that want breaker events count here (issue 11): a debug sink that wants none of
 # them leaves the fast path on.
 _sinks_registry: Final = kind_floor("breaker")
+_NEW_RECORDER: Final = threading.Lock()  # (see CircuitBreaker._new_recorder)
 
 
 def min_level() -> int:
@@ -516,9 +517,14 @@ class CircuitBreaker:
     def _new_recorder(self) -> _metrics.Recorder:
         # Made on the first call or decision after metrics were enabled (not at construction: a
         # breaker per route must stay small); it holds the breaker weakly for the state gauge.
-        recorder = _metrics.recorder("breaker", self.label, self)
-        recorder.histograms[_SUCCESS_DURATION] = self._success_histogram = _metrics.Histogram()
-        self._recorder = recorder
+        # One per breaker even when a rejection (counted outside the breaker's lock) and a call
+        # race to make it: the success histogram kept at hand must be the recorder's own.
+        with _NEW_RECORDER:
+            recorder = self._recorder
+            if recorder is None:
+                recorder = _metrics.recorder("breaker", self.label, self)
+                recorder.histograms[_SUCCESS_DURATION] = self._success_histogram = _metrics.Histogram()
+                self._recorder = recorder
         return recorder
 
     def _fold(self, now: int, pending: _Pending) -> None:
