@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import linecache
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 from . import _deadline
@@ -34,3 +35,14 @@ def compile_source(source: str, filename: str, module: str) -> dict[str, Any]:
     namespace = {**SHARED, "__name__": module}
     exec(compile(source, filename, "exec"), namespace)
     return namespace
+
+
+def compile_method(source: str, qualname: str, doc: str, module: str) -> Callable[..., Any]:
+    """The one function ``source`` defines, named by the last part of ``qualname``, compiled
+    (:func:`compile_source`, filename ``<stoic qualname>``) to stand as that method: its
+    ``__qualname__`` and docstring set."""
+    name = qualname.rpartition(".")[2]
+    method: Callable[..., Any] = compile_source(source, f"<stoic {qualname}>", module)[name]
+    method.__qualname__ = qualname
+    method.__doc__ = doc
+    return method

@@ -215,10 +215,7 @@ def _execute(doc: str) -> Callable[..., Any]:
     call = "return await (stoic_fn(*stoic_args, **stoic_kwargs) if stoic_kwargs else stoic_fn(*stoic_args))"
     source = ("async def execute(stoic_self, stoic_fn, /, *stoic_args, **stoic_kwargs):\n"
               + _source.indent(stage("stoic_self", "", call)))
-    execute: Callable[..., Any] = _source.compile_source(source, "<stoic Bulkhead.execute>", __name__)["execute"]
-    execute.__qualname__ = "Bulkhead.execute"
-    execute.__doc__ = doc
-    return execute
+    return _source.compile_method(source, "Bulkhead.execute", doc, __name__)
 
 
 class Bulkhead(_Compartment):

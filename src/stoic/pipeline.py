@@ -157,6 +157,7 @@ def _enter(runs: tuple[Callable[..., Any], ...], index: int, fn: Callable[..., A
 
 # --- fusing: adjacent stages whose admission is a synchronous check, run in one coroutine ------
 
+@functools.cache
 def _parts() -> dict[type, Callable[[str, str, str], str]]:
     """The stage kinds that can be fused, each with its part of a call as source (stoic._source):
     exactly these types (a subclass may change what execute does, so it runs its own)."""

@@ -362,10 +362,7 @@ def _execute(doc: str) -> Callable[..., Any]:
               f"    if {GRANTED.format(l='stoic_self')}:\n"
               "        return stoic_fn(*stoic_args, **stoic_kwargs) if stoic_kwargs else stoic_fn(*stoic_args)\n"
               "    return stoic_self._execute_queued(stoic_fn, stoic_args, stoic_kwargs)\n")
-    execute: Callable[..., Any] = _source.compile_source(source, "<stoic RateLimiter.execute>", __name__)["execute"]
-    execute.__qualname__ = "RateLimiter.execute"
-    execute.__doc__ = doc
-    return execute
+    return _source.compile_method(source, "RateLimiter.execute", doc, __name__)
 
 
 class RateLimiter(_TokenBucket):

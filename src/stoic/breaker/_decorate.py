@@ -46,8 +46,7 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from .. import _deadline, _metrics
-from .._deadline import _current as _deadline_scope
+from .. import _metrics
 from .._source import compile_source, indent
 from ..events import Level
 
@@ -99,9 +98,9 @@ else:
     {b}._settle(stoic_{p}epoch, stoic_{p}probe, stoic_{p}start, stoic_{p}end, False, None)
 """
 
-# What every generated function takes from stoic_make, besides its own: see shared().
-SHARED_PARAMS: Final = ("stoic_deadline, stoic_deadline_get, stoic_sinks, stoic_min_level, stoic_metrics, "
-                        "stoic_next, stoic_refused, stoic_coroutine_type")
+# What every generated function takes from stoic_make, besides its own: see shared(). (The
+# deadline's names are stoic._source.SHARED, in every compiled namespace.)
+SHARED_PARAMS: Final = "stoic_sinks, stoic_min_level, stoic_metrics, stoic_next, stoic_refused, stoic_coroutine_type"
 
 _TEMPLATE = """\
 def stoic_make(stoic_breaker, stoic_fn, stoic_now, {shared}):
@@ -194,8 +193,7 @@ def shared() -> tuple[object, ...]:
     """The values of :data:`SHARED_PARAMS`, in order."""
     from ._breaker import _sinks_registry, min_level  # the breaker kind's sink floor
 
-    return (_deadline, _deadline_scope.get, _sinks_registry, min_level, _metrics.state, next, REFUSED_RESULTS,
-            types.CoroutineType)
+    return (_sinks_registry, min_level, _metrics.state, next, REFUSED_RESULTS, types.CoroutineType)
 
 
 def method(is_async: bool, name: str, doc: str | None) -> Callable[..., Any]:
