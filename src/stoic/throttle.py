@@ -81,7 +81,7 @@ class AdaptiveThrottle:
     ``AdaptiveThrottle(*, k=2.0, min_throughput=10, window=120.0, max_probability=0.9,
     classify=RetryClassifier.transient_only, label, clock=None)``
 
-    - ``k`` (>= 1): how many requests per accept are tolerated before shedding starts.
+    - ``k`` (finite, >= 1): how many requests per accept are tolerated before shedding starts.
     - ``min_throughput`` (int >= 0): below this many requests in the window nothing is shed.
     - ``window`` (seconds > 0): the rolling window, kept in 12 buckets.
     - ``max_probability`` (in (0, 1]): the cap on the shed probability (see the module
