@@ -11,7 +11,9 @@ Peers, each in its fastest documented form that checks the breaker's state: circ
 tornado), purgatory's breaker factories as context managers, hyx's `@consecutive_breaker()`
 (async only), pyresilience's `@resilient(circuit_breaker=...)`. circuitbreaker's `call` /
 `call_async` are shown but marked "does less": they never check whether the breaker is open,
-so they are never the yardstick.
+so they are never the yardstick. The "floor" row is no breaker at all: a wrapper that reads the
+clock before and after the call and counts it, the least that judging slow calls exactly costs;
+it is shown beside the target, never judged.
 
 Three call rates. Back to back (a tight loop). One call per 10 ms as the breaker sees it: stoic's
 breakers get a clock that moves 10 ms per call (a C-level counter, as cheap to read as
@@ -37,6 +39,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import stoic
 from benchmarks._harness import Verdict, have, print_verdicts, scaled, skipped, time_async, time_sync, verdict
@@ -71,6 +74,7 @@ class Row:
     stoic: bool = False
     does_less: bool = False  # shown, never a yardstick
     metrics: bool = False  # timed with stoic's metrics enabled
+    floor: bool = False  # no breaker: the least work exact timing needs (shown, never a yardstick)
 
 
 class TenMsClock:
@@ -78,6 +82,29 @@ class TenMsClock:
 
     def __init__(self) -> None:
         self.now_ns = functools.partial(next, itertools.count(0, 5_000_000))
+
+
+def _floor(fn: Callable[[], Any], is_async: bool) -> Callable[[], Any]:
+    """The least any breaker that judges slow calls exactly does on a success, with no state, no
+    checks and no events: a wrapper level, a clock reading before and after the call, one
+    comparison and one count. Its row shows how much of the 0.4x budget that alone takes."""
+    now, count, slow = time.monotonic_ns, itertools.count(), 60_000_000_000
+
+    async def floor_async() -> Any:
+        start = now()
+        result = await fn()
+        if now() - start < slow:
+            next(count)
+        return result
+
+    def floor_sync() -> Any:
+        start = now()
+        result = fn()
+        if now() - start < slow:
+            next(count)
+        return result
+
+    return floor_async if is_async else floor_sync
 
 
 def _stoic_rows(is_async: bool, clock: TenMsClock | None = None) -> list[Row]:
@@ -91,6 +118,7 @@ def _stoic_rows(is_async: bool, clock: TenMsClock | None = None) -> list[Row]:
             Row("stoic @breaker", breaker(awork), stoic=True),
             Row("stoic execute (count window)", lambda: cexecute(awork), via_lambda=True, stoic=True),
             Row("stoic @breaker, metrics on", metered(awork), stoic=True, metrics=True),
+            Row("floor: timing and a count", _floor(awork, True), floor=True),
         ]
     call, ccall = breaker.call, counting.call
     return [
@@ -98,6 +126,7 @@ def _stoic_rows(is_async: bool, clock: TenMsClock | None = None) -> list[Row]:
         Row("stoic @breaker", breaker(work), stoic=True),
         Row("stoic call (count window)", lambda: ccall(work), via_lambda=True, stoic=True),
         Row("stoic @breaker, metrics on", metered(work), stoic=True, metrics=True),
+        Row("floor: timing and a count", _floor(work, False), floor=True),
     ]
 
 
@@ -224,7 +253,7 @@ def _table(title: str, rows: list[Row], ns: list[float], verdicts: list[Verdict]
     def overhead(i: int) -> float:
         return ns[i] - (bare_lambda if rows[i].via_lambda else bare)
 
-    peers = [i for i in range(2, len(rows)) if not rows[i].stoic and not rows[i].does_less]
+    peers = [i for i in range(2, len(rows)) if not (rows[i].stoic or rows[i].does_less or rows[i].floor)]
     fastest = min(peers, key=overhead) if peers else None
     print(f"\n## {title}  (bare: {bare:.0f} ns/call; through a lambda: {bare_lambda:.0f})")
     print(f"{'':<36}{'ns/call':>10}{'overhead':>10}{'vs fastest peer':>18}")
@@ -232,7 +261,8 @@ def _table(title: str, rows: list[Row], ns: list[float], verdicts: list[Verdict]
         ratio = ""
         if fastest is not None:
             ratio = f"{overhead(i) / max(1e-9, overhead(fastest)):.2f}x"
-        mark = "  (does less: never checks the state)" if rows[i].does_less else ""
+        mark = ("  (does less: never checks the state)" if rows[i].does_less
+                else "  (no breaker: the work exact timing needs)" if rows[i].floor else "")
         print(f"{rows[i].name:<36}{ns[i]:>10.0f}{overhead(i):>10.0f}{ratio:>18}{mark}")
     if fastest is None:
         print("(no peer installed: pip install -r requirements-bench.txt)")

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import stoic
-from stoic import Pipeline, Retrying, Schedule, retry, retry_sync, retrying
+from stoic import Pipeline, Retrying, Schedule, _retry, retry, retry_sync, retrying
 
 from ._harness import Result, have, report, skipped, time_async, time_sync, verdict
 
@@ -149,6 +149,41 @@ def _judge(what: str, results: list[Result], ours: str, theirs: list[str], basel
 
 # --- retry --------------------------------------------------------------------------------------
 
+# The least a first attempt does under seed 001's rules, with no schedule, no classifier, no
+# events: the cancel count read at entry (check 1, field report 17; through the same one-entry
+# read stoic uses), the budget's deposit, a fresh nesting mark set in a context variable (a task
+# created inside the attempt must see it: seed 001, "Nesting"), the try around the operation.
+# Shown beside the targets, never judged: how much of the 0.5x budget the rules alone take.
+_FLOOR_MARK: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("bench.floor", default=None)
+_FLOOR_DEPOSITS = itertools.count()
+
+
+async def _floor_async(fn: Callable[[], Awaitable[int]]) -> int:
+    task = None
+    for task in _retry._RUNNING:  # noqa: B007 (the first entry: one loop runs here)
+        break
+    cancels = 0 if task is None else task.cancelling()
+    next(_FLOOR_DEPOSITS)
+    mark = [1, cancels]
+    _FLOOR_MARK.set(mark)
+    try:
+        return await fn()
+    finally:
+        mark[0] = 0
+
+
+def _floor_sync(fn: Callable[[], int]) -> int:
+    next(_FLOOR_DEPOSITS)
+    mark = [1, 0]
+    _FLOOR_MARK.set(mark)
+    try:
+        return fn()
+    finally:
+        mark[0] = 0
+
+
+FLOOR = "floor: mark, deposit, cancel count"
+
 def _site_a() -> Awaitable[int]:
     return retry(SCHEDULE, _op, label="site-a")
 
@@ -199,6 +234,7 @@ def bench_async() -> list[Result]:
                _later_async(lambda: retry(SCHEDULE, _op, label="bench"), variables=CONTEXT_VARIABLES)),
         Result("stoic retry(), two sites, two offsets", _later_async(_alternating(_site_a, _site_c))),
         Result("stoic retry(), two sites, one offset", _later_async(_alternating(_site_a, _site_b))),
+        Result(FLOOR, _later_async(lambda: _floor_async(_op))),
     ]
     if have("hyx"):
         import hyx.retry
@@ -260,6 +296,7 @@ def bench_sync() -> list[Result]:
                _later_sync(lambda: retry_sync(SCHEDULE, _op_sync, label="bench"), variables=CONTEXT_VARIABLES)),
         Result("stoic retry_sync(), two sites, two offsets", _later_sync(_alternating(_sync_site_a, _sync_site_c))),
         Result("stoic retry_sync(), two sites, one offset", _later_sync(_alternating(_sync_site_a, _sync_site_b))),
+        Result("floor: mark, deposit", _later_sync(lambda: _floor_sync(_op_sync))),
     ]
     if have("pyresilience"):
         import pyresilience
@@ -361,6 +398,8 @@ def main() -> None:
            reference="stoic @retrying")
     for form in ("stoic @retrying", "stoic retry()", "stoic Retrying.execute"):
         _judge("async retry <= 0.5x the fastest peer", results, form, ASYNC_PEERS, "bare await", 0.5)
+    _judge("the rules' floor against the fastest peer (shown, no target)", results, FLOOR, ASYNC_PEERS,
+           "bare await", float("inf"))
     _judge(f"async retry unchanged with {CONTEXT_VARIABLES} context variables", results,
            f"stoic retry(), {CONTEXT_VARIABLES} context variables set", ["stoic retry()"], "bare await", 1.1)
     _judge("async retry unchanged when two sites share an offset", results,
@@ -370,6 +409,8 @@ def main() -> None:
     report("retry (sync): a call that succeeds at once", results, baseline="bare call", reference="stoic @retrying")
     for form in ("stoic @retrying", "stoic retry_sync()", "stoic Retrying.call"):
         _judge("sync retry <= 0.5x the fastest peer", results, form, SYNC_PEERS, "bare call", 0.5)
+    _judge("the rules' floor against the fastest peer (shown, no target)", results, "floor: mark, deposit",
+           SYNC_PEERS, "bare call", float("inf"))
     _judge(f"sync retry unchanged with {CONTEXT_VARIABLES} context variables", results,
            f"stoic retry_sync(), {CONTEXT_VARIABLES} context variables set", ["stoic retry_sync()"], "bare call", 1.1)
     _judge("sync retry unchanged when two sites share an offset", results,

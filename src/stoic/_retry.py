@@ -13,7 +13,7 @@ import sys
 import threading
 import types
 from collections.abc import Awaitable, Callable, Coroutine
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from types import AsyncGeneratorType, CodeType, CoroutineType, GeneratorType, ModuleType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -64,6 +64,9 @@ _Mark = list[Any]
 _marks: ContextVar[_Mark | None] = ContextVar("stoic.retry.attempts", default=None)
 _get_marks = _marks.get
 _set_marks = _marks.set
+# What a set's token says it replaced where no retry set a mark before: the variable only ever
+# holds marks (never None), so this is the one other value a mark test meets.
+_NO_MARK = Token.MISSING
 
 
 def _running(mark: _Mark | None) -> bool:
@@ -80,7 +83,7 @@ def _new_mark() -> _Mark:
     attempts); its parent is the running mark it replaced, if any."""
     mine: _Mark = [0, None]
     old = _set_marks(mine).old_value
-    if type(old) is list and _running(old):
+    if old is not _NO_MARK and _running(old):
         mine[1] = old
     return mine
 
@@ -349,53 +352,117 @@ def _cancelling() -> int:
     return 0 if task is None else task.cancelling()
 
 
-async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
-                     kwargs: dict[str, Any], site: str, bucket: RetryBudget, classify: RetryClassifier,
-                     nesting: RetryNesting, label: str, attempt_ns: int | None, clock: Clock,
-                     wants: bool) -> R:
-    """The first attempt, inline and lean; the rest (and unusual calls) in :func:`_loop_async`.
-
-    ``wants``: ``fn`` is to be handed an Attempt (the caller decided, from its cache)."""
-    # Check (1) compares with the task's cancel count here, at entry: a cancel swallowed earlier
-    # in the task (a TaskGroup on 3.11, a library without uncancel()) must not stop this retry.
-    running = _RUNNING
-    task = None
-    if running is not None and len(running) == 1:
-        try:
-            for task in running:  # noqa: B007 (the first value, without an iterator call)
-                break
-        except RuntimeError:  # another thread's loop entered or left a task meanwhile
-            task = _current_task()
-    else:
-        try:
-            task = _current_task()
-        except RuntimeError:  # (3.12+) driven by hand (send), outside any loop: no task to cancel
-            task = None
-    cancels = 0 if task is None else task.cancelling()
-    next(bucket._deposits)  # the first attempt's deposit (RetryBudget.deposit, inlined)
-    scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
-    if scope is not None:
-        _deadline.check_deadline_clocks(scope, clock)
-    if attempt_ns is not None:
-        return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
-                                 clock, _new_mark(), None, -1, cancels, None)
-    # Only the deadline check (5) and up_to use the start: without them, success reads no time.
-    started = clock.now_ns() if schedule._timed or scope is not None else -1
-    mark: _Mark = [1, None]  # (_new_mark, inlined, the first attempt counted as running)
-    old = _set_marks(mark).old_value
-    if type(old) is list and (old[0] or _running(old[1])):
-        mark[1] = old
+# The first attempt of an async retry, written once and compiled into each of its three hosts:
+# ``_run_async`` (what retry() returns), ``Retrying.execute`` and the ``@retrying`` wrapper, so
+# that none of them adds a coroutine level or a call of its own on the way in (about 100 and
+# 60 ns on 3.11). Each host binds ``fn``, ``args``, ``kwargs``, ``bucket``, ``clock`` and
+# ``wants`` (``fn`` is to be handed an Attempt); the other settings are read only on the way to
+# ``_loop_async``, through the host's spelling of them ({schedule}, {site}, ...). Compiled in
+# this module's namespace: it reads ``_RUNNING`` and ``_current_task`` as ``_bind`` rebinds them.
+#
+# Check (1) compares with the task's cancel count read here, at entry: a cancel swallowed earlier
+# in the task (a TaskGroup on 3.11, a library without uncancel()) must not stop this retry.
+_FIRST_ATTEMPT = """\
+running = _RUNNING
+task = None
+if running is not None and len(running) == 1:
     try:
-        if wants:  # (``first`` is bound exactly when ``wants``)
-            return await fn(*args, **kwargs, attempt=(first := first_attempt()))
-        # (Without arguments, a direct call: no tuple and dictionary to unpack.)
-        return await (fn(*args, **kwargs) if args or kwargs else fn())
-    except Exception as caught:
-        error = caught
-    finally:
-        mark[0] = 0
-    return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
-                             clock, mark, error, started, cancels, first if wants else None)
+        for task in running:  # (the first value, without an iterator call)
+            break
+    except RuntimeError:  # another thread's loop entered or left a task meanwhile
+        task = _current_task()
+else:
+    try:
+        task = _current_task()
+    except RuntimeError:  # (3.12+) driven by hand (send), outside any loop: no task to cancel
+        task = None
+cancels = 0 if task is None else task.cancelling()
+next(bucket._deposits)  # the first attempt's deposit (RetryBudget.deposit, inlined)
+scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
+if scope is not None:
+    _deadline.check_deadline_clocks(scope, clock)
+if {attempt_ns} is not None:
+    return await _loop_async({schedule}, fn, args, kwargs, {site}, bucket, {classify}, {nesting}, {label},
+                             {attempt_ns}, clock, _new_mark(), None, -1, cancels, None)
+# Only the deadline check (5) and up_to use the start: without them, success reads no time.
+started = clock.now_ns() if {schedule}._timed or scope is not None else -1
+mark = [1, None]  # (_new_mark, inlined, the first attempt counted as running)
+old = _set_marks(mark).old_value
+if old is not _NO_MARK and (old[0] or (old[1] is not None and _running(old[1]))):
+    mark[1] = old
+try:
+    if wants:  # (``first`` is bound exactly when ``wants``)
+        return await fn(*args, **kwargs, attempt=(first := first_attempt()))
+    # (Without arguments, a direct call: no tuple and dictionary to unpack.)
+    return await (fn(*args, **kwargs) if args or kwargs else fn())
+except Exception as caught:
+    error = caught
+finally:
+    mark[0] = 0
+return await _loop_async({schedule}, fn, args, kwargs, {site}, bucket, {classify}, {nesting}, {label}, {attempt_ns},
+                         clock, mark, error, started, cancels, first if wants else None)
+"""
+
+# retry()'s host: every setting is a parameter.
+_RUN_ASYNC = """\
+async def _run_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns, clock, wants):
+    \"\"\"The first attempt, inline and lean; the rest (and unusual calls) in :func:`_loop_async`.
+
+    ``wants``: ``fn`` is to be handed an Attempt (the caller decided, from its cache).\"\"\"
+{first}"""
+
+# Retrying.execute: the settings are its retrier's. (Which operation wants an Attempt is cached
+# on the retrier: see _learn_op.)
+_EXECUTE = """\
+async def _retrying_execute(self, fn, /, *args, **kwargs):
+    r = self._retrier
+    bucket, clock, op = r.bucket, self._clock, r.op
+    wants = (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(r, fn)) and "attempt" not in kwargs
+{first}"""
+
+# The @retrying wrapper of a coroutine function: the settings are constants of its closure.
+_WRAPPER = """\
+def _make_async_wrapper(schedule, fn, site, retrier, classify, nesting, label, attempt_ns, fixed_clock, general):
+    async def async_wrapper(*args, **kwargs):
+        clock = fixed_clock if fixed_clock is not None else (  # current_clock(), inlined
+            _ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK)
+        bucket = retrier.bucket
+        wants = general and "attempt" not in kwargs
+{first}
+    return async_wrapper
+"""
+
+
+def _compile_hosts() -> None:
+    import linecache
+    import textwrap
+
+    named = {"schedule": "schedule", "site": "site", "classify": "classify", "nesting": "nesting",
+             "label": "label", "attempt_ns": "attempt_ns"}
+    retriers = {"schedule": "r.schedule", "site": "r.site", "classify": "r.classify", "nesting": "r.nesting",
+                "label": "r.label", "attempt_ns": "None"}  # (a Retrying stage has no attempt timeout)
+    for host, names, depth in ((_RUN_ASYNC, named, 4), (_EXECUTE, retriers, 4), (_WRAPPER, named, 8)):
+        source = host.format(first=textwrap.indent(_FIRST_ATTEMPT.format(**names), " " * depth))
+        name = source.split("(", 1)[0].split()[-1]
+        filename = f"<stoic retry: {name}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+        exec(compile(source, filename, "exec"), globals())
+
+
+if TYPE_CHECKING:
+    async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
+                         kwargs: dict[str, Any], site: str, bucket: RetryBudget, classify: RetryClassifier,
+                         nesting: RetryNesting, label: str, attempt_ns: int | None, clock: Clock,
+                         wants: bool) -> R: ...
+
+    async def _retrying_execute(self: Any, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> R: ...
+
+    def _make_async_wrapper(schedule: BoundedSchedule, fn: Callable[..., Awaitable[Any]], site: str,
+                            retrier: _Retrier, classify: RetryClassifier, nesting: RetryNesting, label: str,
+                            attempt_ns: int | None, fixed_clock: Clock | None,
+                            general: bool) -> Callable[..., Coroutine[Any, Any, Any]]: ...
+else:
+    _compile_hosts()
 
 
 async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
@@ -482,7 +549,7 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     started = clock.now_ns() if schedule._timed or scope is not None else -1
     mark: _Mark = [1, None]  # (_new_mark, inlined, the first attempt counted as running)
     old = _set_marks(mark).old_value
-    if type(old) is list and (old[0] or _running(old[1])):
+    if old is not _NO_MARK and (old[0] or (old[1] is not None and _running(old[1]))):
         mark[1] = old
     try:
         if wants:  # (``first`` is bound exactly when ``wants``)
@@ -764,19 +831,9 @@ class _Retrier:
         return self._decorate_sync(fn)
 
     def _decorate_async(self, fn: Callable[..., Awaitable[Any]]) -> Any:
-        schedule, classify, nesting, label, attempt_ns = (
-            self.schedule, self.classify, self.nesting, self.label, self.attempt_ns)
-        site, fixed_clock, retrier = self.site, self.clock, self
-        wants = wants_attempt(fn)
-
-        @functools.wraps(fn)
-        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            clock = fixed_clock if fixed_clock is not None else (  # current_clock(), inlined
-                _ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK)
-            return await _run_async(schedule, fn, args, kwargs, site, retrier.bucket, classify, nesting, label,
-                                    attempt_ns, clock, wants and "attempt" not in kwargs)
-
-        return async_wrapper
+        wrapper = _make_async_wrapper(self.schedule, fn, self.site, self, self.classify, self.nesting, self.label,
+                                      self.attempt_ns, self.clock, wants_attempt(fn))
+        return functools.wraps(fn)(wrapper)
 
     def _decorate_sync(self, fn: Callable[P, R]) -> Callable[P, R]:
         schedule, classify, nesting, label = self.schedule, self.classify, self.nesting, self.label

@@ -29,7 +29,7 @@ from ._policy import Policy
 from ._retry import (
     _learn_op,
     _Retrier,
-    _run_async,
+    _retrying_execute,
     _run_sync,
 )
 from .schedule import BoundedSchedule
@@ -86,15 +86,15 @@ class Retrying:
         """The bucket calls through this stage draw on (its own, for ``PER_CALL_SITE``)."""
         return self._retrier.bucket
 
-    def execute(self, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, R]:
-        """``await execute(fn, *args, **kwargs)`` runs ``fn`` under the schedule; see :func:`stoic.retry`.
-
-        (A plain method returning the coroutine: one coroutine per call instead of two.)"""
-        r = self._retrier
-        op = r.op
-        return _run_async(
-            r.schedule, fn, args, kwargs, r.site, r.bucket, r.classify, r.nesting, r.label, None, self._clock,
-            (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(r, fn)) and "attempt" not in kwargs)
+    if TYPE_CHECKING:
+        async def execute(self, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> R:
+            """``await execute(fn, *args, **kwargs)`` runs ``fn`` under the schedule; see :func:`stoic.retry`."""
+    else:  # compiled with the first attempt inline (stoic._retry._FIRST_ATTEMPT)
+        execute = _retrying_execute
+        execute.__qualname__ = "Retrying.execute"
+        execute.__name__ = "execute"
+        execute.__doc__ = ("``await execute(fn, *args, **kwargs)`` runs ``fn`` under the schedule; see "
+                           ":func:`stoic.retry`.")
 
     def call(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
         """Run plain ``fn(*args, **kwargs)`` under the schedule; see :func:`stoic.retry_sync`."""
