@@ -270,7 +270,7 @@ def test_the_rejection_rate_converges_to_the_formula_on_a_stationary_accept_rati
     """Against a reference model on a log of requests: the probability the throttle reports is
     the model's before every call, and over many calls the shed count converges on the sum of
     those probabilities (within a binomial tolerance). With ``k * ratio`` comfortably above 1
-    nothing is shed; well below 1 the dependency never earns the probability down."""
+    almost nothing is shed; well below 1 the dependency never earns the probability down."""
     import math
     import random
 
@@ -308,7 +308,10 @@ def test_the_rejection_rate_converges_to_the_formula_on_a_stationary_accept_rati
     with seeded(seed):
         asyncio.run(main())
     assert abs(shed - expected) <= 5 * math.sqrt(variance) + 5
-    if k * ratio >= 1.3:
+    # Shed calls count as requests, so shedding that noise starts in the first buckets (ten
+    # requests are enough to roll) fades by a factor of about k * ratio per window: slowly near 1
+    # (at 1.3 up to 7 % of 3,000 calls were shed, seen over 180 runs; at 1.4 at most 0.5 %).
+    if k * ratio >= 1.5:
         assert shed / total < 0.02
     elif k * ratio <= 0.7:
         assert throttle.probability > 0.25
