@@ -352,10 +352,12 @@ def _cancelling() -> int:
 async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
                      kwargs: dict[str, Any], site: str, bucket: RetryBudget, classify: RetryClassifier,
                      nesting: RetryNesting, label: str, attempt_ns: int | None, clock: Clock,
-                     wants: bool) -> R:
+                     wants: bool, before_backoff: Callable[[], Awaitable[object]] | None = None) -> R:
     """The first attempt, inline and lean; the rest (and unusual calls) in :func:`_loop_async`.
 
-    ``wants``: ``fn`` is to be handed an Attempt (the caller decided, from its cache)."""
+    ``wants``: ``fn`` is to be handed an Attempt (the caller decided, from its cache).
+    ``before_backoff``: awaited once a failed attempt is to be retried, before the backoff sleep
+    (stoic._http releases the failed responses there); it must not raise."""
     # Check (1) compares with the task's cancel count here, at entry: a cancel swallowed earlier
     # in the task (a TaskGroup on 3.11, a library without uncancel()) must not stop this retry.
     running = _RUNNING
@@ -378,7 +380,7 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
         _deadline.check_deadline_clocks(scope, clock)
     if attempt_ns is not None:
         return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
-                                 clock, _new_mark(), None, -1, cancels, None)
+                                 clock, _new_mark(), None, -1, cancels, None, before_backoff)
     # Only the deadline check (5) and up_to use the start: without them, success reads no time.
     started = clock.now_ns() if schedule._timed or scope is not None else -1
     mark: _Mark = [1, None]  # (_new_mark, inlined, the first attempt counted as running)
@@ -395,16 +397,17 @@ async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]],
     finally:
         mark[0] = 0
     return await _loop_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns,
-                             clock, mark, error, started, cancels, first if wants else None)
+                             clock, mark, error, started, cancels, first if wants else None, before_backoff)
 
 
 async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
                       kwargs: dict[str, Any], site: str, bucket: RetryBudget, classify: RetryClassifier,
                       nesting: RetryNesting, label: str, attempt_ns: int | None, clock: Clock,
                       mark: _Mark, error: Exception | None, started: int, cancels: int,
-                      attempt: Attempt | None) -> R:
+                      attempt: Attempt | None, before_backoff: Callable[[], Awaitable[object]] | None = None) -> R:
     """Every attempt after a failed first one (``error``, which was handed ``attempt`` if not
-    None), or all of them (``error`` None). ``mark``: this retry's (see :func:`_new_mark`)."""
+    None), or all of them (``error`` None). ``mark``: this retry's (see :func:`_new_mark`);
+    ``before_backoff``: see :func:`_run_async`."""
     nested = mark[1] is not None
     if error is None and "attempt" not in kwargs and wants_attempt(fn):
         attempt = first_attempt()
@@ -447,6 +450,8 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
             attempt = Attempt(number, attempt.call_id)
             kwargs["attempt"] = attempt
         # Cancellation here propagates as CancelledError: the backoff is not swallowed.
+        if before_backoff is not None:
+            await before_backoff()  # (within the backoff: the wake instant is already set)
         await clock.sleep_until(run.wake_ns)
         started = clock.now_ns()
 
@@ -471,10 +476,10 @@ def _refuse_result(fn: Callable[..., object], result: object) -> None:
 
 def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any],
               site: str, bucket: RetryBudget, classify: RetryClassifier, nesting: RetryNesting,
-              label: str, clock: Clock, wants: bool) -> R:
+              label: str, clock: Clock, wants: bool, before_backoff: Callable[[], object] | None = None) -> R:
     """The first attempt of a plain function, inline; the rest in :func:`_loop_sync`.
 
-    (Every sync form runs this.)"""
+    (Every sync form runs this.) ``before_backoff``: as :func:`_run_async`'s, called."""
     next(bucket._deposits)
     scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
     if scope is not None:
@@ -498,13 +503,13 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     finally:
         mark[0] = 0
     return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
-                      mark, error, started, first if wants else None)
+                      mark, error, started, first if wants else None, before_backoff)
 
 
 def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any],
                site: str, bucket: RetryBudget, classify: RetryClassifier, nesting: RetryNesting,
                label: str, clock: Clock, mark: _Mark, error: Exception | None, started: int,
-               attempt: Attempt | None) -> R:
+               attempt: Attempt | None, before_backoff: Callable[[], object] | None = None) -> R:
     """Every attempt after the failed first one (``error``; it was handed ``attempt``, if not
     None). ``mark``: this retry's (see :func:`_new_mark`)."""
     nested = mark[1] is not None
@@ -538,6 +543,8 @@ def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any,
         if attempt is not None:
             attempt = Attempt(number, attempt.call_id)
             kwargs["attempt"] = attempt
+        if before_backoff is not None:
+            before_backoff()
         clock.sleep_until_blocking(run.wake_ns)
         started = clock.now_ns()
 
