@@ -66,6 +66,7 @@ def _replayable(body: object) -> bool:
     if isinstance(body, IOBasePayload):
         # aiohttp seeks a file back to where its first write started; one that cannot seek it
         # marks consumed (after that write) and would send from where the first one stopped.
+        # (The file is the payload's _value: aiohttp has no public accessor; absent, not seekable.)
         return not body.consumed and seekable(getattr(body, "_value", None))
     if isinstance(body, MultipartWriter):
         return not body.consumed and all(_replayable(part) for part, _encoding, _te in body)

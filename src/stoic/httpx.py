@@ -79,7 +79,7 @@ def _replayable(stream: object) -> bool:
     kind = type(stream)
     if kind is httpx.ByteStream:
         return True
-    if kind is not MultipartStream or MultipartStream is None:
+    if kind is not MultipartStream:  # (None when httpx moved it: never a stream's type)
         return False
     return all(not isinstance(field, FileField) or isinstance(field.file, (bytes, str)) or seekable(field.file)
                for field in stream.fields)  # type: ignore[attr-defined]
