@@ -215,7 +215,7 @@ def test_blocking_requests_waiting_out_a_retry_after_hold_no_connection(server):
     assert finals[0].status_code == 200
 
 
-async def test_the_last_failed_response_read_before_a_retry_is_still_readable(server):
+async def test_the_last_failed_response_is_returned_readable(server):
     url, _ = server
     transport = AsyncResilientTransport(retry=Retrying(Schedule.fixed(0.01).attempts(1), label="one-try"))
     async with httpx.AsyncClient(base_url=url, transport=transport) as client, \

@@ -183,3 +183,61 @@ async def test_a_bulkhead_familys_key_stays_held_through_a_requests_retry_backof
 
     await clock.run(scenario())
     assert family.get("b").label == "per-host:b"  # the request over, "a" could go
+
+
+def releasing(server: Server, log: list[str]) -> Any:
+    """``server.run`` with a drain and a close that log what they did to which response."""
+    def drain(response: Resp) -> None:
+        log.append(f"drain {response.n}")
+
+    async def close(response: Resp) -> None:
+        response.closed = True
+        log.append(f"close {response.n}")
+
+    async def run() -> Resp:
+        return await server.policies.run("k", "GET", server.attempt(), server.made, close, drain=drain)
+    return run()
+
+
+async def test_a_failed_response_is_drained_and_closed_before_the_backoff_not_after(clock: VirtualClock) -> None:
+    log: list[str] = []
+    server = Server(HTTPPolicies([Bulkhead(1, label="bh")], retry=three()), [503, 500, 200], clock)
+    task = asyncio.ensure_future(releasing(server, log))
+    await clock.advance(0.05)  # the first attempt failed; its retry sleeps 0.1 s
+    assert log == ["drain 0", "close 0"] and server.calls == 1  # released while the retry sleeps
+    await clock.advance(0.1)
+    assert log == ["drain 0", "close 0", "drain 1", "close 1"] and server.calls == 2
+    await clock.advance(0.1)
+    response = await task
+    assert response.n == 2 and not response.closed and len(log) == 4  # each released once
+
+
+async def test_a_failed_response_no_retry_follows_is_neither_drained_nor_closed(clock: VirtualClock) -> None:
+    log: list[str] = []
+    server = Server(HTTPPolicies([], retry=three()), [503, 500, 502], clock)
+    response = await clock.run(releasing(server, log))
+    assert response.n == 2 and not response.closed  # attempts exhausted: the caller's, untouched
+    assert log == ["drain 0", "close 0", "drain 1", "close 1"]
+
+
+async def test_a_retried_race_releases_the_failed_races_responses_before_its_backoff(clock: VirtualClock) -> None:
+    log: list[str] = []
+    hedge = Hedge(0.01, label="h", budget=RetryBudget.UNLIMITED)
+    server = Server(HTTPPolicies([], retry=three(), hedge=hedge), [503, 503, 200], clock, takes=[0.02, 0.0, 0.0])
+    task = asyncio.ensure_future(releasing(server, log))
+    await clock.advance(0.05)  # the race (a slow attempt and its hedge) failed; its retry sleeps
+    assert sorted(log) == ["close 0", "close 1", "drain 0", "drain 1"] and server.calls == 2
+    await clock.advance(0.2)
+    response = await task
+    assert response.status == 200 and not response.closed and len(log) == 4
+
+
+async def test_a_cancelled_backoff_closes_the_failed_response_once(clock: VirtualClock) -> None:
+    log: list[str] = []
+    server = Server(HTTPPolicies([], retry=three()), [503, 200], clock)
+    task = asyncio.ensure_future(releasing(server, log))
+    await clock.advance(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert log == ["drain 0", "close 0"]

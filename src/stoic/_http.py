@@ -8,6 +8,16 @@ Order per request, outermost first: ``Retrying`` (idempotent methods only) -> ``
 or bytes in memory; a stream or a file would be read by both) -> the stages as given (typically
 breaker -> limiter -> bulkhead), each a policy or a :class:`stoic.Keyed` family resolved by the
 request's key -> one attempt.
+
+Bodies: a request is retried only when a second attempt sends its body identically: no body,
+bytes in memory, a file that can seek back (:func:`seekable`), or a multipart form made only of
+those. Any other body (a stream, an iterator, a file that cannot seek back, a form with such a
+part, a kind of body the adapter does not know) is sent once: not retried, not hedged, still
+run through the stages. Connections: a failed response whose request is retried is released
+before the backoff sleep, read first when its body is known small (:func:`known_small`) so its
+connection is reused, else closed unread; the caller never gets it back (after the backoff the
+next attempt's result or error is the answer). A failed response returned because no retry
+follows is left as it came, readable.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from functools import partial
 from typing import Any, Final, Generic, TypeVar
 
 from ._callbacks import callback_failed
@@ -37,6 +48,9 @@ IDEMPOTENT_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"
 """Methods RFC 9110 calls idempotent: the only ones retried or hedged unless told otherwise."""
 
 DEFAULT_RETRY_AFTER_CAP: Final = 300.0  # seconds: retry's own cap on a retry_after wait
+DRAIN_LIMIT: Final = 64 * 1024
+"""Bytes: the largest failed response body (by its ``Content-Length``) read before a retry's
+backoff so its connection is reused; a larger or unsized one is closed, its connection dropped."""
 _ASCTIME: Final = re.compile(r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}")
 
 
@@ -231,22 +245,25 @@ class HTTPPolicies(Generic[Resp]):
 
     async def run(self, key: str, method: str, attempt: Callable[[], Awaitable[Resp]], made: list[Resp],
                   close: Callable[[Resp], Any], *, body_in_memory: bool = True,
-                  body_replayable: bool = True, settle: Callable[[Resp], Any] | None = None) -> Resp:
+                  body_replayable: bool = True, drain: Callable[[Resp], Any] | None = None) -> Resp:
         """Run ``attempt`` through the policies for ``key``; an attempt that failed by its status
         (the last one, when retries are over) is returned as a response, not raised.
 
         ``made``: the list ``attempt`` appends every response it receives to; ``close(response)``
         releases one (its result awaited when awaitable; a close that raises is ignored). Every
         response in ``made`` but the one returned is closed, and all of them when the call
-        raises; a retried attempt closes the
-        failed ones before it sends (their connections may be the ones it needs).
+        raises. A failed attempt that is to be retried has its response closed before the
+        retry's backoff sleep (it is never the caller's then: the next attempt's result or
+        error is), so no connection is held through the sleep; a response returned because no
+        retry follows (attempts, budget or deadline exhausted) is not touched.
         ``body_in_memory``: the request has no body or its body is bytes held in memory, so two
-        attempts may send it at once (the hedge applies only then). ``body_replayable``: the
-        body can be sent again (False for a stream or a file read once: no retry, no hedge).
-        ``settle(response)``: called (its result awaited when awaitable) on a failed attempt's
-        response when the request may be retried, before the retry sleeps, to give its
-        connection back while keeping it readable (the adapter reads a small body); a retry
-        waiting out a ``Retry-After`` must not hold a connection other requests need."""
+        attempts may send it at once (the hedge applies only then). ``body_replayable``: a
+        second attempt sends the body identically (False for a stream, or a file that cannot
+        seek back: no retry, no hedge; see :func:`seekable`).
+        ``drain(response)``: called (its result awaited when awaitable; a failure ignored) on a
+        failed response before it is closed for a retry, to read a body known small
+        (:func:`known_small`) so that its connection goes back to the pool for reuse; any other
+        body is closed unread (its connection dropped, the pool slot freed)."""
         stages, claimed = self.claim(key)
         try:
             retry, hedge = self.retry, self.hedge
@@ -258,16 +275,20 @@ class HTTPPolicies(Generic[Resp]):
             elif not body_in_memory:
                 hedge = None
             response: Resp
-            closed = 0  # made[:closed] are closed already (failed attempts, before a retry)
+            closed = 0  # made[:closed] are closed already (failed attempts, before a retry's backoff)
 
             if retry is not None:  # (not built for a request that is never retried)
                 async def release_failed() -> None:
-                    # A retried attempt runs only after a failure: every response made so far is
-                    # a failed one, and its connection may be the one this attempt needs.
+                    # The retry sleeps next: every response made so far failed and will never be
+                    # the caller's, and its connection may be the one another request (or the
+                    # next attempt, past a bulkhead's queue) needs.
                     nonlocal closed
                     while closed < len(made):
+                        failed = made[closed]
+                        if drain is not None:
+                            await _quietly(drain, failed)
                         closed += 1
-                        await _closed(close, made[closed - 1])
+                        await _quietly(close, failed)
 
             try:
                 try:
@@ -275,23 +296,10 @@ class HTTPPolicies(Generic[Resp]):
                         chain = _chain(stages, attempt)
 
                         async def once() -> Resp:
-                            # Outside the stages: the failed attempts' responses are released
-                            # before this one queues for a slot (a caller waiting in a bulkhead
-                            # while holding a connection the slot's holder needs would deadlock),
-                            # and a failed response is settled before the retry sleeps.
-                            if len(made) > closed:
-                                await release_failed()
-                            try:
-                                result: Resp = await chain[0](*chain[1:])
-                            except (ServerError, TooManyRequests) as failed:
-                                if settle is not None:
-                                    settling = settle(failed.response)
-                                    if inspect.isawaitable(settling):
-                                        await settling
-                                raise
+                            result: Resp = await chain[0](*chain[1:])
                             return result
 
-                        response = await retry.execute(once)
+                        response = await retry._execute_releasing(once, release_failed)
                     elif hedge is None:
                         # The stages' execute methods and the attempt as one call: the first stage
                         # gets the inner ones and the attempt as its arguments (what a Pipeline
@@ -310,25 +318,24 @@ class HTTPPolicies(Generic[Resp]):
                             return result
 
                         async def race() -> Resp:
-                            # A retried race: the last race's responses all failed (within a race,
-                            # a hedged attempt must not close its rivals': one may be the answer).
-                            if len(made) > closed:
-                                await release_failed()
+                            # (A retried race: the last race's responses, all failed, were released
+                            # before the backoff; within a race, a hedged attempt must not close
+                            # its rivals': one may be the answer.)
                             result: Resp = await hedge.execute(IDEMPOTENT, racing)
                             return result
 
-                        response = await (retry.execute(race) if retry is not None
+                        response = await (retry._execute_releasing(race, release_failed) if retry is not None
                                           else hedge.execute(IDEMPOTENT, racing))
                 except (ServerError, TooManyRequests) as failed:
                     response = failed.response
             except BaseException:
                 for made_one in made[closed:]:
-                    await _closed(close, made_one)
+                    await _quietly(close, made_one)
                 raise
             if len(made) > 1:
                 for made_one in made[closed:]:
                     if made_one is not response:
-                        await _closed(close, made_one)
+                        await _quietly(close, made_one)
             return response
         finally:
             if claimed is not None:
@@ -336,21 +343,21 @@ class HTTPPolicies(Generic[Resp]):
 
     def run_sync(self, key: str, method: str, attempt: Callable[[], Resp], made: list[Resp],
                  close: Callable[[Resp], object], *, body_replayable: bool = True,
-                 settle: Callable[[Resp], object] | None = None) -> Resp:
+                 drain: Callable[[Resp], object] | None = None) -> Resp:
         """:meth:`run` for blocking clients: every stage needs a ``call`` method (the breaker,
         ``Retrying``, ``BlockingRateLimiter``, ``BlockingBulkhead``); a hedge is not applied;
-        ``close`` is called, never awaited."""
+        ``close`` and ``drain`` are called, never awaited."""
         stages, claimed = self.claim(key)
         try:
-            return self._run_sync(method, attempt, made, close, stages, body_replayable, settle)
+            return self._run_sync(method, attempt, made, close, stages, body_replayable, drain)
         finally:
             if claimed is not None:
                 self.unclaim(key, claimed)
 
     def _run_sync(self, method: str, attempt: Callable[[], Resp], made: list[Resp], close: Callable[[Resp], object],
-                  stages: Sequence[Any], body_replayable: bool, settle: Callable[[Resp], object] | None) -> Resp:
+                  stages: Sequence[Any], body_replayable: bool, drain: Callable[[Resp], object] | None) -> Resp:
 
-        closed = 0  # made[:closed] are closed already (failed attempts, before a retry)
+        closed = 0  # made[:closed] are closed already (failed attempts, before a retry's backoff)
 
         def through(index: int) -> Resp:
             if index == len(stages):
@@ -358,24 +365,21 @@ class HTTPPolicies(Generic[Resp]):
             result: Resp = stages[index].call(through, index + 1)
             return result
 
-        def retried() -> Resp:
-            # As the asyncio run's once(): the failed attempts give their connections back before
-            # this one queues for a slot, and a failed response is settled before the retry sleeps.
+        def release_failed() -> None:
+            # As the asyncio run's: the retry sleeps next, and the failed responses are not the
+            # caller's; their connections are given back before the sleep.
             nonlocal closed
             while closed < len(made):
+                failed = made[closed]
+                if drain is not None:
+                    _quietly_sync(drain, failed)
                 closed += 1
-                _closed_sync(close, made[closed - 1])
-            try:
-                return through(0)
-            except (ServerError, TooManyRequests) as failed:
-                if settle is not None:
-                    settle(failed.response)
-                raise
+                _quietly_sync(close, failed)
 
         try:
             try:
                 if self.retry is not None and body_replayable and method.upper() in self.retry_methods:
-                    response = self.retry.call(retried)
+                    response = self.retry._call_releasing(partial(through, 0), release_failed)
                 elif len(stages) == 1:
                     response = stages[0].call(attempt)  # the common case, called directly
                 else:
@@ -384,32 +388,51 @@ class HTTPPolicies(Generic[Resp]):
                 response = failed.response
         except BaseException:
             for made_one in made[closed:]:
-                _closed_sync(close, made_one)
+                _quietly_sync(close, made_one)
             raise
         if len(made) > 1:
             for made_one in made[closed:]:
                 if made_one is not response:
-                    _closed_sync(close, made_one)
+                    _quietly_sync(close, made_one)
         return response
 
 
-async def _closed(close: Callable[[Resp], Any], response: Resp) -> None:
-    """``close(response)``, its result awaited when awaitable; a close that fails is ignored: the
-    response is gone either way, and the request's own result or error must stand."""
+async def _quietly(release: Callable[[Resp], Any], response: Resp) -> None:
+    """``release(response)`` (a close or a drain), its result awaited when awaitable; a failure
+    is ignored: the response is discarded either way, and the request's own result or error
+    must stand."""
     try:
-        closing = close(response)
-        if inspect.isawaitable(closing):
-            await closing
+        releasing = release(response)
+        if inspect.isawaitable(releasing):
+            await releasing
     except Exception:
         pass
 
 
-def _closed_sync(close: Callable[[Resp], object], response: Resp) -> None:
-    """:func:`_closed` for the blocking clients."""
+def _quietly_sync(release: Callable[[Resp], object], response: Resp) -> None:
+    """:func:`_quietly` for the blocking clients."""
     try:
-        close(response)
+        release(response)
     except Exception:
         pass
+
+
+def known_small(content_length: str | None) -> bool:
+    """Whether a response's ``Content-Length`` header value says its body is at most
+    :data:`DRAIN_LIMIT` bytes: the bodies read (and dropped) before a retry's backoff so that
+    the connection is reused. Absent or malformed: not known small (never raises)."""
+    return content_length is not None and content_length.isascii() and content_length.isdigit() \
+        and len(content_length) < 10 and int(content_length) <= DRAIN_LIMIT
+
+
+def seekable(file: object) -> bool:
+    """Whether a file object can seek back, so a second attempt sends its content again
+    identically: its ``seekable()`` returns ``True`` (missing, raising or anything else: no).
+    A multipart part or a body that is such a file is replayable; one that is not is sent once."""
+    try:
+        return file.seekable() is True  # type: ignore[attr-defined]
+    except Exception:
+        return False
 
 
 def _chain(stages: Sequence[Policy], attempt: Callable[[], Awaitable[Resp]]) -> tuple[Any, ...]:

@@ -383,7 +383,7 @@ if scope is not None:
     _deadline.check_deadline_clocks(scope, clock)
 if {attempt_ns} is not None:
     return await _loop_async({schedule}, fn, args, kwargs, {site}, bucket, {classify}, {nesting}, {label},
-                             {attempt_ns}, clock, _new_mark(), None, -1, cancels, None)
+                             {attempt_ns}, clock, _new_mark(), None, -1, cancels, None, {before_backoff})
 # Only the deadline check (5) and up_to use the start: without them, success reads no time.
 started = clock.now_ns() if {schedule}._timed or scope is not None else -1
 mark = [1, None]  # (_new_mark, inlined, the first attempt counted as running)
@@ -400,15 +400,18 @@ except Exception as caught:
 finally:
     mark[0] = 0
 return await _loop_async({schedule}, fn, args, kwargs, {site}, bucket, {classify}, {nesting}, {label}, {attempt_ns},
-                         clock, mark, error, started, cancels, first if wants else None)
+                         clock, mark, error, started, cancels, first if wants else None, {before_backoff})
 """
 
 # retry()'s host: every setting is a parameter.
 _RUN_ASYNC = """\
-async def _run_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns, clock, wants):
+async def _run_async(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, attempt_ns, clock, wants,
+                     before_backoff=None):
     \"\"\"The first attempt, inline and lean; the rest (and unusual calls) in :func:`_loop_async`.
 
-    ``wants``: ``fn`` is to be handed an Attempt (the caller decided, from its cache).\"\"\"
+    ``wants``: ``fn`` is to be handed an Attempt (the caller decided, from its cache).
+    ``before_backoff``: awaited once a failed attempt is to be retried, before the backoff sleep
+    (stoic._http releases the failed responses there); it must not raise.\"\"\"
 {first}"""
 
 # Retrying.execute: the settings are its retrier's. (Which operation wants an Attempt is cached
@@ -438,10 +441,12 @@ def _compile_hosts() -> None:
     import textwrap
 
     named = {"schedule": "schedule", "site": "site", "classify": "classify", "nesting": "nesting",
-             "label": "label", "attempt_ns": "attempt_ns"}
+             "label": "label", "attempt_ns": "attempt_ns", "before_backoff": "before_backoff"}
+    # (A Retrying stage has no attempt timeout; only _run_async is handed a before-backoff hook.)
     retriers = {"schedule": "r.schedule", "site": "r.site", "classify": "r.classify", "nesting": "r.nesting",
-                "label": "r.label", "attempt_ns": "None"}  # (a Retrying stage has no attempt timeout)
-    for host, names, depth in ((_RUN_ASYNC, named, 4), (_EXECUTE, retriers, 4), (_WRAPPER, named, 8)):
+                "label": "r.label", "attempt_ns": "None", "before_backoff": "None"}
+    wrapped = {**named, "before_backoff": "None"}
+    for host, names, depth in ((_RUN_ASYNC, named, 4), (_EXECUTE, retriers, 4), (_WRAPPER, wrapped, 8)):
         source = host.format(first=textwrap.indent(_FIRST_ATTEMPT.format(**names), " " * depth))
         name = source.split("(", 1)[0].split()[-1]
         filename = f"<stoic retry: {name}>"
@@ -453,7 +458,7 @@ if TYPE_CHECKING:
     async def _run_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
                          kwargs: dict[str, Any], site: str, bucket: RetryBudget, classify: RetryClassifier,
                          nesting: RetryNesting, label: str, attempt_ns: int | None, clock: Clock,
-                         wants: bool) -> R: ...
+                         wants: bool, before_backoff: Callable[[], Awaitable[object]] | None = None) -> R: ...
 
     async def _retrying_execute(self: Any, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> R: ...
 
@@ -469,9 +474,10 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
                       kwargs: dict[str, Any], site: str, bucket: RetryBudget, classify: RetryClassifier,
                       nesting: RetryNesting, label: str, attempt_ns: int | None, clock: Clock,
                       mark: _Mark, error: Exception | None, started: int, cancels: int,
-                      attempt: Attempt | None) -> R:
+                      attempt: Attempt | None, before_backoff: Callable[[], Awaitable[object]] | None = None) -> R:
     """Every attempt after a failed first one (``error``, which was handed ``attempt`` if not
-    None), or all of them (``error`` None). ``mark``: this retry's (see :func:`_new_mark`)."""
+    None), or all of them (``error`` None). ``mark``: this retry's (see :func:`_new_mark`);
+    ``before_backoff``: see :func:`_run_async`."""
     nested = mark[1] is not None
     if error is None and "attempt" not in kwargs and wants_attempt(fn):
         attempt = first_attempt()
@@ -514,6 +520,8 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
             attempt = Attempt(number, attempt.call_id)
             kwargs["attempt"] = attempt
         # Cancellation here propagates as CancelledError: the backoff is not swallowed.
+        if before_backoff is not None:
+            await before_backoff()  # (within the backoff: the wake instant is already set)
         await clock.sleep_until(run.wake_ns)
         started = clock.now_ns()
 
@@ -538,10 +546,10 @@ def _refuse_result(fn: Callable[..., object], result: object) -> None:
 
 def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any],
               site: str, bucket: RetryBudget, classify: RetryClassifier, nesting: RetryNesting,
-              label: str, clock: Clock, wants: bool) -> R:
+              label: str, clock: Clock, wants: bool, before_backoff: Callable[[], object] | None = None) -> R:
     """The first attempt of a plain function, inline; the rest in :func:`_loop_sync`.
 
-    (Every sync form runs this.)"""
+    (Every sync form runs this.) ``before_backoff``: as :func:`_run_async`'s, called."""
     next(bucket._deposits)
     scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
     if scope is not None:
@@ -565,13 +573,13 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     finally:
         mark[0] = 0
     return _loop_sync(schedule, fn, args, kwargs, site, bucket, classify, nesting, label, clock,
-                      mark, error, started, first if wants else None)
+                      mark, error, started, first if wants else None, before_backoff)
 
 
 def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any],
                site: str, bucket: RetryBudget, classify: RetryClassifier, nesting: RetryNesting,
                label: str, clock: Clock, mark: _Mark, error: Exception | None, started: int,
-               attempt: Attempt | None) -> R:
+               attempt: Attempt | None, before_backoff: Callable[[], object] | None = None) -> R:
     """Every attempt after the failed first one (``error``; it was handed ``attempt``, if not
     None). ``mark``: this retry's (see :func:`_new_mark`)."""
     nested = mark[1] is not None
@@ -605,6 +613,8 @@ def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any,
         if attempt is not None:
             attempt = Attempt(number, attempt.call_id)
             kwargs["attempt"] = attempt
+        if before_backoff is not None:
+            before_backoff()
         clock.sleep_until_blocking(run.wake_ns)
         started = clock.now_ns()
 

@@ -10,11 +10,19 @@ attempt's response is released, and the last one is returned when no retry is le
 
 A hedge sends the same ``ClientRequest`` again while the first attempt is still waiting; it
 applies only to a request with no body or an in-memory one (bytes, str, JSON, url-encoded form:
-aiohttp's ``BytesPayload``), since two attempts would read one file or stream at once. A body
-that can be read only once (an async iterable, a ``StreamReader``) is neither retried nor
-hedged: a second attempt would send it empty. The
+aiohttp's ``BytesPayload``), since two attempts would read one file or stream at once. The
 losing attempts are cancelled (aiohttp closes their connections) and a losing response that
 had already arrived is released.
+
+A request is retried only when a second attempt sends its body identically: none, one in
+memory (a ``BytesPayload``), a file that can seek back (aiohttp seeks it to where the first
+attempt started), or a multipart body (``FormData`` with files, ``MultipartWriter``, nested
+ones) made only of those. Any other body is sent once, not retried: an async iterable or a
+``StreamReader``, a file that cannot seek (a pipe), a multipart body with such a part, a
+payload aiohttp already marks ``consumed``, and any ``Payload`` class this module does not know.
+A failed response whose request is retried is released before the retry's backoff sleep, its
+body read first when its ``Content-Length`` is at most 64 KiB (so the connection is reused),
+else closed unread; the one returned when no retry follows is untouched.
 """
 
 from __future__ import annotations
@@ -27,7 +35,8 @@ from typing import Any
 try:
     from aiohttp import ClientRequest, ClientResponse
     from aiohttp.client_middlewares import ClientHandlerType
-    from aiohttp.payload import AsyncIterablePayload, BytesPayload
+    from aiohttp.multipart import MultipartWriter
+    from aiohttp.payload import BytesPayload, IOBasePayload
 except ImportError as exc:  # the optional extra is missing (or older than 3.12): say which one
     raise ImportError("stoic.aiohttp needs aiohttp 3.12 or later: pip install 'stoic[aiohttp]'") from exc
 
@@ -37,6 +46,8 @@ from ._http import (
     HTTPPolicies,
     ServerError,
     TooManyRequests,
+    known_small,
+    seekable,
 )
 from .hedge import Hedge
 from .pipeline import Retrying
@@ -45,6 +56,29 @@ __all__ = ["IDEMPOTENT_METHODS", "ResilientMiddleware", "ServerError", "TooManyR
 
 _release = operator.methodcaller("release")  # (a method call: a session may use its own response class)
 KeyFunction = Callable[[ClientRequest], str]
+
+
+def _replayable(body: object) -> bool:
+    """Whether a second attempt sends the request body identically (see the module docstring):
+    aiohttp's own classes only, since a payload of another kind may read its source once."""
+    if isinstance(body, (bytes, BytesPayload)):  # (b"": no body)
+        return True
+    if isinstance(body, IOBasePayload):
+        # aiohttp seeks a file back to where its first write started; one that cannot seek it
+        # marks consumed (after that write) and would send from where the first one stopped.
+        # (The file is the payload's _value: aiohttp has no public accessor; absent, not seekable.)
+        return not body.consumed and seekable(getattr(body, "_value", None))
+    if isinstance(body, MultipartWriter):
+        return not body.consumed and all(_replayable(part) for part, _encoding, _te in body)
+    return False
+
+
+async def _drain(response: ClientResponse) -> None:
+    """Read a failed response's body known small (dropped) before it is released for a retry's
+    backoff: its connection goes back to the pool instead of being closed."""
+    if known_small(response.headers.get("content-length")):
+        async for _ in response.content.iter_chunked(64 * 1024):
+            pass
 
 
 def by_host(request: ClientRequest) -> str:
@@ -118,5 +152,4 @@ class ResilientMiddleware:
         body = request.body
         return policies.run(key, request.method, attempt, made, _release,
                             body_in_memory=policies.hedge is None or isinstance(body, (bytes, BytesPayload)),
-                            # an async iterable is read once: a retry would send an empty body
-                            body_replayable=not isinstance(body, AsyncIterablePayload))
+                            body_replayable=policies.retry is None or _replayable(body), drain=_drain)

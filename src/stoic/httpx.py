@@ -10,13 +10,16 @@ What counts: a 5xx response, a connection error and a timeout (httpx's ``Transpo
 failures; a 429 is the server's refusal (:class:`TooManyRequests`, ignored by the breaker);
 ``Retry-After`` on a 429 or 503 (seconds or an HTTP date, clamped to ``[0, retry_after_cap]``;
 malformed: ignored) replaces the retry schedule's delay. A response that failed by its status
-is still a response: the caller gets the last one when no retry is left, and every earlier
-attempt's response is closed (before the next attempt sends; a small body, up to 64 KiB, is
-read as soon as the attempt fails, so a retry sleeping out a ``Retry-After`` holds no
-connection). A hedge applies only to a request
-whose body is in memory (none, bytes, JSON, a url-encoded form): two attempts cannot read one
-stream or file at once. A streamed body (a generator, a file) is read once, so its request is
-never retried either (a multipart form is: httpx renders it again). A
+is still a response: the caller gets the last one when no retry is left, untouched (readable).
+A failed response whose request is retried is released before the retry's backoff sleep: a body
+of at most 64 KiB by its ``Content-Length`` is read first so the connection is reused, any other
+is closed unread (the connection dropped), so a retry sleeping out a ``Retry-After`` holds no
+connection of the pool. A hedge applies only to a request whose body is in memory (none, bytes,
+JSON, a url-encoded form): two attempts cannot read one stream or file at once. A request is
+retried only when a second attempt sends its body identically: in memory, or a multipart form
+whose files are bytes or can seek back (httpx renders the form again, each file from its start).
+Any other body (a generator, an async iterator, a file as ``content=``, a form file that cannot
+seek) is sent once: not retried, the first answer is the caller's. A
 refusal by a policy (``CircuitOpen``, ``RateLimited``, ``BulkheadFull``) is raised as itself.
 The breaker times an attempt up to its response headers.
 """
@@ -39,7 +42,9 @@ from ._http import (
     HTTPPolicies,
     ServerError,
     TooManyRequests,
+    known_small,
     parse_retry_after,
+    seekable,
 )
 from .hedge import Hedge
 from .pipeline import Retrying
@@ -57,41 +62,41 @@ __all__ = [
 
 _aclose = operator.methodcaller("aclose")  # (a method call: an inner transport may return a Response subclass)
 _close = operator.methodcaller("close")
-# The request bodies a second attempt can send again: bytes in memory, and a multipart form
-# (httpx renders it afresh, seeking each file back to its start). A generator raises
-# StreamConsumed on a second read and a file content is read to its end: sent once, not retried.
 try:
-    from httpx._multipart import MultipartStream
-
-    _REPLAYABLE: tuple[type, ...] = (httpx.ByteStream, MultipartStream)
-except ImportError:  # pragma: no cover - a later httpx that moved it: multipart is sent once
-    _REPLAYABLE = (httpx.ByteStream,)
+    from httpx._multipart import FileField, MultipartStream
+except ImportError:  # pragma: no cover - a later httpx that moved them: every multipart form is sent once
+    FileField = MultipartStream = None  # type: ignore[assignment,misc]
 KeyFunction = Callable[[httpx.Request], str]
-_SETTLE_LIMIT = 64 * 1024  # bytes: the largest failed response body read before a retry
 
 
-def _small(response: httpx.Response) -> bool:
-    length = response.headers.get("content-length", "")
-    return length.isascii() and length.isdigit() and len(length) < 10 and int(length) <= _SETTLE_LIMIT
+def _replayable(stream: object) -> bool:
+    """Whether a second attempt sends the request body ``stream`` identically (see
+    :mod:`stoic._http`): bytes in memory (``content=`` bytes or str, ``json=``, a url-encoded
+    ``data=`` form, no body), or a multipart form whose every file is bytes, a str or a file
+    that can seek back (httpx renders the form afresh, seeking each file to its start). A
+    generator, an async iterator or a file given as ``content=`` is read once; so is a form file
+    that cannot seek (httpx would send it empty the second time)."""
+    kind = type(stream)
+    if kind is httpx.ByteStream:
+        return True
+    if kind is not MultipartStream:  # (None when httpx moved it: never a stream's type)
+        return False
+    return all(not isinstance(field, FileField) or isinstance(field.file, (bytes, str)) or seekable(field.file)
+               for field in stream.fields)  # type: ignore[attr-defined]
 
 
-async def _settle_async(response: httpx.Response) -> None:
-    """Read a failed attempt's small body before the retry sleeps: the connection goes back
-    to the pool (an unread response holds it), the response stays readable if it is the last.
-    A larger or unsized body is closed before the next attempt instead."""
-    if _small(response):
-        try:
-            await response.aread()
-        except httpx.HTTPError:
-            pass  # the body could not be read: it is closed before the next attempt
+async def _drain_async(response: httpx.Response) -> None:
+    """Read a failed response's body known small (raw, dropped) before it is closed for a
+    retry's backoff: its connection goes back to the pool instead of being dropped."""
+    if known_small(response.headers.get("content-length")):
+        async for _ in response.aiter_raw():
+            pass
 
 
-def _settle(response: httpx.Response) -> None:
-    """:func:`_settle_async` for the blocking transport."""
-    if _small(response):
-        try:
-            response.read()
-        except httpx.HTTPError:
+def _drain(response: httpx.Response) -> None:
+    """:func:`_drain_async` for the blocking transport."""
+    if known_small(response.headers.get("content-length")):
+        for _ in response.iter_raw():
             pass
 
 
@@ -175,9 +180,9 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
 
         stream = request.stream
         return policies.run(key, request.method, attempt, made, _aclose,
-                            body_in_memory=policies.hedge is None or isinstance(stream, httpx.ByteStream),
-                            body_replayable=isinstance(stream, _REPLAYABLE) or policies.retry is None,
-                            settle=_settle_async)
+                            body_in_memory=policies.hedge is None or type(stream) is httpx.ByteStream,
+                            body_replayable=policies.retry is None or _replayable(stream),
+                            drain=_drain_async)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -224,8 +229,8 @@ class ResilientTransport(httpx.BaseTransport):
             return policies.check(response, status, response.headers, key)
 
         return policies.run_sync(key, request.method, attempt, made, _close,
-                                 body_replayable=isinstance(request.stream, _REPLAYABLE) or policies.retry is None,
-                                 settle=_settle)
+                                 body_replayable=policies.retry is None or _replayable(request.stream),
+                                 drain=_drain)
 
     def close(self) -> None:
         self._inner.close()

@@ -30,6 +30,7 @@ from ._retry import (
     _learn_op,
     _Retrier,
     _retrying_execute,
+    _run_async,
     _run_sync,
 )
 from .schedule import BoundedSchedule
@@ -104,6 +105,22 @@ class Retrying:
         wants = (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(r, fn)) and "attempt" not in kwargs
         return _run_sync(r.schedule, fn, args, kwargs, r.site, bucket, r.classify, r.nesting, r.label, self._clock,
                          wants)
+
+    def _execute_releasing(self, fn: Callable[[], Awaitable[R]], release: Callable[[], Awaitable[object]]) -> \
+            Coroutine[Any, Any, R]:
+        """:meth:`execute` of an operation taking no argument, awaiting ``release()`` whenever a
+        failed attempt is to be retried, before the backoff sleep (stoic._http: a failed
+        response's connection is given back then, not held through the sleep). ``release``
+        must not raise."""
+        r = self._retrier
+        return _run_async(r.schedule, fn, (), {}, r.site, r.bucket, r.classify, r.nesting, r.label, None,
+                          self._clock, False, release)
+
+    def _call_releasing(self, fn: Callable[[], R], release: Callable[[], object]) -> R:
+        """:meth:`_execute_releasing` for a plain operation (``release`` called, not awaited)."""
+        r = self._retrier
+        return _run_sync(r.schedule, fn, (), {}, r.site, r.bucket, r.classify, r.nesting, r.label, self._clock,
+                         False, release)
 
     def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Decorate a coroutine function or a plain function."""
