@@ -262,8 +262,14 @@ class Keyed(Generic[P]):
         self._overflow.last_used = now
         return self._overflow
 
-    def _evictable(self, slot: _Slot[P]) -> bool:
-        return not slot.calls and at_rest(slot.policy)
+    @staticmethod
+    def _at_rest(slot: _Slot[P]) -> bool:
+        """Whether the slot's policy is at rest. A slot is dropped only when this holds and then
+        ``not slot.calls``, tested in that order and right before the ``del``: a lock-free claim
+        (:meth:`_claim`) counts its call in without the lock, and CPython may switch threads when
+        a call returns (this one), never between a plain test and the ``del`` after it. Testing
+        the count first let a claim land in between and its key be dropped in flight."""
+        return at_rest(slot.policy)
 
     def _expire(self, now: int, events: list[tuple[str, Level, dict[str, Any]]]) -> None:
         """Drop keys idle for ``idle_after`` and at rest, oldest first (under the lock)."""
@@ -272,13 +278,13 @@ class Keyed(Generic[P]):
             slot = self._slots[key]
             if slot.last_used > cutoff:
                 break  # least recently used first: the rest are younger
-            if self._evictable(slot):
+            if self._at_rest(slot) and not slot.calls:
                 del self._slots[key]
                 events.append(("keyed.evicted", Level.INFO, _key_attrs(key, "idle")))
 
     def _evict_lru(self, events: list[tuple[str, Level, dict[str, Any]]]) -> bool:
         for key, slot in self._slots.items():
-            if self._evictable(slot):
+            if self._at_rest(slot) and not slot.calls:
                 del self._slots[key]
                 events.append(("keyed.evicted", Level.INFO, _key_attrs(key, "capacity")))
                 return True
@@ -291,11 +297,11 @@ class Keyed(Generic[P]):
         with self._lock:
             cutoff = now - self._idle_ns
             for key, slot in list(self._slots.items()):
-                if slot.last_used <= cutoff and self._evictable(slot):
+                if slot.last_used <= cutoff and self._at_rest(slot) and not slot.calls:
                     del self._slots[key]
                     events.append(("keyed.evicted", Level.INFO, _key_attrs(key, "idle")))
             if self._overflow is not None and self._overflow.last_used <= cutoff \
-                    and self._evictable(self._overflow):
+                    and self._at_rest(self._overflow) and not self._overflow.calls:
                 self._overflow = None
         self._emit(events, now)
         return len(events)
