@@ -132,7 +132,8 @@ def test_no_option_keeps_the_plain_fifo_hand_over_and_the_options_share_the_asyn
     assert isinstance(managed, QueueRules)  # one implementation of the decisions, used by both kinds
     prioritized = BlockingBulkhead(1, queue_limit=4, queue_target=0.01, prioritized=True, label="p")._rules
     assert prioritized is not None
-    assert [prioritized._allowance_ns(int(t)) for t in Criticality] == [5_000_000, 10_000_000, 20_000_000, 40_000_000]
+    assert [prioritized._allowance_ns(int(t), True) for t in Criticality] == [
+        5_000_000, 10_000_000, 20_000_000, 40_000_000]
 
 
 # --- CoDel ---

@@ -229,8 +229,9 @@ class Bulkhead(_Compartment):
     times the events. Raises ``ValueError`` naming the parameter when a value is out of range.
 
     Queue management (seed 003, "Queue management"; see ``stoic._waitqueue``): ``queue_target``
-    (seconds) turns on CoDel, which sheds waiters with :class:`stoic.Shed` under sustained
-    congestion, ``queue_interval`` (seconds, above the target) is its interval;
+    (seconds) turns on CoDel, which sheds waiters with :class:`stoic.Shed` past twice the target
+    under sustained congestion, past ``queue_interval`` (seconds, above the target; also CoDel's
+    interval) otherwise;
     ``queue_adaptive_lifo`` serves the newest waiter while congested; ``prioritized`` orders and
     sheds waiters by :func:`stoic.current_criticality`. Each needs ``queue_limit`` != 0.
 
