@@ -335,8 +335,8 @@ class Bulkhead(_Compartment):
     _EXECUTE_DOC = """Run ``await fn(*args, **kwargs)`` in a slot, waiting for one if the queue allows.
 
         Returns what ``fn`` returns; its exceptions propagate unchanged and the slot is released
-        however it ends. Raises ``BulkheadFull`` or ``DeadlineExceeded`` (``fn`` never ran) when
-        refused.
+        however it ends. Raises ``BulkheadFull``, ``Shed`` (queue management dropped the waiter)
+        or ``DeadlineExceeded`` (``fn`` never ran) when refused.
         """
 
     if TYPE_CHECKING:
