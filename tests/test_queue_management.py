@@ -361,3 +361,26 @@ async def test_adaptive_bulkheads_take_the_queue_options(clock: VirtualClock):
         await settle()
     await asyncio.gather(first, crit, mid)
     assert gate.started == ["first", "crit", "mid"]
+
+
+async def test_a_waiter_shed_and_cancelled_in_the_same_instant_is_reported_once(clock: VirtualClock,
+                                                                                 sink: RecordingSink):
+    # Displaced by a more critical arrival (reported: priority), then cancelled before it could
+    # resume: it leaves with the CancelledError, and it is not reported a second time as cancelled.
+    bulkhead = Bulkhead(1, queue_limit=1, prioritized=True, label="p", clock=clock)
+    gate = Gate()
+    first = start(bulkhead, gate, "first")
+    await settle()
+    low = start(bulkhead, gate, "low", Criticality.BEST_EFFORT)
+    await settle()
+    with stoic.bind_criticality(Criticality.CRITICAL):
+        crit = asyncio.create_task(bulkhead.execute(gate.op, "crit"))
+        await asyncio.sleep(0)  # crit parks, displacing low (whose future is now done)
+    low.cancel()
+    await settle()
+    assert low.cancelled()
+    assert [e.attributes["reason"] for e in sink.of("bulkhead.rejected")] == ["priority"]
+    gate.open("first")
+    gate.open("crit")
+    assert await asyncio.gather(first, crit) == ["first", "crit"]
+    assert bulkhead.in_use == 0 and bulkhead.queued == 0

@@ -306,7 +306,8 @@ class ManagedQueue(QueueRules):
                 waiter.queued = False
                 waiters.remove(waiter)
             self.parked.pop(id(waiter), None)
-            if isinstance(exc, asyncio.CancelledError):
+            # A waiter the rules dropped was reported then (shed_event): leaving now is no news.
+            if isinstance(exc, asyncio.CancelledError) and parked.error is None:
                 bulkhead._left("deadline_exceeded" if cancelled_by_deadline() else "cancelled")
             raise
         self.parked.pop(id(waiter), None)
