@@ -115,16 +115,22 @@ def _own_copy(method: F) -> F:
 
 def _check_number(value: float, name: str, low: float, high: float | None, *, low_open: bool,
                   high_open: bool) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-    if ok:
-        ok = (value > low if low_open else value >= low) and (
-            high is None or (value < high if high_open else value <= high))
+    # Finite, as a float: an int beyond any float would raise OverflowError below (an admin
+    # retune answering 500), and an infinite step or headroom would throw the limit to the ceiling.
+    number = math.nan
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:
+            pass
+    ok = math.isfinite(number) and (number > low if low_open else number >= low) and (
+        high is None or (number < high if high_open else number <= high))
     if not ok:
         lo = "(" if low_open else "["
         hi = "" if high is None else f", {high:g}" + (")" if high_open else "]")
         rng = f"in {lo}{low:g}{hi}" if high is not None else f"{'>' if low_open else '>='} {low:g}"
-        raise ValueError(f"{name} must be a number {rng}, got {value!r}")
-    return float(value)
+        raise ValueError(f"{name} must be a finite number {rng}, got {value!r}")
+    return number
 
 
 MAX_CONCURRENT = 2**53
@@ -328,7 +334,7 @@ class AdaptiveBulkhead(_AdaptiveBulkhead):
     - ``min_concurrent`` (int in [1, max_concurrent]): the floor.
     - ``backoff_ratio`` (in (0, 1)): the limit is multiplied by it on a breach, at most once per
       ``cooldown`` (seconds > 0).
-    - ``increase_step`` (> 0): an in-budget completion adds ``increase_step / limit``, only while
+    - ``increase_step`` (finite, > 0): an in-budget completion adds ``increase_step / limit``, only while
       at least half the limit is in use.
     - ``latency_quantile`` (in (0, 1), or None): when set, a breach is the windowed P-squared
       estimate of that quantile exceeding the threshold (200 samples per epoch; a backoff starts
@@ -396,12 +402,12 @@ class GradientBulkhead(_AdaptiveBulkhead):
 
     - ``max_concurrent`` (int >= 1): the ceiling and the initial limit; ``min_concurrent``
       (int in [1, max_concurrent]) the floor.
-    - ``rtt_tolerance`` (>= 1): how much the short-term latency may exceed the long-term one
+    - ``rtt_tolerance`` (finite, >= 1): how much the short-term latency may exceed the long-term one
       before the limit contracts (1.5: a 50 % rise).
     - ``smoothing`` (in (0, 1]): how far each update moves towards its target.
     - ``long_window`` (int >= 1): the long-term latency is an exponential average over this
       many sample windows.
-    - ``headroom`` (>= 0): slots added to the target while the gradient is 1 (no queueing seen).
+    - ``headroom`` (finite, >= 0): slots added to the target while the gradient is 1 (no queueing seen).
 
     The limit updates once per sample window of at least 10 samples and about a second.
     Read-only: ``limit``, ``in_use``, ``queued``. Same calls and errors as
