@@ -405,8 +405,8 @@ class GradientBulkhead(_AdaptiveBulkhead):
     - ``rtt_tolerance`` (finite, >= 1): how much the short-term latency may exceed the long-term one
       before the limit contracts (1.5: a 50 % rise).
     - ``smoothing`` (in (0, 1]): how far each update moves towards its target.
-    - ``long_window`` (int >= 1): the long-term latency is an exponential average over this
-      many sample windows.
+    - ``long_window`` (int in [1, 2**53]): the long-term latency is an exponential average over
+      this many sample windows.
     - ``headroom`` (finite, >= 0): slots added to the target while the gradient is 1 (no queueing seen).
 
     The limit updates once per sample window of at least 10 samples and about a second.
@@ -436,7 +436,8 @@ class GradientBulkhead(_AdaptiveBulkhead):
             maximum=max_concurrent, minimum=self._floor,
             rtt_tolerance=_check_number(rtt_tolerance, "rtt_tolerance", 1.0, None, low_open=False, high_open=False),
             smoothing=_check_number(smoothing, "smoothing", 0.0, 1.0, low_open=True, high_open=False),
-            long_window=check_int(long_window, "long_window", minimum=1),
+            # (At most 2**53: its factor 2 / (long_window + 1) is a float, from the 11th window on.)
+            long_window=check_int(long_window, "long_window", minimum=1, maximum=MAX_CONCURRENT),
             headroom=_check_number(headroom, "headroom", 0.0, None, low_open=False, high_open=False),
         )
 
