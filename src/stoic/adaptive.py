@@ -166,7 +166,7 @@ class _AdaptiveBulkhead(Bulkhead):
             raise ValueError(f"min_concurrent must be in [1, max_concurrent={max_concurrent}], got {min_concurrent!r}")
         if self._managed is None:
             # A moving limit needs the limit-aware hand-over even with no queue option set.
-            self._managed = ManagedQueue(None, 100_000_000, False, False)
+            self._managed = ManagedQueue(None, self._interval_ns, False, False)
 
     @property
     def max_concurrent(self) -> int:
@@ -190,7 +190,7 @@ class _AdaptiveBulkhead(Bulkhead):
         fresh = validated(self, self._settings(), changes)
         managed = self._managed
         assert managed is not None and fresh._managed is not None
-        self._queue_limit = fresh._queue_limit
+        self._queue_limit, self._interval_ns = fresh._queue_limit, fresh._interval_ns
         managed.retune(fresh._managed)
         self._ceiling, self._floor, self._algorithm = fresh._ceiling, fresh._floor, fresh._algorithm
         if fresh._max != self._max:

@@ -73,7 +73,10 @@ class _Waiter:
 class _Compartment:
     """Configuration, counts and events shared by the asyncio and the blocking bulkhead."""
 
-    __slots__ = ("__weakref__", "_active", "_clock", "_label", "_max", "_queue_limit", "_rec", "_waiters")
+    __slots__ = ("__weakref__", "_active", "_clock", "_interval_ns", "_label", "_max", "_queue_limit", "_rec",
+                 "_waiters")
+
+    _interval_ns: int  # queue_interval, kept even while no queue option uses it (for _settings)
 
     def __init__(
         self, max_concurrent: int, *, queue_limit: int | None = 0, label: str, clock: Clock | None = None
@@ -168,7 +171,7 @@ class _Compartment:
         return {
             "max_concurrent": self._max, "queue_limit": self.queue_limit,
             "queue_target": None if rules is None or rules.target_ns is None else to_seconds(rules.target_ns),
-            "queue_interval": 0.1 if rules is None else to_seconds(rules.interval_ns),
+            "queue_interval": to_seconds(self._interval_ns if rules is None else rules.interval_ns),
             "queue_adaptive_lifo": rules is not None and rules.lifo,
             "prioritized": rules is not None and rules.prioritized,
         }
@@ -251,6 +254,7 @@ class Bulkhead(_Compartment):
         super().__init__(max_concurrent, queue_limit=queue_limit, label=label, clock=clock)
         target_ns, interval_ns, lifo, prio = check_queue_options(
             queue_limit, queue_target, queue_interval, queue_adaptive_lifo, prioritized)
+        self._interval_ns = interval_ns
         # None keeps the plain FIFO hand-over below (the common case, and the cheapest).
         self._managed: ManagedQueue | None = (
             ManagedQueue(target_ns, interval_ns, lifo, prio) if target_ns is not None or lifo or prio else None)
@@ -320,7 +324,7 @@ class Bulkhead(_Compartment):
         fresh = validated(self, self._settings(), changes)
         self._check_retune(fresh)
         managed, new = self._managed, fresh._managed
-        self._max, self._queue_limit = fresh._max, fresh._queue_limit
+        self._max, self._queue_limit, self._interval_ns = fresh._max, fresh._queue_limit, fresh._interval_ns
         if managed is not None and new is not None:
             managed.retune(new)
         else:
@@ -419,6 +423,7 @@ class BlockingBulkhead(_Compartment):
         super().__init__(max_concurrent, queue_limit=queue_limit, label=label, clock=clock)
         target_ns, interval_ns, lifo, prio = check_queue_options(
             queue_limit, queue_target, queue_interval, queue_adaptive_lifo, prioritized)
+        self._interval_ns = interval_ns
         # None keeps the plain FIFO hand-over (the common case, and the cheapest).
         self._rules: QueueRules | None = (
             QueueRules(target_ns, interval_ns, lifo, prio) if target_ns is not None or lifo or prio else None)
@@ -498,7 +503,7 @@ class BlockingBulkhead(_Compartment):
         fresh = validated(self, self._settings(), changes)
         with self._lock:
             self._check_retune(fresh)
-            self._max, self._queue_limit = fresh._max, fresh._queue_limit
+            self._max, self._queue_limit, self._interval_ns = fresh._max, fresh._queue_limit, fresh._interval_ns
             rules, new = self._rules, fresh._rules
             if rules is not None and new is not None:
                 rules.retune(new)
