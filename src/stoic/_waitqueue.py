@@ -8,10 +8,10 @@ A managed queue replaces the bulkhead's plain FIFO hand-over when any of these i
   waiter that has waited more than twice the target is shed at dequeue, and otherwise one that
   has waited more than the interval (seed 003's "generous sojourn allowance while the queue has
   recently been empty": a slot held for long, with no dequeue to show the congestion, still
-  bounds the wait by time). The sojourn measured
-  is that of the oldest waiter at each dequeue (what a FIFO would serve next: a standing queue
-  shows there even when adaptive LIFO serves the newest), and an arrival to an empty queue
-  counts as a zero sojourn (the queue drained within the interval).
+  bounds the wait by time). The sojourn measured is that of the oldest waiter at each dequeue
+  (what a FIFO would serve next: a standing queue shows there even when adaptive LIFO serves
+  the newest), and an arrival to an empty queue counts as a zero sojourn (the queue drained
+  within the interval).
 - adaptive LIFO (``queue_adaptive_lifo``): while congested (CoDel overloaded, or without CoDel
   the oldest waiter older than ``queue_interval``), serve the newest waiter, whose client is
   likeliest still waiting; FIFO otherwise.
