@@ -9,8 +9,10 @@ second attempt goes elsewhere and answers normally. Three ways to call it:
 
 - no policy: one attempt per request;
 - a fixed hedge: a second attempt 50 ms after the first, if the first has not answered;
-- an adaptive hedge: a second attempt after the observed p95 of first-attempt latencies (seed
-  003), learnt over 1,000 earlier requests of the same traffic, with 50 ms until then.
+- an adaptive hedge: a second attempt after the observed p90 of first-attempt latencies (seed
+  003), learnt over 1,000 earlier requests of the same traffic, with 50 ms until then. The p90,
+  not the p95: with one first attempt in twenty stalled, the p95 sits on the edge of the stalls,
+  anywhere between 25 and 600 ms; the quantile has to be below the share of calls to rescue.
 
 For each: p50, p99 and max latency of the hundred requests (nearest rank), and how many calls
 reached the backend.
@@ -88,14 +90,14 @@ async def _table() -> list[Row]:
         rows = [await _measure("no policy", None, clock, 0)]
         fixed = Hedge(FIXED_DELAY, budget=RetryBudget(clock=clock), label="fixed")
         rows.append(await _measure("fixed hedge (50 ms)", fixed, clock, 0))
-        adaptive = Hedge(FIXED_DELAY, quantile=0.95, delay_min=0.005, delay_max=0.2,
+        adaptive = Hedge(FIXED_DELAY, quantile=0.9, delay_min=0.005, delay_max=0.2,
                          budget=RetryBudget(clock=clock), label="adaptive")
         warmup = Backend(clock)
         # Warm-up traffic of the same kind (other request ids, the same stall pattern); then the
         # same hundred requests as the other rows.
         for request in range(REQUESTS, REQUESTS + WARMUP_REQUESTS):
             await clock.run(adaptive.execute(IDEMPOTENT, warmup.handle, request))
-        rows.append(await _measure("adaptive hedge (p95)", adaptive, clock, 0))
+        rows.append(await _measure("adaptive hedge (p90)", adaptive, clock, 0))
     return rows
 
 

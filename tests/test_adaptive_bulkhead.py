@@ -43,6 +43,8 @@ async def sleeper(clock: VirtualClock, seconds: float) -> float:
     ({"latency_quantile": 0.0}, "latency_quantile"),
     ({"latency_threshold": 0}, "latency_threshold"),
     ({"increase_step": 0}, "increase_step"),
+    ({"increase_step": 10**400}, "increase_step"),  # an int beyond any float: not an OverflowError
+    ({"increase_step": float("inf")}, "increase_step"),  # (the limit would leap to the ceiling)
     ({"queue_limit": 0, "queue_target": 0.01}, "queue_target"),
     ({"queue_limit": 0, "prioritized": True}, "prioritized"),
     ({"queue_limit": 0, "queue_adaptive_lifo": True}, "queue_adaptive_lifo"),
@@ -64,7 +66,12 @@ def test_aimd_bad_input_names_the_parameter(kwargs: dict[str, object], parameter
     ({"smoothing": 0.0}, "smoothing"),
     ({"smoothing": 1.01}, "smoothing"),
     ({"long_window": 0}, "long_window"),
+    ({"long_window": 10**400}, "long_window"),  # accepted, it raised OverflowError from the 11th window on
     ({"headroom": -1.0}, "headroom"),
+    ({"headroom": float("inf")}, "headroom"),
+    ({"headroom": 10**400}, "headroom"),
+    ({"rtt_tolerance": float("inf")}, "rtt_tolerance"),
+    ({"rtt_tolerance": 10**400}, "rtt_tolerance"),
     ({"queue_limit": 0, "queue_target": 0.01}, "queue_target"),
 ])
 def test_gradient_bad_input_names_the_parameter(kwargs: dict[str, object], parameter: str) -> None:

@@ -33,7 +33,7 @@ def test_the_adaptive_hedge_trades_a_few_more_calls_for_a_shorter_tail(
     table: dict[str, hedge_tail_latency.Row],
 ) -> None:
     fixed, adaptive = table["fixed hedge"], table["adaptive hedge"]
-    assert adaptive.delay_ms is not None and 23 <= adaptive.delay_ms <= 25  # ~p95 of 20-25 ms
+    assert adaptive.delay_ms is not None and 23 <= adaptive.delay_ms <= 27  # ~p90: the slow end of 20-25 ms
     assert adaptive.p99_ms < fixed.p99_ms - 15
     assert 105 < adaptive.backend_calls <= 112  # the stalls plus ~5% of normal calls
     assert adaptive.p50_ms == pytest.approx(table["no policy"].p50_ms)

@@ -604,19 +604,20 @@ def test_a_blocking_prioritized_alone_hands_a_released_slot_to_the_most_critical
 
 
 async def codel_sheds_after_two_default_intervals(bulkhead: Bulkhead, clock: SteppingClock) -> None:
-    """With a target of 10 ms and the default 0.1 s interval: three waiters queue at once; the
-    first interval saw an empty queue (not overloaded), the second a minimum sojourn of 0.2 s
-    (overloaded), so the second release sheds the two left (waited 0.4 s, past twice the target)."""
+    """With a target of 10 ms and the default 0.1 s interval: three waiters queue at once, and
+    the queue is never overloaded (its first interval saw it empty), so the allowance is the
+    interval: the first release, 99 ms later, serves A; the second, at 101 ms, sheds the two left
+    (past the interval). A default off by two milliseconds either way fails one or the other."""
     held = Held()
     holder = asyncio.create_task(bulkhead.execute(held.op, "H"))
     await turns()
     waiters = [asyncio.create_task(bulkhead.execute(held.op, name)) for name in "ABC"]
     await turns()
-    clock.step(0.2)
+    clock.step(0.099)
     held.release("H")
     await turns()
     assert held.order == ["H", "A"]
-    clock.step(0.2)
+    clock.step(0.002)
     held.release("A")
     await turns()
     assert all(task.done() for task in waiters)  # the two left were shed, not handed the slot
@@ -649,10 +650,10 @@ def test_a_blocking_queue_target_alone_sheds_under_congestion_measured_over_the_
     for n, waiter in enumerate(waiters, start=1):
         waiter.start()
         queued(bulkhead, n)
-    clock.step(0.2)
+    clock.step(0.099)  # within the default interval: A is served
     bulkhead.release()
     eventually(lambda: waiters[0].entered_at is not None)
-    clock.step(0.2)
+    clock.step(0.002)  # past it: the two left are shed
     waiters[0].done.set()
     for waiter in waiters:
         waiter.join(5)

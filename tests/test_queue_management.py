@@ -114,6 +114,51 @@ async def test_codel_sheds_waiters_older_than_twice_the_target_under_sustained_c
     assert bulkhead.in_use == 0 and bulkhead.queued == 0
 
 
+async def test_codel_sheds_a_waiter_older_than_the_interval_while_not_overloaded(clock: VirtualClock,
+                                                                                 sink: RecordingSink):
+    # Seed 003: queue_interval is "the generous sojourn allowance while the queue has recently
+    # been empty". One slot held for 10 s, one waiter: the queue never looked overloaded (no
+    # dequeue in between), yet the waiter has waited 100 times the interval; its client has long
+    # given up, so it is shed at dequeue, not handed the slot.
+    bulkhead = Bulkhead(1, queue_limit=10, queue_target=0.005, queue_interval=0.1, label="c", clock=clock)
+    gate = Gate()
+    first = start(bulkhead, gate, "first")
+    await settle()
+    late = start(bulkhead, gate, "late")
+    await settle()
+    await clock.advance(10.0)
+    gate.open("first")
+    await settle()
+    assert gate.started == ["first"] and late.done()
+    with pytest.raises(Shed) as info:
+        await late
+    assert info.value.cause == "sojourn"
+    (event,) = [e for e in sink.of("bulkhead.rejected") if e.attributes["reason"] == "sojourn"]
+    assert event.attributes["sojourn"] == 10.0
+    assert await first == "first" and bulkhead.in_use == 0 and bulkhead.queued == 0
+    # A waiter within the interval is served (not overloaded: the allowance is the interval).
+    first = start(bulkhead, gate, "first2")
+    await settle()
+    young = start(bulkhead, gate, "young")
+    await settle()
+    await clock.advance(0.09)
+    gate.open("first2")
+    await settle()
+    gate.open("young")
+    assert await asyncio.gather(first, young) == ["first2", "young"]
+
+
+async def test_the_allowance_is_the_interval_until_overloaded_then_twice_the_target(clock: VirtualClock):
+    queue = Bulkhead(1, queue_limit=4, queue_target=0.01, queue_interval=0.1, prioritized=True,
+                     label="p")._managed
+    assert queue is not None
+    tiers = [int(t) for t in Criticality]
+    assert [queue._allowance_ns(t, overloaded=False) for t in tiers] == [
+        25_000_000, 50_000_000, 100_000_000, 200_000_000]
+    assert [queue._allowance_ns(t, overloaded=True) for t in tiers] == [
+        5_000_000, 10_000_000, 20_000_000, 40_000_000]
+
+
 async def test_codel_state_follows_folly_min_over_interval(clock: VirtualClock):
     queue = Bulkhead(1, queue_limit=4, queue_target=0.01, queue_interval=0.1, label="c")._managed
     assert queue is not None
@@ -203,7 +248,7 @@ async def test_a_full_prioritized_queue_admits_a_higher_tier_by_shedding_the_low
 async def test_under_codel_lower_tiers_are_shed_sooner(clock: VirtualClock):
     queue = Bulkhead(1, queue_limit=4, queue_target=0.01, prioritized=True, label="p")._managed
     assert queue is not None
-    allowances = [queue._allowance_ns(int(t)) for t in Criticality]
+    allowances = [queue._allowance_ns(int(t), overloaded=True) for t in Criticality]
     assert allowances == [5_000_000, 10_000_000, 20_000_000, 40_000_000]
 
 
@@ -316,3 +361,26 @@ async def test_adaptive_bulkheads_take_the_queue_options(clock: VirtualClock):
         await settle()
     await asyncio.gather(first, crit, mid)
     assert gate.started == ["first", "crit", "mid"]
+
+
+async def test_a_waiter_shed_and_cancelled_in_the_same_instant_is_reported_once(clock: VirtualClock,
+                                                                                 sink: RecordingSink):
+    # Displaced by a more critical arrival (reported: priority), then cancelled before it could
+    # resume: it leaves with the CancelledError, and it is not reported a second time as cancelled.
+    bulkhead = Bulkhead(1, queue_limit=1, prioritized=True, label="p", clock=clock)
+    gate = Gate()
+    first = start(bulkhead, gate, "first")
+    await settle()
+    low = start(bulkhead, gate, "low", Criticality.BEST_EFFORT)
+    await settle()
+    with stoic.bind_criticality(Criticality.CRITICAL):
+        crit = asyncio.create_task(bulkhead.execute(gate.op, "crit"))
+        await asyncio.sleep(0)  # crit parks, displacing low (whose future is now done)
+    low.cancel()
+    await settle()
+    assert low.cancelled()
+    assert [e.attributes["reason"] for e in sink.of("bulkhead.rejected")] == ["priority"]
+    gate.open("first")
+    gate.open("crit")
+    assert await asyncio.gather(first, crit) == ["first", "crit"]
+    assert bulkhead.in_use == 0 and bulkhead.queued == 0

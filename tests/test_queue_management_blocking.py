@@ -132,7 +132,8 @@ def test_no_option_keeps_the_plain_fifo_hand_over_and_the_options_share_the_asyn
     assert isinstance(managed, QueueRules)  # one implementation of the decisions, used by both kinds
     prioritized = BlockingBulkhead(1, queue_limit=4, queue_target=0.01, prioritized=True, label="p")._rules
     assert prioritized is not None
-    assert [prioritized._allowance_ns(int(t)) for t in Criticality] == [5_000_000, 10_000_000, 20_000_000, 40_000_000]
+    assert [prioritized._allowance_ns(int(t), True) for t in Criticality] == [
+        5_000_000, 10_000_000, 20_000_000, 40_000_000]
 
 
 # --- CoDel ---
@@ -182,6 +183,22 @@ def test_codel_does_not_shed_a_queue_that_drains_within_each_interval(sink: Reco
         assert [c.result for c in callers] == [c.name for c in callers]
         step(clock, 0.2)
     assert not shed_events(sink, "sojourn")
+
+
+def test_codel_sheds_a_thread_older_than_the_interval_while_not_overloaded(sink: RecordingSink) -> None:
+    # As for the asyncio bulkhead (one implementation): behind a slot held for 10 s the queue is
+    # never seen overloaded, yet a thread that waited 100 intervals is shed at dequeue.
+    clock = VirtualClock()
+    bulkhead = BlockingBulkhead(1, queue_limit=4, queue_target=0.005, queue_interval=0.1, label="c", clock=clock)
+    gate = Gate()
+    first = arrive(bulkhead, gate, "first")
+    late = arrive(bulkhead, gate, "late")
+    step(clock, 10.0)
+    finish(first)
+    late.join(10)
+    assert isinstance(late.error, Shed) and late.error.cause == "sojourn" and gate.started == ["first"]
+    assert [e["sojourn"] for e in shed_events(sink, "sojourn")] == [10.0]
+    assert (bulkhead.in_use, bulkhead.queued) == (0, 0)
 
 
 # --- adaptive LIFO ---

@@ -555,3 +555,21 @@ async def test_a_faster_rate_serves_the_queue_at_once_not_when_the_old_rate_woul
     await clock.advance(0.01)
     assert len(served) == 3 and max(served) <= 1.01
     await asyncio.gather(*waiting)
+
+
+@pytest.mark.parametrize("kind", ["bulkhead", "blocking_bulkhead", "aimd", "gradient"])
+def test_a_queue_interval_given_alone_survives_a_retune_that_turns_an_option_on(kind: str) -> None:
+    # queue_interval is validated and kept by the constructor even before an option uses it: a
+    # retune of another parameter must not replace it with the default.
+    make: dict[str, Any] = {
+        "bulkhead": lambda: Bulkhead(2, queue_limit=4, queue_interval=0.5, label="q"),
+        "blocking_bulkhead": lambda: BlockingBulkhead(2, queue_limit=4, queue_interval=0.5, label="q"),
+        "aimd": lambda: AdaptiveBulkhead(latency_threshold=0.1, max_concurrent=2, queue_limit=4,
+                                         queue_interval=0.5, label="q"),
+        "gradient": lambda: GradientBulkhead(max_concurrent=2, queue_limit=4, queue_interval=0.5, label="q"),
+    }
+    policy = make[kind]()
+    assert policy._settings()["queue_interval"] == 0.5
+    policy._retune(queue_adaptive_lifo=True)
+    rules = policy._queue_rules()
+    assert rules is not None and rules.interval_ns == 500_000_000 and rules.lifo

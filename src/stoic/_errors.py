@@ -68,9 +68,10 @@ class BulkheadFull(Rejected):
 class Shed(Rejected):
     """A bulkhead's queue management dropped a parked waiter (seed 003, "Queue management").
 
-    ``cause`` says which rule: ``"sojourn"`` (CoDel: the queue stayed congested and this waiter
-    had waited too long) or ``"priority"`` (a full prioritized queue made room for a more
-    critical arrival). Retryable: the dependency was not asked.
+    ``cause`` says which rule: ``"sojourn"`` (CoDel: this waiter had waited past its allowance,
+    twice the target while the queue stayed congested, the interval otherwise) or ``"priority"``
+    (a full prioritized queue made room for a more critical arrival). Retryable: the dependency
+    was not asked.
     """
 
     reason = RejectionReason.SHED

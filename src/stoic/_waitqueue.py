@@ -5,17 +5,20 @@ A managed queue replaces the bulkhead's plain FIFO hand-over when any of these i
 
 - CoDel (``queue_target``, ``queue_interval``), in folly's form: the queue is *overloaded*
   when the minimum sojourn seen over an interval exceeded the target; while overloaded, a
-  waiter that has waited more than twice the target is shed at dequeue. The sojourn measured
-  is that of the oldest waiter at each dequeue (what a FIFO would serve next: a standing queue
-  shows there even when adaptive LIFO serves the newest), and an arrival to an empty queue
-  counts as a zero sojourn (the queue drained within the interval).
+  waiter that has waited more than twice the target is shed at dequeue, and otherwise one that
+  has waited more than the interval (seed 003's "generous sojourn allowance while the queue has
+  recently been empty": a slot held for long, with no dequeue to show the congestion, still
+  bounds the wait by time). The sojourn measured is that of the oldest waiter at each dequeue
+  (what a FIFO would serve next: a standing queue shows there even when adaptive LIFO serves
+  the newest), and an arrival to an empty queue counts as a zero sojourn (the queue drained
+  within the interval).
 - adaptive LIFO (``queue_adaptive_lifo``): while congested (CoDel overloaded, or without CoDel
   the oldest waiter older than ``queue_interval``), serve the newest waiter, whose client is
   likeliest still waiting; FIFO otherwise.
 - prioritized (``prioritized``): waiters carry the task's :class:`stoic.Criticality` at arrival;
   the highest tier is served first; a full queue admits an arrival of a higher tier than the
-  lowest waiting by shedding the newest waiter of the lowest tier; under CoDel, the sojourn
-  allowance is halved per tier below NORMAL and doubled for CRITICAL (lower tiers shed sooner).
+  lowest waiting by shedding the newest waiter of the lowest tier; under CoDel, both sojourn
+  allowances are halved per tier below NORMAL and doubled for CRITICAL (lower tiers shed sooner).
 
 Every managed queue also skips a waiter whose deadline passed before it could be served (it is
 failed with ``DeadlineExceeded``, never handed a slot) and never hands a slot while the
@@ -144,9 +147,12 @@ class QueueRules:
         elif self._min_sojourn_ns is None or sojourn_ns < self._min_sojourn_ns:
             self._min_sojourn_ns = sojourn_ns
 
-    def _allowance_ns(self, tier: int) -> int:
+    def _allowance_ns(self, tier: int, overloaded: bool) -> int:
+        """How long a waiter of ``tier`` may have waited before it is shed at dequeue: twice the
+        target while overloaded (folly), the interval otherwise (seed 003: "the generous sojourn
+        allowance while the queue has recently been empty"); scaled by tier when prioritized."""
         assert self.target_ns is not None
-        allowance = 2 * self.target_ns
+        allowance = 2 * self.target_ns if overloaded else self.interval_ns
         if self.prioritized and tier != _NORMAL:
             allowance = allowance << (tier - _NORMAL) if tier > _NORMAL else allowance >> (_NORMAL - tier)
         return allowance
@@ -184,20 +190,19 @@ class QueueRules:
                     drop: Callable[[_Waiter, Parked, str], None]) -> _Waiter | None:
         """Remove and return the waiter a released slot goes to, or None when none is left.
 
-        On the way, a waiter past its CoDel allowance (while overloaded) or past its deadline is
-        removed and handed to ``drop(waiter, parked, reason)`` (``"sojourn"`` or
+        On the way, a waiter past its CoDel allowance (:meth:`_allowance_ns`) or past its
+        deadline is removed and handed to ``drop(waiter, parked, reason)`` (``"sojourn"`` or
         ``"deadline_exceeded"``), which fails and wakes it."""
         parked = self.parked
         while waiters:
             if self.target_ns is not None:
                 self._observe(now, now - parked[id(waiters[0])].since_ns)
-                if self.overloaded:
-                    for stale in self._stale(waiters, now):
-                        waiters.remove(stale)
-                        stale.queued = False
-                        drop(stale, parked[id(stale)], "sojourn")
-                    if not waiters:
-                        return None
+                for stale in self._stale(waiters, now):
+                    waiters.remove(stale)
+                    stale.queued = False
+                    drop(stale, parked[id(stale)], "sojourn")
+                if not waiters:
+                    return None
             congested = self.lifo and (
                 self.overloaded if self.target_ns is not None
                 else now - parked[id(waiters[0])].since_ns > self.interval_ns)
@@ -226,11 +231,13 @@ class QueueRules:
         return best
 
     def _stale(self, waiters: deque[_Waiter], now: int) -> list[_Waiter]:
-        """While overloaded: every waiter that has waited past its allowance."""
+        """Every waiter that has waited past its allowance (see :meth:`_allowance_ns`)."""
         parked = self.parked
+        overloaded = self.overloaded
         if self.prioritized:
-            return [w for w in waiters if now - parked[id(w)].since_ns > self._allowance_ns(parked[id(w)].tier)]
-        allowance = self._allowance_ns(_NORMAL)
+            return [w for w in waiters
+                    if now - parked[id(w)].since_ns > self._allowance_ns(parked[id(w)].tier, overloaded)]
+        allowance = self._allowance_ns(_NORMAL, overloaded)
         stale = []
         for w in waiters:  # oldest first: stop at the first that is young enough
             if now - parked[id(w)].since_ns <= allowance:
@@ -299,7 +306,8 @@ class ManagedQueue(QueueRules):
                 waiter.queued = False
                 waiters.remove(waiter)
             self.parked.pop(id(waiter), None)
-            if isinstance(exc, asyncio.CancelledError):
+            # A waiter the rules dropped was reported then (shed_event): leaving now is no news.
+            if isinstance(exc, asyncio.CancelledError) and parked.error is None:
                 bulkhead._left("deadline_exceeded" if cancelled_by_deadline() else "cancelled")
             raise
         self.parked.pop(id(waiter), None)

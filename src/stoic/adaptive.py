@@ -115,16 +115,22 @@ def _own_copy(method: F) -> F:
 
 def _check_number(value: float, name: str, low: float, high: float | None, *, low_open: bool,
                   high_open: bool) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-    if ok:
-        ok = (value > low if low_open else value >= low) and (
-            high is None or (value < high if high_open else value <= high))
+    # Finite, as a float: an int beyond any float would raise OverflowError below (an admin
+    # retune answering 500), and an infinite step or headroom would throw the limit to the ceiling.
+    number = math.nan
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:
+            pass
+    ok = math.isfinite(number) and (number > low if low_open else number >= low) and (
+        high is None or (number < high if high_open else number <= high))
     if not ok:
         lo = "(" if low_open else "["
         hi = "" if high is None else f", {high:g}" + (")" if high_open else "]")
         rng = f"in {lo}{low:g}{hi}" if high is not None else f"{'>' if low_open else '>='} {low:g}"
-        raise ValueError(f"{name} must be a number {rng}, got {value!r}")
-    return float(value)
+        raise ValueError(f"{name} must be a finite number {rng}, got {value!r}")
+    return number
 
 
 MAX_CONCURRENT = 2**53
@@ -160,7 +166,7 @@ class _AdaptiveBulkhead(Bulkhead):
             raise ValueError(f"min_concurrent must be in [1, max_concurrent={max_concurrent}], got {min_concurrent!r}")
         if self._managed is None:
             # A moving limit needs the limit-aware hand-over even with no queue option set.
-            self._managed = ManagedQueue(None, 100_000_000, False, False)
+            self._managed = ManagedQueue(None, self._interval_ns, False, False)
 
     @property
     def max_concurrent(self) -> int:
@@ -184,7 +190,7 @@ class _AdaptiveBulkhead(Bulkhead):
         fresh = validated(self, self._settings(), changes)
         managed = self._managed
         assert managed is not None and fresh._managed is not None
-        self._queue_limit = fresh._queue_limit
+        self._queue_limit, self._interval_ns = fresh._queue_limit, fresh._interval_ns
         managed.retune(fresh._managed)
         self._ceiling, self._floor, self._algorithm = fresh._ceiling, fresh._floor, fresh._algorithm
         if fresh._max != self._max:
@@ -328,7 +334,7 @@ class AdaptiveBulkhead(_AdaptiveBulkhead):
     - ``min_concurrent`` (int in [1, max_concurrent]): the floor.
     - ``backoff_ratio`` (in (0, 1)): the limit is multiplied by it on a breach, at most once per
       ``cooldown`` (seconds > 0).
-    - ``increase_step`` (> 0): an in-budget completion adds ``increase_step / limit``, only while
+    - ``increase_step`` (finite, > 0): an in-budget completion adds ``increase_step / limit``, only while
       at least half the limit is in use.
     - ``latency_quantile`` (in (0, 1), or None): when set, a breach is the windowed P-squared
       estimate of that quantile exceeding the threshold (200 samples per epoch; a backoff starts
@@ -396,12 +402,12 @@ class GradientBulkhead(_AdaptiveBulkhead):
 
     - ``max_concurrent`` (int >= 1): the ceiling and the initial limit; ``min_concurrent``
       (int in [1, max_concurrent]) the floor.
-    - ``rtt_tolerance`` (>= 1): how much the short-term latency may exceed the long-term one
+    - ``rtt_tolerance`` (finite, >= 1): how much the short-term latency may exceed the long-term one
       before the limit contracts (1.5: a 50 % rise).
     - ``smoothing`` (in (0, 1]): how far each update moves towards its target.
-    - ``long_window`` (int >= 1): the long-term latency is an exponential average over this
-      many sample windows.
-    - ``headroom`` (>= 0): slots added to the target while the gradient is 1 (no queueing seen).
+    - ``long_window`` (int in [1, 2**53]): the long-term latency is an exponential average over
+      this many sample windows.
+    - ``headroom`` (finite, >= 0): slots added to the target while the gradient is 1 (no queueing seen).
 
     The limit updates once per sample window of at least 10 samples and about a second.
     Read-only: ``limit``, ``in_use``, ``queued``. Same calls and errors as
@@ -430,7 +436,8 @@ class GradientBulkhead(_AdaptiveBulkhead):
             maximum=max_concurrent, minimum=self._floor,
             rtt_tolerance=_check_number(rtt_tolerance, "rtt_tolerance", 1.0, None, low_open=False, high_open=False),
             smoothing=_check_number(smoothing, "smoothing", 0.0, 1.0, low_open=True, high_open=False),
-            long_window=check_int(long_window, "long_window", minimum=1),
+            # (At most 2**53: its factor 2 / (long_window + 1) is a float, from the 11th window on.)
+            long_window=check_int(long_window, "long_window", minimum=1, maximum=MAX_CONCURRENT),
             headroom=_check_number(headroom, "headroom", 0.0, None, low_open=False, high_open=False),
         )
 

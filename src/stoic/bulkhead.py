@@ -73,7 +73,10 @@ class _Waiter:
 class _Compartment:
     """Configuration, counts and events shared by the asyncio and the blocking bulkhead."""
 
-    __slots__ = ("__weakref__", "_active", "_clock", "_label", "_max", "_queue_limit", "_rec", "_waiters")
+    __slots__ = ("__weakref__", "_active", "_clock", "_interval_ns", "_label", "_max", "_queue_limit", "_rec",
+                 "_waiters")
+
+    _interval_ns: int  # queue_interval, kept even while no queue option uses it (for _settings)
 
     def __init__(
         self, max_concurrent: int, *, queue_limit: int | None = 0, label: str, clock: Clock | None = None
@@ -168,7 +171,7 @@ class _Compartment:
         return {
             "max_concurrent": self._max, "queue_limit": self.queue_limit,
             "queue_target": None if rules is None or rules.target_ns is None else to_seconds(rules.target_ns),
-            "queue_interval": 0.1 if rules is None else to_seconds(rules.interval_ns),
+            "queue_interval": to_seconds(self._interval_ns if rules is None else rules.interval_ns),
             "queue_adaptive_lifo": rules is not None and rules.lifo,
             "prioritized": rules is not None and rules.prioritized,
         }
@@ -229,8 +232,9 @@ class Bulkhead(_Compartment):
     times the events. Raises ``ValueError`` naming the parameter when a value is out of range.
 
     Queue management (seed 003, "Queue management"; see ``stoic._waitqueue``): ``queue_target``
-    (seconds) turns on CoDel, which sheds waiters with :class:`stoic.Shed` under sustained
-    congestion, ``queue_interval`` (seconds, above the target) is its interval;
+    (seconds) turns on CoDel, which sheds waiters with :class:`stoic.Shed` past twice the target
+    under sustained congestion, past ``queue_interval`` (seconds, above the target; also CoDel's
+    interval) otherwise;
     ``queue_adaptive_lifo`` serves the newest waiter while congested; ``prioritized`` orders and
     sheds waiters by :func:`stoic.current_criticality`. Each needs ``queue_limit`` != 0.
 
@@ -250,6 +254,7 @@ class Bulkhead(_Compartment):
         super().__init__(max_concurrent, queue_limit=queue_limit, label=label, clock=clock)
         target_ns, interval_ns, lifo, prio = check_queue_options(
             queue_limit, queue_target, queue_interval, queue_adaptive_lifo, prioritized)
+        self._interval_ns = interval_ns
         # None keeps the plain FIFO hand-over below (the common case, and the cheapest).
         self._managed: ManagedQueue | None = (
             ManagedQueue(target_ns, interval_ns, lifo, prio) if target_ns is not None or lifo or prio else None)
@@ -319,7 +324,7 @@ class Bulkhead(_Compartment):
         fresh = validated(self, self._settings(), changes)
         self._check_retune(fresh)
         managed, new = self._managed, fresh._managed
-        self._max, self._queue_limit = fresh._max, fresh._queue_limit
+        self._max, self._queue_limit, self._interval_ns = fresh._max, fresh._queue_limit, fresh._interval_ns
         if managed is not None and new is not None:
             managed.retune(new)
         else:
@@ -334,8 +339,8 @@ class Bulkhead(_Compartment):
     _EXECUTE_DOC = """Run ``await fn(*args, **kwargs)`` in a slot, waiting for one if the queue allows.
 
         Returns what ``fn`` returns; its exceptions propagate unchanged and the slot is released
-        however it ends. Raises ``BulkheadFull`` or ``DeadlineExceeded`` (``fn`` never ran) when
-        refused.
+        however it ends. Raises ``BulkheadFull``, ``Shed`` (queue management dropped the waiter)
+        or ``DeadlineExceeded`` (``fn`` never ran) when refused.
         """
 
     if TYPE_CHECKING:
@@ -418,6 +423,7 @@ class BlockingBulkhead(_Compartment):
         super().__init__(max_concurrent, queue_limit=queue_limit, label=label, clock=clock)
         target_ns, interval_ns, lifo, prio = check_queue_options(
             queue_limit, queue_target, queue_interval, queue_adaptive_lifo, prioritized)
+        self._interval_ns = interval_ns
         # None keeps the plain FIFO hand-over (the common case, and the cheapest).
         self._rules: QueueRules | None = (
             QueueRules(target_ns, interval_ns, lifo, prio) if target_ns is not None or lifo or prio else None)
@@ -497,7 +503,7 @@ class BlockingBulkhead(_Compartment):
         fresh = validated(self, self._settings(), changes)
         with self._lock:
             self._check_retune(fresh)
-            self._max, self._queue_limit = fresh._max, fresh._queue_limit
+            self._max, self._queue_limit, self._interval_ns = fresh._max, fresh._queue_limit, fresh._interval_ns
             rules, new = self._rules, fresh._rules
             if rules is not None and new is not None:
                 rules.retune(new)

@@ -145,7 +145,8 @@ class Hedge:
       default) means one budget for the line that constructed this ``Hedge``.
     - ``label``: required, keyword-only, a non-empty str carried by every event.
     - ``quantile``: in (0, 1); when set, the delay is the streaming P-squared estimate of that
-      quantile of the latencies of calls whose first attempt won (seed 003, "Hedge"), clamped to
+      quantile of the first attempts' latencies (seed 003, "Hedge"; a first attempt a hedge beat
+      counts as long as it had run, a failed one not at all), clamped to
       [``delay_min``, ``delay_max``]. The estimate restarts every ``window`` observations and
       keeps the previous epoch's value until the new epoch has enough samples, so it follows
       current traffic. ``delay_min``/``delay_max`` (seconds, >= 0) require ``quantile``.
@@ -280,7 +281,8 @@ class Hedge:
             self.quantile, self._estimate, self._delay_ns = fresh.quantile, fresh._estimate, fresh._delay_ns
 
     def _observe(self, latency_ns: int) -> None:
-        # Only called for a call whose first attempt won (seed 003: the primaries' latencies).
+        # Seed 003: the primaries' latencies (of a first attempt that won, or at least how long
+        # one ran before a hedge beat it); never of a failed one.
         estimate = self._estimate
         assert estimate is not None and self._lock is not None
         with self._lock:
@@ -708,6 +710,12 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
             policy._observe(call.end - call.start)
     else:
         value = cast(R, hedges[call.winner - 2].result())
+        if policy._estimate is not None and call.superseded:
+            # The first attempt was still running when a hedge won: its latency is at least this
+            # (which is past the delay). Left out, the slowest primaries would pull the estimate
+            # under its quantile (p86 for p95 on lognormal latencies); counted at this bound, the
+            # share of primaries faster than the delay is exact, so the delay settles on it.
+            policy._observe(call.end - call.start)
     if _metrics.state.enabled:
         policy._rec.count_locked(("stoic.hedge.wins", str(call.winner)))
     if _SINKS.wants(Level.INFO):

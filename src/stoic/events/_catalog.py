@@ -251,7 +251,7 @@ _SPECS: tuple[EventSpec, ...] = (
               "the policy decided without the store. Emitted once per failed call: while the store rests after a "
               "failure, calls skip it without an event.", {
         "operation": _a("str", "the script that failed: limiter_take, breaker_refresh, breaker_trip, breaker_probe, "
-                        "breaker_done or breaker_force"),
+                        "breaker_done, breaker_force or latency_push"),
         "error.type": _ERROR_TYPE,
         "unavailable": _a("bool", "True for a connection error or a timeout (counts against the store's health)"),
     }),
