@@ -68,6 +68,8 @@ class VirtualClock:
         self._timers: list[_VirtualTimer] = []
         self._seq = 0
         self._cond = threading.Condition()
+        # Conditions of threads in _wait_blocking (how many on each), notified as time moves.
+        self._blocked: dict[threading.Condition, int] = {}
 
     # --- the Clock protocol ---
 
@@ -118,6 +120,32 @@ class VirtualClock:
             while self._now_ns < when_ns:
                 self._cond.wait()
 
+    def _wait_blocking(self, cond: threading.Condition, when_ns: int) -> bool:
+        """For a thread holding ``cond``: wait on it until this clock reaches ``when_ns`` or
+        ``cond`` is notified (a blocking rate limiter's retune: "recompute your wait"), then
+        return True; the caller re-checks what it waits for after every wake-up.
+
+        False at once, without waiting, when a subclass redefines :meth:`sleep_until_blocking`:
+        that is its own way for a blocked thread to let time pass (one that moves time on a
+        sleep, say), so the caller must sleep through it instead."""
+        if type(self).sleep_until_blocking is not VirtualClock.sleep_until_blocking:
+            return False
+        with self._cond:
+            if self._now_ns >= when_ns:
+                return True
+            # Registered before the wait releases cond's lock, and _set_now notifies under that
+            # lock: a move of time after this check cannot be missed.
+            self._blocked[cond] = self._blocked.get(cond, 0) + 1
+        try:
+            cond.wait()
+        finally:
+            with self._cond:
+                if self._blocked[cond] > 1:
+                    self._blocked[cond] -= 1
+                else:
+                    del self._blocked[cond]
+        return True
+
     # --- driving time ---
     @property
     def pending_timers(self) -> int:
@@ -149,6 +177,12 @@ class VirtualClock:
             if ns > self._now_ns:
                 self._now_ns = ns
             self._cond.notify_all()
+            blocked = list(self._blocked) if self._blocked else None
+        if blocked is not None:
+            # Each under its own lock, outside the clock's (a waiter takes them the other way).
+            for cond in blocked:
+                with cond:
+                    cond.notify_all()
 
     async def advance(self, seconds: Seconds) -> None:
         """Move time forward by ``seconds`` (>= 0), firing every timer due on the way in order.
