@@ -90,6 +90,22 @@ def wait_seconds(ns: int) -> float:
     return seconds if seconds < _MAX_SLEEP else _MAX_SLEEP
 
 
+def wait_until(clock: Clock, cond: threading.Condition, when_ns: int) -> None:
+    """Wait on ``cond`` (its lock held by the caller) until it is notified or ``clock`` reaches
+    ``when_ns``; it may also return early, so the caller re-checks after every wake-up.
+
+    On the system clock a timed wait. A clock offering ``_wait_blocking(cond, when_ns)``
+    (``stoic.testing.VirtualClock``) wakes the thread when its time moves, so a timeout on
+    virtual time ends when virtual time reaches it; on any other clock, a timed wait of the same
+    length in real time (all a ``threading.Condition`` can do)."""
+    left = when_ns - clock.now_ns()
+    if left <= 0:
+        return
+    clock_wait = None if type(clock) is SystemClock else getattr(clock, "_wait_blocking", None)
+    if clock_wait is None or not clock_wait(cond, when_ns):
+        cond.wait(wait_seconds(left))  # (capped: threading refuses longer waits)
+
+
 SYSTEM_CLOCK = SystemClock()
 
 _CLOCK_METHODS = ("now_ns", "call_at", "sleep_until", "sleep_until_blocking")

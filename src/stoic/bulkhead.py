@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _deadline, _metrics, _source
 from ._admission import admitted_after_wait
-from ._clock import Clock, resolve_clock, wait_seconds
+from ._clock import Clock, resolve_clock, wait_until
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
@@ -470,12 +470,11 @@ class BlockingBulkhead(_Compartment):
                 if give_up is None:
                     waiter.cond.wait()
                     continue
-                left = give_up - self._clock.now_ns()
-                if left <= 0:
+                if give_up - self._clock.now_ns() <= 0:
                     waiter.queued = False
                     self._waiters.remove(waiter)
                     return False
-                waiter.cond.wait(wait_seconds(left))  # (capped: threading refuses longer waits)
+                wait_until(self._clock, waiter.cond, give_up)  # (on a VirtualClock: virtual time)
         except BaseException:
             if waiter.granted:
                 self._release_locked()
@@ -564,12 +563,11 @@ class BlockingBulkhead(_Compartment):
                 if deadline == NO_DEADLINE:
                     cond.wait()
                     continue
-                left = deadline - clock.now_ns()
-                if left <= 0:
+                if deadline - clock.now_ns() <= 0:
                     waiter.queued = False
                     self._waiters.remove(waiter)
                     return False
-                cond.wait(wait_seconds(left))  # (capped: threading refuses longer waits)
+                wait_until(clock, cond, deadline)  # (on a VirtualClock: virtual time)
         except BaseException:
             if waiter.granted:
                 self._release_locked()  # granted in the same instant it was interrupted: pass it on
