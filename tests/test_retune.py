@@ -27,6 +27,7 @@ from stoic import (
     GradientBulkhead,
     Hedge,
     OpenDuration,
+    RateLimited,
     RateLimiter,
     Throttled,
 )
@@ -267,6 +268,35 @@ def test_a_blocking_head_on_a_virtual_clock_still_wakes_when_time_reaches_its_in
     clock._set_now(10 * 1_000_000_000)
     thread.join(5)
     assert served == [10.0] and clock._blocked == {}
+
+
+class _TickingClock(VirtualClock):
+    """Virtual time that moves 1 ms on every reading by the main thread (so it moves inside the
+    limiter's lock, while a head waits on the clock)."""
+
+    def now_ns(self) -> int:
+        now = super().now_ns()
+        if threading.current_thread() is threading.main_thread():
+            self._set_now(now + 1_000_000)
+        return now
+
+
+def test_time_moved_under_the_limiters_lock_neither_deadlocks_nor_loses_the_heads_wake_up() -> None:
+    # Seen deadlocking while the clock notified a waiting head under its condition's lock
+    # unconditionally: the reading thread held that lock already.
+    clock = _TickingClock()
+    limiter = BlockingRateLimiter(1, per=0.01, burst=1, label="ticking", clock=clock)
+    assert limiter.try_acquire()
+    served = threading.Event()
+    thread = threading.Thread(target=lambda: (limiter.acquire(), served.set()), daemon=True)
+    thread.start()
+    while not clock._blocked:
+        threading.Event().wait(0.001)
+    for _ in range(10):  # 10 ms of virtual time, each step taken under the limiter's lock
+        with pytest.raises(RateLimited):
+            limiter.acquire(timeout=0)  # (refused: the head is ahead of it)
+    thread.join(5)
+    assert served.is_set() and limiter.waiter_count == 0
 
 
 # ---------------------------------------------------------------------------- bulkheads

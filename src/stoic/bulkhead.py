@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _deadline, _metrics, _source
 from ._admission import admitted_after_wait
-from ._clock import Clock, resolve_clock, wait_until
+from ._clock import Clock, resolve_clock, wait_on_clock, wait_seconds
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
@@ -470,11 +470,13 @@ class BlockingBulkhead(_Compartment):
                 if give_up is None:
                     waiter.cond.wait()
                     continue
-                if give_up - self._clock.now_ns() <= 0:
+                left = give_up - self._clock.now_ns()
+                if left <= 0:
                     waiter.queued = False
                     self._waiters.remove(waiter)
                     return False
-                wait_until(self._clock, waiter.cond, give_up)  # (on a VirtualClock: virtual time)
+                if not wait_on_clock(self._clock, waiter.cond, give_up):  # (a VirtualClock: virtual time)
+                    waiter.cond.wait(wait_seconds(left))  # another clock: only a real-time wait
         except BaseException:
             if waiter.granted:
                 self._release_locked()
@@ -563,11 +565,13 @@ class BlockingBulkhead(_Compartment):
                 if deadline == NO_DEADLINE:
                     cond.wait()
                     continue
-                if deadline - clock.now_ns() <= 0:
+                left = deadline - clock.now_ns()
+                if left <= 0:
                     waiter.queued = False
                     self._waiters.remove(waiter)
                     return False
-                wait_until(clock, cond, deadline)  # (on a VirtualClock: virtual time)
+                if not wait_on_clock(clock, cond, deadline):  # (a VirtualClock: virtual time)
+                    cond.wait(wait_seconds(left))  # another clock: only a real-time wait
         except BaseException:
             if waiter.granted:
                 self._release_locked()  # granted in the same instant it was interrupted: pass it on

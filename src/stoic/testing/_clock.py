@@ -14,6 +14,11 @@ from .._durations import Seconds, to_ns
 T = TypeVar("T")
 
 
+# The longest real wait of a thread in VirtualClock._wait_blocking between re-checks: bounds
+# the delay of a wake-up that _set_now could not deliver at once.
+_BLOCKED_RECHECK = 0.05
+
+
 def _nothing() -> None:
     pass
 
@@ -122,8 +127,9 @@ class VirtualClock:
 
     def _wait_blocking(self, cond: threading.Condition, when_ns: int) -> bool:
         """For a thread holding ``cond``: wait on it until this clock reaches ``when_ns`` or
-        ``cond`` is notified (a blocking rate limiter's retune: "recompute your wait"), then
-        return True; the caller re-checks what it waits for after every wake-up.
+        ``cond`` is notified (a blocking rate limiter's retune: "recompute your wait"), or for
+        at most a short real while, then return True; the caller re-checks what it waits for
+        after every wake-up.
 
         False at once, without waiting, when a subclass redefines :meth:`sleep_until_blocking`:
         that is its own way for a blocked thread to let time pass (one that moves time on a
@@ -134,10 +140,11 @@ class VirtualClock:
             if self._now_ns >= when_ns:
                 return True
             # Registered before the wait releases cond's lock, and _set_now notifies under that
-            # lock: a move of time after this check cannot be missed.
+            # lock, so a move of time after this check is not missed, except when _set_now found
+            # the lock taken (see there): the bounded wait re-checks then.
             self._blocked[cond] = self._blocked.get(cond, 0) + 1
         try:
-            cond.wait()
+            cond.wait(_BLOCKED_RECHECK)
         finally:
             with self._cond:
                 if self._blocked[cond] > 1:
@@ -179,10 +186,16 @@ class VirtualClock:
             self._cond.notify_all()
             blocked = list(self._blocked) if self._blocked else None
         if blocked is not None:
-            # Each under its own lock, outside the clock's (a waiter takes them the other way).
+            # Each under its own lock, outside the clock's (a waiter takes them the other way),
+            # and only if free: time may be moved by a thread holding one (a clock subclass
+            # moving on a reading, made under a limiter's lock), which must not deadlock; such
+            # a waiter re-checks within _BLOCKED_RECHECK.
             for cond in blocked:
-                with cond:
-                    cond.notify_all()
+                if cond.acquire(blocking=False):
+                    try:
+                        cond.notify_all()
+                    finally:
+                        cond.release()
 
     async def advance(self, seconds: Seconds) -> None:
         """Move time forward by ``seconds`` (>= 0), firing every timer due on the way in order.
