@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _deadline, _metrics, _source
 from ._admission import admitted_after_wait
-from ._clock import Clock, resolve_clock, wait_on_clock, wait_seconds
+from ._clock import Clock, resolve_clock, wait_seconds
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
@@ -475,8 +475,7 @@ class BlockingBulkhead(_Compartment):
                     waiter.queued = False
                     self._waiters.remove(waiter)
                     return False
-                if not wait_on_clock(self._clock, waiter.cond, give_up):  # (a VirtualClock: virtual time)
-                    waiter.cond.wait(wait_seconds(left))  # another clock: only a real-time wait
+                waiter.cond.wait(wait_seconds(left))  # (capped: threading refuses longer waits)
         except BaseException:
             if waiter.granted:
                 self._release_locked()
@@ -570,8 +569,7 @@ class BlockingBulkhead(_Compartment):
                     waiter.queued = False
                     self._waiters.remove(waiter)
                     return False
-                if not wait_on_clock(clock, cond, deadline):  # (a VirtualClock: virtual time)
-                    cond.wait(wait_seconds(left))  # another clock: only a real-time wait
+                cond.wait(wait_seconds(left))  # (capped: threading refuses longer waits)
         except BaseException:
             if waiter.granted:
                 self._release_locked()  # granted in the same instant it was interrupted: pass it on
