@@ -106,6 +106,42 @@ async def test_a_generator_based_coroutine_still_runs_through_execute() -> None:
     assert counts(breaker) == (1, 0)
 
 
+@pytest.mark.parametrize("result", [None, 42, "text"], ids=["None", "int", "str"])
+async def test_a_plain_function_given_to_execute_is_refused_and_never_counted(result: object) -> None:
+    # Seen failing before the fix: the TypeError of ``await None`` counted as the dependency's
+    # failure, and opened the breaker after minimum_calls of them.
+    breaker = make()
+    for _ in range(6):
+        with pytest.raises(TypeError, match="cannot be awaited") as raised:
+            await breaker.execute(lambda: result)
+        assert isinstance(raised.value.__cause__, Defect)
+    assert counts(breaker) == (0, 0)
+    assert breaker.state is stoic.BreakerState.CLOSED
+
+
+async def test_an_inner_stages_await_on_a_plain_value_is_never_counted() -> None:
+    # The inner throttle awaits the plain function's value: the breaker outside it sees that
+    # stage's TypeError, the same bug, and does not count it either (seen counted before).
+    breaker = make()
+    pipeline = Pipeline(breaker, stoic.AdaptiveThrottle(label="inner"))
+    for _ in range(6):
+        with pytest.raises(TypeError):
+            await pipeline.execute(lambda: 42)
+    assert counts(breaker) == (0, 0)
+
+
+async def test_a_type_error_raised_inside_a_generator_based_coroutine_is_its_own_failure() -> None:
+    @types.coroutine
+    def legacy() -> Iterator[None]:
+        yield from asyncio.sleep(0).__await__()
+        raise TypeError("bad payload")
+
+    breaker = make()
+    with pytest.raises(TypeError, match="bad payload"):
+        await breaker.execute(legacy)  # type: ignore[arg-type]
+    assert counts(breaker) == (1, 1)
+
+
 def test_a_refused_generator_returns_a_half_open_probe_permit() -> None:
     clock = StepClock()
     breaker = make(clock=clock, minimum_calls=1)

@@ -8,8 +8,19 @@ from typing import Any
 
 import pytest
 
-from stoic import Defect, Pipeline, Retrying, Schedule, with_fallback
-from stoic.testing import VirtualClock, fail_times, fail_with, hang, settle
+from stoic import (
+    AdaptiveThrottle,
+    Bulkhead,
+    CircuitBreaker,
+    Defect,
+    Pipeline,
+    RateLimiter,
+    Retrying,
+    Schedule,
+    is_defect,
+    with_fallback,
+)
+from stoic.testing import RecordingSink, VirtualClock, fail_times, fail_with, hang, settle
 
 
 class Direct:
@@ -100,3 +111,107 @@ async def test_arguments_are_forwarded() -> None:
     assert await with_fallback(Direct(), op, 10, b=3, fallback=lambda e: 0, label="fallback") == 7
     op2 = fail_times(0, then="x")
     assert await with_fallback(Direct(), op2, fallback=lambda e: "y", label="fallback") == "x"
+
+
+# --- a misused operation is the caller's bug: surfaced, never substituted ----------------------
+
+async def _agen() -> Any:
+    yield 1
+
+
+def _gen() -> Any:
+    yield 1
+
+
+def _returns_gen() -> Any:
+    return _gen()
+
+
+def _returns_agen() -> Any:
+    return _agen()
+
+
+def _returns_value() -> Any:
+    return 42
+
+
+def _policies(clock: VirtualClock) -> dict[str, Any]:
+    return {
+        "direct": Direct(),
+        "breaker": CircuitBreaker(label="b", clock=clock),
+        "limiter": RateLimiter(10, label="r", clock=clock),
+        "bulkhead": Bulkhead(2, label="k", clock=clock),
+        "throttle": AdaptiveThrottle(label="t", clock=clock),
+        "retrying": Retrying(Schedule.fixed(1).attempts(3), label="op"),
+        "pipeline": Pipeline(Retrying(Schedule.fixed(1).attempts(3), label="op2"),
+                             CircuitBreaker(label="b2", clock=clock), Bulkhead(2, label="k2", clock=clock)),
+    }
+
+
+_MISUSED = [_agen, _gen, _returns_gen, _returns_agen, _returns_value]
+
+
+@pytest.mark.parametrize("policy", ["direct", "breaker", "limiter", "bulkhead", "throttle", "retrying", "pipeline"])
+@pytest.mark.parametrize("fn", _MISUSED, ids=lambda fn: fn.__name__)
+@pytest.mark.parametrize("handle_all", [False, True], ids=["default", "should_handle-all"])
+async def test_a_misused_operation_raises_its_type_error_and_never_falls_back(
+    policy: str, fn: Callable[..., Any], handle_all: bool, clock: VirtualClock, sink: RecordingSink,
+) -> None:
+    # Seen failing before the fix: every case returned "cached" (the fallback hid the bug).
+    chosen = _policies(clock)[policy]
+    called: list[Exception] = []
+    judged: list[Exception] = []
+
+    def everything(error: Exception) -> bool:
+        judged.append(error)
+        return True
+
+    with pytest.raises(TypeError):
+        await clock.run(with_fallback(chosen, fn, fallback=lambda e: called.append(e) or "cached",
+                                      should_handle=everything if handle_all else None, label="fallback"))
+    assert called == [] and judged == []  # should_handle is not consulted for a misuse
+    assert sink.of("fallback.substituted") == []
+    if policy == "breaker":
+        assert chosen.snapshot.calls == 0  # never counted by the breaker either
+
+
+async def test_a_coroutine_object_instead_of_the_function_is_refused_before_the_policy_runs() -> None:
+    ran: list[int] = []
+
+    class Watching:
+        async def execute(self, fn: Callable[..., Awaitable[Any]], /, *args: Any, **kwargs: Any) -> Any:
+            ran.append(1)
+            return await fn(*args, **kwargs)
+
+    async def op() -> int:
+        return 1
+
+    pending = op()
+    with pytest.raises(TypeError, match="not the result of calling it") as caught:
+        await with_fallback(Watching(), pending, fallback=lambda e: 0, label="fallback")  # type: ignore[arg-type]
+    assert isinstance(caught.value.__cause__, Defect)
+    assert ran == []
+    assert pending.cr_frame is None  # closed: no "never awaited" warning
+
+
+async def test_a_generator_function_is_refused_before_the_policy_runs() -> None:
+    with pytest.raises(TypeError, match="async generator function") as caught:
+        await with_fallback(Pipeline(), _agen, fallback=lambda e: 0, label="fallback")
+    assert is_defect(caught.value)
+
+
+async def test_the_operations_own_type_error_still_falls_back() -> None:
+    async def op() -> int:
+        raise TypeError("a bad payload from the dependency")
+
+    assert await with_fallback(Direct(), op, fallback=lambda e: "cached", label="fallback") == "cached"
+
+
+async def test_a_misuse_inside_an_exception_group_is_not_substituted() -> None:
+    async def fan_out() -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(Bulkhead(1, label="k").execute(_returns_gen))
+            group.create_task(fail_with(ConnectionError())())
+
+    with pytest.raises(ExceptionGroup):
+        await with_fallback(Direct(), fan_out, fallback=lambda e: "cached", label="fallback")

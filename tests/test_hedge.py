@@ -755,3 +755,135 @@ def test_a_hedge_driven_outside_any_task_never_borrows_another_threads_task() ->
         leave.set()
         other.join(10)
     assert not other.is_alive()
+
+
+# --- KeyboardInterrupt, SystemExit and the like from any attempt stop the call ----------------
+
+class Stop(BaseException):
+    """A BaseException that is not an Exception (as KeyboardInterrupt and SystemExit are), which
+    asyncio does not re-raise out of the event loop, so it can be used inside a test's loop."""
+
+
+async def test_an_interrupt_in_a_hedge_stops_the_call_and_cancels_the_first_attempt(
+    clock: VirtualClock, sink: RecordingSink,
+) -> None:
+    # Seen failing before the fix: the interrupt was recorded as attempt 2's failure and the
+    # first attempt's value returned at 1 s, the interrupt swallowed.
+    stop = Stop()
+    script = Script(clock, {1: Step(1.0, "slow"), 2: Step(0.05, error=stop)})
+
+    async def observed() -> None:
+        try:
+            await hedge(IDEMPOTENT, script, delay=0.1, label="h")
+        finally:
+            assert script.running == set()  # every attempt had stopped when the call ended
+
+    with pytest.raises(Stop) as caught:
+        await clock.run(observed())
+    assert caught.value is stop
+    assert clock.now() == pytest.approx(0.15)  # at once, not when the first attempt would end
+    assert ("cancelled", 1, pytest.approx(0.15)) in script.log
+    assert sink.names == ["hedge.started"]  # no attempt_failed / all_failed: nothing failed
+    assert clock.pending_timers == 0
+
+
+async def test_an_interrupt_in_a_hedge_after_the_first_attempt_failed_is_raised_not_the_failure(
+    clock: VirtualClock, sink: RecordingSink,
+) -> None:
+    stop = Stop()
+    script = Script(clock, {1: Step(0.15, error=Boom("down")), 2: Step(0.1, error=stop)})
+    with pytest.raises(Stop) as caught:
+        await clock.run(hedge(IDEMPOTENT, script, delay=0.1, label="h"))
+    assert caught.value is stop
+    assert clock.now() == pytest.approx(0.2)
+    # Attempt 1 did fail (reported); attempt 2 was interrupted (not reported as failed), and
+    # no hedge.all_failed claims the call failed with Boom.
+    assert sink.names == ["hedge.started", "hedge.attempt_failed"]
+    assert sink.of("hedge.attempt_failed")[0].attributes["attempt"] == 1
+
+
+async def test_an_interrupt_in_a_third_attempt_cancels_both_others(clock: VirtualClock, sink: RecordingSink) -> None:
+    stop = Stop()
+    script = Script(clock, {1: Step(5.0, "one"), 2: Step(5.0, "two"), 3: Step(0.01, error=stop)})
+    with pytest.raises(Stop) as caught:
+        await clock.run(Hedge(0.1, max_attempts=3, label="h3").execute(IDEMPOTENT, script))
+    assert caught.value is stop
+    assert script.running == set()
+    assert set(script.cancel_messages) == {1, 2}
+    assert [e.name for e in sink.events] == ["hedge.started", "hedge.started"]
+
+
+async def test_a_loser_interrupted_instead_of_cancelled_is_raised_as_the_first_attempt_would_be(
+    clock: VirtualClock, sink: RecordingSink,
+) -> None:
+    stop = Stop()
+
+    async def op(attempt: stoic.Attempt) -> str:
+        if attempt.number == 1:
+            await clock.sleep(0.12)
+            return "primary"
+        try:
+            await clock.sleep(1.0)
+        except asyncio.CancelledError:
+            raise stop from None
+        return "hedge"
+
+    with pytest.raises(Stop) as caught:
+        await clock.run(hedge(IDEMPOTENT, op, delay=0.1, label="h"))
+    assert caught.value is stop
+    assert "hedge.won" not in sink.names and "hedge.attempt_failed" not in sink.names
+
+
+async def test_an_interrupt_inside_a_group_from_a_hedge_stops_the_call(clock: VirtualClock) -> None:
+    group = BaseExceptionGroup("fan-out", [Boom("one"), Stop()])
+    script = Script(clock, {1: Step(1.0, "slow"), 2: Step(0.05, error=group)})
+    with pytest.raises(BaseExceptionGroup) as caught:
+        await clock.run(hedge(IDEMPOTENT, script, delay=0.1, label="h"))
+    assert caught.value is group
+    assert script.running == set()
+
+
+def test_a_keyboard_interrupt_in_a_hedge_propagates_unchanged_from_the_call() -> None:
+    # asyncio re-raises a KeyboardInterrupt out of the loop from the task that raised it (the
+    # hedge's), so the test runs its own loop: once resumed, the call stops every attempt and
+    # raises that same interrupt, reporting no attempt as failed.
+    clock = VirtualClock()
+    interrupt = KeyboardInterrupt()
+    sink = RecordingSink()
+    progress: list[str] = []
+
+    async def op(attempt: stoic.Attempt) -> str:
+        if attempt.number == 2:
+            await clock.sleep(0.05)
+            raise interrupt
+        try:
+            await clock.sleep(10.0)
+        except asyncio.CancelledError:
+            progress.append("first attempt cancelled")
+            raise
+        return "slow"
+
+    async def call() -> str:
+        with stoic.use_sinks(sink):
+            return await hedge(IDEMPOTENT, op, delay=0.1, label="h", clock=clock)
+
+    loop = asyncio.new_event_loop()
+    try:
+        task = loop.create_task(call())
+
+        async def drive() -> None:
+            while not task.done():
+                await clock.advance(0.05)
+
+        driver = loop.create_task(drive())
+        with pytest.raises(KeyboardInterrupt):  # out of the hedge task's step, by asyncio
+            loop.run_until_complete(driver)
+        with pytest.raises(KeyboardInterrupt):  # out of the caller's task: the call raised it
+            loop.run_until_complete(driver)
+        assert task.done() and task.exception() is interrupt
+        loop.run_until_complete(driver)
+        assert progress == ["first attempt cancelled"]
+        assert sink.names == ["hedge.started"]
+        assert asyncio.all_tasks(loop) == set()
+    finally:
+        loop.close()

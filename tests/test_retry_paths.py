@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import stoic
 from stoic import RetryBudget, Retrying, Schedule, retry, retry_sync, retrying, use_clock
 from stoic._retry import in_retry_attempt, wants_attempt
 from stoic.testing import RecordingSink, VirtualClock, fail_times, fail_with, reset_budgets
@@ -865,3 +866,34 @@ async def test_a_decorated_coroutine_function_nested_in_an_attempt_makes_a_singl
         await outer()
     assert inner.calls == 3  # one per outer attempt: the inner retry never retries
     assert not in_retry_attempt()
+
+
+# --- a misused operation is never retried, whatever the classifier says ----------------------
+
+def _plain_generator() -> Any:
+    yield 1
+
+
+@pytest.mark.parametrize("value", [None, 42, "gen"], ids=["None", "int", "generator"])
+async def test_an_async_retry_of_a_plain_function_is_never_retried(value: object, clock: VirtualClock) -> None:
+    # Seen failing before the fix: a classifier retrying everything retried the TypeError of
+    # ``await 42`` three times (retry_sync refuses the same misuse at once).
+    calls: list[int] = []
+
+    def op() -> object:
+        calls.append(1)
+        return _plain_generator() if value == "gen" else value
+
+    with pytest.raises(TypeError):
+        await clock.run(stoic.retry(Schedule.fixed(1).attempts(3), op, label="misuse", classify=lambda e: True))
+    assert calls == [1]
+
+
+def test_retry_syncs_refusal_is_not_counted_by_an_outer_breaker() -> None:
+    # Seen failing before the fix: the refusal was a bare TypeError, counted as a failure.
+    breaker = stoic.CircuitBreaker(label="outer")
+    for _ in range(3):
+        with pytest.raises(TypeError, match="returned a generator") as caught:
+            breaker.call(lambda: stoic.retry_sync(Schedule.fixed(0).attempts(2), _plain_generator, label="inner"))
+        assert stoic.is_defect(caught.value)
+    assert breaker.snapshot.calls == 0

@@ -27,6 +27,7 @@ from stoic import (
     GradientBulkhead,
     Hedge,
     OpenDuration,
+    RateLimited,
     RateLimiter,
     Throttled,
 )
@@ -216,6 +217,84 @@ def test_a_retune_wakes_the_blocking_head_asleep_on_the_system_clock() -> None:
     threading.Event().wait(0.01)  # into its sleep
     assert not served.is_set()
     limiter._retune(rate=100_000, per=1.0)
+    thread.join(5)
+    assert served.is_set() and limiter.waiter_count == 0
+
+
+def _in_a_wait(cond: threading.Condition) -> bool:
+    return bool(cond._waiters)  # type: ignore[attr-defined]  # (CPython's Condition: the threads in wait())
+
+
+def test_a_retune_wakes_the_blocking_head_asleep_on_a_virtual_clock() -> None:
+    # The head sleeps 100 virtual seconds at the old rate; after the retune its permit costs
+    # 10 µs, and time moves just that far. Seen failing before the fix: still asleep at the join.
+    clock = VirtualClock()
+    limiter = BlockingRateLimiter(1, per=100.0, burst=1, label="virtual-head", clock=clock)
+    assert limiter.try_acquire()
+    served = threading.Event()
+    thread = threading.Thread(target=lambda: (limiter.acquire(), served.set()), daemon=True)
+    thread.start()
+    try:
+        while limiter.waiter_count < 1:
+            threading.Event().wait(0.001)
+        head = limiter._waiters[0]
+        assert head.cond is not None
+        # Into its sleep: on its own condition (now) or in the clock's blocking sleep (before).
+        while not (_in_a_wait(head.cond) or _in_a_wait(clock._cond)):
+            threading.Event().wait(0.001)
+        assert not served.is_set()
+        limiter._retune(rate=100_000, per=1.0)  # a permit in 10 µs now, not in 100 s
+        clock._set_now(10_000)
+        thread.join(5)
+        assert served.is_set() and limiter.waiter_count == 0
+    finally:
+        clock._set_now(clock.now_ns() + 1_000 * 1_000_000_000)  # (frees the thread, if still asleep)
+        thread.join(5)
+    assert clock._blocked == {}
+
+
+def test_a_blocking_head_on_a_virtual_clock_still_wakes_when_time_reaches_its_instant() -> None:
+    clock = VirtualClock()
+    limiter = BlockingRateLimiter(1, per=10.0, burst=1, label="virtual-head", clock=clock)
+    assert limiter.try_acquire()
+    served: list[float] = []
+    thread = threading.Thread(target=lambda: (limiter.acquire(), served.append(clock.now())), daemon=True)
+    thread.start()
+    while limiter.waiter_count < 1 or not clock._blocked:
+        threading.Event().wait(0.001)
+    clock._set_now(5 * 1_000_000_000)  # half way: woken, recomputes, sleeps on
+    threading.Event().wait(0.01)
+    assert served == [] and limiter.waiter_count == 1
+    clock._set_now(10 * 1_000_000_000)
+    thread.join(5)
+    assert served == [10.0] and clock._blocked == {}
+
+
+class _TickingClock(VirtualClock):
+    """Virtual time that moves 1 ms on every reading by the main thread (so it moves inside the
+    limiter's lock, while a head waits on the clock)."""
+
+    def now_ns(self) -> int:
+        now = super().now_ns()
+        if threading.current_thread() is threading.main_thread():
+            self._set_now(now + 1_000_000)
+        return now
+
+
+def test_time_moved_under_the_limiters_lock_neither_deadlocks_nor_loses_the_heads_wake_up() -> None:
+    # Seen deadlocking while the clock notified a waiting head under its condition's lock
+    # unconditionally: the reading thread held that lock already.
+    clock = _TickingClock()
+    limiter = BlockingRateLimiter(1, per=0.01, burst=1, label="ticking", clock=clock)
+    assert limiter.try_acquire()
+    served = threading.Event()
+    thread = threading.Thread(target=lambda: (limiter.acquire(), served.set()), daemon=True)
+    thread.start()
+    while not clock._blocked:
+        threading.Event().wait(0.001)
+    for _ in range(10):  # 10 ms of virtual time, each step taken under the limiter's lock
+        with pytest.raises(RateLimited):
+            limiter.acquire(timeout=0)  # (refused: the head is ahead of it)
     thread.join(5)
     assert served.is_set() and limiter.waiter_count == 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import warnings
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -422,6 +423,20 @@ async def test_a_defect_behind_a_cause_or_inside_a_group_is_never_counted(clock:
         with pytest.raises((ConnectionError, ExceptionGroup)):
             await throttle.execute(fn)
     assert (throttle.requests, throttle.probability) == (0, 0.0)
+
+
+@pytest.mark.parametrize("classify", [None, lambda error: True], ids=["default", "everything-overload"])
+async def test_a_plain_function_whose_value_cannot_be_awaited_is_never_counted(
+    clock: VirtualClock, classify: Any,
+) -> None:
+    # Seen failing before the fix: counted as 20 accepts (default classifier) or 20 overload
+    # failures (a classifier calling everything overload: calls shed for a bug at the call site).
+    extra = {} if classify is None else {"classify": classify}
+    throttle = AdaptiveThrottle(label="t", clock=clock, min_throughput=0, **extra)
+    for _ in range(20):
+        with pytest.raises(TypeError):
+            await throttle.execute(lambda: 42)  # type: ignore[arg-type, return-value]
+    assert (throttle.requests, throttle.accepts, throttle.probability) == (0, 0, 0.0)
 
 
 # ---------------------------------------------------------------- field report 19: a classifier that raises

@@ -7,6 +7,7 @@ refuses raises a subclass of :class:`Rejected` (design/python.md, "Errors").
 from __future__ import annotations
 
 import enum
+import opcode
 
 
 class RejectionReason(enum.StrEnum):
@@ -177,3 +178,22 @@ def is_rejection(error: BaseException) -> bool:
         return False
     found = leaves(error)
     return bool(found) and all(isinstance(leaf, Rejected) for leaf in found)
+
+
+# The instruction behind ``await x``'s "can't be used in 'await' expression" (the wording differs
+# between Python versions; the instruction raising it does not).
+_GET_AWAITABLE = opcode.opmap.get("GET_AWAITABLE", -1)
+
+
+def failed_await(error: BaseException) -> bool:
+    """True when ``error`` was raised by an ``await`` itself, on something not awaitable (a
+    plain function's generator, async generator, ``None`` or other value): the innermost frame
+    of its traceback stopped at that instruction. A bug at the call site, never a failure of
+    the awaited work."""
+    tb = error.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code.co_code
+    return 0 <= tb.tb_lasti < len(code) and code[tb.tb_lasti] == _GET_AWAITABLE

@@ -26,7 +26,7 @@ from ._clock import SYSTEM_CLOCK, Clock, _ambient_clock, check_clock, current_cl
 from ._deadline import Timeout, remaining_ns
 from ._deadline import _current as _deadline_scope
 from ._durations import Seconds, check_label, to_ns
-from ._errors import is_defect
+from ._errors import Defect, failed_await, is_defect
 from .events import Level, emit, error_type
 from .events._sinks import kind_floor
 from .schedule import BoundedSchedule, Schedule
@@ -508,6 +508,11 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
                 mark[0] = 0
         if _cancelling() > cancels:
             raise error  # (1) the task running the retry is being cancelled: never retried, never swallowed
+        if type(error) is TypeError and failed_await(error):
+            # An await on what cannot be awaited (a plain function's generator or value): a bug,
+            # refused like a plain operation's coroutine or generator in retry_sync, whatever the
+            # classifier says; raised unchanged.
+            raise error
         if started < 0:
             started = clock.now_ns()  # no deadline and no up_to: the start matters to nothing
         if run is None:
@@ -534,14 +539,15 @@ _REFUSED_RESULTS = frozenset({CoroutineType, GeneratorType, AsyncGeneratorType})
 def _refuse_result(fn: Callable[..., object], result: object) -> None:
     if isinstance(result, CoroutineType):
         result.close()
-        raise TypeError(f"{_label_of(fn)} returned a coroutine: await retry(...) for async operations")
+        raise TypeError(f"{_label_of(fn)} returned a coroutine: await retry(...) for async operations") from Defect(
+            "a coroutine was returned to retry_sync")
     if isinstance(result, (GeneratorType, AsyncGeneratorType)):
         if isinstance(result, GeneratorType):
             result.close()
         else:
             result.aclose().close()  # (never awaited: an unstarted async generator has nothing to run)
         raise TypeError(f"{_label_of(fn)} returned a generator: retry the code that consumes it, "
-                        "not the call creating it")
+                        "not the call creating it") from Defect("a generator was returned to retry_sync")
 
 
 def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -711,7 +717,10 @@ def retry(
     re-raise (``retry.budget_exhausted``); otherwise ``retry.attempt_failed`` with the exact
     delay, sleep on the clock, retry.
 
-    Returns ``fn``'s result. Raises the last attempt's own exception, unchanged.
+    Returns ``fn``'s result. Raises the last attempt's own exception, unchanged. The
+    ``TypeError`` of an ``await`` on what cannot be awaited (``fn`` a plain function returning
+    a generator, ``None`` or another value) is a bug: re-raised at once, whatever the
+    classifier says, as ``retry_sync`` refuses a returned coroutine or generator.
     ``asyncio.CancelledError`` (and every ``BaseException``) is never retried or swallowed,
     including during the backoff sleep. Raises ``ValueError`` (before the first attempt) under
     an ambient deadline set on another clock than the retry's. Keyword arguments named like
@@ -763,8 +772,9 @@ def retry_sync(
     ``clock`` and budget; sleeps block the calling thread on the clock. There is no
     ``attempt_timeout`` (a plain function cannot be interrupted) and no cancellation check.
     The ambient deadline, if any, still decides (5). ``fn`` returning a coroutine or a
-    generator raises ``TypeError`` (never retried): await :func:`retry` for async
-    operations, and retry the code that consumes a generator."""
+    generator raises ``TypeError`` (its cause a :class:`stoic.Defect`, so an outer breaker does
+    not count it; never retried): await :func:`retry` for async operations, and retry the
+    code that consumes a generator."""
     if type(schedule) is not BoundedSchedule:
         _check_schedule(schedule)
     if type(label) is not str or not label:

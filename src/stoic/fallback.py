@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from ._callbacks import callback_failed
 from ._durations import check_label
-from ._errors import is_defect
+from ._errors import Defect, failed_await, is_defect, leaves
 from ._policy import Policy
 from .events import Level, emit, error_type
 from .events._sinks import kind_floor
@@ -29,6 +29,32 @@ _SINKS = kind_floor("fallback")
 __all__ = ["with_fallback"]
 
 R = TypeVar("R")
+
+
+def _misuse(error: Exception) -> bool:
+    """The operation was handed over wrongly (an async generator or a plain function's generator
+    or value where a coroutine was due): a bug at the call site, not a failure of the work.
+
+    Such a ``TypeError`` is raised by ``await`` itself, or by a policy that refused the result
+    (``TypeError`` caused by a :class:`Defect`, as the breaker raises it). In a group, one such
+    leaf is enough (the exception-group rule for defects)."""
+    return any(isinstance(leaf, TypeError) and (isinstance(leaf.__cause__, Defect) or failed_await(leaf))
+               for leaf in leaves(error))
+
+
+def _refuse_operation(fn: object) -> None:
+    """Refuse, before the policy runs, an operation whose misuse shows at the call."""
+    if not callable(fn):
+        if inspect.iscoroutine(fn):
+            fn.close()  # (never to run: no "never awaited" warning on top of the refusal)
+        raise TypeError(f"with_fallback needs the operation itself, got a {type(fn).__name__}: pass the "
+                        "function and its arguments, not the result of calling it") from Defect(
+            "a non-callable was passed to with_fallback")
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        kind = "an async generator function" if inspect.isasyncgenfunction(fn) else "a generator function"
+        raise TypeError(f"with_fallback cannot run {kind} ({getattr(fn, '__qualname__', fn)!r}) under a policy: "
+                        "its body runs while the caller iterates. Protect the code that consumes the "
+                        "generator instead.") from Defect(f"{kind} was passed to with_fallback")
 
 
 async def with_fallback(
@@ -55,8 +81,17 @@ async def with_fallback(
     A ``should_handle`` that raises is a configuration error: the operation's own error
     propagates (not the fallback), with the predicate's error chained as its ``__context__``
     and reported once (``warnings`` and the ``"stoic"`` logger).
+
+    A misused operation is a bug at the call site, so it is never substituted, whatever
+    ``should_handle`` says (which is not consulted), as the other policies never count or retry
+    it: ``fn`` not callable (a coroutine object, say) or a generator or async generator
+    function raises ``TypeError`` at the call, before the policy runs; the ``TypeError`` that
+    awaiting a plain ``fn``'s generator, async generator or other non-awaitable result raises
+    (or a policy's refusal of such a result) propagates unchanged, and the fallback is not
+    called. This holds for every policy, a ``Pipeline`` included.
     """
     check_label(label)
+    _refuse_operation(fn)
     if not callable(fallback):
         raise TypeError(f"fallback must be callable, got {type(fallback).__name__}")
     if should_handle is not None and not callable(should_handle):
@@ -65,6 +100,8 @@ async def with_fallback(
         result: R = await policy.execute(fn, *args, **kwargs)
         return result
     except Exception as error:
+        if _misuse(error):
+            raise  # the caller's bug: surfaced, never hidden behind the substitute
         if should_handle is None:
             handle = not is_defect(error)
         else:

@@ -321,7 +321,11 @@ class Hedge:
         propagates (or the first attempt's own exception, if it turned the cancellation into
         one, as a plain ``await`` would raise it). "The caller is cancelled" means the task has
         more cancel requests than when the call started (a request swallowed earlier in the
-        task, ``task.cancelling()`` left above 0, does not count).
+        task, ``task.cancelling()`` left above 0, does not count). A ``KeyboardInterrupt``,
+        ``SystemExit`` or other ``BaseException`` that is not an ``Exception`` (bare or in a
+        group; ``CancelledError`` aside) from any attempt stops the call: the other attempts
+        are cancelled and awaited, then it propagates unchanged, reported as no attempt's
+        failure.
 
         A plain method returning the coroutine (one coroutine frame per call, not two).
         """
@@ -395,7 +399,7 @@ class _Call:
     """One hedged call: what the callbacks need to decide, and what they decided."""
 
     __slots__ = (
-        "args", "call_id", "ctx", "decided", "end", "error", "fn", "handle", "hedges", "kwargs",
+        "args", "call_id", "ctx", "decided", "end", "error", "fatal", "fn", "handle", "hedges", "kwargs",
         "policy", "primary_running", "start", "superseded", "task", "waiter", "wants", "winner", "finished",
     )
 
@@ -433,6 +437,9 @@ class _Call:
         self.decided = False
         self.winner = 0  # the winning attempt's number; 0 while there is none
         self.error: BaseException | None = None  # the first failure in completion order
+        # A KeyboardInterrupt, SystemExit or the like from a hedge (_stops_everything): the call
+        # raises it once every attempt has stopped; it is no attempt's failure.
+        self.fatal: BaseException | None = None
         self.superseded = False  # the caller's task was cancelled because a hedge won
         self.end = 0
         self.waiter: asyncio.Future[None] | None = None
@@ -489,17 +496,21 @@ class _Call:
     def on_done(self, task: asyncio.Task[Any]) -> None:
         """A hedge task finished (runs in a copy of the context it was started in)."""
         self.finished += 1
-        if not self.decided:
+        error = _error_of(task)  # (also marks its exception retrieved, so asyncio does not log it)
+        if error is not None and _stops_everything(error):
+            # As for the first attempt: the whole call stops, even after a decision (a loser
+            # interrupted instead of finishing its cancellation), and nothing is reported as an
+            # attempt's failure: the dependency did not fail.
+            if self.fatal is None:
+                self._stop(error)
+        elif not self.decided:
             hedges = self.hedges
             assert hedges is not None
             number = hedges.index(task) + 2
-            error = _error_of(task)
             if error is None:
                 self._win(number)
             else:
                 self._fail(number, error)
-        else:
-            _consume(task)
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -532,6 +543,21 @@ class _Call:
         if self.primary_running:
             self.superseded = True
             self.task.cancel(SUPERSEDED)
+
+    def _stop(self, error: BaseException) -> None:
+        """A hedge raised ``error`` (KeyboardInterrupt, SystemExit...): cancel every other attempt,
+        the first one (in the caller's task) included; the caller raises ``error`` once they stop."""
+        self.fatal = error
+        self.decided = True
+        self._stop_timer()
+        hedges = self.hedges
+        assert hedges is not None
+        for task in hedges:
+            if not task.done():
+                task.cancel()
+        if self.primary_running and not self.superseded:
+            self.superseded = True  # our own request on the caller's task, taken back as a win's is
+            self.task.cancel()
 
     def _fail(self, number: int, error: BaseException) -> None:
         running = self._running()
@@ -570,12 +596,6 @@ class _Call:
                 cancelled = True
                 self.abandon()
         return cancelled
-
-
-def _consume(task: asyncio.Task[Any]) -> None:
-    # Mark a finished attempt's exception as retrieved, so asyncio does not log it.
-    if not task.cancelled():
-        task.exception()
 
 
 def _error_of(task: asyncio.Task[Any]) -> BaseException | None:
@@ -659,6 +679,13 @@ async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: 
     return await _after_primary(call, cancels, result, None)
 
 
+def _take_fatal(call: _Call) -> BaseException:
+    fatal = call.fatal
+    assert fatal is not None
+    call.fatal = None  # (no cycle through the call's state once it is raised)
+    return fatal
+
+
 async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseException | None) -> R:
     """The first attempt has finished (``result`` or ``exc``) and at least one hedge started."""
     call.primary_running = False
@@ -678,6 +705,9 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
         call.abandon()  # KeyboardInterrupt, SystemExit (bare or in a group): stop everything
         await call.settle()
         raise exc
+    if call.fatal is not None:  # a hedge's (see _stop): every attempt is stopping already
+        await call.settle()
+        raise _take_fatal(call)
     if cancelled:
         call.abandon()
     elif not call.decided:
@@ -685,7 +715,10 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
             call._win(1)
         else:
             call._fail(1, exc)
-    if await call.settle() and not cancelled:
+    settled_cancelled = await call.settle()
+    if call.fatal is not None:  # a hedge's, while waiting: it outranks a cancellation, as above
+        raise _take_fatal(call)
+    if settled_cancelled and not cancelled:
         # Cancelled while waiting for the hedges: the first attempt's outcome is not the
         # caller's to see.
         raise asyncio.CancelledError

@@ -38,7 +38,7 @@ from ._classify import ClassifierLike, RetryClassifier, as_classifier
 from ._clock import Clock, SystemClock, resolve_clock
 from ._deadline import cancelled_by_deadline
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
-from ._errors import DeadlineExceeded, Throttled, is_defect, is_rejection
+from ._errors import DeadlineExceeded, Throttled, failed_await, is_defect, is_rejection
 from ._retune import validated
 from .events import Level, emit
 from .events._sinks import kind_floor
@@ -98,7 +98,8 @@ class AdaptiveThrottle:
     :class:`stoic.Throttled` (a retryable :class:`stoic.Rejected`, ``fn`` not run) when the
     call is shed; ``fn``'s own exceptions propagate unchanged. A timeout (``TimeoutError``, a
     ``DeadlineExceeded`` that cut the call, a cancellation by an enclosing ``stoic.timeout``)
-    counts as a failure; other cancellations, defects and inner policies' rejections are not
+    counts as a failure; other cancellations, defects, inner policies' rejections and the
+    ``TypeError`` of awaiting what a plain ``fn`` returned (a bug at the call site) are not
     counted at all (an exception group too, judged by its leaves: only rejections, or any leaf a
     defect). Randomness comes from stoic's per-call-site
     streams (reproducible under ``stoic.testing.seeded``). Read-only: ``probability`` (the shed
@@ -268,7 +269,9 @@ class AdaptiveThrottle:
         except Exception as exc:
             if isinstance(exc, DeadlineExceeded) and exc.timed_out:
                 self._count(False)  # the work ran and took too long: the dependency failed it
-            elif not is_rejection(exc) and not is_defect(exc):  # (a group judged by its leaves)
+            elif not is_rejection(exc) and not is_defect(exc) and not (type(exc) is TypeError and failed_await(exc)):
+                # (A group is judged by its leaves. The TypeError of an await on what cannot be
+                # awaited, a plain function's value, is a bug: the dependency was not even asked.)
                 try:
                     overloaded = self._classify(exc).retries
                 except Exception as failure:  # a user's classifier or retry_decision: keep the error

@@ -139,6 +139,21 @@ async def test_an_async_generator_function_given_to_the_shared_execute_is_refuse
     assert counts(breaker) == (0, 0)
 
 
+@pytest.mark.parametrize("value", [None, 42], ids=["None", "int"])
+async def test_a_plain_function_given_to_the_shared_execute_is_refused_and_never_counted(
+    store: RedisStore, value: object,
+) -> None:
+    # Seen failing before the fix: the TypeError of ``await None`` counted, and with
+    # minimum_calls=1 tripped the shared breaker.
+    breaker = shared_breaker(store, window=CountWindow(1), minimum_calls=1)
+    for _ in range(3):
+        with pytest.raises(TypeError, match="cannot be awaited") as caught:
+            await breaker.execute(lambda: value)  # type: ignore[arg-type, return-value]
+        assert stoic.is_defect(caught.value)
+    assert breaker.state is stoic.BreakerState.CLOSED
+    assert counts(breaker) == (0, 0)
+
+
 # ---------------------------------------------------------------- 18: errors inside exception groups
 
 async def test_a_group_holding_only_rejections_is_ignored_by_the_shared_breaker_like_a_bare_one(

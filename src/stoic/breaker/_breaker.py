@@ -32,7 +32,7 @@ from .._callbacks import callback_failed
 from .._clock import Clock, SystemClock, current_clock
 from .._deadline import remaining_ns
 from .._durations import Seconds, check_int, check_label, to_seconds
-from .._errors import CircuitOpen, DeadlineExceeded, Defect, is_defect, is_rejection, leaves
+from .._errors import CircuitOpen, DeadlineExceeded, Defect, failed_await, is_defect, is_rejection, leaves
 from .._retune import validated
 from ..events import Level, emit
 from ..events._event import error_type
@@ -384,14 +384,23 @@ class CircuitBreaker:
             # The caller was cancelled or interrupted: no evidence about the dependency.
             self._ignore(epoch, probe, "cancelled", end)
             return
-        if type(exc) is TypeError and type(awaitable) in (types.GeneratorType, types.AsyncGeneratorType):
-            # execute() was handed a (async) generator function: refused like @breaker on one.
+        if type(exc) is TypeError and in_task and failed_await(exc) and not inspect.isawaitable(awaitable):
+            # execute() was handed a (async) generator function, or a plain function (its value,
+            # None included, cannot be awaited): refused like @breaker on a generator function.
+            # (An awaitable raising TypeError of its own, a generator-based coroutine included,
+            # is the operation's failure.)
             self._ignore(epoch, probe, None, end)
-            _close_unawaited(awaitable)
-            raise TypeError(
-                f"CircuitBreaker.execute got a {type(awaitable).__name__}, which cannot be awaited: protect the "
-                "code that consumes the generator instead") from Defect("a generator was passed to execute")
-        if is_defect(exc):
+            generator = type(awaitable) in (types.GeneratorType, types.AsyncGeneratorType)
+            if generator:  # (never anything else: a plain function's value is the caller's to close)
+                _close_unawaited(awaitable)
+            kind = type(awaitable).__name__
+            hint = ("protect the code that consumes the generator instead" if generator
+                    else "execute takes an async function; use call() for a plain one")
+            raise TypeError(f"CircuitBreaker.execute got a {kind}, which cannot be awaited: {hint}") from Defect(
+                f"a {kind} was passed to execute")
+        if is_defect(exc) or (type(exc) is TypeError and failed_await(exc)):
+            # (An await on something not awaitable, further in: a bug, as above, not the
+            # dependency's failure.)
             self._ignore(epoch, probe, None, end)
             if min_level() <= _ERROR:
                 emit("breaker.defect", self.label, _ERROR, end, {"error.type": error_type(exc)})

@@ -32,7 +32,7 @@ from .. import _admission, _random
 from .._callbacks import callback_failed
 from .._clock import Clock, SystemClock, current_clock
 from .._durations import Seconds, check_int, to_ns
-from .._errors import CircuitOpen, Defect, is_defect, is_rejection
+from .._errors import CircuitOpen, Defect, failed_await, is_defect, is_rejection
 from ..breaker import BreakerSnapshot, BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
 from ..breaker._config import threshold_ppm
 from ..breaker._decorate import REFUSED_RESULTS, caller_cancelled
@@ -61,14 +61,17 @@ _admission_state: Final = _admission.state
 
 
 def _refuse_generator(exc: BaseException, awaitable: object) -> None:
-    """``execute`` was handed a generator or async generator function (``exc``: the TypeError of
-    awaiting what it returned): refused, never counted, as the local breaker refuses one."""
-    if type(exc) is TypeError and type(awaitable) in (types.GeneratorType, types.AsyncGeneratorType):
+    """``execute`` was handed a generator or async generator function, or a plain function
+    (``exc``: the TypeError of awaiting what it returned, which cannot be awaited): refused,
+    never counted, as the local breaker refuses one. (An awaitable's own TypeError is not.)"""
+    if type(exc) is TypeError and failed_await(exc) and not inspect.isawaitable(awaitable):
+        generator = type(awaitable) in (types.GeneratorType, types.AsyncGeneratorType)
         if isinstance(awaitable, types.GeneratorType):
-            awaitable.close()
-        raise TypeError(
-            f"SharedCircuitBreaker.execute got a {type(awaitable).__name__}, which cannot be awaited: protect the "
-            "code that consumes the generator instead") from Defect("a generator was passed to execute")
+            awaitable.close()  # (only a generator: a plain function's value is the caller's)
+        hint = ("protect the code that consumes the generator instead" if generator
+                else "execute takes an async function; use call() for a plain one")
+        raise TypeError(f"SharedCircuitBreaker.execute got a {type(awaitable).__name__}, which cannot be awaited: "
+                        f"{hint}") from Defect(f"a {type(awaitable).__name__} was passed to execute")
 
 
 def _text(value: object) -> str | None:
@@ -469,7 +472,7 @@ class SharedCircuitBreaker:
         may be being cancelled; judged against the task's state, never ``cancelling() > 0``)."""
         if not isinstance(exc, Exception) or (in_task and caller_cancelled(exc)):
             return None
-        if is_defect(exc):
+        if is_defect(exc) or (type(exc) is TypeError and failed_await(exc)):  # (a bug, as the local breaker says)
             if _SINKS.wants(Level.ERROR):
                 emit("breaker.defect", self.label, Level.ERROR, self._now(), {})
             return None

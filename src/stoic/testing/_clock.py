@@ -14,6 +14,11 @@ from .._durations import Seconds, to_ns
 T = TypeVar("T")
 
 
+# The longest real wait of a thread in VirtualClock._wait_blocking between re-checks: bounds
+# the delay of a wake-up that _set_now could not deliver at once.
+_BLOCKED_RECHECK = 0.05
+
+
 def _nothing() -> None:
     pass
 
@@ -68,6 +73,8 @@ class VirtualClock:
         self._timers: list[_VirtualTimer] = []
         self._seq = 0
         self._cond = threading.Condition()
+        # Conditions of threads in _wait_blocking (how many on each), notified as time moves.
+        self._blocked: dict[threading.Condition, int] = {}
 
     # --- the Clock protocol ---
 
@@ -118,6 +125,34 @@ class VirtualClock:
             while self._now_ns < when_ns:
                 self._cond.wait()
 
+    def _wait_blocking(self, cond: threading.Condition, when_ns: int) -> bool:
+        """For a thread holding ``cond``: wait on it until this clock reaches ``when_ns`` or
+        ``cond`` is notified (a blocking rate limiter's retune: "recompute your wait"), or for
+        at most a short real while, then return True; the caller re-checks what it waits for
+        after every wake-up.
+
+        False at once, without waiting, when a subclass redefines :meth:`sleep_until_blocking`:
+        that is its own way for a blocked thread to let time pass (one that moves time on a
+        sleep, say), so the caller must sleep through it instead."""
+        if type(self).sleep_until_blocking is not VirtualClock.sleep_until_blocking:
+            return False
+        with self._cond:
+            if self._now_ns >= when_ns:
+                return True
+            # Registered before the wait releases cond's lock, and _set_now notifies under that
+            # lock, so a move of time after this check is not missed, except when _set_now found
+            # the lock taken (see there): the bounded wait re-checks then.
+            self._blocked[cond] = self._blocked.get(cond, 0) + 1
+        try:
+            cond.wait(_BLOCKED_RECHECK)
+        finally:
+            with self._cond:
+                if self._blocked[cond] > 1:
+                    self._blocked[cond] -= 1
+                else:
+                    del self._blocked[cond]
+        return True
+
     # --- driving time ---
     @property
     def pending_timers(self) -> int:
@@ -149,6 +184,18 @@ class VirtualClock:
             if ns > self._now_ns:
                 self._now_ns = ns
             self._cond.notify_all()
+            blocked = list(self._blocked) if self._blocked else None
+        if blocked is not None:
+            # Each under its own lock, outside the clock's (a waiter takes them the other way),
+            # and only if free: time may be moved by a thread holding one (a clock subclass
+            # moving on a reading, made under a limiter's lock), which must not deadlock; such
+            # a waiter re-checks within _BLOCKED_RECHECK.
+            for cond in blocked:
+                if cond.acquire(blocking=False):
+                    try:
+                        cond.notify_all()
+                    finally:
+                        cond.release()
 
     async def advance(self, seconds: Seconds) -> None:
         """Move time forward by ``seconds`` (>= 0), firing every timer due on the way in order.
