@@ -61,13 +61,16 @@ class StateStream:
             self._notify(loop, thread)
 
     def _notify(self, loop: asyncio.AbstractEventLoop, thread: int) -> None:
-        if thread == threading.get_ident():
-            self._wake()
-        else:
-            try:
+        # Either way the consumer's loop may be closed with the consumer still waiting (a loop
+        # managed by hand): there is nobody to wake, and the publisher (a breaker transition,
+        # under the breaker's lock) must not fail because of it.
+        try:
+            if thread == threading.get_ident():
+                self._wake()
+            else:
                 loop.call_soon_threadsafe(self._wake)
-            except RuntimeError:  # the consumer's loop is closed: nobody to wake
-                pass
+        except RuntimeError:
+            pass
 
     def _wake(self) -> None:
         waiter = self._waiter
