@@ -5,14 +5,10 @@ fall behind, counters that must never go down, and dashboards checked against th
 from __future__ import annotations
 
 import asyncio
-import gc
-import logging
-import weakref
-
-import pytest
+import sys
 
 import stoic
-from stoic import BreakerState, CircuitBreaker, CountWindow
+from stoic import BreakerState, CircuitBreaker
 from stoic.events import Event, Level
 
 CLOSED, OPEN = BreakerState.CLOSED, BreakerState.OPEN
@@ -46,3 +42,92 @@ def test_a_consumer_left_on_a_closed_loop_does_not_break_the_breaker() -> None:
     breaker.force_closed()
     assert other.pending() == 2
     del consumer
+
+
+# ------------------------------------------------------------------ the sink registry
+class _Acting:
+    """Records what it receives, then runs ``act`` (to add or remove a sink mid-delivery)."""
+
+    def __init__(self, act: object = None) -> None:
+        self.seen: list[str] = []
+        self.act = act
+
+    def emit(self, event: Event) -> None:
+        self.seen.append(event.name)
+        if callable(self.act):
+            self.act()
+
+
+def test_a_scoped_sink_added_process_wide_during_delivery_still_gets_the_event_once() -> None:
+    # add_sink from another thread (here: from a sink, deterministically) between the process-wide
+    # loop and the scoped one: the scoped sink was skipped as "already process-wide" although the
+    # process-wide loop had run without it, so it missed the event.
+    scoped = _Acting()
+    adder = _Acting(lambda: stoic.add_sink(scoped))
+    stoic.add_sink(adder)
+    try:
+        with stoic.use_sinks(scoped):
+            CircuitBreaker(label="adding").force_open()
+    finally:
+        stoic.remove_sink(adder)
+        stoic.remove_sink(scoped)
+    assert adder.seen == ["breaker.opened"]
+    assert scoped.seen == ["breaker.opened"]
+
+
+def test_a_sink_removed_process_wide_during_delivery_gets_the_event_once() -> None:
+    both = _Acting()
+    remover = _Acting(lambda: stoic.remove_sink(both))
+    stoic.add_sink(remover)
+    stoic.add_sink(both)
+    try:
+        with stoic.use_sinks(both):
+            CircuitBreaker(label="removing").force_open()
+    finally:
+        stoic.remove_sink(remover)
+        stoic.remove_sink(both)
+    assert both.seen == ["breaker.opened"]  # was twice: process-wide, then again as "not process-wide"
+
+
+def test_sinks_toggled_from_another_thread_while_threads_emit_see_each_event_exactly_once() -> None:
+    import threading
+
+    class Counting:
+        def __init__(self) -> None:
+            self.n = 0
+            self.lock = threading.Lock()
+
+        def emit(self, event: Event) -> None:
+            with self.lock:
+                self.n += 1
+
+    both = Counting()
+    stop = threading.Event()
+    per_thread = 2_000
+
+    def emitter() -> None:
+        with stoic.use_sinks(both):
+            for i in range(per_thread):
+                stoic.events.emit("breaker.reset", "toggled", Level.INFO, i, {})
+
+    def toggler() -> None:
+        while not stop.is_set():
+            stoic.add_sink(both)
+            stoic.remove_sink(both)
+
+    threads = [threading.Thread(target=emitter) for _ in range(4)]
+    flipping = threading.Thread(target=toggler)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: the window is a few bytecodes
+    try:
+        flipping.start()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        stop.set()
+        flipping.join()
+        sys.setswitchinterval(interval)
+    stoic.remove_sink(both)
+    assert both.n == 4 * per_thread

@@ -106,11 +106,16 @@ class KindFloor:
 
 
 class _Registry:
-    __slots__ = ("entries", "failed", "floor", "ids", "kinds", "lock", "min_level", "scoped_floor", "scoped_kinds")
+    __slots__ = ("entries", "failed", "floor", "ids", "kinds", "lock", "min_level", "scoped_floor", "scoped_kinds",
+                 "view")
 
     def __init__(self) -> None:
         self.entries: tuple[_Entry, ...] = ()
         self.ids: frozenset[int] = frozenset()
+        # (entries, ids) replaced as one: emit reads both from the same installation, so a sink
+        # also in scope, added or removed while an event is delivered (by another thread, or by
+        # a sink), still gets that event exactly once.
+        self.view: tuple[tuple[_Entry, ...], frozenset[int]] = ((), frozenset())
         self.min_level = _OFF
         # The lowest level of any scoped sink ever installed, in any context. It never rises
         # again: a task that copied a context inside a use_sinks block keeps its sinks after
@@ -131,6 +136,7 @@ class _Registry:
     def _set(self, entries: tuple[_Entry, ...]) -> None:
         self.entries = entries
         self.ids = frozenset(id(e[0]) for e in entries)
+        self.view = (entries, self.ids)
         self.min_level = min((e[1] for e in entries), default=_OFF)
         self.floor = min(self.min_level, self.scoped_floor, *self.scoped_kinds.values())
         for kind in self.kinds.values():
@@ -268,12 +274,12 @@ def emit(name: str, label: str, level: Level, time_ns: int, attributes: Mapping[
     """
     event = Event(name, label, level, attributes, time_ns)
     value = int(level)
-    for sink, wanted, names in _process.entries:
+    entries, ids = _process.view
+    for sink, wanted, names in entries:
         if wanted <= value and (names is None or name in names):
             _deliver(sink, event)
     scoped = _scoped.get()
     if scoped is not None:
-        ids = _process.ids
         for sink, wanted, names in scoped[0]:
             if wanted <= value and id(sink) not in ids and (names is None or name in names):
                 _deliver(sink, event)
