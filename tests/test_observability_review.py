@@ -5,7 +5,10 @@ fall behind, counters that must never go down, and dashboards checked against th
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import sys
+import weakref
 
 import stoic
 from stoic import BreakerState, CircuitBreaker
@@ -131,3 +134,41 @@ def test_sinks_toggled_from_another_thread_while_threads_emit_see_each_event_exa
         sys.setswitchinterval(interval)
     stoic.remove_sink(both)
     assert both.n == 4 * per_thread
+
+
+def test_a_failing_sink_per_request_is_not_kept_alive_and_each_is_reported() -> None:
+    # Failed sinks were kept in a dict for the life of the process (so that a new sink could not
+    # reuse a dead one's id): a per-request scoped sink that raises leaked itself and all it held.
+    reported: list[str] = []
+
+    class Count(logging.Handler):  # keeps no record (caplog would keep the sinks alive)
+        def emit(self, record: logging.LogRecord) -> None:
+            reported.append(record.getMessage())
+
+    class PerRequest:
+        def __init__(self) -> None:
+            self.request = bytearray(10_000)
+
+        def emit(self, event: Event) -> None:
+            raise ValueError("broken")
+
+    log = logging.getLogger("stoic.events")
+    handler = Count()
+    log.addHandler(handler)
+    log.propagate = False
+    breaker = CircuitBreaker(label="per-request")
+    refs = []
+    try:
+        for _ in range(300):
+            sink = PerRequest()
+            refs.append(weakref.ref(sink))
+            with stoic.use_sinks(sink):
+                breaker.force_open()
+                breaker.force_closed()  # a second failure of the same sink: not reported again
+            del sink
+    finally:
+        log.removeHandler(handler)
+        log.propagate = True
+    gc.collect()
+    assert sum(ref() is not None for ref in refs) == 0
+    assert len(reported) == 300

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from typing import Protocol, runtime_checkable
 
+from .._callbacks import _first_report
 from ._event import AttributeValue, Event, Level
 
 _OFF = 1_000  # above every level: nothing wanted
@@ -106,7 +107,7 @@ class KindFloor:
 
 
 class _Registry:
-    __slots__ = ("entries", "failed", "floor", "ids", "kinds", "lock", "min_level", "scoped_floor", "scoped_kinds",
+    __slots__ = ("entries", "floor", "ids", "kinds", "lock", "min_level", "scoped_floor", "scoped_kinds",
                  "view")
 
     def __init__(self) -> None:
@@ -129,9 +130,6 @@ class _Registry:
         self.floor = _OFF
         self.kinds: dict[str, KindFloor] = {}
         self.lock = threading.Lock()
-        # Failed sinks by id, kept alive so a new sink can never reuse a failed one's id and
-        # inherit its silence.
-        self.failed: dict[int, Sink] = {}
 
     def _set(self, entries: tuple[_Entry, ...]) -> None:
         self.entries = entries
@@ -259,9 +257,10 @@ def _deliver(sink: Sink, event: Event) -> None:
     try:
         sink.emit(event)
     except Exception:  # a sink must never break a call
-        key = id(sink)
-        if key not in _process.failed:
-            _process.failed[key] = sink
+        # Reported once per sink, remembered weakly (stoic._callbacks, the rule for every user
+        # callback): a failing sink per request must not be kept alive, nor a new sink that
+        # reuses a dead one's address inherit its silence.
+        if _first_report(sink):
             _log.error("stoic: sink %r raised while handling %s; further failures of this sink are not logged",
                        sink, event.name, exc_info=True)
 
