@@ -172,3 +172,19 @@ def test_a_failing_sink_per_request_is_not_kept_alive_and_each_is_reported() -> 
     gc.collect()
     assert sum(ref() is not None for ref in refs) == 0
     assert len(reported) == 300
+
+
+async def test_a_consumer_that_never_reads_stays_bounded_and_sees_how_many_were_dropped() -> None:
+    # Bounded and documented (the newest 16), but the drop was invisible: a consumer coming back
+    # could not tell that it had missed transitions. `dropped` counts them.
+    breaker = CircuitBreaker(label="never-reads")
+    changes = breaker.state_changes()
+    for _ in range(50):
+        breaker.force_open()
+        breaker.force_closed()
+    assert changes.pending() == 16
+    assert changes.dropped == 100 - 16
+    received = [await anext(changes) for _ in range(16)]
+    assert received == [OPEN, CLOSED] * 8  # the newest 16, in order
+    breaker.force_open()
+    assert changes.dropped == 84 and await anext(changes) is OPEN  # nothing dropped with room left

@@ -34,10 +34,13 @@ class StateStream:
 
     Iteration ends (``StopAsyncIteration``) after :meth:`aclose`. Cancelling a task waiting
     in ``__anext__`` unsubscribes the stream and re-raises the cancellation. Usable as
-    ``async with breaker.state_changes() as changes:`` to unsubscribe on exit.
+    ``async with breaker.state_changes() as changes:`` to unsubscribe on exit. A consumer
+    that fell behind can tell: :attr:`dropped` counts the transitions discarded to keep the
+    newest 16.
     """
 
-    __slots__ = ("__weakref__", "_buffer", "_closed", "_lock", "_loop", "_thread", "_unsubscribe", "_waiter")
+    __slots__ = ("__weakref__", "_buffer", "_closed", "_dropped", "_lock", "_loop", "_thread", "_unsubscribe",
+                 "_waiter")
 
     def __init__(self, unsubscribe: Callable[[StateStream], None]) -> None:
         self._buffer: deque[BreakerState] = deque(maxlen=BUFFER)
@@ -46,6 +49,7 @@ class StateStream:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = 0
         self._closed = False
+        self._dropped = 0
         self._unsubscribe = unsubscribe
 
     # --- publishing (any thread, never blocks on the consumer) ---
@@ -53,6 +57,8 @@ class StateStream:
         with self._lock:
             if self._closed:
                 return
+            if len(self._buffer) == BUFFER:
+                self._dropped += 1  # the oldest goes to make room (deque maxlen)
             self._buffer.append(state)
             waiter = self._waiter
             loop = self._loop
@@ -105,6 +111,13 @@ class StateStream:
     def pending(self) -> int:
         """How many transitions are buffered, not yet consumed."""
         return len(self._buffer)
+
+    @property
+    def dropped(self) -> int:
+        """How many transitions this stream discarded, oldest first, because its consumer had
+        16 unread (cumulative, never reset): compare two readings to learn that a gap happened
+        in between, then read ``breaker.state`` for where the breaker is now."""
+        return self._dropped
 
     def _close(self) -> None:
         with self._lock:
