@@ -188,3 +188,54 @@ async def test_a_consumer_that_never_reads_stays_bounded_and_sees_how_many_were_
     assert received == [OPEN, CLOSED] * 8  # the newest 16, in order
     breaker.force_open()
     assert changes.dropped == 84 and await anext(changes) is OPEN  # nothing dropped with room left
+
+
+# ------------------------------------------------------------------ metrics
+def _scrape(registry: object) -> dict[str, float]:
+    from prometheus_client import generate_latest
+
+    values = {}
+    for line in generate_latest(registry).decode().splitlines():  # type: ignore[arg-type]
+        if line.startswith("stoic_") and 'stoic_label="shared:' in line:
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
+
+
+def test_counters_never_go_down_when_one_of_several_policies_sharing_a_label_is_collected() -> None:
+    # Policies may share a label (a Keyed family's keys past max_labels all get "<label>:_other",
+    # and a family evicts idle keys; or two clients built with the same label). The exporter sums
+    # their recorders; when one was garbage-collected its counts left the sum and the counter went
+    # DOWN, which Prometheus reads as a reset: rate()/increase() then report a spike of the whole
+    # remaining total. A dead member's figures now stay in the sum while the label has a live policy.
+    import stoic_prometheus
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    collector = stoic_prometheus.instrument(registry)
+    try:
+        breakers = [CircuitBreaker(label="shared:_other") for _ in range(3)]
+        limiters = [stoic.RateLimiter(100, label="shared:limits") for _ in range(2)]
+        for i in range(3):
+            for _ in range(i + 1):
+                breakers[i].call(lambda: None)
+        for i in range(2):
+            assert limiters[i].try_acquire(200) is False  # oversized: a rejection counted
+        before = _scrape(registry)
+        calls = 'stoic_breaker_calls_total{outcome="success",stoic_label="shared:_other"}'
+        rejections = 'stoic_ratelimiter_rejections_total{reason="oversized",stoic_label="shared:limits"}'
+        count = 'stoic_breaker_call_duration_seconds_count{error_type="",outcome="success",stoic_label="shared:_other"}'
+        assert before[calls] == 6 and before[count] == 6 and before[rejections] == 2
+        del breakers[2], limiters[1]  # the busiest breaker (3 calls) leaves
+        gc.collect()
+        after = _scrape(registry)
+        assert after[calls] == 6 and after[count] == 6 and after[rejections] == 2
+        breakers[0].call(lambda: None)  # the survivors keep counting on top
+        assert _scrape(registry)[calls] == 7
+        del breakers[:], limiters[:]  # the last members leave: the series go, as documented
+        gc.collect()
+        assert _scrape(registry) == {}
+        CircuitBreaker(label="shared:_other")  # nothing of the old figures is kept for a newcomer
+        assert calls not in _scrape(registry)
+    finally:
+        stoic_prometheus.uninstrument(collector, registry)
