@@ -6,6 +6,8 @@ Span events are being deprecated upstream in favour of log records that carry ``
 
 from __future__ import annotations
 
+import time
+
 from opentelemetry._logs import LoggerProvider, SeverityNumber, get_logger_provider
 
 from stoic.events import Event, Level
@@ -27,7 +29,9 @@ class LogEventSink:
     The record has ``event_name`` set to the stoic event's name, the severity of its level
     (DEBUG, INFO, WARN, ERROR), the event's attributes plus ``stoic.label``, and the event name
     as its body (what log viewers show as the line). It is emitted in the current context, so
-    an SDK correlates it with the active span. ``logger_provider`` defaults to the global one
+    an SDK correlates it with the active span. Its timestamp is the wall-clock time of the
+    decision (the sink runs when the policy decides), never the event's ``time_ns``, which is
+    an instant on the policy's monotonic, possibly virtual, clock. ``logger_provider`` defaults to the global one
     (read once, at construction; the global proxy follows a provider set later).
     """
 
@@ -43,7 +47,8 @@ class LogEventSink:
         attributes[LABEL] = event.label
         number, text = _SEVERITY.get(event.level, (SeverityNumber.INFO, "INFO"))
         self._logger.emit(
-            event_name=event.name, severity_number=number, severity_text=text, body=event.name, attributes=attributes
+            timestamp=time.time_ns(), event_name=event.name, severity_number=number, severity_text=text,
+            body=event.name, attributes=attributes,
         )
 
     def __repr__(self) -> str:
