@@ -10,6 +10,8 @@ import logging
 import sys
 import weakref
 
+import pytest
+
 import stoic
 from stoic import BreakerState, CircuitBreaker
 from stoic.events import Event, Level
@@ -239,3 +241,110 @@ def test_counters_never_go_down_when_one_of_several_policies_sharing_a_label_is_
         assert calls not in _scrape(registry)
     finally:
         stoic_prometheus.uninstrument(collector, registry)
+
+
+class _Interrupt(BaseException):
+    """Not an Exception: a sink raising it is an interruption, not a failing sink."""
+
+
+class _Interrupting:
+    level = Level.INFO
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def emit(self, event: Event) -> None:
+        if event.name in self.names:
+            raise _Interrupt(event.name)
+
+
+async def test_a_sink_raising_a_base_exception_interrupts_the_call_and_leaks_nothing() -> None:
+    # Deliberate (docs/observability.md): only Exceptions from sinks are isolated. A BaseException
+    # propagates from the call that emitted, and what the call held is given back first.
+    bulkhead = stoic.Bulkhead(max_concurrent=1, queue_limit=1, label="interrupted")
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        await release.wait()
+
+    holder = asyncio.create_task(bulkhead.execute(hold))
+    await asyncio.sleep(0)
+    with stoic.use_sinks(_Interrupting({"bulkhead.rejected"})):
+        queued = asyncio.create_task(bulkhead.execute(hold))
+        await asyncio.sleep(0)
+        assert bulkhead.queued == 1
+        with pytest.raises(_Interrupt):  # full: the sink interrupts in place of BulkheadFull
+            await bulkhead.execute(hold)
+        queued.cancel()  # leaves the queue: bulkhead.rejected(cancelled) interrupts again
+        (outcome,) = await asyncio.gather(queued, return_exceptions=True)
+        assert isinstance(outcome, _Interrupt)
+    assert bulkhead.queued == 0 and bulkhead.in_use == 1
+    release.set()
+    await holder
+    assert bulkhead.in_use == 0
+    assert await bulkhead.execute(asyncio.sleep, 0) is None  # the slot is free again
+
+    breaker = CircuitBreaker(label="interrupted-breaker")
+    with stoic.use_sinks(_Interrupting({"breaker.opened"})), pytest.raises(_Interrupt):
+        breaker.force_open()
+    assert breaker.state is OPEN  # the transition happened; only its event's delivery was cut
+
+
+def test_the_core_runs_its_events_metrics_and_streams_with_no_optional_dependency_installed() -> None:
+    # test_missing_extras checks that importing stoic imports none of them; this runs the
+    # observability paths (sinks, the stdlib logging sink, recorders and their collection, a state
+    # stream, retries, timeouts) with every integration made unimportable, as on a bare install.
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent("""
+        import sys
+        for m in ("opentelemetry", "structlog", "prometheus_client", "stoic_opentelemetry",
+                  "stoic_structlog", "stoic_prometheus"):
+            sys.modules[m] = None
+        import asyncio, logging
+        import stoic
+        from stoic import _metrics
+        from stoic.testing import RecordingSink, VirtualClock
+        logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format="%(message)s")
+        _metrics.enable()
+
+        async def main():
+            clock, recording = VirtualClock(), RecordingSink()
+            with stoic.use_clock(clock), stoic.use_sinks(recording, stoic.LoggingSink(level=stoic.Level.DEBUG)):
+                breaker = stoic.CircuitBreaker(label="b", minimum_calls=1, window=stoic.CountWindow(1))
+                limiter, bulkhead = stoic.RateLimiter(1, label="r"), stoic.Bulkhead(max_concurrent=1, label="h")
+                changes = breaker.state_changes()
+
+                async def ok():
+                    return 1
+
+                async def down():
+                    raise ConnectionError
+
+                await limiter.execute(ok)
+                await bulkhead.execute(ok)
+                try:
+                    await breaker.execute(down)
+                except ConnectionError:
+                    pass
+                assert await anext(changes) is stoic.BreakerState.OPEN
+                flaky = stoic.retrying(stoic.Schedule.delays([0.01, 0.01]), label="t")(down)
+                try:
+                    await clock.run(flaky())
+                except ConnectionError:
+                    pass
+            recording.assert_contract()
+            collected = {spec.name for spec, samples in _metrics.Collector().collect() if samples}
+            print("events", sorted(set(recording.names)))
+            print("metrics", sorted(collected))
+
+        asyncio.run(main())
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "breaker.opened b trigger=failure_rate" in done.stdout  # the LoggingSink's line
+    assert "'retry.exhausted'" in done.stdout
+    for metric in ("stoic.breaker.calls", "stoic.ratelimiter.permits.available", "stoic.bulkhead.active",
+                   "stoic.retry.retries"):
+        assert f"'{metric}'" in done.stdout, done.stdout
