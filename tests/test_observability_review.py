@@ -348,3 +348,20 @@ def test_the_core_runs_its_events_metrics_and_streams_with_no_optional_dependenc
     for metric in ("stoic.breaker.calls", "stoic.ratelimiter.permits.available", "stoic.bulkhead.active",
                    "stoic.retry.retries"):
         assert f"'{metric}'" in done.stdout, done.stdout
+
+
+async def test_a_second_task_awaiting_one_stream_is_refused_instead_of_hanging_the_first() -> None:
+    # Two tasks awaiting one stream: the second replaced the first's waiter, so the first was never
+    # woken again, whatever arrived (it hung for ever with a transition pending). Like an async
+    # generator, a stream now has one consumer at a time; a second gets RuntimeError at once.
+    breaker = CircuitBreaker(label="two-consumers")
+    changes = breaker.state_changes()
+    first = asyncio.create_task(anext(changes))
+    await asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="state_changes"):
+        await anext(changes)
+    breaker.force_open()
+    assert await asyncio.wait_for(first, 1) is OPEN
+    breaker.force_closed()
+    assert await anext(changes) is CLOSED  # one at a time is fine, from any task
+    assert len(breaker._streams or ()) == 1  # the refused call did not unsubscribe the stream

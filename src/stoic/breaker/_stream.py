@@ -34,9 +34,10 @@ class StateStream:
 
     Iteration ends (``StopAsyncIteration``) after :meth:`aclose`. Cancelling a task waiting
     in ``__anext__`` unsubscribes the stream and re-raises the cancellation. Usable as
-    ``async with breaker.state_changes() as changes:`` to unsubscribe on exit. A consumer
-    that fell behind can tell: :attr:`dropped` counts the transitions discarded to keep the
-    newest 16.
+    ``async with breaker.state_changes() as changes:`` to unsubscribe on exit. One consumer
+    at a time, as for an async generator: ``__anext__`` raises ``RuntimeError`` while another
+    task is waiting on the same stream. A consumer that fell behind can tell: :attr:`dropped`
+    counts the transitions discarded to keep the newest 16.
     """
 
     __slots__ = ("__weakref__", "_buffer", "_closed", "_dropped", "_lock", "_loop", "_thread", "_unsubscribe",
@@ -95,6 +96,12 @@ class StateStream:
                     return self._buffer.popleft()
                 if self._closed:
                     raise StopAsyncIteration
+                current, current_loop = self._waiter, self._loop
+                if (current is not None and not current.done() and current_loop is not None
+                        and not current_loop.is_closed()):
+                    # Replacing the waiter would leave the first consumer asleep for ever.
+                    raise RuntimeError("another task is already waiting on this stream: give each consumer "
+                                       "its own breaker.state_changes()")
                 waiter = loop.create_future()
                 self._waiter = waiter
                 self._loop = loop
@@ -106,7 +113,8 @@ class StateStream:
                 self._close()
                 raise
             finally:
-                self._waiter = None
+                if self._waiter is waiter:  # (a consumer on a closed loop may have been replaced)
+                    self._waiter = None
 
     def pending(self) -> int:
         """How many transitions are buffered, not yet consumed."""
