@@ -92,3 +92,12 @@ def test_records_are_stamped_with_the_wall_clock_instant_of_the_decision(logs, c
     (record,) = records(exporter)
     assert record.timestamp is not None and before <= record.timestamp <= after
     assert record.timestamp != clock.now_ns()
+
+
+def test_an_integer_beyond_64_bits_reaches_the_log_record_as_a_float(logs):
+    import stoic
+
+    exporter, _ = logs
+    assert stoic.RateLimiter(1, label="huge").try_acquire(-(2**64) + 2**70) is False
+    (record,) = records(exporter)
+    assert isinstance(record.attributes["permits"], float) and isinstance(record.attributes["burst"], int)

@@ -437,3 +437,13 @@ async def test_short_lived_policies_of_every_kind_leave_no_series_behind(otel, c
     assert labels == {f"{prefix}live"}
     assert "tenant" not in "".join(line for line in generate_latest(registry).decode().splitlines()
                                    if prefix in line)
+
+
+def test_a_gauge_beyond_64_bits_is_observed_as_a_float(otel):
+    # OTLP's integer points are int64; a limiter built with a huge burst ("no limit, really") has
+    # that many permits available, which an int observation could not export. A float can.
+    _, reader, _ = otel
+    limiter = stoic.RateLimiter(1, burst=2**70, label="t9-huge")
+    (point,) = mine(collect(reader)["stoic.ratelimiter.permits.available"], "t9-").values()
+    assert point.value == float(2**70) and isinstance(point.value, float)
+    del limiter

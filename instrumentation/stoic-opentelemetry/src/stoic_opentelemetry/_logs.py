@@ -12,7 +12,7 @@ from opentelemetry._logs import LoggerProvider, SeverityNumber, get_logger_provi
 
 from stoic.events import Event, Level
 
-from ._table import LABEL, SCHEMA_URL
+from ._table import SCHEMA_URL, attributes
 from ._version import __version__
 
 _SEVERITY: dict[int, tuple[SeverityNumber, str]] = {
@@ -43,12 +43,10 @@ class LogEventSink:
         self._logger = provider.get_logger("stoic_opentelemetry", __version__, schema_url=SCHEMA_URL)
 
     def emit(self, event: Event) -> None:
-        attributes = dict(event.attributes)
-        attributes[LABEL] = event.label
         number, text = _SEVERITY.get(event.level, (SeverityNumber.INFO, "INFO"))
         self._logger.emit(
             timestamp=time.time_ns(), event_name=event.name, severity_number=number, severity_text=text,
-            body=event.name, attributes=attributes,
+            body=event.name, attributes=attributes(event),
         )
 
     def __repr__(self) -> str:

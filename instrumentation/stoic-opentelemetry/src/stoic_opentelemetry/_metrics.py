@@ -30,6 +30,7 @@ from stoic import _metrics
 from stoic._metrics import DEFAULT_MAX_LABELS, METRICS, Histogram, MetricSpec, Sample
 
 from ._table import SCHEMA_URL
+from ._table import value as otel_value
 from ._version import __version__
 
 _log = logging.getLogger("stoic")
@@ -62,7 +63,7 @@ class _Instruments:
             if source is None:
                 return []
             samples = source.samples(spec.name, refresh=spec.name == self._first)
-            return [Observation(value, _attributes(spec, attrs)) for attrs, value in samples]
+            return [Observation(otel_value(number), _attributes(spec, attrs)) for attrs, number in samples]
 
         return callback
 
