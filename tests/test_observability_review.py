@@ -365,3 +365,35 @@ async def test_a_second_task_awaiting_one_stream_is_refused_instead_of_hanging_t
     breaker.force_closed()
     assert await anext(changes) is CLOSED  # one at a time is fine, from any task
     assert len(breaker._streams or ()) == 1  # the refused call did not unsubscribe the stream
+
+
+async def test_scoped_sinks_follow_the_context_into_tasks_and_to_thread_but_not_into_plain_threads() -> None:
+    # Documented in docs/observability.md ("Scoped sinks follow the context"): what use_sinks
+    # covers is the contextvars context, with its usual reach.
+    import threading
+
+    seen: list[str] = []
+
+    class Labels:
+        def emit(self, event: Event) -> None:
+            seen.append(event.label)
+
+    def opened(label: str) -> None:
+        CircuitBreaker(label=label).force_open()
+
+    release = asyncio.Event()
+
+    async def later() -> None:
+        await release.wait()
+        opened("task-after-the-block")
+
+    with stoic.use_sinks(Labels()):
+        task = asyncio.create_task(later())
+        await asyncio.to_thread(opened, "to_thread")
+        thread = threading.Thread(target=opened, args=("plain-thread",))
+        thread.start()
+        thread.join()
+        await asyncio.get_running_loop().run_in_executor(None, opened, "run_in_executor")
+    release.set()
+    await task
+    assert seen == ["to_thread", "task-after-the-block"]
