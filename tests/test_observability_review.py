@@ -397,3 +397,32 @@ async def test_scoped_sinks_follow_the_context_into_tasks_and_to_thread_but_not_
     release.set()
     await task
     assert seen == ["to_thread", "task-after-the-block"]
+
+
+def test_a_sink_that_fails_even_to_be_reported_never_breaks_the_call() -> None:
+    # Reporting a failed sink looks it up (weakly, by hash) and formats it: a sink whose __hash__
+    # raises something other than TypeError made that lookup raise out of the except clause,
+    # into the call the sink was only observing.
+    class Hostile:
+        def __hash__(self) -> int:
+            raise RuntimeError("no hash")
+
+        def __eq__(self, other: object) -> bool:
+            raise RuntimeError("no eq")
+
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+        def emit(self, event: Event) -> None:
+            raise ValueError("broken")
+
+    breaker = CircuitBreaker(label="hostile-sink")
+    logging.getLogger("stoic.events").disabled = True  # the report of a sink without a repr is noise here
+    try:
+        with stoic.use_sinks(Hostile()):
+            breaker.force_open()
+            breaker.force_closed()
+            assert breaker.call(lambda: 42) == 42
+    finally:
+        logging.getLogger("stoic.events").disabled = False
+    assert breaker.state is CLOSED

@@ -260,9 +260,12 @@ def _deliver(sink: Sink, event: Event) -> None:
         # Reported once per sink, remembered weakly (stoic._callbacks, the rule for every user
         # callback): a failing sink per request must not be kept alive, nor a new sink that
         # reuses a dead one's address inherit its silence.
-        if _first_report(sink):
-            _log.error("stoic: sink %r raised while handling %s; further failures of this sink are not logged",
-                       sink, event.name, exc_info=True)
+        try:
+            if _first_report(sink):
+                _log.error("stoic: sink %r raised while handling %s; further failures of this sink are not logged",
+                           sink, event.name, exc_info=True)
+        except Exception:  # nor may reporting it (a sink whose __hash__ raises, a logging filter that does)
+            pass
 
 
 def emit(name: str, label: str, level: Level, time_ns: int, attributes: Mapping[str, AttributeValue]) -> None:
