@@ -426,3 +426,16 @@ def test_a_sink_that_fails_even_to_be_reported_never_breaks_the_call() -> None:
     finally:
         logging.getLogger("stoic.events").disabled = False
     assert breaker.state is CLOSED
+
+
+def test_a_stream_keeps_its_breaker_alive_and_dropping_it_frees_both() -> None:
+    # Documented in docs/breaker.md: the breaker holds streams weakly, a stream holds its breaker.
+    breaker = CircuitBreaker(label="watched")
+    ref = weakref.ref(breaker)
+    changes = breaker.state_changes()
+    del breaker
+    gc.collect()
+    assert ref() is not None
+    del changes
+    gc.collect()
+    assert ref() is None
