@@ -439,3 +439,24 @@ def test_a_stream_keeps_its_breaker_alive_and_dropping_it_frees_both() -> None:
     del changes
     gc.collect()
     assert ref() is None
+
+
+def test_the_overflow_warning_turned_into_an_error_does_not_lose_the_collection() -> None:
+    # Test suites often run with warnings as errors (filterwarnings = error). The one-time overflow
+    # RuntimeWarning was raised out of collect(), so that collection (a whole scrape) returned no
+    # stoic metric at all; the adapters' guards then only logged it.
+    import warnings
+
+    from stoic import _metrics
+
+    _metrics.enable()
+    first, second = CircuitBreaker(label="w-one"), CircuitBreaker(label="w-two")
+    first.call(lambda: None)
+    second.call(lambda: None)
+    collector = _metrics.Collector(max_labels=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        collected = dict(collector.collect())
+    calls = {attrs: n for attrs, n in next(s for spec, s in collected.items() if spec.name == "stoic.breaker.calls")}
+    assert calls[(_metrics.OVERFLOW, "success")] >= 2  # both folded into the one series the cap allows
+    del first, second

@@ -475,8 +475,12 @@ class Collector:
                 out[attrs] = merged + value
         if spec.name not in self._warned:
             self._warned.add(spec.name)
-            warnings.warn(
-                f"stoic metrics: {spec.name} has more than {self.max_labels} distinct {LABEL} values; label "
-                f"{first_dropped!r} and any further ones are reported as {LABEL}={OVERFLOW!r} "
-                "(warned once per metric)", RuntimeWarning, stacklevel=2)
+            try:
+                warnings.warn(
+                    f"stoic metrics: {spec.name} has more than {self.max_labels} distinct {LABEL} values; label "
+                    f"{first_dropped!r} and any further ones are reported as {LABEL}={OVERFLOW!r} "
+                    "(warned once per metric)", RuntimeWarning, stacklevel=2)
+            except Warning:  # warnings turned into errors must not cost the collection its figures
+                _log.warning("stoic metrics: %s has more than %d distinct %s values; the rest are reported as %s",
+                             spec.name, self.max_labels, LABEL, OVERFLOW)
         return list(out.items())
