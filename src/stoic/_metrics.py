@@ -333,7 +333,9 @@ class Collector:
 
     At most ``max_labels`` distinct labels per metric (default :data:`DEFAULT_MAX_LABELS`); the
     rest are summed under :data:`OVERFLOW`, with one warning per metric naming the label that
-    overflowed first. Labels already reported keep their place. A gauge property that raises or
+    overflowed first. Labels already reported keep their place, but for one: ``max_labels``
+    counts the overflow series, so when the cap is first exceeded the last reported label (in
+    sorted order) gives its place to it. A gauge property that raises or
     is not a number is skipped (reported once per policy kind and property); it never breaks a
     collection.
 
