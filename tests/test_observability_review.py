@@ -460,3 +460,14 @@ def test_the_overflow_warning_turned_into_an_error_does_not_lose_the_collection(
     calls = {attrs: n for attrs, n in next(s for spec, s in collected.items() if spec.name == "stoic.breaker.calls")}
     assert calls[(_metrics.OVERFLOW, "success")] >= 2  # both folded into the one series the cap allows
     del first, second
+
+
+def test_the_adapters_sinks_have_a_repr_for_an_int_level_too() -> None:
+    # A sink's level may be "a Level or an int (a logging level)"; the adapters' reprs read
+    # .name, so repr() raised AttributeError (it is what the failed-sink report prints).
+    from stoic_opentelemetry import LogEventSink, SpanEventSink
+    from stoic_structlog import StructlogSink
+
+    for sink in (SpanEventSink(15), LogEventSink(level=15), StructlogSink(level=15)):  # type: ignore[arg-type]
+        assert "15" in repr(sink)
+    assert "INFO" in repr(SpanEventSink(Level.INFO))

@@ -50,4 +50,4 @@ class LogEventSink:
         )
 
     def __repr__(self) -> str:
-        return f"LogEventSink(level={self.level.name})"
+        return f"LogEventSink(level={getattr(self.level, 'name', self.level)})"

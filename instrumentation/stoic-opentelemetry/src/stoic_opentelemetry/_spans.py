@@ -32,4 +32,4 @@ class SpanEventSink:
         span.add_event(event.name, attributes(event))
 
     def __repr__(self) -> str:
-        return f"SpanEventSink(level={self.level.name})"
+        return f"SpanEventSink(level={getattr(self.level, 'name', self.level)})"
