@@ -471,3 +471,35 @@ def test_the_adapters_sinks_have_a_repr_for_an_int_level_too() -> None:
     for sink in (SpanEventSink(15), LogEventSink(level=15), StructlogSink(level=15)):  # type: ignore[arg-type]
         assert "15" in repr(sink)
     assert "INFO" in repr(SpanEventSink(Level.INFO))
+
+
+def test_an_event_a_sink_causes_is_not_fed_back_into_that_sink() -> None:
+    # A sink that ships events through a stoic-protected client calls a policy from emit(), which
+    # emits again into the same sink: it recursed until RecursionError (about 166 nested calls
+    # for ONE event here), and after the first time silently (a failing sink is reported once).
+    # An event a sink causes while handling another is now not delivered back to it; the other
+    # sinks still get it.
+    shipper = CircuitBreaker(label="shipper")
+    others: list[str] = []
+
+    class Shipping:
+        level = Level.DEBUG
+
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def emit(self, event: Event) -> None:
+            self.seen.append(event.label)
+            shipper.call(lambda: None)  # "send" the event through a protected client
+
+    class Watching:
+        level = Level.DEBUG
+
+        def emit(self, event: Event) -> None:
+            others.append(event.label)
+
+    shipping = Shipping()
+    with stoic.use_sinks(shipping, Watching()):
+        assert CircuitBreaker(label="app").call(lambda: 1) == 1
+    assert shipping.seen == ["app"]  # one event, one shipment
+    assert sorted(others) == ["app", "shipper"]  # the shipment's own event still reaches the other sink

@@ -253,7 +253,26 @@ def use_sinks(*sinks: Sink) -> Iterator[None]:
         _scoped.reset(token)
 
 
+class _Inside(threading.local):
+    """The ids of the sinks this thread is inside ``emit()`` of. A sink's emit is synchronous
+    (nothing to await), so the thread's stack is exactly its extent."""
+
+    def __init__(self) -> None:
+        self.sinks: set[int] = set()
+
+
+_inside = _Inside()
+
+
 def _deliver(sink: Sink, event: Event) -> None:
+    busy = _inside.sinks
+    key = id(sink)
+    if key in busy:
+        # An event the sink caused while handling another (it called a policy: shipping events
+        # through a protected client) is not fed back into it, which would recurse until
+        # RecursionError. The other sinks still get it.
+        return
+    busy.add(key)
     try:
         sink.emit(event)
     except Exception:  # a sink must never break a call
@@ -266,6 +285,8 @@ def _deliver(sink: Sink, event: Event) -> None:
                            sink, event.name, exc_info=True)
         except Exception:  # nor may reporting it (a sink whose __hash__ raises, a logging filter that does)
             pass
+    finally:
+        busy.discard(key)
 
 
 def emit(name: str, label: str, level: Level, time_ns: int, attributes: Mapping[str, AttributeValue]) -> None:
