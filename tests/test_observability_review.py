@@ -503,3 +503,32 @@ def test_an_event_a_sink_causes_is_not_fed_back_into_that_sink() -> None:
         assert CircuitBreaker(label="app").call(lambda: 1) == 1
     assert shipping.seen == ["app"]  # one event, one shipment
     assert sorted(others) == ["app", "shipper"]  # the shipment's own event still reaches the other sink
+
+
+def test_a_sink_busy_in_one_thread_still_gets_the_events_of_another() -> None:
+    # The feedback guard above is per thread: a sink handling an event in one thread is not
+    # "busy" for a concurrent event decided in another.
+    import threading
+
+    entered, release = threading.Event(), threading.Event()
+    seen: list[str] = []
+
+    class Slow:
+        def emit(self, event: Event) -> None:
+            seen.append(event.label)
+            if event.label == "first":
+                entered.set()
+                release.wait(5)
+
+    slow = Slow()
+    stoic.add_sink(slow)
+    try:
+        first = threading.Thread(target=lambda: CircuitBreaker(label="first").force_open())
+        first.start()
+        assert entered.wait(5)
+        CircuitBreaker(label="second").force_open()  # while "first" is still inside emit()
+        release.set()
+        first.join()
+    finally:
+        stoic.remove_sink(slow)
+    assert seen == ["first", "second"]
