@@ -532,3 +532,26 @@ def test_a_sink_busy_in_one_thread_still_gets_the_events_of_another() -> None:
     finally:
         stoic.remove_sink(slow)
     assert seen == ["first", "second"]
+
+
+def test_a_stream_whose_consumer_was_left_on_a_stopped_loop_can_be_consumed_from_a_new_one() -> None:
+    # The one-consumer rule must not lock a stream for ever because a consumer was abandoned on a
+    # loop that no longer runs (stopped or closed): nobody can wake that one.
+    breaker = CircuitBreaker(label="abandoned")
+    changes = breaker.state_changes()
+    stopped = asyncio.new_event_loop()
+    abandoned = stopped.create_task(anext(changes))
+    stopped.run_until_complete(asyncio.sleep(0))  # left pending on a loop that stops (not closed)
+
+    async def consume() -> BreakerState:
+        waiter = asyncio.create_task(anext(changes))
+        await asyncio.sleep(0)
+        breaker.force_open()
+        return await asyncio.wait_for(waiter, 1)
+
+    try:
+        assert asyncio.run(consume()) is OPEN
+    finally:
+        abandoned.cancel()
+        stopped.run_until_complete(asyncio.gather(abandoned, return_exceptions=True))
+        stopped.close()

@@ -98,8 +98,9 @@ class StateStream:
                     raise StopAsyncIteration
                 current, current_loop = self._waiter, self._loop
                 if (current is not None and not current.done() and current_loop is not None
-                        and not current_loop.is_closed()):
-                    # Replacing the waiter would leave the first consumer asleep for ever.
+                        and (current_loop is loop or current_loop.is_running())):
+                    # Replacing the waiter would leave the first consumer asleep for ever. (One
+                    # left on a loop that no longer runs can never be woken: it may be replaced.)
                     raise RuntimeError("another task is already waiting on this stream: give each consumer "
                                        "its own breaker.state_changes()")
                 waiter = loop.create_future()
