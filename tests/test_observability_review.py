@@ -559,3 +559,21 @@ def test_a_stream_whose_consumer_was_left_on_a_stopped_loop_can_be_consumed_from
         abandoned.cancel()
         stopped.run_until_complete(asyncio.gather(abandoned, return_exceptions=True))
         stopped.close()
+
+
+def test_the_logging_sink_logs_a_defect_with_its_traceback_as_the_structlog_sink_does(caplog) -> None:
+    # StructlogSink attaches the exception being handled to error-level events (breaker.defect,
+    # retry.defect); LoggingSink dropped it, so a defect reached stdlib logs without its traceback.
+    breaker = CircuitBreaker(label="defect-log")
+
+    def buggy() -> None:
+        raise stoic.Defect("invariant broken")
+
+    with caplog.at_level(logging.INFO, logger="stoic"), stoic.use_sinks(stoic.LoggingSink()):
+        with pytest.raises(stoic.Defect):
+            breaker.call(buggy)
+        breaker.force_open()  # a WARNING event, nothing being handled: no traceback
+    (defect,) = [r for r in caplog.records if getattr(r, "stoic.event", "") == "breaker.defect"]
+    assert defect.exc_info is not None and defect.exc_info[0] is stoic.Defect
+    (opened,) = [r for r in caplog.records if getattr(r, "stoic.event", "") == "breaker.opened"]
+    assert opened.exc_info is None
