@@ -157,3 +157,60 @@ def test_every_query_parses_as_promql(tmp_path: Path) -> None:
     done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{len(queries)} rules found" in done.stdout, done.stdout
+
+
+# What the tests above do not check by themselves: that their list of families is the exporter's
+# own (a metric added to or renamed in stoic._metrics.METRICS must show up here, or the coverage
+# test above would not ask for it), that every label a query matches on or groups by is one the
+# metric carries (a typo there gives an empty panel, not an error), and that the template
+# variables' queries name real metrics too.
+def _labels_of() -> dict[str, set[str]]:
+    from stoic._metrics import METRICS
+
+    labels: dict[str, set[str]] = {}
+    for spec in METRICS:
+        carried = {*spec.prometheus_labels, "job", "instance"}
+        if spec.kind == "histogram":
+            labels[f"{spec.prometheus_name}_bucket"] = carried | {"le"}
+            labels[f"{spec.prometheus_name}_sum"] = labels[f"{spec.prometheus_name}_count"] = carried
+        else:
+            labels[spec.prometheus_name] = carried
+    return labels
+
+
+def test_the_families_the_dashboards_are_checked_against_are_the_metric_tables() -> None:
+    from stoic._metrics import METRICS
+
+    assert {spec.prometheus_name for spec in METRICS} == METRIC_FAMILIES
+    assert {spec.prometheus_name for spec in METRICS if spec.kind == "histogram"} == HISTOGRAMS
+
+
+def test_every_label_a_query_matches_or_groups_by_is_carried_by_its_metrics() -> None:
+    labels = _labels_of()
+    for query in all_panel_queries():
+        selectors = re.findall(r"\b(stoic_[a-z_]+)\s*\{([^}]*)\}", query.expr)
+        for name, body in selectors:
+            for label in re.findall(r"(\w+)\s*(?:=~|!~|!=|=)\s*\"", body):
+                assert label in labels[name], f"{query}: {name} has no label {label!r}"
+        names = {name for name, _ in selectors}
+        for grouping in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", query.expr):
+            for label in filter(None, (part.strip() for part in grouping.split(","))):
+                assert any(label in labels[name] for name in names), f"{query}: no metric has {label!r}"
+
+
+def test_every_template_variable_reads_a_metric_that_exists() -> None:
+    labels = _labels_of()
+    for name in FILES:
+        for variable in load(name).get("templating", {}).get("list", []):
+            if variable.get("type") != "query":
+                continue
+            query = variable["query"]
+            query = query.get("query", "") if isinstance(query, dict) else query
+            metric = re.match(r"label_values\((\w+)", query)
+            if metric is not None and metric.group(1) != "up":
+                assert metric.group(1) in labels, f"{name} ${variable['name']}: {query}"
+                assert "stoic_label" in labels[metric.group(1)], query
+            else:  # label_values(up...) or a name pattern: it must match at least one family
+                pattern = re.search(r'__name__=~"([^"]+)"', query)
+                if pattern is not None:
+                    assert any(re.fullmatch(pattern.group(1), family) for family in labels), query

@@ -75,3 +75,29 @@ def test_a_debug_sink_maps_debug_severity():
     (record,) = records(exporter)
     assert record.severity_number == SeverityNumber.DEBUG
     assert record.attributes["waited"] == 0.2
+
+
+def test_records_are_stamped_with_the_wall_clock_instant_of_the_decision(logs, clock):
+    # The record's Timestamp was left unset (None: exported as 0, which backends that index on it
+    # file under 1970). It is the wall-clock time of the decision, never the event's time_ns, an
+    # instant on the policy's monotonic (here virtual) clock.
+    import time
+
+    import stoic
+
+    exporter, _ = logs
+    before = time.time_ns()
+    stoic.CircuitBreaker(label="stamped").force_open()
+    after = time.time_ns()
+    (record,) = records(exporter)
+    assert record.timestamp is not None and before <= record.timestamp <= after
+    assert record.timestamp != clock.now_ns()
+
+
+def test_an_integer_beyond_64_bits_reaches_the_log_record_as_a_float(logs):
+    import stoic
+
+    exporter, _ = logs
+    assert stoic.RateLimiter(1, label="huge").try_acquire(-(2**64) + 2**70) is False
+    (record,) = records(exporter)
+    assert isinstance(record.attributes["permits"], float) and isinstance(record.attributes["burst"], int)

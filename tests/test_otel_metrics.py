@@ -437,3 +437,70 @@ async def test_short_lived_policies_of_every_kind_leave_no_series_behind(otel, c
     assert labels == {f"{prefix}live"}
     assert "tenant" not in "".join(line for line in generate_latest(registry).decode().splitlines()
                                    if prefix in line)
+
+
+def test_a_gauge_beyond_64_bits_is_observed_as_a_float(otel):
+    # OTLP's integer points are int64; a limiter built with a huge burst ("no limit, really") has
+    # that many permits available, which an int observation could not export. A float can.
+    _, reader, _ = otel
+    limiter = stoic.RateLimiter(1, burst=2**70, label="t9-huge")
+    (point,) = mine(collect(reader)["stoic.ratelimiter.permits.available"], "t9-").values()
+    assert point.value == float(2**70) and isinstance(point.value, float)
+    del limiter
+
+
+def test_the_bridge_follows_an_exporter_that_prefers_delta_temporality():
+    # Backends that take only delta (OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta, as
+    # several vendors ask) got the SDK's own metrics as deltas but stoic's histograms as cumulative
+    # points in the same export. The bridge now reports them as deltas when the exporter asks.
+    from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider, ObservableCounter
+    from opentelemetry.sdk.metrics.export import (
+        AggregationTemporality,
+        MetricExporter,
+        MetricExportResult,
+        PeriodicExportingMetricReader,
+    )
+
+    exported: list[Any] = []
+    delta = AggregationTemporality.DELTA
+
+    class DeltaExporter(MetricExporter):
+        def __init__(self) -> None:
+            super().__init__(preferred_temporality={Counter: delta, ObservableCounter: delta, Histogram: delta})
+
+        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+            exported.append(metrics_data)
+            return MetricExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            pass
+
+    def durations() -> Any:
+        (metric,) = [m for rm in exported[-1].resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+                     if m.name == "stoic.breaker.call.duration"]
+        (point,) = [p for p in metric.data.data_points if p.attributes.get("stoic.label") == "t8-delta"]
+        return metric.data.aggregation_temporality, point
+
+    reader = PeriodicExportingMetricReader(HistogramBridge(DeltaExporter()), export_interval_millis=3_600_000)
+    provider = MeterProvider(metric_readers=[reader])
+    inst = instrument(span_events=False, meter_provider=provider)
+    try:
+        breaker = stoic.CircuitBreaker(label="t8-delta")
+        breaker.call(lambda: None)
+        provider.force_flush()
+        temporality, first = durations()
+        assert temporality is delta and first.count == 1 and sum(first.bucket_counts) == 1
+        for _ in range(2):
+            breaker.call(lambda: None)
+        provider.force_flush()
+        temporality, second = durations()
+        assert temporality is delta and second.count == 2 and sum(second.bucket_counts) == 2
+        assert second.start_time_unix_nano == first.time_unix_nano  # consecutive intervals
+        provider.force_flush()
+        assert durations()[1].count == 0  # nothing new in this interval
+    finally:
+        inst.uninstrument()
+        provider.shutdown()

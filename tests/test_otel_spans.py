@@ -110,3 +110,18 @@ def test_only_the_span_sink_is_installed_when_metrics_and_logs_are_off(tracing):
     assert inst.sinks == (inst.spans,)
     assert inst.spans in process_sinks()
     assert inst.metrics is None and inst.logs is None
+
+
+def test_an_integer_beyond_64_bits_reaches_opentelemetry_as_a_float(tracing):
+    # OpenTelemetry's integer attributes are signed 64-bit (OTLP encodes int64: a larger Python int
+    # makes the exporter fail the whole batch). try_acquire(2**70) is a caller's number that stoic
+    # reports as is in ratelimiter.oversized; the span event now carries it as a float.
+    import stoic
+
+    tracer, exporter, _ = tracing
+    limiter = stoic.RateLimiter(1, label="huge")
+    with tracer.start_as_current_span("call"):
+        assert limiter.try_acquire(2**70) is False
+    (event,) = exporter.get_finished_spans()[0].events
+    assert event.attributes["permits"] == float(2**70) and isinstance(event.attributes["permits"], float)
+    assert event.attributes["burst"] == 1 and isinstance(event.attributes["burst"], int)  # in range: unchanged

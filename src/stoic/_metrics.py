@@ -321,6 +321,9 @@ Sample = tuple[tuple[str, ...], Any]
 """(attribute values in the spec's order, label first; a number or a :class:`Histogram`)."""
 
 
+_Figures = tuple[dict[tuple[str, ...], int], dict[tuple[str, ...], "Histogram"]]
+
+
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -330,10 +333,20 @@ class Collector:
 
     At most ``max_labels`` distinct labels per metric (default :data:`DEFAULT_MAX_LABELS`); the
     rest are summed under :data:`OVERFLOW`, with one warning per metric naming the label that
-    overflowed first. Labels already reported keep their place; the state kept between
-    collections is only the labels reported last time (so nothing grows with labels no longer
-    seen). A gauge property that raises or is not a number is skipped (reported once per
-    policy kind and property); it never breaks a collection.
+    overflowed first. Labels already reported keep their place, but for one: ``max_labels``
+    counts the overflow series, so when the cap is first exceeded the last reported label (in
+    sorted order) gives its place to it. A gauge property that raises or
+    is not a number is skipped (reported once per policy kind and property); it never breaks a
+    collection.
+
+    Counters never go down while their label is alive: several policies may share a label (a
+    ``Keyed`` family's keys past its ``max_labels``, two clients built alike), and when one of
+    them is garbage-collected its figures, up to its last call, stay in the sum for as long as
+    a policy of that kind and label lives (otherwise Prometheus would read the drop as a
+    counter reset, and ``rate()`` would spike). When the last one goes, the label's series go.
+    So the state kept between collections is the labels reported last time, a reference to the
+    figures of each recorder seen (not a copy; the recorder itself is not kept), and the summed
+    figures of dead members of labels still alive: nothing grows with labels no longer seen.
     """
 
     def __init__(self, max_labels: int = DEFAULT_MAX_LABELS) -> None:
@@ -346,10 +359,41 @@ class Collector:
         self._kept: dict[str, set[str]] = {}
         self._warned: set[str] = set()
         self._failed: set[tuple[str, str]] = set()
+        # Every recorder seen, weakly, with its figures (the dicts themselves: they outlive it).
+        self._seen: dict[weakref.ref[Recorder], tuple[tuple[str, str], _Figures]] = {}
+        # The figures of dead recorders whose (kind, label) still has a live one.
+        self._retired: dict[tuple[str, str], Recorder] = {}
+
+    def _retire(self, current: list[Recorder]) -> list[Recorder]:
+        """Fold the figures of recorders that died since the last collection into
+        :attr:`_retired` when their (kind, label) still has a live recorder; forget the rest."""
+        alive = {(rec.kind, rec.label) for rec in current}
+        for ref, (key, (counters, histograms)) in list(self._seen.items()):
+            if ref() is not None:
+                continue
+            del self._seen[ref]
+            if key not in alive:
+                continue
+            retired = self._retired.get(key)
+            if retired is None:
+                retired = self._retired[key] = Recorder(*key)
+            for name, n in counters.items():
+                retired.count(name, n)
+            for name, histogram in histograms.items():
+                retired.histogram(name).merge(histogram)
+        for key in [key for key in self._retired if key not in alive]:
+            del self._retired[key]
+        for rec in current:
+            ref = weakref.ref(rec)
+            if ref not in self._seen:
+                self._seen[ref] = ((rec.kind, rec.label), (rec.counters, rec.histograms))
+        return [*current, *self._retired.values()]
 
     def collect(self) -> list[tuple[MetricSpec, list[Sample]]]:
         by_metric: dict[str, dict[tuple[str, ...], Any]] = {spec.name: {} for spec in METRICS}
-        for rec in recorders():
+        with self._lock:
+            every = self._retire(list(recorders()))
+        for rec in every:
             label = rec.label
             for key, n in list(rec.counters.items()):
                 cells = by_metric.get(key[0])
@@ -433,8 +477,12 @@ class Collector:
                 out[attrs] = merged + value
         if spec.name not in self._warned:
             self._warned.add(spec.name)
-            warnings.warn(
-                f"stoic metrics: {spec.name} has more than {self.max_labels} distinct {LABEL} values; label "
-                f"{first_dropped!r} and any further ones are reported as {LABEL}={OVERFLOW!r} "
-                "(warned once per metric)", RuntimeWarning, stacklevel=2)
+            try:
+                warnings.warn(
+                    f"stoic metrics: {spec.name} has more than {self.max_labels} distinct {LABEL} values; label "
+                    f"{first_dropped!r} and any further ones are reported as {LABEL}={OVERFLOW!r} "
+                    "(warned once per metric)", RuntimeWarning, stacklevel=2)
+            except Warning:  # warnings turned into errors must not cost the collection its figures
+                _log.warning("stoic metrics: %s has more than %d distinct %s values; the rest are reported as %s",
+                             spec.name, self.max_labels, LABEL, OVERFLOW)
         return list(out.items())

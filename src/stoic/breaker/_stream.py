@@ -34,10 +34,14 @@ class StateStream:
 
     Iteration ends (``StopAsyncIteration``) after :meth:`aclose`. Cancelling a task waiting
     in ``__anext__`` unsubscribes the stream and re-raises the cancellation. Usable as
-    ``async with breaker.state_changes() as changes:`` to unsubscribe on exit.
+    ``async with breaker.state_changes() as changes:`` to unsubscribe on exit. One consumer
+    at a time, as for an async generator: ``__anext__`` raises ``RuntimeError`` while another
+    task is waiting on the same stream. A consumer that fell behind can tell: :attr:`dropped`
+    counts the transitions discarded to keep the newest 16.
     """
 
-    __slots__ = ("__weakref__", "_buffer", "_closed", "_lock", "_loop", "_thread", "_unsubscribe", "_waiter")
+    __slots__ = ("__weakref__", "_buffer", "_closed", "_dropped", "_lock", "_loop", "_thread", "_unsubscribe",
+                 "_waiter")
 
     def __init__(self, unsubscribe: Callable[[StateStream], None]) -> None:
         self._buffer: deque[BreakerState] = deque(maxlen=BUFFER)
@@ -46,6 +50,7 @@ class StateStream:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = 0
         self._closed = False
+        self._dropped = 0
         self._unsubscribe = unsubscribe
 
     # --- publishing (any thread, never blocks on the consumer) ---
@@ -53,6 +58,8 @@ class StateStream:
         with self._lock:
             if self._closed:
                 return
+            if len(self._buffer) == BUFFER:
+                self._dropped += 1  # the oldest goes to make room (deque maxlen)
             self._buffer.append(state)
             waiter = self._waiter
             loop = self._loop
@@ -61,13 +68,16 @@ class StateStream:
             self._notify(loop, thread)
 
     def _notify(self, loop: asyncio.AbstractEventLoop, thread: int) -> None:
-        if thread == threading.get_ident():
-            self._wake()
-        else:
-            try:
+        # Either way the consumer's loop may be closed with the consumer still waiting (a loop
+        # managed by hand): there is nobody to wake, and the publisher (a breaker transition,
+        # under the breaker's lock) must not fail because of it.
+        try:
+            if thread == threading.get_ident():
+                self._wake()
+            else:
                 loop.call_soon_threadsafe(self._wake)
-            except RuntimeError:  # the consumer's loop is closed: nobody to wake
-                pass
+        except RuntimeError:
+            pass
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -86,6 +96,13 @@ class StateStream:
                     return self._buffer.popleft()
                 if self._closed:
                     raise StopAsyncIteration
+                current, current_loop = self._waiter, self._loop
+                if (current is not None and not current.done() and current_loop is not None
+                        and (current_loop is loop or current_loop.is_running())):
+                    # Replacing the waiter would leave the first consumer asleep for ever. (One
+                    # left on a loop that no longer runs can never be woken: it may be replaced.)
+                    raise RuntimeError("another task is already waiting on this stream: give each consumer "
+                                       "its own breaker.state_changes()")
                 waiter = loop.create_future()
                 self._waiter = waiter
                 self._loop = loop
@@ -97,11 +114,19 @@ class StateStream:
                 self._close()
                 raise
             finally:
-                self._waiter = None
+                if self._waiter is waiter:  # (a consumer on a closed loop may have been replaced)
+                    self._waiter = None
 
     def pending(self) -> int:
         """How many transitions are buffered, not yet consumed."""
         return len(self._buffer)
+
+    @property
+    def dropped(self) -> int:
+        """How many transitions this stream discarded, oldest first, because its consumer had
+        16 unread (cumulative, never reset): compare two readings to learn that a gap happened
+        in between, then read ``breaker.state`` for where the breaker is now."""
+        return self._dropped
 
     def _close(self) -> None:
         with self._lock:

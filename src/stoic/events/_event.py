@@ -24,7 +24,8 @@ class Event:
     ``name`` is a catalog name such as ``"breaker.opened"``; ``label`` the policy's label;
     ``level`` a :class:`Level`; ``attributes`` maps the catalog's attribute keys to primitives
     (durations in seconds, errors by type name); ``time_ns`` is the instant on the policy's
-    clock (monotonic nanoseconds, not wall-clock time).
+    clock (monotonic nanoseconds, not wall-clock time). The same object goes to every sink in
+    turn: sinks treat it as read-only (copy ``attributes`` before changing them).
     """
 
     __slots__ = ("name", "label", "level", "attributes", "time_ns")

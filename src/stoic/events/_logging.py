@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 from ._event import Event, Level
 
@@ -13,7 +14,9 @@ class LoggingSink:
     The message is ``"<name> <label> key=value ..."``; the structured fields are also passed as
     ``extra`` (``stoic.event``, ``stoic.label``, ``stoic.attributes``: the label under the same
     key as in OpenTelemetry and structlog; read them with ``getattr(record, "stoic.label")``).
-    ``level`` is the lowest event level forwarded (default ``Level.INFO``). Never configures
+    ``level`` is the lowest event level forwarded (default ``Level.INFO``). An error-level event
+    emitted while an exception is being handled (``breaker.defect``, ``retry.defect``) carries
+    it as ``exc_info``, so the traceback is logged (as the structlog sink does). Never configures
     logging: the application decides handlers and levels.
     """
 
@@ -32,4 +35,5 @@ class LoggingSink:
             event.label,
             f" {attrs}" if attrs else "",
             extra={"stoic.event": event.name, "stoic.label": event.label, "stoic.attributes": dict(event.attributes)},
+            exc_info=True if event.level >= Level.ERROR and sys.exc_info()[1] is not None else None,
         )

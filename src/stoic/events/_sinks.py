@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from typing import Protocol, runtime_checkable
 
+from .._callbacks import _first_report
 from ._event import AttributeValue, Event, Level
 
 _OFF = 1_000  # above every level: nothing wanted
@@ -106,11 +107,16 @@ class KindFloor:
 
 
 class _Registry:
-    __slots__ = ("entries", "failed", "floor", "ids", "kinds", "lock", "min_level", "scoped_floor", "scoped_kinds")
+    __slots__ = ("entries", "floor", "ids", "kinds", "lock", "min_level", "scoped_floor", "scoped_kinds",
+                 "view")
 
     def __init__(self) -> None:
         self.entries: tuple[_Entry, ...] = ()
         self.ids: frozenset[int] = frozenset()
+        # (entries, ids) replaced as one: emit reads both from the same installation, so a sink
+        # also in scope, added or removed while an event is delivered (by another thread, or by
+        # a sink), still gets that event exactly once.
+        self.view: tuple[tuple[_Entry, ...], frozenset[int]] = ((), frozenset())
         self.min_level = _OFF
         # The lowest level of any scoped sink ever installed, in any context. It never rises
         # again: a task that copied a context inside a use_sinks block keeps its sinks after
@@ -124,13 +130,11 @@ class _Registry:
         self.floor = _OFF
         self.kinds: dict[str, KindFloor] = {}
         self.lock = threading.Lock()
-        # Failed sinks by id, kept alive so a new sink can never reuse a failed one's id and
-        # inherit its silence.
-        self.failed: dict[int, Sink] = {}
 
     def _set(self, entries: tuple[_Entry, ...]) -> None:
         self.entries = entries
         self.ids = frozenset(id(e[0]) for e in entries)
+        self.view = (entries, self.ids)
         self.min_level = min((e[1] for e in entries), default=_OFF)
         self.floor = min(self.min_level, self.scoped_floor, *self.scoped_kinds.values())
         for kind in self.kinds.values():
@@ -249,15 +253,40 @@ def use_sinks(*sinks: Sink) -> Iterator[None]:
         _scoped.reset(token)
 
 
+class _Inside(threading.local):
+    """The ids of the sinks this thread is inside ``emit()`` of. A sink's emit is synchronous
+    (nothing to await), so the thread's stack is exactly its extent."""
+
+    def __init__(self) -> None:
+        self.sinks: set[int] = set()
+
+
+_inside = _Inside()
+
+
 def _deliver(sink: Sink, event: Event) -> None:
+    busy = _inside.sinks
+    key = id(sink)
+    if key in busy:
+        # An event the sink caused while handling another (it called a policy: shipping events
+        # through a protected client) is not fed back into it, which would recurse until
+        # RecursionError. The other sinks still get it.
+        return
+    busy.add(key)
     try:
         sink.emit(event)
     except Exception:  # a sink must never break a call
-        key = id(sink)
-        if key not in _process.failed:
-            _process.failed[key] = sink
-            _log.error("stoic: sink %r raised while handling %s; further failures of this sink are not logged",
-                       sink, event.name, exc_info=True)
+        # Reported once per sink, remembered weakly (stoic._callbacks, the rule for every user
+        # callback): a failing sink per request must not be kept alive, nor a new sink that
+        # reuses a dead one's address inherit its silence.
+        try:
+            if _first_report(sink):
+                _log.error("stoic: sink %r raised while handling %s; further failures of this sink are not logged",
+                           sink, event.name, exc_info=True)
+        except Exception:  # nor may reporting it (a sink whose __hash__ raises, a logging filter that does)
+            pass
+    finally:
+        busy.discard(key)
 
 
 def emit(name: str, label: str, level: Level, time_ns: int, attributes: Mapping[str, AttributeValue]) -> None:
@@ -268,12 +297,12 @@ def emit(name: str, label: str, level: Level, time_ns: int, attributes: Mapping[
     """
     event = Event(name, label, level, attributes, time_ns)
     value = int(level)
-    for sink, wanted, names in _process.entries:
+    entries, ids = _process.view
+    for sink, wanted, names in entries:
         if wanted <= value and (names is None or name in names):
             _deliver(sink, event)
     scoped = _scoped.get()
     if scoped is not None:
-        ids = _process.ids
         for sink, wanted, names in scoped[0]:
             if wanted <= value and id(sink) not in ids and (names is None or name in names):
                 _deliver(sink, event)

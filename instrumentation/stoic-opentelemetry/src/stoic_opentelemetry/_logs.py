@@ -6,11 +6,13 @@ Span events are being deprecated upstream in favour of log records that carry ``
 
 from __future__ import annotations
 
+import time
+
 from opentelemetry._logs import LoggerProvider, SeverityNumber, get_logger_provider
 
 from stoic.events import Event, Level
 
-from ._table import LABEL, SCHEMA_URL
+from ._table import SCHEMA_URL, attributes
 from ._version import __version__
 
 _SEVERITY: dict[int, tuple[SeverityNumber, str]] = {
@@ -27,7 +29,9 @@ class LogEventSink:
     The record has ``event_name`` set to the stoic event's name, the severity of its level
     (DEBUG, INFO, WARN, ERROR), the event's attributes plus ``stoic.label``, and the event name
     as its body (what log viewers show as the line). It is emitted in the current context, so
-    an SDK correlates it with the active span. ``logger_provider`` defaults to the global one
+    an SDK correlates it with the active span. Its timestamp is the wall-clock time of the
+    decision (the sink runs when the policy decides), never the event's ``time_ns``, which is
+    an instant on the policy's monotonic, possibly virtual, clock. ``logger_provider`` defaults to the global one
     (read once, at construction; the global proxy follows a provider set later).
     """
 
@@ -39,12 +43,11 @@ class LogEventSink:
         self._logger = provider.get_logger("stoic_opentelemetry", __version__, schema_url=SCHEMA_URL)
 
     def emit(self, event: Event) -> None:
-        attributes = dict(event.attributes)
-        attributes[LABEL] = event.label
         number, text = _SEVERITY.get(event.level, (SeverityNumber.INFO, "INFO"))
         self._logger.emit(
-            event_name=event.name, severity_number=number, severity_text=text, body=event.name, attributes=attributes
+            timestamp=time.time_ns(), event_name=event.name, severity_number=number, severity_text=text,
+            body=event.name, attributes=attributes(event),
         )
 
     def __repr__(self) -> str:
-        return f"LogEventSink(level={self.level.name})"
+        return f"LogEventSink(level={getattr(self.level, 'name', self.level)})"

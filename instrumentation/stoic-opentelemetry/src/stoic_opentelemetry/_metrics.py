@@ -30,6 +30,7 @@ from stoic import _metrics
 from stoic._metrics import DEFAULT_MAX_LABELS, METRICS, Histogram, MetricSpec, Sample
 
 from ._table import SCHEMA_URL
+from ._table import value as otel_value
 from ._version import __version__
 
 _log = logging.getLogger("stoic")
@@ -62,7 +63,7 @@ class _Instruments:
             if source is None:
                 return []
             samples = source.samples(spec.name, refresh=spec.name == self._first)
-            return [Observation(value, _attributes(spec, attrs)) for attrs, value in samples]
+            return [Observation(otel_value(number), _attributes(spec, attrs)) for attrs, number in samples]
 
         return callback
 
@@ -184,7 +185,10 @@ class HistogramBridge:
     ``metrics`` is the :class:`Metrics` to read; by default, at each export, the one of the
     active instrumentation (:func:`stoic_opentelemetry.instrument`), nothing while there is none.
     The histograms are appended to the first resource as a scope ``stoic_opentelemetry``; a
-    failure to build them is logged once and the export goes on without them.
+    failure to build them is logged once and the export goes on without them. They follow the
+    exporter's preferred temporality for histograms: cumulative by default, delta when the
+    exporter asks for it (each point then counts the calls since the previous export; a series
+    whose figures went down, its policy collected and made again, starts over in full).
     """
 
     def __init__(self, exporter: Any, metrics: Metrics | None = None) -> None:
@@ -194,6 +198,12 @@ class HistogramBridge:
         # What a MetricReader reads off its exporter.
         self._preferred_temporality = getattr(exporter, "_preferred_temporality", None)
         self._preferred_aggregation = getattr(exporter, "_preferred_aggregation", None)
+        self._delta = _prefers_delta(self._preferred_temporality)
+        # For delta: each series' cumulative figures at the previous export (only the series
+        # reported then: nothing grows with series no longer seen), and when that was.
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, frozenset[tuple[str, Any]]], tuple[list[int], float]] = {}
+        self._last_ns = _STARTED
 
     def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> Any:
         try:
@@ -204,6 +214,8 @@ class HistogramBridge:
                 instrumentation = active()
                 metrics = instrumentation.metrics if instrumentation is not None else None
             extra = metrics.histogram_metrics() if metrics is not None else []
+            if self._delta:
+                extra = self._deltas(extra)
             if extra:
                 metrics_data = _with_scope(metrics_data, extra)
         except Exception:
@@ -213,11 +225,50 @@ class HistogramBridge:
                            exc_info=True)
         return self._exporter.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
 
+    def _deltas(self, cumulative: Sequence[Any]) -> list[Any]:
+        """``cumulative`` histogram metrics as delta ones: each point minus the same series' point
+        of the previous export (in full for a series new, or whose figures went down)."""
+        from opentelemetry.sdk.metrics.export import AggregationTemporality, HistogramDataPoint, Metric
+        from opentelemetry.sdk.metrics.export import Histogram as HistogramData
+
+        with self._lock:
+            start, now, seen, out = self._last_ns, self._last_ns, {}, []
+            for metric in cumulative:
+                points = []
+                for point in metric.data.data_points:
+                    key = (metric.name, frozenset(point.attributes.items()))
+                    counts, total = list(point.bucket_counts), point.sum
+                    seen[key] = (counts, total)
+                    previous = self._last.get(key)
+                    if previous is not None and all(n >= p for n, p in zip(counts, previous[0], strict=True)):
+                        counts = [n - p for n, p in zip(counts, previous[0], strict=True)]
+                        total -= previous[1]
+                    now = max(now, point.time_unix_nano)
+                    points.append(HistogramDataPoint(
+                        attributes=point.attributes, start_time_unix_nano=start, time_unix_nano=point.time_unix_nano,
+                        count=sum(counts), sum=total, bucket_counts=counts, explicit_bounds=point.explicit_bounds,
+                        min=math.nan, max=math.nan))
+                out.append(Metric(metric.name, metric.description, metric.unit,
+                                  HistogramData(points, AggregationTemporality.DELTA)))
+            self._last, self._last_ns = seen, now
+        return out
+
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return bool(self._exporter.force_flush(timeout_millis=timeout_millis))
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         self._exporter.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+
+def _prefers_delta(preferred: Any) -> bool:
+    """Whether an exporter's preferred temporality (a mapping of SDK instrument classes) asks for
+    delta histograms."""
+    if not preferred:
+        return False
+    from opentelemetry.sdk.metrics import Histogram as HistogramInstrument
+    from opentelemetry.sdk.metrics.export import AggregationTemporality
+
+    return bool(preferred.get(HistogramInstrument) == AggregationTemporality.DELTA)
 
 
 def _with_scope(metrics_data: Any, extra: Sequence[Any]) -> Any:

@@ -6,15 +6,16 @@ from opentelemetry import trace
 
 from stoic.events import Event, Level
 
-from ._table import LABEL
+from ._table import attributes
 
 
 class SpanEventSink:
     """Adds every event at ``level`` or above (default ``Level.INFO``) to the current span.
 
     The span event is named after the stoic event (``breaker.opened``) and carries the event's
-    attributes plus ``stoic.label``. With no current span, or one that is not recording
-    (unsampled, or the no-op default), nothing happens and nothing is allocated. The event's
+    attributes plus ``stoic.label`` (an integer beyond 64 bits as a float: OpenTelemetry's
+    integers are int64). With no current span, or one that is not recording (unsampled, or the
+    no-op default), nothing happens and nothing is allocated. The event's
     ``time_ns`` is a monotonic instant, not wall-clock time, so the span event is stamped by the
     SDK when it is added (which is when the policy decided).
     """
@@ -28,9 +29,7 @@ class SpanEventSink:
         span = trace.get_current_span()
         if not span.is_recording():
             return
-        attributes = dict(event.attributes)
-        attributes[LABEL] = event.label
-        span.add_event(event.name, attributes)
+        span.add_event(event.name, attributes(event))
 
     def __repr__(self) -> str:
-        return f"SpanEventSink(level={self.level.name})"
+        return f"SpanEventSink(level={getattr(self.level, 'name', self.level)})"

@@ -71,4 +71,4 @@ class StructlogSink:
             method(event.name, **{LABEL: event.label}, **event.attributes)
 
     def __repr__(self) -> str:
-        return f"StructlogSink(level={self.level.name})"
+        return f"StructlogSink(level={getattr(self.level, 'name', self.level)})"
