@@ -40,7 +40,7 @@ async def test_transitions_arrive_in_order_without_replaying_the_current_state(c
     breaker.reset()
     received = [await anext(changes) for _ in range(5)]
     assert received == [OPEN, HALF_OPEN, CLOSED, OPEN, CLOSED]
-    assert changes.pending() == 0
+    assert changes.pending == 0
 
 
 async def test_each_call_is_its_own_stream(clock: VirtualClock) -> None:
@@ -60,7 +60,7 @@ async def test_a_slow_consumer_keeps_the_newest_16(clock: VirtualClock) -> None:
     changes = breaker.state_changes()
     for _ in range(10):  # 30 transitions
         await cycle(breaker, clock)
-    assert changes.pending() == 16
+    assert changes.pending == 16
     received = [await anext(changes) for _ in range(16)]
     expected = [OPEN, HALF_OPEN, CLOSED] * 10
     assert received == expected[-16:]

@@ -92,7 +92,7 @@ def attributes(sink: RecordingSink, name: str) -> list[dict[str, object]]:
 
 def drain(stream) -> list[BreakerState]:  # type: ignore[no-untyped-def]
     async def read() -> list[BreakerState]:
-        return [await stream.__anext__() for _ in range(stream.pending())]
+        return [await stream.__anext__() for _ in range(stream.pending)]
 
     return asyncio.run(read())
 

@@ -43,9 +43,9 @@ def test_a_consumer_left_on_a_closed_loop_does_not_break_the_breaker() -> None:
         breaker.force_open()
     assert breaker.state is OPEN
     assert [e.name for e in seen] == ["breaker.opened"]
-    assert other.pending() == 1  # the other streams still got the transition
+    assert other.pending == 1  # the other streams still got the transition
     breaker.force_closed()
-    assert other.pending() == 2
+    assert other.pending == 2
     # The task can never finish (its loop is closed): collect it now, without asyncio's "Task was
     # destroyed but it is pending" error landing in some later test's log capture.
     consumer._log_destroy_pending = False  # type: ignore[attr-defined]
@@ -188,7 +188,7 @@ async def test_a_consumer_that_never_reads_stays_bounded_and_sees_how_many_were_
     for _ in range(50):
         breaker.force_open()
         breaker.force_closed()
-    assert changes.pending() == 16
+    assert changes.pending == 16
     assert changes.dropped == 100 - 16
     received = [await anext(changes) for _ in range(16)]
     assert received == [OPEN, CLOSED] * 8  # the newest 16, in order

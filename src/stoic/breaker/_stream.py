@@ -117,8 +117,9 @@ class StateStream:
                 if self._waiter is waiter:  # (a consumer on a closed loop may have been replaced)
                     self._waiter = None
 
+    @property
     def pending(self) -> int:
-        """How many transitions are buffered, not yet consumed."""
+        """How many transitions are buffered, not yet consumed (at most 16)."""
         return len(self._buffer)
 
     @property
