@@ -30,3 +30,13 @@ def serving(app: Any, **config: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+async def read_body(receive: Any) -> bytes:
+    """The whole request body an ASGI app receives, however many messages it comes in."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body  # type: ignore[no-any-return]

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import httpx
 import pytest
-from _uvicorn import serving
+from _uvicorn import read_body, serving
 
 import stoic
 from stoic import RetryBudget, Retrying, Schedule
@@ -46,12 +46,7 @@ class App:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         path = scope["path"]
         seen = self.bodies.setdefault(path, [])
         seen.append(body)

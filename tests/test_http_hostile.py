@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import httpx
 import pytest
-from _uvicorn import serving
+from _uvicorn import read_body, serving
 
 from stoic import Retrying, Schedule
 from stoic.aiohttp import ResilientMiddleware
@@ -30,12 +30,7 @@ class Recorder:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         seen = self.bodies.setdefault(scope["path"], [])
         seen.append(body)
         status = 503 if len(seen) == 1 and not scope["path"].startswith("/healthy") else 200
