@@ -178,12 +178,14 @@ _figures: dict[weakref.ref[Recorder], tuple[tuple[str, str], _Figures]] = {}
 _collectors: weakref.WeakSet[Collector] = weakref.WeakSet()
 
 
-def _died(ref: weakref.ref[Recorder]) -> None:
+def _died(ref: weakref.ref[Recorder], figures: dict[weakref.ref[Recorder], Any] = _figures,
+          collectors: weakref.WeakSet[Collector] = _collectors) -> None:
     # (Called by the collector of cycles, in any thread, perhaps while this thread holds a
-    # lock of stoic's: no lock is taken; a dict pop and a list append are atomic.)
-    entry = _figures.pop(ref, None)
+    # lock of stoic's: no lock is taken; a dict pop and a list append are atomic. The tables are
+    # bound as defaults: at interpreter exit the module's globals may be gone first.)
+    entry = figures.pop(ref, None)
     if entry is not None and (entry[1][0] or entry[1][1]):
-        for collector in list(_collectors):
+        for collector in list(collectors):
             collector._dead.append(entry)
 
 
