@@ -247,6 +247,35 @@ def test_counters_never_go_down_when_one_of_several_policies_sharing_a_label_is_
         stoic_prometheus.uninstrument(collector, registry)
 
 
+def test_a_member_that_lived_and_died_between_two_scrapes_still_counts() -> None:
+    # Seen failing before the fix (6 calls read as 1): the collector kept the figures of the
+    # members it had seen at a scrape, so a key of a family that was created, called and evicted
+    # between two scrapes (a Keyed family's "_other" label, a client built per request) took its
+    # counts with it; the counter never went down, but those calls were never counted at all.
+    import stoic_prometheus
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    collector = stoic_prometheus.instrument(registry)
+    try:
+        resident = CircuitBreaker(label="shared:_other")
+        resident.call(lambda: None)
+        calls = 'stoic_breaker_calls_total{outcome="success",stoic_label="shared:_other"}'
+        assert _scrape(registry)[calls] == 1
+        for _ in range(5):
+            passing = CircuitBreaker(label="shared:_other")
+            passing.call(lambda: None)
+            del passing
+        gc.collect()
+        assert _scrape(registry)[calls] == 6
+        assert _scrape(registry)[calls] == 6  # (folded once, not again at the next scrape)
+        del resident
+        gc.collect()
+        assert _scrape(registry) == {}  # the last member gone: the series go, as documented
+    finally:
+        stoic_prometheus.uninstrument(collector, registry)
+
+
 class _Interrupt(BaseException):
     """Not an Exception: a sink raising it is an interruption, not a failing sink."""
 

@@ -159,6 +159,28 @@ async def test_the_allowance_is_the_interval_until_overloaded_then_twice_the_tar
         5_000_000, 10_000_000, 20_000_000, 40_000_000]
 
 
+async def test_the_allowance_while_not_overloaded_is_never_below_the_overloaded_one(clock: VirtualClock):
+    # Seen failing before the fix ([...150 ms...] against 200 ms): with queue_interval between
+    # queue_target and twice it (allowed: the interval must only exceed the target), a queue
+    # that was not overloaded shed a waiter sooner than an overloaded one would have, the
+    # reverse of seed 003's "generous" allowance while the queue has recently been empty.
+    queue = Bulkhead(1, queue_limit=4, queue_target=0.1, queue_interval=0.15, label="c", clock=clock)._managed
+    assert queue is not None
+    assert queue._allowance_ns(int(Criticality.NORMAL), overloaded=False) == 200_000_000
+    assert queue._allowance_ns(int(Criticality.NORMAL), overloaded=True) == 200_000_000
+    bulkhead = Bulkhead(1, queue_limit=10, queue_target=0.1, queue_interval=0.15, label="c2", clock=clock)
+    gate = Gate()
+    first = start(bulkhead, gate, "first")
+    await settle()
+    waiting = start(bulkhead, gate, "waiting")
+    await settle()
+    await clock.advance(0.18)  # past the interval, within twice the target
+    gate.open("first")
+    await settle()
+    gate.open("waiting")
+    assert await asyncio.gather(first, waiting) == ["first", "waiting"]
+
+
 async def test_codel_state_follows_folly_min_over_interval(clock: VirtualClock):
     queue = Bulkhead(1, queue_limit=4, queue_target=0.01, queue_interval=0.1, label="c")._managed
     assert queue is not None

@@ -897,3 +897,18 @@ def test_retry_syncs_refusal_is_not_counted_by_an_outer_breaker() -> None:
             breaker.call(lambda: stoic.retry_sync(Schedule.fixed(0).attempts(2), _plain_generator, label="inner"))
         assert stoic.is_defect(caught.value)
     assert breaker.snapshot.calls == 0
+
+
+def test_retrying_execute_is_found_where_it_is_defined_as_the_other_methods_are() -> None:
+    # Seen failing before the fix: execute, compiled in stoic._retry, said __module__ ==
+    # "stoic._retry", where no Retrying exists, so pickle (by reference) raised PicklingError and
+    # inspect.getmodule / documentation tools looked for it in the wrong module.
+    import copy
+    import pickle
+
+    assert Retrying.execute.__module__ == Retrying.call.__module__ == "stoic.pipeline"
+    assert inspect.getmodule(Retrying.execute) is inspect.getmodule(Retrying)
+    assert pickle.loads(pickle.dumps(Retrying.execute)) is Retrying.execute
+    assert copy.deepcopy(Retrying.execute) is Retrying.execute
+    assert inspect.iscoroutinefunction(Retrying.execute)
+    assert list(inspect.signature(Retrying.execute).parameters) == ["self", "fn", "args", "kwargs"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import opcode
+import types
 
 
 class RejectionReason(enum.StrEnum):
@@ -186,14 +187,28 @@ _GET_AWAITABLE = opcode.opmap.get("GET_AWAITABLE", -1)
 
 
 def failed_await(error: BaseException) -> bool:
-    """True when ``error`` was raised by an ``await`` itself, on something not awaitable (a
-    plain function's generator, async generator, ``None`` or other value): the innermost frame
-    of its traceback stopped at that instruction. A bug at the call site, never a failure of
-    the awaited work."""
+    """True when ``error`` was raised by an ``await`` of stoic's own, on something not
+    awaitable (what a plain function handed to a policy returned: a generator, async generator,
+    ``None`` or other value): the innermost frame of its traceback is stoic's and stopped at that
+    instruction. A bug at the call site, never a failure of the awaited work.
+
+    An ``await`` on something not awaitable deeper in, in the operation's own code or a
+    library's, is not one: that is the operation failing (a ``TypeError`` like any other, which
+    the policies count, retry or hand to a fallback as their classifiers say)."""
     tb = error.__traceback__
     if tb is None:
         return False
     while tb.tb_next is not None:
         tb = tb.tb_next
+    name = tb.tb_frame.f_globals.get("__name__")
+    return type(name) is str and name.startswith(_OWN) and stopped_at_await(tb)
+
+
+# The modules whose frames are stoic's (stoic._retry's compiled first attempts run in its globals).
+_OWN = __name__.partition(".")[0] + "."
+
+
+def stopped_at_await(tb: types.TracebackType) -> bool:
+    """Whether the frame of traceback entry ``tb`` raised at an ``await`` (its GET_AWAITABLE)."""
     code = tb.tb_frame.f_code.co_code
     return 0 <= tb.tb_lasti < len(code) and code[tb.tb_lasti] == _GET_AWAITABLE

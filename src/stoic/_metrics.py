@@ -166,7 +166,27 @@ def recorder(kind: str, label: str, owner: object = None) -> Recorder:
     made = Recorder(kind, label, owner)
     with state.lock:
         live.add(made)
+    _figures[weakref.ref(made, _died)] = ((kind, label), (made.counters, made.histograms))
     return made
+
+
+_Figures = tuple[dict[tuple[str, ...], int], dict[tuple[str, ...], Histogram]]
+# Every live recorder's figures (the dicts themselves: they outlive it), by a weak reference
+# whose callback hands them, at its death, to every collector: counts made by a policy that
+# lived and died between two collections are not lost with it (see Collector).
+_figures: dict[weakref.ref[Recorder], tuple[tuple[str, str], _Figures]] = {}
+_collectors: weakref.WeakSet[Collector] = weakref.WeakSet()
+
+
+def _died(ref: weakref.ref[Recorder], figures: dict[weakref.ref[Recorder], Any] = _figures,
+          collectors: weakref.WeakSet[Collector] = _collectors) -> None:
+    # (Called by the collector of cycles, in any thread, perhaps while this thread holds a
+    # lock of stoic's: no lock is taken; a dict pop and a list append are atomic. The tables are
+    # bound as defaults: at interpreter exit the module's globals may be gone first.)
+    entry = figures.pop(ref, None)
+    if entry is not None and (entry[1][0] or entry[1][1]):
+        for collector in list(collectors):
+            collector._dead.append(entry)
 
 
 def count_shared(kind: str, label: str, key: tuple[str, ...]) -> None:
@@ -321,9 +341,6 @@ Sample = tuple[tuple[str, ...], Any]
 """(attribute values in the spec's order, label first; a number or a :class:`Histogram`)."""
 
 
-_Figures = tuple[dict[tuple[str, ...], int], dict[tuple[str, ...], "Histogram"]]
-
-
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -344,9 +361,11 @@ class Collector:
     them is garbage-collected its figures, up to its last call, stay in the sum for as long as
     a policy of that kind and label lives (otherwise Prometheus would read the drop as a
     counter reset, and ``rate()`` would spike). When the last one goes, the label's series go.
-    So the state kept between collections is the labels reported last time, a reference to the
-    figures of each recorder seen (not a copy; the recorder itself is not kept), and the summed
-    figures of dead members of labels still alive: nothing grows with labels no longer seen.
+    A member that lived and died between two collections counts too: each recorder's figures
+    reach every collector at its death (a reference to them, not a copy). So the state kept
+    between collections is the labels reported last time, the figures of the members dead
+    since the last one, and the summed figures of dead members of labels still alive: nothing
+    grows with labels no longer seen.
     """
 
     def __init__(self, max_labels: int = DEFAULT_MAX_LABELS) -> None:
@@ -359,34 +378,30 @@ class Collector:
         self._kept: dict[str, set[str]] = {}
         self._warned: set[str] = set()
         self._failed: set[tuple[str, str]] = set()
-        # Every recorder seen, weakly, with its figures (the dicts themselves: they outlive it).
-        self._seen: dict[weakref.ref[Recorder], tuple[tuple[str, str], _Figures]] = {}
+        # The figures of recorders that died since the last collection (stoic._metrics._died).
+        self._dead: list[tuple[tuple[str, str], _Figures]] = []
         # The figures of dead recorders whose (kind, label) still has a live one.
         self._retired: dict[tuple[str, str], Recorder] = {}
+        _collectors.add(self)
 
     def _retire(self, current: list[Recorder]) -> list[Recorder]:
         """Fold the figures of recorders that died since the last collection into
         :attr:`_retired` when their (kind, label) still has a live recorder; forget the rest."""
         alive = {(rec.kind, rec.label) for rec in current}
-        for ref, (key, (counters, histograms)) in list(self._seen.items()):
-            if ref() is not None:
-                continue
-            del self._seen[ref]
+        dead = self._dead
+        while dead:
+            key, (counters, histograms) = dead.pop()
             if key not in alive:
                 continue
             retired = self._retired.get(key)
             if retired is None:
                 retired = self._retired[key] = Recorder(*key)
-            for name, n in counters.items():
+            for name, n in list(counters.items()):
                 retired.count(name, n)
-            for name, histogram in histograms.items():
+            for name, histogram in list(histograms.items()):
                 retired.histogram(name).merge(histogram)
         for key in [key for key in self._retired if key not in alive]:
             del self._retired[key]
-        for rec in current:
-            ref = weakref.ref(rec)
-            if ref not in self._seen:
-                self._seen[ref] = ((rec.kind, rec.label), (rec.counters, rec.histograms))
         return [*current, *self._retired.values()]
 
     def collect(self) -> list[tuple[MetricSpec, list[Sample]]]:

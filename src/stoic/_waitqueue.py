@@ -6,12 +6,12 @@ A managed queue replaces the bulkhead's plain FIFO hand-over when any of these i
 - CoDel (``queue_target``, ``queue_interval``), in folly's form: the queue is *overloaded*
   when the minimum sojourn seen over an interval exceeded the target; while overloaded, a
   waiter that has waited more than twice the target is shed at dequeue, and otherwise one that
-  has waited more than the interval (seed 003's "generous sojourn allowance while the queue has
-  recently been empty": a slot held for long, with no dequeue to show the congestion, still
-  bounds the wait by time). The sojourn measured is that of the oldest waiter at each dequeue
-  (what a FIFO would serve next: a standing queue shows there even when adaptive LIFO serves
-  the newest), and an arrival to an empty queue counts as a zero sojourn (the queue drained
-  within the interval).
+  has waited more than the interval, or twice the target if longer (seed 003's "generous
+  sojourn allowance while the queue has recently been empty": a slot held for long, with no
+  dequeue to show the congestion, still bounds the wait by time). The sojourn measured is
+  that of the oldest waiter at each dequeue (what a FIFO would serve next: a standing queue
+  shows there even when adaptive LIFO serves the newest), and an arrival to an empty queue
+  counts as a zero sojourn (the queue drained within the interval).
 - adaptive LIFO (``queue_adaptive_lifo``): while congested (CoDel overloaded, or without CoDel
   the oldest waiter older than ``queue_interval``), serve the newest waiter, whose client is
   likeliest still waiting; FIFO otherwise.
@@ -150,9 +150,13 @@ class QueueRules:
     def _allowance_ns(self, tier: int, overloaded: bool) -> int:
         """How long a waiter of ``tier`` may have waited before it is shed at dequeue: twice the
         target while overloaded (folly), the interval otherwise (seed 003: "the generous sojourn
-        allowance while the queue has recently been empty"); scaled by tier when prioritized."""
+        allowance while the queue has recently been empty"), but never less than twice the target
+        (an interval between the target and twice it would shed sooner when not overloaded);
+        scaled by tier when prioritized."""
         assert self.target_ns is not None
-        allowance = 2 * self.target_ns if overloaded else self.interval_ns
+        allowance = 2 * self.target_ns
+        if not overloaded and self.interval_ns > allowance:
+            allowance = self.interval_ns
         if self.prioritized and tier != _NORMAL:
             allowance = allowance << (tier - _NORMAL) if tier > _NORMAL else allowance >> (_NORMAL - tier)
         return allowance

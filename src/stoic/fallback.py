@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from ._callbacks import callback_failed
 from ._durations import check_label
-from ._errors import Defect, failed_await, is_defect, leaves
+from ._errors import Defect, failed_await, is_defect, leaves, stopped_at_await
 from ._policy import Policy
 from .events import Level, emit, error_type
 from .events._sinks import kind_floor
@@ -37,7 +37,14 @@ def _misuse(error: Exception) -> bool:
 
     Such a ``TypeError`` is raised by ``await`` itself, or by a policy that refused the result
     (``TypeError`` caused by a :class:`Defect`, as the breaker raises it). In a group, one such
-    leaf is enough (the exception-group rule for defects)."""
+    leaf is enough (the exception-group rule for defects). The ``await`` is stoic's own, or that
+    of a policy of the caller's: ``error`` came straight out of that policy's ``execute`` frame,
+    which stopped at an ``await`` (the frame after with_fallback's in the traceback). One deeper
+    in is the operation's own failure (stoic._errors.failed_await)."""
+    tb = error.__traceback__
+    if type(error) is TypeError and tb is not None and tb.tb_next is not None and tb.tb_next.tb_next is None \
+            and stopped_at_await(tb.tb_next):
+        return True
     return any(isinstance(leaf, TypeError) and (isinstance(leaf.__cause__, Defect) or failed_await(leaf))
                for leaf in leaves(error))
 

@@ -93,6 +93,7 @@ class Retrying:
     else:  # compiled with the first attempt inline (stoic._retry._FIRST_ATTEMPT)
         execute = _retrying_execute
         execute.__qualname__ = "Retrying.execute"
+        execute.__module__ = __name__  # (found here by pickle, inspect and docs, as the other methods)
         execute.__name__ = "execute"
         execute.__doc__ = ("``await execute(fn, *args, **kwargs)`` runs ``fn`` under the schedule; see "
                            ":func:`stoic.retry`.")

@@ -154,6 +154,26 @@ async def test_a_plain_function_given_to_the_shared_execute_is_refused_and_never
     assert counts(breaker) == (0, 0)
 
 
+def _plain_hook() -> None:
+    return None
+
+
+async def test_an_await_on_a_plain_value_deep_in_the_operation_is_counted_by_the_shared_breaker(
+    store: RedisStore,
+) -> None:
+    # Seen failing before the fix ((0, 0): taken for misuse at the call site): the await that
+    # failed is the operation's own code's (a library awaiting a plain hook's None), so the
+    # TypeError is the dependency call failing, counted like any other.
+    async def library_call() -> None:
+        await _plain_hook()  # type: ignore[func-returns-value]
+
+    breaker = shared_breaker(store, window=CountWindow(10), minimum_calls=10)
+    for _ in range(3):
+        with pytest.raises(TypeError, match="can't be used in 'await' expression"):
+            await breaker.execute(library_call)
+    assert counts(breaker) == (3, 3)
+
+
 # ---------------------------------------------------------------- 18: errors inside exception groups
 
 async def test_a_group_holding_only_rejections_is_ignored_by_the_shared_breaker_like_a_bare_one(

@@ -399,8 +399,8 @@ class CircuitBreaker:
             raise TypeError(f"CircuitBreaker.execute got a {kind}, which cannot be awaited: {hint}") from Defect(
                 f"a {kind} was passed to execute")
         if is_defect(exc) or (type(exc) is TypeError and failed_await(exc)):
-            # (An await on something not awaitable, further in: a bug, as above, not the
-            # dependency's failure.)
+            # (An inner stage's await on a plain function's value: the same bug, not the
+            # dependency's failure. One in the operation's own code is its failure: failed_await.)
             self._ignore(epoch, probe, None, end)
             if min_level() <= _ERROR:
                 emit("breaker.defect", self.label, _ERROR, end, {"error.type": error_type(exc)})
