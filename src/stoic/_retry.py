@@ -437,8 +437,9 @@ def _make_async_wrapper(schedule, fn, site, retrier, classify, nesting, label, a
 
 
 def _compile_hosts() -> None:
-    import linecache
     import textwrap
+
+    from ._source import compile_source
 
     named = {"schedule": "schedule", "site": "site", "classify": "classify", "nesting": "nesting",
              "label": "label", "attempt_ns": "attempt_ns", "before_backoff": "before_backoff"}
@@ -446,12 +447,11 @@ def _compile_hosts() -> None:
     retriers = {"schedule": "r.schedule", "site": "r.site", "classify": "r.classify", "nesting": "r.nesting",
                 "label": "r.label", "attempt_ns": "None", "before_backoff": "None"}
     wrapped = {**named, "before_backoff": "None"}
-    for host, names, depth in ((_RUN_ASYNC, named, 4), (_EXECUTE, retriers, 4), (_WRAPPER, wrapped, 8)):
+    for name, host, names, depth in (("_run_async", _RUN_ASYNC, named, 4),
+                                     ("_retrying_execute", _EXECUTE, retriers, 4),
+                                     ("_make_async_wrapper", _WRAPPER, wrapped, 8)):
         source = host.format(first=textwrap.indent(_FIRST_ATTEMPT.format(**names), " " * depth))
-        name = source.split("(", 1)[0].split()[-1]
-        filename = f"<stoic retry: {name}>"
-        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
-        exec(compile(source, filename, "exec"), globals())
+        compile_source(source, f"<stoic retry: {name}>", __name__, globals())
 
 
 if TYPE_CHECKING:

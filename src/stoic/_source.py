@@ -4,7 +4,8 @@ A policy whose admission is a synchronous check writes its part of a call once, 
 a ``{body}`` slot: its own ``execute`` is compiled from that source, and a ``Pipeline`` of
 several such policies is compiled from all of theirs nested in one coroutine, so one rule
 stays one text. Every name in that source starts with ``stoic_``; the ones every part may read
-are :data:`SHARED`.
+are :data:`SHARED`. Retry's first attempt is compiled the same way into its three hosts, in
+``stoic._retry``'s own namespace (stoic._retry._FIRST_ATTEMPT).
 """
 
 from __future__ import annotations
@@ -26,13 +27,16 @@ def indent(body: str) -> str:
     return textwrap.indent(body, "    ")
 
 
-def compile_source(source: str, filename: str, module: str) -> dict[str, Any]:
+def compile_source(source: str, filename: str, module: str,
+                   namespace: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run ``source`` in a fresh namespace holding :data:`SHARED` and return it. Its functions
-    belong to ``module`` (their ``__module__``).
+    belong to ``module`` (their ``__module__``). With ``namespace`` (a module's own globals), run
+    it there instead: its functions then read that module's names as the module rebinds them.
 
     ``filename`` is registered like a file's, so tracebacks through the code show its lines."""
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
-    namespace = {**SHARED, "__name__": module}
+    if namespace is None:
+        namespace = {**SHARED, "__name__": module}
     exec(compile(source, filename, "exec"), namespace)
     return namespace
 
