@@ -10,7 +10,7 @@ FLOOR := .venv-otel-floor
 FLOOR_STAMP := $(FLOOR)/.installed-stamp
 OTEL_TESTS := tests/test_otel_metrics.py tests/test_otel_logs.py tests/test_otel_spans.py tests/test_otel_global.py
 
-.PHONY: demo figures test lint typecheck pytest bench dashboards clean otel-floor mutation
+.PHONY: demo figures test lint typecheck pytest bench dashboards clean otel-floor mutation test-pythons
 
 $(STAMP): requirements-dev.txt pyproject.toml $(addsuffix /pyproject.toml,$(INSTRUMENTATION))
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,12 @@ $(FLOOR_STAMP): requirements-otel-floor.txt $(addsuffix /pyproject.toml,$(INSTRU
 otel-floor: $(FLOOR_STAMP)
 	$(FLOOR)/bin/python -m pytest $(OTEL_TESTS)
 
+# The suite under the other CPython versions stoic supports (requires-python >= 3.11; `make test`
+# runs the machine's python3), each in its own .venv-X.Y; CI runs this after `make test`.
+OTHER_PYTHONS ?= 3.12 3.13
+test-pythons:
+	tools/test-pythons $(OTHER_PYTHONS)
+
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	$(BIN)/python -m benchmarks $(ARGS)
@@ -79,4 +85,4 @@ dashboards: $(STAMP)
 	$(BIN)/python -m dashboards.generate
 
 clean:
-	rm -rf $(VENV) $(FLOOR) $(MUTATION_VENV) .mutation
+	rm -rf $(VENV) $(FLOOR) $(MUTATION_VENV) .mutation $(addprefix .venv-,$(OTHER_PYTHONS))

@@ -160,8 +160,12 @@ _FLOOR_DEPOSITS = itertools.count()
 
 async def _floor_async(fn: Callable[[], Awaitable[int]]) -> int:
     task = None
-    for task in _retry._RUNNING:  # noqa: B007 (the first entry: one loop runs here)
-        break
+    running = _retry._RUNNING  # (None from 3.12 on: current_task() is cheap there, and read)
+    if running is not None:
+        for task in running:  # noqa: B007 (the first entry: one loop runs here)
+            break
+    else:
+        task = asyncio.current_task()
     cancels = 0 if task is None else task.cancelling()
     next(_FLOOR_DEPOSITS)
     mark = [1, cancels]

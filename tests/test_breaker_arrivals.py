@@ -4,6 +4,7 @@ what a hostile caller found: every form (``execute``, ``call``, ``@breaker``), s
 from __future__ import annotations
 
 import asyncio
+import sys
 import os
 import types
 import warnings
@@ -258,8 +259,9 @@ async def test_a_failure_with_a_cancel_request_still_pending_is_not_counted() ->
     task = asyncio.current_task()
     assert task is not None
     task.uncancel()
-    with pytest.raises(asyncio.CancelledError):
-        await asyncio.sleep(0)  # (the request pending on this test's own task is consumed here)
+    if sys.version_info < (3, 13):  # (3.13's uncancel() also withdraws a request not yet delivered)
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.sleep(0)  # (the request pending on this test's own task is consumed here)
     assert counts(breaker) == (0, 0)
 
 
@@ -639,7 +641,9 @@ def test_a_record_when_that_raises_is_reported_once_and_counts_every_call(
         for _ in range(99):
             with pytest.raises(Boom):
                 _run_form(breaker, form, ok=False)
-    assert [w.category for w in caught] == [RuntimeWarning]  # once, not per call
+    # once, not per call (a ResourceWarning here is an earlier test's socket collected meanwhile)
+    assert [w.category for w in caught if not issubclass(w.category, ResourceWarning)] == [RuntimeWarning]
+    assert "record_when" in str(next(w for w in caught if w.category is RuntimeWarning).message)
     assert [r.name for r in caplog.records if "record_when" in r.getMessage()] == ["stoic"]
     assert counts(breaker) == (99, 99)
     with pytest.raises(Boom):

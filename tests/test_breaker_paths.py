@@ -582,7 +582,7 @@ def test_the_awaitable_of_execute_or_an_async_wrapper_is_refused_by_the_sync_pat
     assert breaker.snapshot.calls == 0 and other.snapshot.calls == 0
 
 
-def test_a_stop_iteration_leaving_the_awaitable_becomes_a_runtime_error_as_for_a_coroutine() -> None:
+def test_a_stop_iteration_leaving_the_awaitable_fails_as_it_would_leave_a_plain_coroutine() -> None:
     breaker = CircuitBreaker(label="stop", window=CountWindow(4), minimum_calls=1)
 
     async def plain() -> Any:
@@ -592,12 +592,31 @@ def test_a_stop_iteration_leaving_the_awaitable_becomes_a_runtime_error_as_for_a
         def __await__(self) -> Any:
             return iter([None])  # an iterator without throw(): thrown errors land at the await
 
+    async def reference() -> Any:
+        return await NoThrow()
+
+    # What a plain coroutine suspended there does. 3.11: the StopIteration propagates from the
+    # await and leaves as PEP 479's RuntimeError. 3.12 and later: the await takes it for the
+    # iterator's end and completes with its value. The breaker must do as the coroutine does,
+    # counting a failure in the first case and a success in the second.
+    plain_run = reference()
+    plain_run.send(None)
+    with pytest.raises(BaseException) as plain_caught:  # noqa: PT011 (whatever it is, match it)
+        plain_run.throw(StopIteration(5))
+    expected = type(plain_caught.value)
+    assert expected is (RuntimeError if sys.version_info < (3, 12) else StopIteration)
+
     awaitable = breaker.execute(NoThrow)  # type: ignore[arg-type]
     awaitable.send(None)
-    with pytest.raises(RuntimeError, match="coroutine raised StopIteration") as caught:
-        awaitable.throw(StopIteration)
-    assert isinstance(caught.value.__cause__, StopIteration)
-    assert breaker.snapshot.failures == 1  # (a StopIteration is an Exception: counted)
+    with pytest.raises(expected) as caught:
+        awaitable.throw(StopIteration(5))
+    if expected is RuntimeError:
+        assert "coroutine raised StopIteration" in str(caught.value)
+        assert isinstance(caught.value.__cause__, StopIteration)
+        assert breaker.snapshot.failures == 1  # (a StopIteration is an Exception: counted)
+    else:
+        assert caught.value.value == 5 == plain_caught.value.value  # type: ignore[attr-defined]
+        assert (breaker.snapshot.calls, breaker.snapshot.failures) == (1, 0)
     resumed = CircuitBreaker(label="stop-2").execute(plain)  # (the failure above opened the first one)
     resumed.send(None)
     with pytest.raises(StopIteration) as done:
