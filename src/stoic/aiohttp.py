@@ -21,8 +21,9 @@ ones) made only of those. Any other body is sent once, not retried: an async ite
 ``StreamReader``, a file that cannot seek (a pipe), a multipart body with such a part, a
 payload aiohttp already marks ``consumed``, and any ``Payload`` class this module does not know.
 A failed response whose request is retried is released before the retry's backoff sleep, its
-body read first when its ``Content-Length`` is at most 64 KiB (so the connection is reused),
-else closed unread; the one returned when no retry follows is untouched.
+body read first when its ``Content-Length`` is at most 64 KiB (so the connection is reused;
+for at most 0.1 s, after which it is closed), else closed unread; the one returned when no
+retry follows is untouched.
 """
 
 from __future__ import annotations
@@ -75,7 +76,9 @@ def _replayable(body: object) -> bool:
 
 async def _drain(response: ClientResponse) -> None:
     """Read a failed response's body known small (dropped) before it is released for a retry's
-    backoff: its connection goes back to the pool instead of being closed."""
+    backoff: its connection goes back to the pool instead of being closed. (The policies cut it
+    off after ``DRAIN_TIMEOUT``; a body left unread then makes aiohttp close the connection on
+    release.)"""
     if known_small(response.headers.get("content-length")):
         async for _ in response.content.iter_chunked(64 * 1024):
             pass
