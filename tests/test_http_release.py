@@ -199,3 +199,60 @@ async def test_aiohttp_a_request_cancelled_in_the_drain_still_releases_the_faile
         async with http.get("/after/aiohttp-cancelled", timeout=aiohttp.ClientTimeout(total=5, connect=0.5)) as r:
             assert r.status == 200  # the pool's one slot was given back
     assert len(app.ports[path]) == 1
+
+
+# --- 2. a response with no body by HTTP goes back to the pool whatever its length says ------
+
+# (method, the first answer's status, is_failure): a HEAD's 503, and a GET's 204 or 304 that the
+# caller counts as a failure; each answer says Content-Length: 10000000 and has no body.
+NO_BODY = [("HEAD", 503, None), ("GET", 204, failure_too(204)), ("GET", 304, failure_too(304))]
+NO_BODY_IDS = ["head-503", "get-204", "get-304"]
+
+
+@pytest.mark.parametrize(("method", "status", "is_failure"), NO_BODY, ids=NO_BODY_IDS)
+async def test_httpx_a_failed_response_without_a_body_keeps_its_connection(server, method, status, is_failure):
+    url, app = server
+    path = f"/nobody/{status}/httpx-async-{method}"
+    transport = AsyncResilientTransport(httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=1)),
+                                        retry=retry(), is_failure=is_failure)
+    async with httpx.AsyncClient(base_url=url, transport=transport, timeout=5) as client:
+        r = await client.request(method, path)
+    assert r.status_code == 200 and r.content == (b"" if method == "HEAD" else b"hit 2")
+    first, second = app.ports[path]
+    assert first == second  # the one connection, reused
+
+
+@pytest.mark.parametrize(("method", "status", "is_failure"), NO_BODY, ids=NO_BODY_IDS)
+def test_blocking_httpx_a_failed_response_without_a_body_keeps_its_connection(server, method, status, is_failure):
+    url, app = server
+    path = f"/nobody/{status}/httpx-sync-{method}"
+    transport = ResilientTransport(httpx.HTTPTransport(limits=httpx.Limits(max_connections=1)), retry=retry(),
+                                   is_failure=is_failure)
+    with httpx.Client(base_url=url, transport=transport, timeout=5) as client:
+        r = client.request(method, path)
+    assert r.status_code == 200 and r.content == (b"" if method == "HEAD" else b"hit 2")
+    first, second = app.ports[path]
+    assert first == second
+
+
+@pytest.mark.parametrize(("method", "status", "is_failure"), NO_BODY, ids=NO_BODY_IDS)
+async def test_aiohttp_a_failed_response_without_a_body_keeps_its_connection(server, method, status, is_failure):
+    url, app = server
+    path = f"/nobody/{status}/aiohttp-{method}"
+    middleware = ResilientMiddleware(retry=retry(), is_failure=is_failure)
+    async with aiohttp.ClientSession(base_url=url, middlewares=(middleware,),
+                                     connector=aiohttp.TCPConnector(limit=1)) as http, \
+            http.request(method, path, timeout=aiohttp.ClientTimeout(total=5)) as r:
+        assert r.status == 200 and await r.read() == (b"" if method == "HEAD" else b"hit 2")
+    first, second = app.ports[path]
+    assert first == second
+
+
+@pytest.mark.parametrize(("method", "status", "length", "read"), [
+    ("HEAD", 503, str(HUGE), True), ("head", 200, None, True),  # nothing to read, whatever the length
+    ("GET", 101, str(HUGE), True), ("GET", 204, str(HUGE), True), ("GET", 304, None, True),
+    ("GET", 503, "100", True), ("GET", 503, str(HUGE), False), ("GET", 503, None, False),
+    ("PUT", 200, str(HUGE), False),
+])
+def test_which_failed_responses_are_read_before_release(method, status, length, read):
+    assert stoic._http.drain_first(method, status, length) is read

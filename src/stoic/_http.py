@@ -14,11 +14,12 @@ bytes in memory, a file that can seek back (:func:`seekable`), or a multipart fo
 those. Any other body (a stream, an iterator, a file that cannot seek back, a form with such a
 part, a kind of body the adapter does not know) is sent once: not retried, not hedged, still
 run through the stages. Connections: a failed response whose request is retried is released
-before the backoff sleep, read first when its body is known small (:func:`known_small`) so its
-connection is reused, else closed unread. The read gets at most :data:`DRAIN_TIMEOUT`; a body
-that has not come by then is closed instead. The caller never gets such a response back (after
-the backoff the next attempt's result or error is the answer). A failed response returned
-because no retry follows is left as it came, readable.
+before the backoff sleep, read first when that costs little (:func:`drain_first`: it has no
+body by HTTP, or its body is known small) so its connection is reused, else closed unread. The
+read gets at most :data:`DRAIN_TIMEOUT`; a body that has not come by then is closed instead.
+The caller never gets such a response back (after the backoff the next attempt's result or
+error is the answer). A failed response returned because no retry follows is left as it came,
+readable.
 """
 
 from __future__ import annotations
@@ -276,11 +277,11 @@ class HTTPPolicies(Generic[Resp]):
         second attempt sends the body identically (False for a stream, or a file that cannot
         seek back: no retry, no hedge; see :func:`seekable`).
         ``drain(response)``: called (its result awaited when awaitable; a failure ignored) on a
-        failed response before it is closed for a retry, to read a body known small
-        (:func:`known_small`) so that its connection goes back to the pool for reuse; any
-        other body is closed unread (its connection dropped, the pool slot freed). An
-        awaited drain is cut off after :data:`DRAIN_TIMEOUT` seconds, and the response
-        closed (a body cut off midway drops its connection)."""
+        failed response before it is closed for a retry, to read what :func:`drain_first`
+        allows (no body by HTTP, or one known small) so that its connection goes back to the
+        pool for reuse; any other body is closed unread (its connection dropped, the pool slot
+        freed). An awaited drain is cut off after :data:`DRAIN_TIMEOUT` seconds, and the
+        response closed (a body cut off midway drops its connection)."""
         stages, claimed = self.claim(key)
         try:
             retry, hedge = self.retry, self.hedge
@@ -453,6 +454,20 @@ def known_small(content_length: str | None) -> bool:
     the connection is reused. Absent or malformed: not known small (never raises)."""
     return content_length is not None and content_length.isascii() and content_length.isdigit() \
         and len(content_length) < 10 and int(content_length) <= DRAIN_LIMIT
+
+
+def bodiless(method: str, status: int) -> bool:
+    """Whether a response has no body by HTTP, whatever its headers say (RFC 9110 6.4.1): the
+    answer to a HEAD (its ``Content-Length`` is what a GET's body would be), a 1xx, a 204 or a
+    304. Reading one takes nothing from the connection; it only marks the connection reusable."""
+    return status < 200 or status == 204 or status == 304 or method == "HEAD" or method.upper() == "HEAD"
+
+
+def drain_first(method: str, status: int, content_length: str | None) -> bool:
+    """Whether a failed response released for a retry is read before it is closed, so its
+    connection is reused: it has no body (:func:`bodiless`), or its body is known small
+    (:func:`known_small`). Any other is closed unread."""
+    return bodiless(method, status) or known_small(content_length)
 
 
 def seekable(file: object) -> bool:
