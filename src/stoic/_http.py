@@ -14,10 +14,12 @@ bytes in memory, a file that can seek back (:func:`seekable`), or a multipart fo
 those. Any other body (a stream, an iterator, a file that cannot seek back, a form with such a
 part, a kind of body the adapter does not know) is sent once: not retried, not hedged, still
 run through the stages. Connections: a failed response whose request is retried is released
-before the backoff sleep, read first when its body is known small (:func:`known_small`) so its
-connection is reused, else closed unread; the caller never gets it back (after the backoff the
-next attempt's result or error is the answer). A failed response returned because no retry
-follows is left as it came, readable.
+before the backoff sleep, read first when that costs little (:func:`drain_first`: it has no
+body by HTTP, or its body is known small) so its connection is reused, else closed unread. The
+read gets at most :data:`DRAIN_TIMEOUT`; a body that has not come by then is closed instead.
+The caller never gets such a response back (after the backoff the next attempt's result or
+error is the answer). A failed response returned because no retry follows is left as it came,
+readable.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from functools import partial
-from typing import Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from ._callbacks import callback_failed
 from ._classify import RetryDecision
@@ -39,6 +41,13 @@ from ._policy import Policy
 from .hedge import IDEMPOTENT, Hedge
 from .keyed import Keyed
 from .pipeline import Retrying
+
+if TYPE_CHECKING:
+    import asyncio
+else:  # imported on first use (stoic._lazy)
+    from ._lazy import lazy_asyncio
+
+    asyncio = lazy_asyncio(globals())
 
 __all__ = ["IDEMPOTENT_METHODS", "HTTPPolicies", "ServerError", "TooManyRequests", "parse_retry_after"]
 
@@ -51,6 +60,13 @@ DEFAULT_RETRY_AFTER_CAP: Final = 300.0  # seconds: retry's own cap on a retry_af
 DRAIN_LIMIT: Final = 64 * 1024
 """Bytes: the largest failed response body (by its ``Content-Length``) read before a retry's
 backoff so its connection is reused; a larger or unsized one is closed, its connection dropped."""
+DRAIN_TIMEOUT: Final = 0.1
+"""Seconds: the longest a failed response's body is read for before a retry's backoff (see
+:data:`DRAIN_LIMIT`); a body not in by then (a server that stalls after its headers) is closed
+instead, its connection dropped. The read runs within the backoff (whose end is fixed before
+it), so it delays the next attempt only by what it takes beyond the backoff's own sleep. A
+small body normally arrives with its headers or right after; missing it costs the next attempt
+one new connection."""
 _ASCTIME: Final = re.compile(r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}")
 
 
@@ -261,9 +277,11 @@ class HTTPPolicies(Generic[Resp]):
         second attempt sends the body identically (False for a stream, or a file that cannot
         seek back: no retry, no hedge; see :func:`seekable`).
         ``drain(response)``: called (its result awaited when awaitable; a failure ignored) on a
-        failed response before it is closed for a retry, to read a body known small
-        (:func:`known_small`) so that its connection goes back to the pool for reuse; any other
-        body is closed unread (its connection dropped, the pool slot freed)."""
+        failed response before it is closed for a retry, to read what :func:`drain_first`
+        allows (no body by HTTP, or one known small) so that its connection goes back to the
+        pool for reuse; any other body is closed unread (its connection dropped, the pool slot
+        freed). An awaited drain is cut off after :data:`DRAIN_TIMEOUT` seconds, and the
+        response closed (a body cut off midway drops its connection)."""
         stages, claimed = self.claim(key)
         try:
             retry, hedge = self.retry, self.hedge
@@ -286,7 +304,7 @@ class HTTPPolicies(Generic[Resp]):
                     while closed < len(made):
                         failed = made[closed]
                         if drain is not None:
-                            await _quietly(drain, failed)
+                            await _drained(drain, failed)
                         closed += 1
                         await _quietly(close, failed)
 
@@ -346,7 +364,8 @@ class HTTPPolicies(Generic[Resp]):
                  drain: Callable[[Resp], object] | None = None) -> Resp:
         """:meth:`run` for blocking clients: every stage needs a ``call`` method (the breaker,
         ``Retrying``, ``BlockingRateLimiter``, ``BlockingBulkhead``); a hedge is not applied;
-        ``close`` and ``drain`` are called, never awaited."""
+        ``close`` and ``drain`` are called, never awaited (a blocking call cannot be cut off
+        from outside: ``drain`` bounds its own reads by :data:`DRAIN_TIMEOUT`)."""
         stages, claimed = self.claim(key)
         try:
             return self._run_sync(method, attempt, made, close, stages, body_replayable, drain)
@@ -409,6 +428,18 @@ async def _quietly(release: Callable[[Resp], Any], response: Resp) -> None:
         pass
 
 
+async def _drained(drain: Callable[[Resp], Any], response: Resp) -> None:
+    """``drain(response)`` as :func:`_quietly` runs it, given at most :data:`DRAIN_TIMEOUT`
+    seconds: a body that stalls is left for the close that follows, which drops its connection.
+    (A cancellation from outside is not the bound's: it propagates, and the run closes the
+    response as it does every response of a call that raised.)"""
+    try:
+        async with asyncio.timeout(DRAIN_TIMEOUT):
+            await _quietly(drain, response)
+    except TimeoutError:
+        pass
+
+
 def _quietly_sync(release: Callable[[Resp], object], response: Resp) -> None:
     """:func:`_quietly` for the blocking clients."""
     try:
@@ -423,6 +454,20 @@ def known_small(content_length: str | None) -> bool:
     the connection is reused. Absent or malformed: not known small (never raises)."""
     return content_length is not None and content_length.isascii() and content_length.isdigit() \
         and len(content_length) < 10 and int(content_length) <= DRAIN_LIMIT
+
+
+def bodiless(method: str, status: int) -> bool:
+    """Whether a response has no body by HTTP, whatever its headers say (RFC 9110 6.4.1): the
+    answer to a HEAD (its ``Content-Length`` is what a GET's body would be), a 1xx, a 204 or a
+    304. Reading one takes nothing from the connection; it only marks the connection reusable."""
+    return status < 200 or status == 204 or status == 304 or method == "HEAD" or method.upper() == "HEAD"
+
+
+def drain_first(method: str, status: int, content_length: str | None) -> bool:
+    """Whether a failed response released for a retry is read before it is closed, so its
+    connection is reused: it has no body (:func:`bodiless`), or its body is known small
+    (:func:`known_small`). Any other is closed unread."""
+    return bodiless(method, status) or known_small(content_length)
 
 
 def seekable(file: object) -> bool:

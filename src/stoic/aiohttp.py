@@ -20,9 +20,10 @@ attempt started), or a multipart body (``FormData`` with files, ``MultipartWrite
 ones) made only of those. Any other body is sent once, not retried: an async iterable or a
 ``StreamReader``, a file that cannot seek (a pipe), a multipart body with such a part, a
 payload aiohttp already marks ``consumed``, and any ``Payload`` class this module does not know.
-A failed response whose request is retried is released before the retry's backoff sleep, its
-body read first when its ``Content-Length`` is at most 64 KiB (so the connection is reused),
-else closed unread; the one returned when no retry follows is untouched.
+A failed response whose request is retried is released before the retry's backoff sleep, read
+first when it has no body by HTTP (to a HEAD; a 1xx, 204 or 304) or its ``Content-Length`` is
+at most 64 KiB (so the connection is reused; for at most 0.1 s, after which it is closed), else
+closed unread; the one returned when no retry follows is untouched.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from ._http import (
     HTTPPolicies,
     ServerError,
     TooManyRequests,
-    known_small,
+    drain_first,
     seekable,
 )
 from .hedge import Hedge
@@ -74,9 +75,11 @@ def _replayable(body: object) -> bool:
 
 
 async def _drain(response: ClientResponse) -> None:
-    """Read a failed response's body known small (dropped) before it is released for a retry's
-    backoff: its connection goes back to the pool instead of being closed."""
-    if known_small(response.headers.get("content-length")):
+    """Read a failed response (dropped) before it is released for a retry's backoff, when
+    :func:`stoic._http.drain_first` says so: its connection goes back to the pool instead of
+    being closed. (The policies cut it off after ``DRAIN_TIMEOUT``; a body left unread then
+    makes aiohttp close the connection on release.)"""
+    if drain_first(response.method, response.status, response.headers.get("content-length")):
         async for _ in response.content.iter_chunked(64 * 1024):
             pass
 

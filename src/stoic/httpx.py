@@ -11,23 +11,25 @@ failures; a 429 is the server's refusal (:class:`TooManyRequests`, ignored by th
 ``Retry-After`` on a 429 or 503 (seconds or an HTTP date, clamped to ``[0, retry_after_cap]``;
 malformed: ignored) replaces the retry schedule's delay. A response that failed by its status
 is still a response: the caller gets the last one when no retry is left, untouched (readable).
-A failed response whose request is retried is released before the retry's backoff sleep: a body
-of at most 64 KiB by its ``Content-Length`` is read first so the connection is reused, any other
-is closed unread (the connection dropped), so a retry sleeping out a ``Retry-After`` holds no
-connection of the pool. A hedge applies only to a request whose body is in memory (none, bytes,
-JSON, a url-encoded form): two attempts cannot read one stream or file at once. A request is
-retried only when a second attempt sends its body identically: in memory, or a multipart form
-whose files are bytes or can seek back (httpx renders the form again, each file from its start).
-Any other body (a generator, an async iterator, a file as ``content=``, a form file that cannot
-seek) is sent once: not retried, the first answer is the caller's. A
-refusal by a policy (``CircuitOpen``, ``RateLimited``, ``BulkheadFull``) is raised as itself.
-The breaker times an attempt up to its response headers.
+A failed response whose request is retried is released before the retry's backoff sleep: one
+with no body by HTTP (to a HEAD; a 1xx, 204 or 304), or a body of at most 64 KiB by its
+``Content-Length``, is read first so the connection is reused (for at most 0.1 s: a body not
+in by then is closed, its connection dropped), any other is closed unread, so a retry sleeping
+out a ``Retry-After`` holds no connection of the pool. A hedge applies only to a request whose
+body is in memory (none, bytes, JSON, a url-encoded form): two attempts cannot read one stream
+or file at once. A request is retried only when a second attempt sends its body identically:
+in memory, or a multipart form whose files are bytes or can seek back (httpx renders the form
+again, each file from its start). Any other body (a generator, an async iterator, a file as
+``content=``, a form file that cannot seek) is sent once: not retried, the first answer is the
+caller's. A refusal by a policy (``CircuitOpen``, ``RateLimited``, ``BulkheadFull``) is raised
+as itself. The breaker times an attempt up to its response headers.
 """
 
 from __future__ import annotations
 
 import operator
 import re
+import time
 from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any
 
@@ -36,13 +38,14 @@ try:
 except ImportError as exc:  # the optional extra is missing: say which one
     raise ImportError("stoic.httpx needs httpx: pip install 'stoic[httpx]'") from exc
 
+from . import _http
 from ._http import (
     DEFAULT_RETRY_AFTER_CAP,
     IDEMPOTENT_METHODS,
     HTTPPolicies,
     ServerError,
     TooManyRequests,
-    known_small,
+    drain_first,
     parse_retry_after,
     seekable,
 )
@@ -85,19 +88,52 @@ def _replayable(stream: object) -> bool:
                for field in stream.fields)  # type: ignore[attr-defined]
 
 
+def _request_of(response: httpx.Response) -> httpx.Request | None:
+    """The request a response answered: set by the attempt on every response it raises for
+    (a transport's response has none until the client sets it). ``None`` for a response some
+    stage failed after the attempt returned it (the drain then goes by its length alone)."""
+    try:
+        return response.request
+    except RuntimeError:
+        return None
+
+
 async def _drain_async(response: httpx.Response) -> None:
-    """Read a failed response's body known small (raw, dropped) before it is closed for a
-    retry's backoff: its connection goes back to the pool instead of being dropped."""
-    if known_small(response.headers.get("content-length")):
+    """Read a failed response (raw, dropped) before it is closed for a retry's backoff, when
+    :func:`stoic._http.drain_first` says so: its connection goes back to the pool instead of
+    being dropped. (The policies cut it off after ``DRAIN_TIMEOUT``.)"""
+    request = _request_of(response)
+    if drain_first("" if request is None else request.method, response.status_code,
+                   response.headers.get("content-length")):
         async for _ in response.aiter_raw():
             pass
 
 
 def _drain(response: httpx.Response) -> None:
-    """:func:`_drain_async` for the blocking transport."""
-    if known_small(response.headers.get("content-length")):
+    """:func:`_drain_async` for the blocking transport, which bounds its own time: each read
+    waits at most ``DRAIN_TIMEOUT`` (httpx's read timeout for the request, lowered for the drain
+    and put back after it, so a next attempt has the client's own), and no read starts once
+    that time is up. Either way the rest is left for the close, which drops the connection."""
+    request = _request_of(response)
+    if not drain_first("" if request is None else request.method, response.status_code,
+                       response.headers.get("content-length")):
+        return
+    bound = _http.DRAIN_TIMEOUT
+    extensions: dict[str, Any] = {} if request is None else request.extensions
+    timeouts = extensions.get("timeout")
+    read = timeouts.get("read") if isinstance(timeouts, dict) else None
+    extensions["timeout"] = {**(timeouts if isinstance(timeouts, dict) else {}),
+                             "read": bound if read is None else min(read, bound)}
+    try:
+        ends = time.monotonic() + bound
         for _ in response.iter_raw():
-            pass
+            if time.monotonic() >= ends:
+                break
+    finally:
+        if timeouts is None:
+            del extensions["timeout"]
+        else:
+            extensions["timeout"] = timeouts
 
 
 def by_host(request: httpx.Request) -> str:
@@ -176,7 +212,11 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
             status = response.status_code
             if status < ok_below:  # a success by the default rule: no call to check
                 return response
-            return policies.check(response, status, response.headers, key)
+            try:
+                return policies.check(response, status, response.headers, key)
+            except BaseException:
+                response.request = request  # (what a drain before the retry's backoff reads)
+                raise
 
         stream = request.stream
         return policies.run(key, request.method, attempt, made, _aclose,
@@ -226,7 +266,11 @@ class ResilientTransport(httpx.BaseTransport):
             status = response.status_code
             if status < ok_below:  # a success by the default rule: no call to check
                 return response
-            return policies.check(response, status, response.headers, key)
+            try:
+                return policies.check(response, status, response.headers, key)
+            except BaseException:
+                response.request = request  # (what a drain before the retry's backoff reads)
+                raise
 
         return policies.run_sync(key, request.method, attempt, made, _close,
                                  body_replayable=policies.retry is None or _replayable(request.stream),
