@@ -53,7 +53,9 @@ otel-floor: $(FLOOR_STAMP)
 	$(FLOOR)/bin/python -m pytest $(OTEL_TESTS)
 
 # The suite under the other CPython versions stoic supports (requires-python >= 3.11; `make test`
-# runs the machine's python3), each in its own .venv-X.Y; CI runs this after `make test`.
+# runs the machine's python3), each in its own .venv-X.Y. CI runs this after `make test`.
+# (STOIC_EAGER_TASKS=1 tools/test-pythons 3.13 runs it with every test's event loop starting
+# tasks eagerly: asyncio.eager_task_factory, 3.12+, a task's first step inside create_task.)
 OTHER_PYTHONS ?= 3.12 3.13
 test-pythons:
 	tools/test-pythons $(OTHER_PYTHONS)

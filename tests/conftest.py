@@ -74,3 +74,19 @@ def _no_admission_mark() -> Iterator[None]:
     token = _admission._admitted_at.set((None, -1))
     yield
     _admission._admitted_at.reset(token)
+
+
+if os.environ.get("STOIC_EAGER_TASKS"):  # (3.12+) every test's loop starts tasks eagerly
+    import asyncio
+    from collections.abc import Callable, Mapping
+
+    def _eager_loop() -> asyncio.AbstractEventLoop:
+        loop = asyncio.new_event_loop()
+        loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined,unused-ignore]
+        return loop
+
+    def pytest_asyncio_loop_factories(
+        config: pytest.Config, item: pytest.Item,
+    ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+        """pytest-asyncio's hook: the loops this test runs in (one, eager)."""
+        return {"eager": _eager_loop}

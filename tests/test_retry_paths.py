@@ -753,7 +753,10 @@ def test_functions_pickle_and_copy_by_reference_as_functions_do() -> None:
 
 
 async def test_a_tasks_repr_names_the_retry_coroutine_in_both_modes(aform: Callable[[Any], AsyncForm]) -> None:
+    go = asyncio.Event()
+
     async def op() -> int:
+        await go.wait()  # (pending, so the repr shows the coroutine even with an eager task factory)
         return 1
 
     task = asyncio.create_task(aform(THREE)(op))
@@ -761,6 +764,7 @@ async def test_a_tasks_repr_names_the_retry_coroutine_in_both_modes(aform: Calla
     # Retrying.execute's after the method)
     named = {_via_async_decorator: "op()", _via_execute: "Retrying.execute()"}.get(aform, "_run_async()")
     assert named in repr(task)
+    go.set()
     assert await task == 1
 
 
