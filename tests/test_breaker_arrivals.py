@@ -4,8 +4,8 @@ what a hostile caller found: every form (``execute``, ``call``, ``@breaker``), s
 from __future__ import annotations
 
 import asyncio
-import sys
 import os
+import sys
 import types
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator

@@ -601,7 +601,7 @@ def test_a_stop_iteration_leaving_the_awaitable_fails_as_it_would_leave_a_plain_
     # counting a failure in the first case and a success in the second.
     plain_run = reference()
     plain_run.send(None)
-    with pytest.raises(BaseException) as plain_caught:  # noqa: PT011 (whatever it is, match it)
+    with pytest.raises(BaseException) as plain_caught:
         plain_run.throw(StopIteration(5))
     expected = type(plain_caught.value)
     assert expected is (RuntimeError if sys.version_info < (3, 12) else StopIteration)

@@ -174,7 +174,7 @@ def _thrown_stop_into_a_fresh_coroutine() -> type[BaseException]:
     plain = _aboom()
     try:
         plain.throw(StopIteration)
-    except BaseException as error:  # noqa: BLE001 (whatever it is, stoic must match it)
+    except BaseException as error:
         return type(error)
     raise AssertionError("throw() into a fresh coroutine returned")
 
