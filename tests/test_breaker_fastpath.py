@@ -87,8 +87,9 @@ def test_quick_successes_skip_the_lock_at_one_call_per_10_ms_and_stay_exact(
         clock.t += 10 * MS
         breaker.call(lambda: None)
     # Below minimum_calls every success is judged under the lock; then a time window takes it
-    # once per bucket (6 s: 5 buckets in 30 s), a count window never again.
-    assert locked <= (5 + 6 if isinstance(window, TimeWindow) else 5)
+    # once per bucket (6 s: 5 buckets in 30 s), a count window once per slow_call_duration
+    # (10 s: its proof that a call was quick lasts that long from the step that placed it).
+    assert locked <= (5 + 6 if isinstance(window, TimeWindow) else 5 + 3)
     assert breaker._pending_quick() > 0  # counted without the lock: one integer, nothing stored per call
     expected = 10 if isinstance(window, CountWindow) else 2950
     assert breaker.snapshot.calls == expected
@@ -168,3 +169,44 @@ def test_a_retuned_slow_call_duration_applies_to_the_lock_free_path_at_once(
     slow()
     snap = breaker.snapshot
     assert (snap.calls, snap.slow_calls) == (3, 1)
+
+
+@pytest.mark.parametrize("window", [CountWindow(1000), TimeWindow(600)])
+def test_a_call_proven_quick_by_two_comparisons_is_never_a_slow_one(window: CountWindow | TimeWindow) -> None:
+    # The lock-free path proves a success quick when it started at or after _quick_from and
+    # ended before _defer_until, placed exactly slow_call_duration apart from a locked step. A
+    # count window (and a time window whose bucket outlasts slow_call_duration) places them from
+    # that step; each call below lasts just under, exactly at, or just over the slow limit, and
+    # starts at every offset from the pair's placement.
+    clock = StepClock()
+    breaker = CircuitBreaker(label="proof", window=window, minimum_calls=1, slow_call_duration=1.0,
+                             slow_call_rate_threshold=1.0, failure_rate_threshold=1.0, clock=clock)  # type: ignore[arg-type]
+    expected_slow = 0
+    calls = 0
+    for gap_ms in (0, 1, 400, 999, 1000, 1001, 2500):
+        for duration_ms in (0, 999, 1000, 1001, 3000):
+            clock.t += gap_ms * MS
+
+            def op(duration_ms: int = duration_ms) -> None:
+                clock.t += duration_ms * MS
+
+            breaker.call(op)
+            calls += 1
+            expected_slow += duration_ms > 1000  # slow: strictly longer than slow_call_duration
+    # A call in flight across the locked step that placed the pair started before it: timed by
+    # subtraction, so 1.4 s is slow even though it ends well inside the pair.
+    def inner_fails() -> None:
+        clock.t += 10 * MS
+        raise Boom("a failure takes the locked step, which places the pair")
+
+    def outer() -> None:
+        clock.t += 500 * MS
+        with pytest.raises(Boom):
+            breaker.call(inner_fails)
+        clock.t += 900 * MS
+
+    breaker.call(outer)
+    calls += 2
+    expected_slow += 1
+    snapshot = breaker.snapshot
+    assert (snapshot.calls, snapshot.failures, snapshot.slow_calls) == (calls, 1, expected_slow)

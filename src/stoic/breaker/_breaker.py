@@ -462,7 +462,7 @@ class CircuitBreaker:
                         self._defer_until = NEVER
                         self._fold_until = NEVER
                     else:
-                        self._defer(window)
+                        self._defer(window, end)
             elif recorded:
                 episode = self._episode
                 assert episode is not None
@@ -499,17 +499,27 @@ class CircuitBreaker:
         if pending:
             self._flush(pending, end)
 
-    def _defer(self, window: CountRing | TimeBuckets) -> None:
+    def _defer(self, window: CountRing | TimeBuckets, now: int) -> None:
         """Open the lock-free path for quick successes ending before the window allows (under the
-        lock). A success that started at or after ``_quick_from`` and ends before ``_defer_until``
-        took less than ``slow_call_duration`` (their difference is exactly that), so the fast path
-        needs two comparisons and no subtraction; one that started earlier (a count window's
-        ``_defer_until`` is forever) falls back to measuring its duration."""
+        lock; ``now`` is this step's clock reading). A success that started at or after
+        ``_quick_from`` and ends before ``_defer_until`` took less than ``slow_call_duration``
+        (their difference is exactly that), so the fast path needs two comparisons and no
+        subtraction; one that started earlier (in flight across this step) falls back to
+        measuring its duration.
+
+        When the window would allow longer than ``slow_call_duration`` from now (a count window
+        allows forever; a time window's bucket may outlast it), the pair is placed from now
+        instead: a call starting from now on is then proven quick without the subtraction, and
+        the first success ending past the pair takes this locked step once more (once per
+        ``slow_call_duration`` at most)."""
+        slow = self._slow_ns
         until = window.defer_until()
+        if until - slow > now:
+            until = now + slow
         # Closed while the pair changes: every state a fast path can read is valid (closed, or
         # the two instants exactly slow_call_duration apart).
         self._defer_until = NEVER
-        self._quick_from = until - self._slow_ns
+        self._quick_from = until - slow
         self._defer_until = until
         self._fold_until = FOREVER
 
@@ -719,7 +729,7 @@ class CircuitBreaker:
                 else:
                     calls, failures, slow = window.counts(now)
                     if not _metrics_state.enabled:
-                        self._defer(window)
+                        self._defer(window, now)
             elif state is _HALF_OPEN:
                 episode = self._episode
                 calls, failures, slow = (

@@ -26,9 +26,9 @@ or enabled metrics take the locked path, which records every call.
 
 "Quick" needs no subtraction in the common case: a success that started at or after
 ``_quick_from`` and ended before ``_defer_until`` (the locked path sets them exactly
-``slow_call_duration`` apart) cannot have been slow; one that started earlier (a call in flight
-across a locked step, or any call under a count window, whose ``_defer_until`` is forever) is
-timed against the breaker's current ``_slow_ns``, read live so that a retune applies at once.
+``slow_call_duration`` apart, from that step's instant when the window would allow longer) cannot
+have been slow; one that started earlier (a call in flight across a locked step) is timed
+against the breaker's current ``_slow_ns``, read live so that a retune applies at once.
 
 Under the GIL the fast path's last check and its ``next()`` run without a thread switch between
 them (CPython checks for a switch after a call completes, not on attribute loads, comparisons or
