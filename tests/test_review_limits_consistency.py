@@ -89,8 +89,8 @@ async def test_a_swallowed_cancel_request_does_not_stop_a_bulkhead_waiter(
     await held
     assert sink.of("bulkhead.rejected") == []
     # A real cancellation of a waiter with a stale count is still reported as one, once.
+    release.clear()  # before the holder starts (its first step may run inside create_task)
     held = asyncio.create_task(bulkhead.execute(holder))
-    release.clear()
     waiting = asyncio.create_task(caller())
     await settle()
     waiting.cancel()

@@ -48,6 +48,9 @@ async def failed_task_group() -> None:
     """Leave this task's ``cancelling()`` raised, as a failed TaskGroup does on Python 3.11 (and
     a library that swallows a cancel without ``uncancel()`` does on any version)."""
     async def child() -> None:
+        # Fail once the group is running (an eager task factory would run a child that fails
+        # at once inside create_task, shutting the group before its sibling is added).
+        await asyncio.sleep(0)
         raise ValueError("child failed")
 
     try:

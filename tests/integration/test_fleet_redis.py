@@ -676,6 +676,21 @@ async def test_state_changes_streams_what_this_replica_observes(server: RedisSer
     await b_store.aclose()
 
 
+async def test_flush_also_pushes_the_samples_recorded_while_a_push_was_under_way(server: RedisServer) -> None:
+    from stoic.fleet import SharedLatency
+
+    store = store_for(server)
+    digest = SharedLatency(store=store, label=fresh("flush-late"), interval=10.0, clock=VirtualClock())
+    estimate = digest.estimator(0.5)
+    estimate.add(80e6)  # the first sample starts a push
+    await asyncio.sleep(0)  # which has taken its batch (at once under an eager task factory)
+    for _ in range(99):
+        estimate.add(80e6)  # not due: counted locally, for the next push
+    assert await digest.flush()
+    assert abs(digest.samples - 100) < 1
+    await store.aclose()
+
+
 async def test_old_latencies_age_out_and_the_sketch_is_rescaled(
     server: RedisServer, raw: redis.asyncio.Redis,
 ) -> None:

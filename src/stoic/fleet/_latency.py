@@ -184,10 +184,16 @@ class SharedLatency:
 
     async def flush(self) -> bool:
         """Push this replica's counts and read the fleet's sketch now (one round trip); True when
-        the store answered. Waits for a push already under way instead of starting another."""
+        the store answered. Waits for a push already under way, then pushes the counts recorded
+        after it took its batch, if any."""
         task = self._task
         if task is not None and not task.done():
-            return await asyncio.shield(task)
+            answered = await asyncio.shield(task)
+            # A push takes its batch in its first step (inside create_task under an eager task
+            # factory): samples recorded since are still pending.
+            with self._lock:
+                if not self._pending:
+                    return answered
         with self._lock:
             self._busy = True
             self._due = self._clock.now_ns() + self._interval_ns
