@@ -53,12 +53,13 @@ otel-floor: $(FLOOR_STAMP)
 	$(FLOOR)/bin/python -m pytest $(OTEL_TESTS)
 
 # The suite under the other CPython versions stoic supports (requires-python >= 3.11; `make test`
-# runs the machine's python3), each in its own .venv-X.Y. CI runs this after `make test`.
-# (STOIC_EAGER_TASKS=1 tools/test-pythons 3.13 runs it with every test's event loop starting
-# tasks eagerly: asyncio.eager_task_factory, 3.12+, a task's first step inside create_task.)
+# runs the machine's python3), each in its own .venv-X.Y, then once more under the newest with
+# every test's event loop starting tasks eagerly (asyncio.eager_task_factory, 3.12+: a task's
+# first step runs inside create_task). CI runs this after `make test`.
 OTHER_PYTHONS ?= 3.12 3.13
 test-pythons:
 	tools/test-pythons $(OTHER_PYTHONS)
+	STOIC_EAGER_TASKS=1 tools/test-pythons $(lastword $(OTHER_PYTHONS))
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
