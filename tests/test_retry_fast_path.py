@@ -368,7 +368,8 @@ class TestInAttemptMark:
         assert [await task for task in started] == [False, False]
         # The sync attempt had ended before its child first ran, unless tasks start eagerly
         # (3.12's eager_task_factory: the child's first step runs inside create_task).
-        eager = asyncio.get_running_loop().get_task_factory() is getattr(asyncio, "eager_task_factory", None)
+        factory = asyncio.get_running_loop().get_task_factory()
+        eager = factory is not None and factory is getattr(asyncio, "eager_task_factory", None)
         assert during == [eager, True]
 
     async def test_a_retry_in_a_task_outliving_the_attempt_that_made_it_retries_in_full(

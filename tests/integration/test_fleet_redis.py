@@ -9,6 +9,7 @@ connections in this process: a new object is exactly what a new process builds.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import subprocess
 import sys
@@ -261,13 +262,20 @@ async def test_redis_killed_then_restarted(tmp_path: Path) -> None:
             slowest = 0.0
             end = time.monotonic() + 1.0
             calls = 0
-            while time.monotonic() < end:
-                start = time.monotonic()
-                await asyncio.wait_for(limiter.acquire(), 1.0)  # fails open to the local bucket
-                assert await asyncio.wait_for(shared.execute(ok), 1.0) == "ok"
-                slowest = max(slowest, time.monotonic() - start)
-                calls += 1
-                await asyncio.sleep(0.002)
+            # The collector off while timing: a full collection of the whole suite's heap took
+            # ~200 ms once under load, which is the interpreter's pause, not a store budget.
+            gc.collect()
+            gc.disable()
+            try:
+                while time.monotonic() < end:
+                    start = time.monotonic()
+                    await asyncio.wait_for(limiter.acquire(), 1.0)  # fails open to the local bucket
+                    assert await asyncio.wait_for(shared.execute(ok), 1.0) == "ok"
+                    slowest = max(slowest, time.monotonic() - start)
+                    calls += 1
+                    await asyncio.sleep(0.002)
+            finally:
+                gc.enable()
             assert slowest < 0.02 * 2 + 0.15  # two store budgets at most, plus slack for a loaded machine
             assert shared.degraded
             errors = sink.of("fleet.store_error")
