@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
 import pytest
 from _threads import eventually, process_wide_sink  # noqa: F401  (the process-wide `sink` fixture)
 
+import stoic
 from stoic import BulkheadFull, DeadlineExceeded
 from stoic.bulkhead import BlockingBulkhead
-from stoic.testing import RecordingSink
+from stoic.testing import RecordingSink, VirtualClock
 
 
 class Holder(threading.Thread):
@@ -140,3 +142,46 @@ def test_contending_threads_never_exceed_the_limit() -> None:
     assert 1 <= most <= 3
     assert len(errors) == 50  # the operation's own errors propagate, unchanged
     assert (bulkhead.active_count, bulkhead.queued_count) == (0, 0)
+
+
+HOUR_NS = 3_600 * 1_000_000_000
+
+
+@pytest.mark.parametrize("bound", ["timeout", "deadline"])
+@pytest.mark.parametrize("managed", [False, True], ids=["fifo", "queue-managed"])
+def test_a_waiters_time_limit_on_a_virtual_clock_ends_when_virtual_time_reaches_it(managed: bool, bound: str) -> None:
+    # Seen failing before the fix: the waiter slept its hour in real seconds, so moving virtual
+    # time past it did not end the wait (the waiter was still queued at the join).
+    clock = VirtualClock()
+    extra = {"prioritized": True} if managed else {}
+    bulkhead = BlockingBulkhead(1, queue_limit=1, label="virtual", clock=clock, **extra)  # type: ignore[arg-type]
+    bulkhead.acquire()
+    outcome: list[BaseException | None] = []
+
+    async def under_deadline() -> None:
+        async with stoic.timeout(3_600.0, clock=clock):
+            bulkhead.acquire()
+
+    def wait() -> None:
+        try:
+            if bound == "timeout":
+                bulkhead.acquire(timeout=3_600.0)
+            else:
+                asyncio.run(under_deadline())  # (no timer fires: the deadline is seen to pass)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    try:
+        eventually(lambda: bulkhead.queued_count == 1)
+        clock._set_now(HOUR_NS - 1)  # woken, one nanosecond left: it waits on
+        clock._set_now(HOUR_NS)
+        waiter.join(5)
+        assert len(outcome) == 1 and isinstance(outcome[0], DeadlineExceeded)
+        assert (bulkhead.active_count, bulkhead.queued_count) == (1, 0) and clock._blocked == {}
+    finally:
+        bulkhead.release()  # (frees the waiter, if still asleep)
+        waiter.join(5)
+    assert bulkhead.active_count == 0  # the slot was not handed to the waiter that left

@@ -3,8 +3,8 @@
 Seed 000, "Bulkhead": at most ``max_concurrent`` run, ``queue_limit`` more wait FIFO, the next is
 refused; a waiter that leaves (cancelled, timed out, cut by a deadline, interrupted) never takes
 a slot and never gives back one it did not hold. The blocking bulkhead is driven on a virtual
-clock that only the test moves; its waiters recheck that clock at least every ``timeout``
-seconds of real time, so the timeouts used here are a few hundredths of a second.
+clock that only the test moves; a waiting thread is woken as that clock moves, so a step of
+virtual time past a timeout ends the wait at once, with no real waiting.
 """
 
 from __future__ import annotations
@@ -256,7 +256,7 @@ def test_a_blocking_waiter_gives_up_exactly_at_its_timeout_and_never_takes_the_s
     waiter.start()
     queued(bulkhead, 1)
     clock.step(0.019)
-    time.sleep(0.06)  # several rechecks of the clock: one millisecond is still left
+    time.sleep(0.06)  # woken by the step, time to leave wrongly: one millisecond is still left
     assert waiter.error is None and bulkhead.queued_count == 1
     clock.step(0.001)
     waiter.join(5)
@@ -357,6 +357,7 @@ def test_an_interrupted_blocking_waiter_leaves_the_queue_without_giving_back_a_s
     second.start()
     queued(bulkhead, 2)
     clock.interrupted.add(first)
+    clock.step(0)  # wakes the waiters: "first" reads the clock, and is interrupted
     first.join(5)
     assert isinstance(first.error, KeyboardInterrupt)
     assert (bulkhead.active_count, bulkhead.queued_count) == (1, 1)  # still held by the main thread
@@ -831,7 +832,7 @@ def test_a_blocking_waiter_one_nanosecond_before_its_timeout_still_waits_and_tak
     waiter.start()
     queued(bulkhead, 1)
     clock.step(0.02 - 1e-9)
-    time.sleep(0.06)  # several rechecks of the clock: one nanosecond is still left
+    time.sleep(0.06)  # woken by the step, time to leave wrongly: one nanosecond is still left
     assert waiter.error is None and bulkhead.queued_count == 1
     bulkhead.release()
     eventually(lambda: waiter.entered_at is not None)
@@ -1152,6 +1153,7 @@ def test_an_interrupted_managed_blocking_waiter_leaves_the_queue_without_giving_
     second.start()
     queued(bulkhead, 2)
     clock.interrupted.add(first)
+    clock.step(0)  # wakes the waiters: "first" reads the clock, and is interrupted
     first.join(5)
     assert isinstance(first.error, KeyboardInterrupt)
     assert (bulkhead.in_use, bulkhead.queued) == (1, 1)

@@ -11,6 +11,7 @@ import asyncio
 import random
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 from _threads import eventually, process_wide_sink  # noqa: F401  (the process-wide `sink` fixture)
@@ -283,39 +284,87 @@ def test_an_arrival_that_may_not_wait_displaces_nobody() -> None:
 # --- deadlines at wake, and the grant/interrupt race ---
 
 
-def test_a_waiter_whose_deadline_passed_is_failed_at_wake_not_granted(sink: RecordingSink) -> None:
-    clock = VirtualClock()
-    bulkhead = BlockingBulkhead(1, queue_limit=5, prioritized=True, label="d", clock=clock)
-    gate = Gate()
-    first = arrive(bulkhead, gate, "first")
-    late = arrive(bulkhead, gate, "late", timeout=5.0)  # (its own wait rechecks after 5 real seconds)
-    after = arrive(bulkhead, gate, "after")
-    step(clock, 5.0)  # the release runs in the instant the deadline passes, before the waiter looks
-    gate.open("first")
-    late.join(10)
-    assert isinstance(late.error, DeadlineExceeded) and "late" not in gate.started
-    eventually(lambda: "after" in gate.started)  # the slot went to the next waiter
-    finish(first, after)
-    (event,) = shed_events(sink, "deadline_exceeded")
-    assert event["sojourn"] == 5.0 and event["criticality"] == "normal"
-    assert (bulkhead.in_use, bulkhead.queued) == (0, 0)
+class HeldCondition(threading.Condition):
+    """A condition whose waiter, while the test has it ``held``, does not come back from its
+    wait, whatever wakes it (a hand-over, a move of virtual time, a re-check): the test decides
+    when it next looks at its slot and its clock. Read and set under the condition's lock."""
+
+    held = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        woken = super().wait(timeout)
+        while self.held:
+            super().wait()
+        return woken
 
 
-def test_plain_blocking_bulkhead_fails_a_woken_waiter_whose_time_ran_out(sink: RecordingSink) -> None:
-    clock = VirtualClock()
-    bulkhead = BlockingBulkhead(1, queue_limit=5, label="d", clock=clock)
+class _ThreadingWithHeldWaits:
+    """The ``threading`` module as the bulkhead sees it, with conditions the test can hold."""
+
+    Condition = HeldCondition
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(threading, name)
+
+
+def handed_over_after_its_time_ran_out(bulkhead: BlockingBulkhead, clock: VirtualClock, *, passed_over: bool) -> None:
+    """"late" (timeout 5 s) waits behind "first", "after" behind it; "late" is held in its wait
+    while its time runs out and "first" releases, then let go. Sequenced on the bulkhead's lock
+    and virtual time, not on real time: the release always comes before "late" looks.
+    ``passed_over``: the release itself sees the deadline and gives the slot to "after" at once;
+    else it hands the slot to "late", which gives it up when it wakes."""
     gate = Gate()
     first = arrive(bulkhead, gate, "first")
     late = arrive(bulkhead, gate, "late", timeout=5.0)
+    with bulkhead._lock:
+        (waiter,) = bulkhead._waiters
+        cond = waiter.cond
+        assert isinstance(cond, HeldCondition)
+        cond.held = True
     after = arrive(bulkhead, gate, "after")
-    step(clock, 5.0)
-    gate.open("first")  # hands the slot to "late", whose time has just run out
+    step(clock, 5.0)  # its time runs out: woken by the move of time, but held before it looks
+    assert late.is_alive() and bulkhead.queued_count == 2
+    gate.open("first")  # the release reaches "late", which has not looked yet
+    eventually(lambda: not waiter.queued)  # taken off the queue by the release
+    assert late.is_alive() and "late" not in gate.started
+    if passed_over:
+        eventually(lambda: "after" in gate.started)
+    else:
+        assert bulkhead.queued_count == 1 and "after" not in gate.started  # "late" holds it, asleep
+    with cond:
+        cond.held = False
+        cond.notify_all()
     late.join(10)
     assert isinstance(late.error, DeadlineExceeded) and "late" not in gate.started
-    eventually(lambda: "after" in gate.started)  # passed on, not lost
+    eventually(lambda: "after" in gate.started)  # the slot went to the next waiter, not lost
     finish(first, after)
-    assert [e["reason"] for e in shed_events(sink, "deadline_exceeded")] == ["deadline_exceeded"]
     assert (bulkhead.in_use, bulkhead.queued) == (0, 0)
+
+
+@pytest.fixture
+def held_waits() -> Iterator[None]:
+    bulkhead_module.threading = _ThreadingWithHeldWaits()  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        bulkhead_module.threading = threading
+
+
+@pytest.mark.usefixtures("held_waits")
+def test_a_waiter_whose_deadline_passed_is_failed_at_wake_not_granted(sink: RecordingSink) -> None:
+    clock = VirtualClock()
+    bulkhead = BlockingBulkhead(1, queue_limit=5, prioritized=True, label="d", clock=clock)
+    handed_over_after_its_time_ran_out(bulkhead, clock, passed_over=True)  # (the rules see its deadline)
+    (event,) = shed_events(sink, "deadline_exceeded")
+    assert event["sojourn"] == 5.0 and event["criticality"] == "normal"
+
+
+@pytest.mark.usefixtures("held_waits")
+def test_plain_blocking_bulkhead_fails_a_woken_waiter_whose_time_ran_out(sink: RecordingSink) -> None:
+    clock = VirtualClock()
+    bulkhead = BlockingBulkhead(1, queue_limit=5, label="d", clock=clock)
+    handed_over_after_its_time_ran_out(bulkhead, clock, passed_over=False)  # fails at wake, passes it on
+    assert [e["reason"] for e in shed_events(sink, "deadline_exceeded")] == ["deadline_exceeded"]
 
 
 @pytest.mark.parametrize("options", [{"queue_target": 0.01}, {"prioritized": True}, {"queue_adaptive_lifo": True}])

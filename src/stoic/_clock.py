@@ -90,6 +90,25 @@ def wait_seconds(ns: int) -> float:
     return seconds if seconds < _MAX_SLEEP else _MAX_SLEEP
 
 
+def wait_on_clock(clock: Clock, cond: threading.Condition, when_ns: int) -> bool:
+    """Wait on ``cond`` (its lock held by the caller) until it is notified or ``clock`` reaches
+    ``when_ns``, if the clock allows; it may also return early, so the caller re-checks what it
+    waits for after every wake-up. True when it waited so (or ``when_ns`` has come already).
+
+    On the system clock a timed wait. On a clock offering ``_wait_blocking(cond, when_ns)``
+    (``stoic.testing.VirtualClock``) until notified or its time moves, so a timeout on virtual
+    time ends when virtual time reaches it, with no real waiting. False at once on any other
+    clock (or a VirtualClock that redefines its blocking sleep): the caller waits its own way."""
+    left = when_ns - clock.now_ns()
+    if left <= 0:
+        return True
+    if type(clock) is SystemClock:
+        cond.wait(wait_seconds(left))  # (capped: threading refuses longer waits)
+        return True
+    clock_wait = getattr(clock, "_wait_blocking", None)
+    return clock_wait is not None and bool(clock_wait(cond, when_ns))
+
+
 SYSTEM_CLOCK = SystemClock()
 
 _CLOCK_METHODS = ("now_ns", "call_at", "sleep_until", "sleep_until_blocking")

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _deadline, _metrics, _source
 from ._admission import admitted_after_wait
-from ._clock import Clock, SystemClock, resolve_clock, wait_seconds
+from ._clock import Clock, SystemClock, resolve_clock, wait_on_clock, wait_seconds
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
@@ -657,15 +657,10 @@ class BlockingRateLimiter(_TokenBucket):
                 if give_up is not None and when > give_up:
                     self._leave(waiter)
                     return -1
-                # On the condition, so that a retune can wake it to pay the new price now (the
-                # loop recomputes the wait however it wakes): on the system clock a timed wait; a
-                # VirtualClock (_wait_blocking) wakes it as its time moves. Another clock (or a
-                # VirtualClock redefining its blocking sleep) is slept through, uninterruptible.
-                if type(self._clock) is SystemClock:
-                    waiter.cond.wait(wait_seconds(wait))
-                    continue
-                clock_wait = getattr(self._clock, "_wait_blocking", None)
-                if clock_wait is None or not clock_wait(waiter.cond, when):
+                # On the condition (the system clock, a VirtualClock), so that a retune can wake
+                # it to pay the new price now (the loop recomputes the wait however it wakes);
+                # another clock is slept through with its own blocking sleep, uninterruptible.
+                if not wait_on_clock(self._clock, waiter.cond, when):
                     self._lock.release()
                     try:
                         self._clock.sleep_until_blocking(when)
