@@ -276,6 +276,54 @@ def test_a_member_that_lived_and_died_between_two_scrapes_still_counts() -> None
         stoic_prometheus.uninstrument(collector, registry)
 
 
+def test_a_collector_nobody_scrapes_keeps_one_set_of_figures_per_label_however_many_members_die() -> None:
+    # Before, each dead member's figures were queued for every collector until its next
+    # collection: a client built per request, with a collector never (or rarely) scraped, grew
+    # without bound. Now they are summed per label at death; nothing is lost at the scrape.
+    from stoic import _metrics
+
+    _metrics.enable()
+    collector = _metrics.Collector()
+    resident = CircuitBreaker(label="churn")
+    resident.call(lambda: None)
+    for _ in range(2_000):
+        passing = CircuitBreaker(label="churn")
+        passing.call(lambda: None)
+        del passing
+    for i in range(50):
+        gone = CircuitBreaker(label=f"gone-{i}")
+        gone.call(lambda: None)
+        del gone
+    gc.collect()
+    assert len(collector._dead) == 0
+    assert sorted(label for _, label in collector._buried) == sorted(["churn", *(f"gone-{i}" for i in range(50))])
+    calls = dict(next(samples for spec, samples in collector.collect() if spec.name == "stoic.breaker.calls"))
+    assert calls[("churn", "success")] == 2_001
+    assert not [attrs for attrs in calls if attrs[0].startswith("gone-")]  # (no live member: gone)
+    assert collector._buried == {}
+    del resident
+
+
+def test_a_member_dying_while_its_collector_is_busy_is_kept_for_the_next_collection() -> None:
+    # The cycle collector may run a recorder's death callback while the collector's lock is
+    # held (inside collect(), or in another thread): the figures then wait as they came.
+    from stoic import _metrics
+
+    _metrics.enable()
+    collector = _metrics.Collector()
+    resident = CircuitBreaker(label="busy")
+    resident.call(lambda: None)
+    passing = CircuitBreaker(label="busy")
+    passing.call(lambda: None)
+    with collector._lock:
+        del passing
+        gc.collect()
+        assert len(collector._dead) == 1 and collector._buried == {}
+    calls = dict(next(samples for spec, samples in collector.collect() if spec.name == "stoic.breaker.calls"))
+    assert calls[("busy", "success")] == 2
+    del resident
+
+
 class _Interrupt(BaseException):
     """Not an Exception: a sink raising it is an interruption, not a failing sink."""
 

@@ -186,7 +186,7 @@ def _died(ref: weakref.ref[Recorder], figures: dict[weakref.ref[Recorder], Any] 
     entry = figures.pop(ref, None)
     if entry is not None and (entry[1][0] or entry[1][1]):
         for collector in list(collectors):
-            collector._dead.append(entry)
+            collector._bury(entry)
 
 
 def count_shared(kind: str, label: str, key: tuple[str, ...]) -> None:
@@ -345,6 +345,15 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _add(into: Recorder, figures: _Figures) -> None:
+    """Add one recorder's ``(counters, histograms)`` into ``into``."""
+    counters, histograms = figures
+    for name, n in list(counters.items()):
+        into.count(name, n)
+    for name, histogram in list(histograms.items()):
+        into.histogram(name).merge(histogram)
+
+
 class Collector:
     """Reads every live recorder and policy at once: ``collect()`` -> ``[(spec, samples)]``.
 
@@ -362,10 +371,13 @@ class Collector:
     a policy of that kind and label lives (otherwise Prometheus would read the drop as a
     counter reset, and ``rate()`` would spike). When the last one goes, the label's series go.
     A member that lived and died between two collections counts too: each recorder's figures
-    reach every collector at its death (a reference to them, not a copy). So the state kept
-    between collections is the labels reported last time, the figures of the members dead
-    since the last one, and the summed figures of dead members of labels still alive: nothing
-    grows with labels no longer seen.
+    reach every collector at its death, summed there per (kind, label), so however many members
+    die between two collections (a client built per request, a collector nobody scrapes) what
+    waits is one set of figures per label, for at most ``10 * max_labels`` labels (the figures
+    of further labels dead in the same interval are dropped: beyond the cap they would have
+    been summed into the overflow series anyway). So the state kept between collections is the
+    labels reported last time, the summed figures of the members dead since the last one, and
+    those of dead members of labels still alive: nothing grows with labels no longer seen.
     """
 
     def __init__(self, max_labels: int = DEFAULT_MAX_LABELS) -> None:
@@ -378,28 +390,50 @@ class Collector:
         self._kept: dict[str, set[str]] = {}
         self._warned: set[str] = set()
         self._failed: set[tuple[str, str]] = set()
-        # The figures of recorders that died since the last collection (stoic._metrics._died).
+        # The figures of recorders that died since the last collection (stoic._metrics._died):
+        # summed per (kind, label) in _buried, or, when the lock was held as one died (the cycle
+        # collector may run anywhere, even inside collect()), kept as they came in _dead.
+        self._buried: dict[tuple[str, str], Recorder] = {}
         self._dead: list[tuple[tuple[str, str], _Figures]] = []
         # The figures of dead recorders whose (kind, label) still has a live one.
         self._retired: dict[tuple[str, str], Recorder] = {}
         _collectors.add(self)
+
+    def _bury(self, entry: tuple[tuple[str, str], _Figures]) -> None:
+        """Take a dead recorder's figures (from :func:`_died`, which may run inside the cycle
+        collector in any thread): summed into :attr:`_buried` when the lock is free, else kept
+        as they came until the next collection (never a blocking wait: this thread may hold it)."""
+        if not self._lock.acquire(blocking=False):
+            self._dead.append(entry)  # (atomic)
+            return
+        try:
+            key, figures = entry
+            buried = self._buried.get(key)
+            if buried is None:
+                if len(self._buried) >= 10 * self.max_labels:
+                    return
+                buried = self._buried[key] = Recorder(*key)
+            _add(buried, figures)
+        finally:
+            self._lock.release()
 
     def _retire(self, current: list[Recorder]) -> list[Recorder]:
         """Fold the figures of recorders that died since the last collection into
         :attr:`_retired` when their (kind, label) still has a live recorder; forget the rest."""
         alive = {(rec.kind, rec.label) for rec in current}
         dead = self._dead
+        buried, self._buried = self._buried, {}
         while dead:
-            key, (counters, histograms) = dead.pop()
+            key, figures = dead.pop()
+            buried.setdefault(key, Recorder(*key))
+            _add(buried[key], figures)
+        for key, figures_of in buried.items():
             if key not in alive:
                 continue
             retired = self._retired.get(key)
             if retired is None:
                 retired = self._retired[key] = Recorder(*key)
-            for name, n in list(counters.items()):
-                retired.count(name, n)
-            for name, histogram in list(histograms.items()):
-                retired.histogram(name).merge(histogram)
+            _add(retired, (figures_of.counters, figures_of.histograms))
         for key in [key for key in self._retired if key not in alive]:
             del self._retired[key]
         return [*current, *self._retired.values()]
