@@ -101,3 +101,25 @@ def test_an_integer_beyond_64_bits_reaches_the_log_record_as_a_float(logs):
     assert stoic.RateLimiter(1, label="huge").try_acquire(-(2**64) + 2**70) is False
     (record,) = records(exporter)
     assert isinstance(record.attributes["permits"], float) and isinstance(record.attributes["burst"], int)
+
+
+def test_a_defect_record_carries_the_exception_being_handled(logs):
+    # LoggingSink and StructlogSink attach the exception to error-level events; the OTel log
+    # record had only error.type, so a backend showed a defect with no message or traceback.
+    import stoic
+
+    exporter, _ = logs
+    breaker = stoic.CircuitBreaker(label="defect-otel")
+
+    def buggy() -> None:
+        raise stoic.Defect("invariant broken")
+
+    with pytest.raises(stoic.Defect):
+        breaker.call(buggy)
+    breaker.force_open()  # a WARNING event, nothing being handled: no exception attributes
+    by_name = {r.event_name: r for r in records(exporter)}
+    defect = by_name["breaker.defect"].attributes
+    assert defect["exception.type"] == "Defect"
+    assert defect["exception.message"] == "invariant broken"
+    assert "in buggy" in defect["exception.stacktrace"] and "Defect: invariant broken" in defect["exception.stacktrace"]
+    assert "exception.type" not in by_name["breaker.opened"].attributes

@@ -6,7 +6,9 @@ Span events are being deprecated upstream in favour of log records that carry ``
 
 from __future__ import annotations
 
+import sys
 import time
+import traceback
 
 from opentelemetry._logs import LoggerProvider, SeverityNumber, get_logger_provider
 
@@ -28,7 +30,9 @@ class LogEventSink:
 
     The record has ``event_name`` set to the stoic event's name, the severity of its level
     (DEBUG, INFO, WARN, ERROR), the event's attributes plus ``stoic.label``, and the event name
-    as its body (what log viewers show as the line). It is emitted in the current context, so
+    as its body (what log viewers show as the line). An error-level event emitted while an
+    exception is being handled (``breaker.defect``, ``retry.defect``) also carries
+    ``exception.type``, ``exception.message`` and ``exception.stacktrace``. It is emitted in the current context, so
     an SDK correlates it with the active span. Its timestamp is the wall-clock time of the
     decision (the sink runs when the policy decides), never the event's ``time_ns``, which is
     an instant on the policy's monotonic, possibly virtual, clock. ``logger_provider`` defaults to the global one
@@ -44,9 +48,19 @@ class LogEventSink:
 
     def emit(self, event: Event) -> None:
         number, text = _SEVERITY.get(event.level, (SeverityNumber.INFO, "INFO"))
+        made = attributes(event)
+        if event.level >= Level.ERROR:
+            # An error-level event emitted while an exception is handled (breaker.defect,
+            # retry.defect) carries it, as LoggingSink and StructlogSink do: OTel's exception
+            # attributes (semantic conventions), so a backend shows the type and traceback.
+            error = sys.exc_info()[1]
+            if error is not None:
+                made["exception.type"] = type(error).__qualname__
+                made["exception.message"] = str(error)
+                made["exception.stacktrace"] = "".join(traceback.format_exception(error))
         self._logger.emit(
             timestamp=time.time_ns(), event_name=event.name, severity_number=number, severity_text=text,
-            body=event.name, attributes=attributes(event),
+            body=event.name, attributes=made,
         )
 
     def __repr__(self) -> str:
