@@ -212,3 +212,33 @@ def test_a_blocked_thread_waits_for_the_deficit_not_the_request() -> None:
     second.join(5)
     assert log == [("one", 0.0), ("three", 1.0)]
     assert first.error is None and second.error is None
+
+
+def test_a_queued_waiters_timeout_on_a_virtual_clock_ends_when_virtual_time_reaches_it() -> None:
+    # A waiter behind the head slept its timeout on its condition in real seconds, so moving
+    # virtual time past it did not end the wait while the head still waited (here: a retune to a
+    # far slower rate after the second waiter was admitted). Seen failing before the fix (the
+    # waiter still asleep at the join).
+    clock = VirtualClock()
+    limiter = BlockingRateLimiter(1, per=1.0, burst=1, label="queued-virtual", clock=clock)
+    limiter.acquire()
+    log: list[tuple[str, float]] = []
+    head = Worker(limiter, clock, "head", log)
+    head.start()
+    eventually(lambda: limiter.waiter_count == 1)
+    late = Worker(limiter, clock, "late", log, timeout=3_600.0)  # admitted: served at 2 s
+    late.start()
+    eventually(lambda: limiter.waiter_count == 2)
+    limiter._retune(rate=1, per=100_000.0)  # the head now waits ~100,000 s
+    try:
+        clock._set_now(3_600 * 1_000_000_000 - 1)  # one nanosecond left: it waits on
+        clock._set_now(3_600 * 1_000_000_000)
+        late.join(5)
+        assert not late.is_alive() and isinstance(late.error, DeadlineExceeded)
+        assert limiter.waiter_count == 1 and log == []
+    finally:
+        limiter._retune(rate=1_000_000, per=1.0)  # (serves the head, if still asleep)
+        advance(clock, 1.0)
+        head.join(5)
+        late.join(5)
+    assert head.error is None and [name for name, _ in log] == ["head"]

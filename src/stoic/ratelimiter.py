@@ -646,7 +646,10 @@ class BlockingRateLimiter(_TokenBucket):
                     if left <= 0:
                         self._leave(waiter)
                         return -1
-                    waiter.cond.wait(wait_seconds(left))  # (capped: threading refuses longer waits)
+                    # On a VirtualClock woken as its time moves (a timeout on virtual time, as
+                    # the head's and a blocking bulkhead waiter's); else a timed wait.
+                    if not wait_on_clock(self._clock, waiter.cond, give_up):
+                        waiter.cond.wait(wait_seconds(left))  # (capped: threading refuses longer waits)
             while True:
                 now = self._now()
                 wait = self._serve_head(now, permits * self._cost)  # (the price may be retuned meanwhile)
