@@ -407,26 +407,29 @@ class Collector:
             self._dead.append(entry)  # (atomic)
             return
         try:
-            key, figures = entry
-            buried = self._buried.get(key)
-            if buried is None:
-                if len(self._buried) >= 10 * self.max_labels:
-                    return
-                buried = self._buried[key] = Recorder(*key)
-            _add(buried, figures)
+            self._sum_dead(entry)
         finally:
             self._lock.release()
+
+    def _sum_dead(self, entry: tuple[tuple[str, str], _Figures]) -> None:
+        """Sum a dead recorder's figures into :attr:`_buried` (under the lock), for at most
+        ``10 * max_labels`` labels."""
+        key, figures = entry
+        buried = self._buried.get(key)
+        if buried is None:
+            if len(self._buried) >= 10 * self.max_labels:
+                return
+            buried = self._buried[key] = Recorder(*key)
+        _add(buried, figures)
 
     def _retire(self, current: list[Recorder]) -> list[Recorder]:
         """Fold the figures of recorders that died since the last collection into
         :attr:`_retired` when their (kind, label) still has a live recorder; forget the rest."""
         alive = {(rec.kind, rec.label) for rec in current}
         dead = self._dead
-        buried, self._buried = self._buried, {}
         while dead:
-            key, figures = dead.pop()
-            buried.setdefault(key, Recorder(*key))
-            _add(buried[key], figures)
+            self._sum_dead(dead.pop())
+        buried, self._buried = self._buried, {}
         for key, figures_of in buried.items():
             if key not in alive:
                 continue
