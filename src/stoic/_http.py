@@ -460,7 +460,7 @@ def bodiless(method: str, status: int) -> bool:
     """Whether a response has no body by HTTP, whatever its headers say (RFC 9110 6.4.1): the
     answer to a HEAD (its ``Content-Length`` is what a GET's body would be), a 1xx, a 204 or a
     304. Reading one takes nothing from the connection; it only marks the connection reusable."""
-    return status < 200 or status == 204 or status == 304 or method == "HEAD" or method.upper() == "HEAD"
+    return status < 200 or status == 204 or status == 304 or method.upper() == "HEAD"
 
 
 def drain_first(method: str, status: int, content_length: str | None) -> bool:

@@ -98,13 +98,17 @@ def _request_of(response: httpx.Response) -> httpx.Request | None:
         return None
 
 
+def _drains(response: httpx.Response, request: httpx.Request | None) -> bool:
+    """:func:`stoic._http.drain_first` for ``response`` (the answer to ``request``, if known)."""
+    return drain_first("" if request is None else request.method, response.status_code,
+                       response.headers.get("content-length"))
+
+
 async def _drain_async(response: httpx.Response) -> None:
     """Read a failed response (raw, dropped) before it is closed for a retry's backoff, when
     :func:`stoic._http.drain_first` says so: its connection goes back to the pool instead of
     being dropped. (The policies cut it off after ``DRAIN_TIMEOUT``.)"""
-    request = _request_of(response)
-    if drain_first("" if request is None else request.method, response.status_code,
-                   response.headers.get("content-length")):
+    if _drains(response, _request_of(response)):
         async for _ in response.aiter_raw():
             pass
 
@@ -115,8 +119,7 @@ def _drain(response: httpx.Response) -> None:
     and put back after it, so a next attempt has the client's own), and no read starts once
     that time is up. Either way the rest is left for the close, which drops the connection."""
     request = _request_of(response)
-    if not drain_first("" if request is None else request.method, response.status_code,
-                       response.headers.get("content-length")):
+    if not _drains(response, request):
         return
     bound = _http.DRAIN_TIMEOUT
     extensions: dict[str, Any] = {} if request is None else request.extensions
