@@ -123,17 +123,24 @@ class StallingClock(VirtualClock):
         super().sleep_until_blocking(when_ns)
 
 
-def test_a_waiter_still_unserved_at_its_timeout_leaves_without_consuming(sink: RecordingSink) -> None:
-    clock = StallingClock()
-    limiter = BlockingRateLimiter(100, per=1.0, burst=1, label="t", clock=clock)
+def _head_and_late(limiter: BlockingRateLimiter, clock: VirtualClock, log: list[tuple[str, float]],
+                   timeout: float) -> tuple[Worker, Worker]:
+    """A head waiting for a permit of an emptied bucket, then a late waiter queued behind it."""
     limiter.acquire()
-    log: list[tuple[str, float]] = []
     head = Worker(limiter, clock, "head", log)
     head.start()
     eventually(lambda: limiter.waiter_count == 1)
-    late = Worker(limiter, clock, "late", log, timeout=0.025)  # admitted: served at 20 ms
+    late = Worker(limiter, clock, "late", log, timeout=timeout)
     late.start()
     eventually(lambda: limiter.waiter_count == 2)
+    return head, late
+
+
+def test_a_waiter_still_unserved_at_its_timeout_leaves_without_consuming(sink: RecordingSink) -> None:
+    clock = StallingClock()
+    limiter = BlockingRateLimiter(100, per=1.0, burst=1, label="t", clock=clock)
+    log: list[tuple[str, float]] = []
+    head, late = _head_and_late(limiter, clock, log, timeout=0.025)  # late admitted: served at 20 ms
     advance(clock, 1.0)  # ...but the head's thread is stalled past the late waiter's timeout
     late.join(5)
     assert isinstance(late.error, DeadlineExceeded)
@@ -221,14 +228,8 @@ def test_a_queued_waiters_timeout_on_a_virtual_clock_ends_when_virtual_time_reac
     # waiter still asleep at the join).
     clock = VirtualClock()
     limiter = BlockingRateLimiter(1, per=1.0, burst=1, label="queued-virtual", clock=clock)
-    limiter.acquire()
     log: list[tuple[str, float]] = []
-    head = Worker(limiter, clock, "head", log)
-    head.start()
-    eventually(lambda: limiter.waiter_count == 1)
-    late = Worker(limiter, clock, "late", log, timeout=3_600.0)  # admitted: served at 2 s
-    late.start()
-    eventually(lambda: limiter.waiter_count == 2)
+    head, late = _head_and_late(limiter, clock, log, timeout=3_600.0)  # late admitted: served at 2 s
     limiter._retune(rate=1, per=100_000.0)  # the head now waits ~100,000 s
     try:
         clock._set_now(3_600 * 1_000_000_000 - 1)  # one nanosecond left: it waits on
