@@ -120,6 +120,12 @@ def test_demo_tells_the_whole_story_and_serves_metrics_while_running(tmp_path: P
     assert "retry.permanent" not in text, text
     assert re.search(r"final state\s*│\s*closed", text), text
     assert re.search(r"span events\s*│[^│]*breaker\.opened ×\d", text), text
+    # Every burst overfills the search bulkhead (no queue): at least the excess is refused each time.
+    burst = re.search(r"search bursts\s*│\s*(\d+) bursts of 5 reads at once into 3 slots: refused (\d+)", text)
+    assert burst is not None, text
+    bursts, refused = int(burst[1]), int(burst[2])
+    assert bursts >= 5 and refused >= 2 * bursts, text
+    assert re.search(r"search bursts[^┘]*bulkhead_full ×\d", text), text
 
 
 def test_duration_alone_scales_the_story_to_fit() -> None:

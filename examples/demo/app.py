@@ -76,6 +76,8 @@ _RETRY_ENDS = frozenset({"retry.exhausted", "retry.budget_exhausted", "retry.dea
 STATE_STYLE = {"closed": "green", "open": "bold red", "half_open": "yellow"}
 
 
+SEARCH_SLOTS, SEARCH_BURST = 3, 5  # the search bulkhead's slots; reads sent at once in a burst
+
 WORK, SEARCH = "GET /work", "GET /search"  # the keys: one policy of each family per route
 _ROUTES = by_route("/work", "/search")
 
@@ -166,8 +168,13 @@ class Tuning:
 
     def search_bulkheads(self) -> stoic.Keyed[stoic.Bulkhead]:
         # Three attempts at a time for two hedging readers (up to four attempts): a hedge is
-        # sometimes refused (bulkhead_full), and the primary attempt goes on.
-        return stoic.Keyed(stoic.Bulkhead, label="search-bulkhead", max_concurrent=3, queue_limit=0)
+        # sometimes refused (bulkhead_full), and the primary attempt goes on. The bursts of
+        # SEARCH_BURST reads at once always overfill it, so every run shows its refusals.
+        return stoic.Keyed(stoic.Bulkhead, label="search-bulkhead", max_concurrent=SEARCH_SLOTS, queue_limit=0)
+
+    @property
+    def burst_every(self) -> float:
+        return 3.0 * self.scale  # the first burst after one second (scaled), then this often
 
     def hedge(self) -> stoic.Hedge:
         return stoic.Hedge(0.03 * self.scale, label="search-hedge", quantile=0.9, window=50,
@@ -210,6 +217,8 @@ class Stats:
     rejections: Counter[str] = field(default_factory=Counter)  # by RejectionReason
     fallbacks: Counter[str] = field(default_factory=Counter)  # by the refusal's reason
     searches: int = 0
+    bursts: int = 0
+    burst_refused: Counter[str] = field(default_factory=Counter)  # by RejectionReason
     slow: int = 0
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=200_000))
     transitions: list[tuple[float, str, str]] = field(default_factory=list)
@@ -381,6 +390,32 @@ class Demo:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), timeout=self.args.pace)
 
+    async def burster(self, client: httpx.AsyncClient, tracer: Any) -> None:
+        """Now and then, SEARCH_BURST reads at once: more than the search bulkhead's slots, and
+        it has no queue, so at least SEARCH_BURST - SEARCH_SLOTS of them are refused at once
+        (``bulkhead_full``), whatever the timing of the readers' own calls."""
+
+        async def read() -> None:
+            with tracer.start_as_current_span(SEARCH, kind=SpanKind.CLIENT) as span, \
+                    contextlib.suppress(httpx.HTTPError):
+                try:
+                    (await client.get("/search")).json()
+                except stoic.Rejected as exc:
+                    self.stats.burst_refused[str(exc.reason)] += 1
+                    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                else:
+                    self.stats.searches += 1
+
+        pause = 1.0 * self.tuning.scale
+        while not self.stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), timeout=pause)
+            if self.stop.is_set():
+                return
+            self.stats.bursts += 1
+            await asyncio.gather(*(read() for _ in range(SEARCH_BURST)))
+            pause = self.tuning.burst_every
+
     def _timed(self, started: float, slow_after: float) -> None:
         took = time.perf_counter() - started
         self.stats.latencies.append(took)
@@ -505,8 +540,8 @@ class Demo:
             console.print(f"  GET /work   with_fallback(client.get) within {t.call_deadline:g} s; the transport: "
                           f"retry → breaker → throttle → rate limiter 35/s → AIMD bulkhead ≤4 → "
                           f"attempt timeout {t.attempt_timeout:g} s", highlight=False)
-            console.print("  GET /search the transport: hedge (adaptive, p90) → breaker → bulkhead 3; 2 readers",
-                          highlight=False)
+            console.print(f"  GET /search the transport: hedge (adaptive, p90) → breaker → bulkhead {SEARCH_SLOTS}; "
+                          f"2 readers, and a burst of {SEARCH_BURST} reads every {t.burst_every:g} s", highlight=False)
             if args.serve:
                 after = "the story replays" if args.repeat else "after the story the dependency stays healthy"
                 console.print(f"  serving until Ctrl-C; {after} (docs/demo.md: Prometheus and Grafana)",
@@ -531,6 +566,7 @@ class Demo:
                 watchers.append(asyncio.create_task(self.sample(bulkheads, throttles)))
                 workers.extend(asyncio.create_task(self.worker(work, tracer)) for _ in range(args.workers))
                 workers.extend(asyncio.create_task(self.reader(search, tracer)) for _ in range(2))
+                workers.append(asyncio.create_task(self.burster(search, tracer)))
                 if console.is_terminal:
                     watchers.append(asyncio.create_task(self.show_status()))
                 if args.serve:
@@ -595,6 +631,8 @@ class Demo:
         table.add_row("fallbacks", by(s.fallbacks) + "  (a stale answer: the breaker or the throttle refused)")
         table.add_row("hedged reads", f"{s.searches} reads, {events['hedge.started']} hedges started "
                                       f"(hedge.won ×{events['hedge.won']})")
+        table.add_row("search bursts", f"{s.bursts} bursts of {SEARCH_BURST} reads at once into {SEARCH_SLOTS} "
+                                       f"slots: refused {by(s.burst_refused)}")
         table.add_row("retries", f"{events['retry.attempt_failed']} attempts retried, "
                                  f"{events['retry.succeeded']} calls then "
                                  f"succeeded; ended by: " + ", ".join(
