@@ -392,6 +392,35 @@ def test_shared_policies_built_outside_a_loop_work_under_successive_asyncio_runs
     assert breaker.snapshot.calls == 9
 
 
+def test_a_store_closed_at_the_end_of_each_loop_serves_the_next_and_leaves_no_socket_behind(
+    server: RedisServer,
+) -> None:
+    import gc
+
+    store = RedisStore(server.url, budget=0.5)
+    breaker = SharedCircuitBreaker(label=fresh("closed-loops"), store=store, window=CountWindow(20),
+                                   minimum_calls=4, refresh_interval=0.01)
+    limiter = SharedRateLimiter(20, per=1.0, burst=1, store=store, label=fresh("closed-loops"))
+
+    async def run() -> list[str]:
+        results = []
+        for _ in range(3):
+            results.append(await breaker.execute(dependency))
+            await asyncio.sleep(0.02)  # past the refresh interval: the next call asks the store
+        await asyncio.gather(*(limiter.acquire() for _ in range(3)))  # two of them wait in the queue
+        await store.aclose()
+        return results
+
+    gc.collect()  # what earlier tests dropped (the test above leaves its loops' sockets to the collector)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            assert asyncio.run(run()) == ["ok"] * 3
+        gc.collect()  # a dropped connection would warn when collected
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+    assert breaker.snapshot.calls == 9
+
+
 # ---------------------------------------------------------------- 5: the server's clock steps back
 # The shared state runs on the server's time (Redis TIME, a wall clock). A state written before
 # the server's clock was stepped back an hour holds instants an hour in the future: exactly what

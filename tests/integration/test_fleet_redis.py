@@ -63,7 +63,8 @@ def run_workers(args: list[list[str]], not_before: float = 0.0, timeout: float =
     results = []
     for proc in procs:
         assert proc.stdout is not None and proc.stderr is not None
-        out, err = proc.stdout.read(), proc.stderr.read()
+        with proc.stdout, proc.stderr:
+            out, err = proc.stdout.read(), proc.stderr.read()
         assert proc.wait(timeout=timeout) == 0, err
         results.append(json.loads(out.strip().splitlines()[-1]))
     return results

@@ -118,6 +118,13 @@ class RedisStore:
     interval, or a prefix/label with characters that would break a key; ``TypeError`` for a
     client of another type. Importing redis-py happens here (``ImportError`` with the extra to
     install when it is missing: ``pip install stoic[redis]``).
+
+    One store may serve successive event loops (``asyncio.run`` called again, a test framework's
+    loop per test): asyncio connections belong to the loop that opened them, so on a new loop
+    the store drops the old ones and opens new ones. A finished loop cannot close its sockets
+    any more, so the dropped ones are closed by the garbage collector, with a
+    ``ResourceWarning`` each. ``await store.aclose()`` before a loop ends closes them cleanly,
+    and the store opens new connections on its next call.
     """
 
     def __init__(
