@@ -700,6 +700,45 @@ async def test_flush_also_pushes_the_samples_recorded_while_a_push_was_under_way
     await store.aclose()
 
 
+async def test_flushes_at_once_share_one_push_and_a_cancelled_flush_still_delivers_its_batch(
+    server: RedisServer,
+) -> None:
+    from stoic.fleet import SharedLatency
+
+    store = store_for(server)
+    pushes: list[int] = []
+    call = store.call
+
+    async def counted(script: str, keys: Any, args: Any) -> Any:
+        if script == "latency_push":
+            pushes.append(len(args))
+        return await call(script, keys, args)
+
+    store.call = counted  # type: ignore[method-assign]
+    digest = SharedLatency(store=store, label=fresh("flushes"), interval=10.0, clock=VirtualClock())
+    estimate = digest.estimator(0.5)
+    assert await digest.flush()  # the first contact, with nothing to push
+    pushes.clear()
+    for _ in range(50):
+        estimate.add(80e6)  # not due (interval 10 s on a still clock): counted locally
+    assert await asyncio.gather(digest.flush(), digest.flush(), digest.flush()) == [True, True, True]
+    assert len(pushes) == 1  # the later two waited for the first one's push: nothing was left
+    assert abs(digest.samples - 50) < 1
+    for _ in range(25):
+        estimate.add(80e6)
+    flushing = asyncio.create_task(digest.flush())
+    await asyncio.sleep(0)  # its push has taken the batch
+    flushing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await flushing
+    assert await digest.flush()  # waits for the cancelled flush's push if it is still going on
+    # That push delivered the 25 samples (one bucket: 2 + 2 arguments); a push after it, if it
+    # had ended first, carried none.
+    assert pushes[1] == 4 and all(n == 2 for n in pushes[2:]), pushes
+    assert abs(digest.samples - 75) < 1
+    await store.aclose()
+
+
 async def test_old_latencies_age_out_and_the_sketch_is_rescaled(
     server: RedisServer, raw: redis.asyncio.Redis,
 ) -> None:

@@ -184,10 +184,11 @@ class SharedLatency:
 
     async def flush(self) -> bool:
         """Push this replica's counts and read the fleet's sketch now (one round trip); True when
-        the store answered. Waits for a push already under way, then pushes the counts recorded
-        after it took its batch, if any."""
-        task = self._task
-        if task is not None and not task.done():
+        the store answered. Waits for a push already under way (a background one or another
+        flush's), then pushes the counts recorded after it took its batch, if any. The push runs
+        as a task: a flush cancelled while it waits still delivers the batch it took."""
+        loop = asyncio.get_running_loop()
+        while (task := self._task) is not None and not task.done() and task.get_loop() is loop:
             answered = await asyncio.shield(task)
             # A push takes its batch in its first step (inside create_task under an eager task
             # factory): samples recorded since are still pending.
@@ -197,7 +198,8 @@ class SharedLatency:
         with self._lock:
             self._busy = True
             self._due = self._clock.now_ns() + self._interval_ns
-        return await self._push()
+        task = self._task = loop.create_task(self._push())
+        return await asyncio.shield(task)
 
     def flush_blocking(self) -> bool:
         """:meth:`flush` on the store's sync client."""
