@@ -12,6 +12,11 @@ import pytest
 
 from stoic import CircuitBreaker, Schedule, retry
 
+# The three-argument throw() is called on purpose (the protocol allows it; CPython 3.12 deprecates
+# it): its warning is expected here, and hiding it keeps any other warning visible.
+pytestmark = pytest.mark.filterwarnings(
+    r"ignore:the \(type, exc, tb\) signature of throw\(\) is deprecated:DeprecationWarning")
+
 
 class Boom(Exception):
     """The operation failed."""

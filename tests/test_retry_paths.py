@@ -24,6 +24,11 @@ from stoic import RetryBudget, Retrying, Schedule, retry, retry_sync, retrying, 
 from stoic._retry import in_retry_attempt, wants_attempt
 from stoic.testing import RecordingSink, VirtualClock, fail_times, fail_with, reset_budgets
 
+# The three-argument throw() is called on purpose (the protocol allows it; CPython 3.12 deprecates
+# it): its warning is expected here, and hiding it keeps any other warning visible.
+pytestmark = pytest.mark.filterwarnings(
+    r"ignore:the \(type, exc, tb\) signature of throw\(\) is deprecated:DeprecationWarning")
+
 DRAIN = Schedule.fixed(0).attempts(100)
 THREE = Schedule.fixed(0).attempts(3)
 
