@@ -90,23 +90,29 @@ def wait_seconds(ns: int) -> float:
     return seconds if seconds < _MAX_SLEEP else _MAX_SLEEP
 
 
-def wait_on_clock(clock: Clock, cond: threading.Condition, when_ns: int) -> bool:
+def wait_on_clock(clock: Clock, cond: threading.Condition, when_ns: int, left_ns: int) -> bool:
     """Wait on ``cond`` (its lock held by the caller) until it is notified or ``clock`` reaches
-    ``when_ns``, if the clock allows; it may also return early, so the caller re-checks what it
-    waits for after every wake-up. True when it waited so (or ``when_ns`` has come already).
+    ``when_ns``, if the clock allows; ``left_ns`` (> 0) is ``when_ns`` less the caller's latest
+    reading of ``clock``. It may also return early, so the caller re-checks what it waits for
+    after every wake-up. True when it waited so.
 
-    On the system clock a timed wait. On a clock offering ``_wait_blocking(cond, when_ns)``
-    (``stoic.testing.VirtualClock``) until notified or its time moves, so a timeout on virtual
-    time ends when virtual time reaches it, with no real waiting. False at once on any other
-    clock (or a VirtualClock that redefines its blocking sleep): the caller waits its own way."""
-    left = when_ns - clock.now_ns()
-    if left <= 0:
-        return True
+    On the system clock a timed wait of ``left_ns``. On a clock offering
+    ``_wait_blocking(cond, when_ns)`` (``stoic.testing.VirtualClock``) until notified or its time
+    moves, so a timeout on virtual time ends when virtual time reaches it, with no real waiting.
+    False at once on any other clock (or a VirtualClock that redefines its blocking sleep): the
+    caller waits its own way."""
     if type(clock) is SystemClock:
-        cond.wait(wait_seconds(left))  # (capped: threading refuses longer waits)
+        cond.wait(wait_seconds(left_ns))  # (capped: threading refuses longer waits)
         return True
     clock_wait = getattr(clock, "_wait_blocking", None)
     return clock_wait is not None and bool(clock_wait(cond, when_ns))
+
+
+def wait_until(clock: Clock, cond: threading.Condition, when_ns: int, left_ns: int) -> None:
+    """:func:`wait_on_clock`, and on a clock that cannot wait so, a timed wait of ``left_ns`` in
+    real time (a queued waiter's timeout on a clock of the user's own)."""
+    if not wait_on_clock(clock, cond, when_ns, left_ns):
+        cond.wait(wait_seconds(left_ns))
 
 
 SYSTEM_CLOCK = SystemClock()

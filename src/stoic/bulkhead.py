@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _deadline, _metrics, _source
 from ._admission import admitted_after_wait
-from ._clock import Clock, resolve_clock, wait_on_clock, wait_seconds
+from ._clock import Clock, resolve_clock, wait_until
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
@@ -481,10 +481,8 @@ class BlockingBulkhead(_Compartment):
                     waiter.queued = False
                     self._waiters.remove(waiter)
                     return False
-                # On a VirtualClock woken as its time moves (a timeout on virtual time); on a
-                # clock without that hook, a wait of the same length in real time.
-                if not wait_on_clock(self._clock, waiter.cond, give_up):
-                    waiter.cond.wait(wait_seconds(left))  # (capped: threading refuses longer waits)
+                # On a VirtualClock woken as its time moves (a timeout on virtual time).
+                wait_until(self._clock, waiter.cond, give_up, left)
         except BaseException:
             if waiter.granted:
                 self._release_locked()
@@ -578,8 +576,7 @@ class BlockingBulkhead(_Compartment):
                     waiter.queued = False
                     self._waiters.remove(waiter)
                     return False
-                if not wait_on_clock(clock, cond, deadline):  # (as in _wait_locked)
-                    cond.wait(wait_seconds(left))  # (capped: threading refuses longer waits)
+                wait_until(clock, cond, deadline, left)
         except BaseException:
             if waiter.granted:
                 self._release_locked()  # granted in the same instant it was interrupted: pass it on

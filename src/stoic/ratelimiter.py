@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _deadline, _metrics, _source
 from ._admission import admitted_after_wait
-from ._clock import Clock, SystemClock, resolve_clock, wait_on_clock, wait_seconds
+from ._clock import Clock, SystemClock, resolve_clock, wait_on_clock, wait_until
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
@@ -647,9 +647,8 @@ class BlockingRateLimiter(_TokenBucket):
                         self._leave(waiter)
                         return -1
                     # On a VirtualClock woken as its time moves (a timeout on virtual time, as
-                    # the head's and a blocking bulkhead waiter's); else a timed wait.
-                    if not wait_on_clock(self._clock, waiter.cond, give_up):
-                        waiter.cond.wait(wait_seconds(left))  # (capped: threading refuses longer waits)
+                    # the head's and a blocking bulkhead waiter's).
+                    wait_until(self._clock, waiter.cond, give_up, left)
             while True:
                 now = self._now()
                 wait = self._serve_head(now, permits * self._cost)  # (the price may be retuned meanwhile)
@@ -663,7 +662,7 @@ class BlockingRateLimiter(_TokenBucket):
                 # On the condition (the system clock, a VirtualClock), so that a retune can wake
                 # it to pay the new price now (the loop recomputes the wait however it wakes);
                 # another clock is slept through with its own blocking sleep, uninterruptible.
-                if not wait_on_clock(self._clock, waiter.cond, when):
+                if not wait_on_clock(self._clock, waiter.cond, when, wait):
                     self._lock.release()
                     try:
                         self._clock.sleep_until_blocking(when)
