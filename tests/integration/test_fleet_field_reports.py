@@ -397,17 +397,20 @@ def test_a_store_closed_at_the_end_of_each_loop_serves_the_next_and_leaves_no_so
 ) -> None:
     import gc
 
+    from stoic.testing import VirtualClock
+
+    clock = VirtualClock()
     store = RedisStore(server.url, budget=0.5)
     breaker = SharedCircuitBreaker(label=fresh("closed-loops"), store=store, window=CountWindow(20),
-                                   minimum_calls=4, refresh_interval=0.01)
-    limiter = SharedRateLimiter(20, per=1.0, burst=1, store=store, label=fresh("closed-loops"))
+                                   minimum_calls=4, refresh_interval=0.01, clock=clock)
+    limiter = SharedRateLimiter(20, per=1.0, burst=3, store=store, label=fresh("closed-loops"))
 
     async def run() -> list[str]:
         results = []
         for _ in range(3):
             results.append(await breaker.execute(dependency))
-            await asyncio.sleep(0.02)  # past the refresh interval: the next call asks the store
-        await asyncio.gather(*(limiter.acquire() for _ in range(3)))  # two of them wait in the queue
+            await clock.advance(0.02)  # past the refresh interval: the next call asks the store
+        await asyncio.gather(*(limiter.acquire() for _ in range(3)))  # three round trips, at once
         await store.aclose()
         return results
 
