@@ -156,3 +156,16 @@ def test_parse_criticality_and_configuration():
         LoadShedding(Backend(), bulkhead=object())
     with pytest.raises(TypeError, match="limiter"):
         LoadShedding(Backend(), bulkhead=Bulkhead(1, label="b"), limiter=object())
+
+
+async def test_a_deadline_header_longer_than_any_deadline_is_ignored_not_a_server_error():
+    # A client's header, whatever it says, never fails the request: stoic.timeout refuses
+    # durations over MAX_SECONDS, so such a value is no deadline, as an unparsable one is.
+    app = LoadShedding(Backend(), bulkhead=Bulkhead(CAPACITY, label="ingress"), deadline_header="x-request-timeout")
+    with serving(app) as url:
+        async with httpx.AsyncClient(base_url=url) as client:
+            for value in ("1e20", "1e300", str(10**12 + 1)):
+                r = await client.get("/", headers={"x-request-timeout": value})
+                assert r.status_code == 200 and r.text.split() == ["normal", "None"], (value, r.status_code)
+            r = await client.get("/", headers={"x-request-timeout": str(10**12)})
+            assert r.status_code == 200 and float(r.text.split()[1]) > 10**11

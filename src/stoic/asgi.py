@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from ._criticality import Criticality, bind_criticality
 from ._deadline import timeout
+from ._durations import MAX_SECONDS
 from ._errors import DeadlineExceeded, RateLimited, Rejected
 
 __all__ = ["LoadShedding", "parse_criticality"]
@@ -41,11 +42,14 @@ def parse_criticality(value: bytes | str | None) -> Criticality:
 
 
 def _seconds(value: bytes) -> float | None:
+    """A deadline header's seconds; ``None`` (no deadline) when unparsable, not finite, or
+    longer than any deadline stoic holds (``MAX_SECONDS``: ``stoic.timeout`` would refuse it,
+    and the request, whatever a client sends, must not fail on it)."""
     try:
         seconds = float(value.decode("latin-1").strip())
     except ValueError:
         return None
-    return seconds if math.isfinite(seconds) else None
+    return seconds if math.isfinite(seconds) and seconds <= MAX_SECONDS else None
 
 
 class LoadShedding:
@@ -59,7 +63,7 @@ class LoadShedding:
       tier, bound with :func:`stoic.bind_criticality` for the bulkhead and the application.
     - ``deadline_header`` (default ``None``): a header giving the seconds the caller will wait
       (for example ``"x-request-timeout"``); the request runs under ``stoic.timeout`` of it
-      (unparsable: ignored; 0 or less: 504 at once).
+      (unparsable, or over ``MAX_SECONDS``: ignored; 0 or less: 504 at once).
 
     Raises ``TypeError`` when ``bulkhead`` has no ``execute`` or ``limiter`` no ``acquire``, or
     a header name is not a ``str``; ``ValueError`` naming the parameter for an empty or
