@@ -201,3 +201,12 @@ async def test_a_hedged_request_still_times_out_as_a_whole(server):
 def test_a_hedge_must_be_a_hedge():
     with pytest.raises(TypeError, match="hedge"):
         ResilientMiddleware(hedge=object())  # type: ignore[arg-type]
+
+
+def test_a_blocking_stage_is_refused_at_construction():
+    # A BlockingBulkhead has no execute(): the middleware used to build, then fail every request.
+    with pytest.raises(TypeError, match="execute"):
+        ResilientMiddleware(stages=[stoic.BlockingBulkhead(2, label="bb")])
+    with pytest.raises(TypeError, match="execute"):
+        ResilientMiddleware(stages=[Keyed(stoic.BlockingRateLimiter, label="kr", rate=5)])
+    ResilientMiddleware(stages=[Keyed(CircuitBreaker, label="kc"), stoic.Bulkhead(2, label="b")])

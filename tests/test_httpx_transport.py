@@ -254,6 +254,27 @@ def test_configuration_errors():
     assert by_route("/users/{id}")(request) == "example.com:8080 GET /users/{id}"
 
 
+def test_a_stage_of_the_other_kind_of_client_is_refused_at_construction(server):
+    # An asyncio Bulkhead has no call() and a BlockingBulkhead no execute(): such a transport
+    # used to build, then fail every request with an AttributeError.
+    for stages in ([Bulkhead(2, label="b")], [Keyed(Bulkhead, label="kb", max_concurrent=2)],
+                   [CircuitBreaker(label="c"), stoic.RateLimiter(5, label="r")]):
+        with pytest.raises(TypeError, match="call"):
+            ResilientTransport(stages=stages)
+    for stages in ([BlockingBulkhead(2, label="bb")], [Keyed(BlockingBulkhead, label="kbb", max_concurrent=2)],
+                   [stoic.BlockingRateLimiter(5, label="br")]):
+        with pytest.raises(TypeError, match="execute"):
+            AsyncResilientTransport(stages=stages)
+    # What each kind of client runs is still taken (a breaker, Retrying and a family have both;
+    # a family built by a factory function cannot be told and is taken).
+    ResilientTransport(stages=[CircuitBreaker(label="c2"), Keyed(BlockingBulkhead, label="kbb2", max_concurrent=2),
+                               Keyed(lambda **config: BlockingBulkhead(2, **config), label="f")])
+    AsyncResilientTransport(stages=[CircuitBreaker(label="c3"), Keyed(Bulkhead, label="kb2", max_concurrent=2)])
+    url, _app = server
+    with httpx.Client(base_url=url, transport=ResilientTransport(stages=[BlockingBulkhead(1, label="bb2")])) as client:
+        assert client.get("/ok").status_code == 200
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [

@@ -142,7 +142,11 @@ class HTTPPolicies(Generic[Resp]):
     ``retry_methods``: methods that may be retried and hedged (default
     :data:`IDEMPOTENT_METHODS`); ``is_failure(status)``: which statuses fail (default 5xx; when
     it raises, reported once by warnings and the ``"stoic"`` logger, the default rule decides);
-    ``retry_after_cap``: the longest ``Retry-After`` honoured, seconds (default 300).
+    ``retry_after_cap``: the longest ``Retry-After`` honoured, seconds (default 300);
+    ``runs``: ``"execute"`` for an asyncio client (:meth:`run`), ``"call"`` for a blocking one
+    (:meth:`run_sync`), so that a stage of the other kind (a ``Bulkhead`` in a blocking client,
+    a ``BlockingBulkhead`` in an asyncio one; a :class:`stoic.Keyed` family by its factory
+    class) is refused here rather than failing every request (``None``: not checked).
     ``TypeError`` for a stage, ``retry``, ``hedge``, ``retry_methods`` (a bare ``str`` included)
     or ``is_failure`` of the wrong type; ``ValueError`` naming ``retry_after_cap`` out of range.
     """
@@ -159,11 +163,14 @@ class HTTPPolicies(Generic[Resp]):
         retry_methods: Collection[str] = IDEMPOTENT_METHODS,
         is_failure: Callable[[int], bool] | None = None,
         retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP,
+        runs: str | None = None,
     ) -> None:
         for stage in stages:
             if not isinstance(stage, Keyed) and not callable(getattr(stage, "execute", None)) \
                     and not callable(getattr(stage, "call", None)):
                 raise TypeError(f"a stage must be a policy or a stoic.Keyed family, got {stage!r}")
+            if runs is not None:
+                _check_runs(stage, runs)
         if retry is not None and not isinstance(retry, Retrying):
             raise TypeError(f"retry must be a stoic.Retrying, got {type(retry).__name__}")
         if hedge is not None and not isinstance(hedge, Hedge):
@@ -478,6 +485,20 @@ def seekable(file: object) -> bool:
         return file.seekable() is True  # type: ignore[attr-defined]
     except Exception:
         return False
+
+
+def _check_runs(stage: object, runs: str) -> None:
+    """``TypeError`` when ``stage`` (for a :class:`stoic.Keyed` family: its factory, when that
+    is a class; a factory function cannot be told) has no ``runs`` method (``execute`` for an
+    asyncio client, ``call`` for a blocking one)."""
+    policy = stage.factory if isinstance(stage, Keyed) else stage
+    if isinstance(stage, Keyed) and not isinstance(policy, type):
+        return
+    if not callable(getattr(policy, runs, None)):
+        name = policy.__name__ if isinstance(policy, type) else type(policy).__name__
+        client = "an asyncio client needs policies with execute()" if runs == "execute" else \
+            "a blocking client needs policies with call() (CircuitBreaker, BlockingRateLimiter, BlockingBulkhead)"
+        raise TypeError(f"{client}; a stage of {name} has no {runs}()")
 
 
 def _chain(stages: Sequence[Policy], attempt: Callable[[], Awaitable[Resp]]) -> tuple[Any, ...]:

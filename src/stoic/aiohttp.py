@@ -114,8 +114,9 @@ class ResilientMiddleware:
     for which bodies it sends twice) apply to ``retry_methods`` only (default: the idempotent
     ones); ``key``: request -> key (default :func:`by_host`); ``is_failure``: status -> bool
     (default: 5xx); ``retry_after_cap``: seconds (default 300). Raises ``TypeError`` for a
-    stage that is not a policy or family, a ``retry`` that is not a ``Retrying`` or a
-    ``hedge`` that is not a ``Hedge``.
+    stage that is not a policy or family (or one for blocking clients only, such as a
+    ``BlockingBulkhead``), a ``retry`` that is not a ``Retrying`` or a ``hedge`` that is not a
+    ``Hedge``.
     """
 
     __slots__ = ("_key", "_policies")
@@ -133,7 +134,7 @@ class ResilientMiddleware:
     ) -> None:
         self._policies: HTTPPolicies[ClientResponse] = HTTPPolicies(
             stages, retry=retry, hedge=hedge, retry_methods=retry_methods, is_failure=is_failure,
-            retry_after_cap=retry_after_cap)
+            retry_after_cap=retry_after_cap, runs="execute")
         self._key = key
 
     def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> Coroutine[Any, Any, ClientResponse]:

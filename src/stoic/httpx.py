@@ -169,9 +169,10 @@ def by_route(*templates: str) -> KeyFunction:
 
 
 def _policies(stages: Sequence[Any], retry: Retrying | None, hedge: Hedge | None, retry_methods: Collection[str],
-              is_failure: Callable[[int], bool] | None, retry_after_cap: float) -> HTTPPolicies[httpx.Response]:
+              is_failure: Callable[[int], bool] | None, retry_after_cap: float,
+              runs: str) -> HTTPPolicies[httpx.Response]:
     return HTTPPolicies(stages, retry=retry, hedge=hedge, retry_methods=retry_methods, is_failure=is_failure,
-                        retry_after_cap=retry_after_cap)
+                        retry_after_cap=retry_after_cap, runs=runs)
 
 
 class AsyncResilientTransport(httpx.AsyncBaseTransport):
@@ -182,7 +183,8 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
     ``retry`` (:class:`stoic.Retrying`) and ``hedge`` (:class:`stoic.Hedge`) apply to
     ``retry_methods`` only (default: the idempotent ones). ``key``: request -> key (default
     :func:`by_host`). ``is_failure``: status -> bool (default: 5xx). ``retry_after_cap``:
-    seconds (default 300). Raises ``TypeError`` for a stage that is not a policy or family.
+    seconds (default 300). Raises ``TypeError`` for a stage that is not a policy or family, or
+    one for blocking clients only (``BlockingBulkhead``, ``BlockingRateLimiter``).
     """
 
     def __init__(
@@ -198,7 +200,7 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
         retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP,
     ) -> None:
         self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
-        self._policies = _policies(stages, retry, hedge, retry_methods, is_failure, retry_after_cap)
+        self._policies = _policies(stages, retry, hedge, retry_methods, is_failure, retry_after_cap, "execute")
         self._key = key
 
     def handle_async_request(self, request: httpx.Request) -> Coroutine[Any, Any, httpx.Response]:
@@ -235,7 +237,8 @@ class ResilientTransport(httpx.BaseTransport):
     """``httpx.Client(transport=ResilientTransport(stages=[breakers], retry=...))``: the same
     rules as :class:`AsyncResilientTransport` for blocking clients. Every stage needs a ``call``
     method (``CircuitBreaker``, ``BlockingRateLimiter``, ``BlockingBulkhead``, a
-    :class:`stoic.Keyed` family of them); there is no hedge (``TypeError`` if one is given)."""
+    :class:`stoic.Keyed` family of them; ``TypeError`` for one without, such as an asyncio
+    ``Bulkhead``); there is no hedge (``TypeError`` if one is given)."""
 
     def __init__(
         self,
@@ -254,7 +257,7 @@ class ResilientTransport(httpx.BaseTransport):
         if unexpected:
             raise TypeError(f"unexpected keyword argument(s) {sorted(unexpected)}")
         self._inner = transport if transport is not None else httpx.HTTPTransport()
-        self._policies = _policies(stages, retry, None, retry_methods, is_failure, retry_after_cap)
+        self._policies = _policies(stages, retry, None, retry_methods, is_failure, retry_after_cap, "call")
         self._key = key
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
