@@ -169,3 +169,32 @@ async def test_a_deadline_header_longer_than_any_deadline_is_ignored_not_a_serve
                 assert r.status_code == 200 and r.text.split() == ["normal", "None"], (value, r.status_code)
             r = await client.get("/", headers={"x-request-timeout": str(10**12)})
             assert r.status_code == 200 and float(r.text.split()[1]) > 10**11
+
+
+async def test_an_application_whose_every_fanned_out_branch_was_refused_is_answered_as_a_refusal():
+    # The exception-group rule (docs/design.md): a group all of whose leaves are refusals is a
+    # refusal (503 / 429 / 504, the longest Retry-After a leaf gives); one holding any other
+    # error is the application's own (uvicorn's 500). The group used to be a 500 either way.
+    groups: dict[str, BaseException] = {
+        "/open": ExceptionGroup("fan-out", [stoic.CircuitOpen(label="a", retry_after=2.5),
+                                            ExceptionGroup("inner", [stoic.BulkheadFull(label="b", retry_after=7.2)]),
+                                            stoic.CircuitOpen(label="c")]),
+        "/limited": ExceptionGroup("fan-out", [stoic.RateLimited(label="a", retry_after=1.0),
+                                               stoic.RateLimited(label="b")]),
+        "/late": ExceptionGroup("fan-out", [stoic.DeadlineExceeded(), stoic.DeadlineExceeded()]),
+        "/mixed": ExceptionGroup("fan-out", [stoic.CircuitOpen(label="a", retry_after=1.0), ValueError("bug")]),
+    }
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        raise groups[scope["path"]]
+
+    with serving(LoadShedding(app, bulkhead=Bulkhead(CAPACITY, label="ingress"))) as url:
+        async with httpx.AsyncClient(base_url=url) as client:
+            r = await client.get("/open")
+            assert (r.status_code, r.headers.get("retry-after"), r.text) == (503, "8", "overloaded")
+            r = await client.get("/limited")
+            assert (r.status_code, r.headers.get("retry-after")) == (429, "1")
+            r = await client.get("/late")
+            assert r.status_code == 504 and "retry-after" not in r.headers
+            r = await client.get("/mixed")
+            assert r.status_code == 500

@@ -19,7 +19,7 @@ from typing import Any, Final
 from ._criticality import Criticality, bind_criticality
 from ._deadline import timeout
 from ._durations import MAX_SECONDS
-from ._errors import DeadlineExceeded, RateLimited, Rejected
+from ._errors import DeadlineExceeded, RateLimited, Rejected, is_rejection, leaves
 
 __all__ = ["LoadShedding", "parse_criticality"]
 
@@ -136,19 +136,29 @@ class LoadShedding:
         except Rejected as refused:
             if started:
                 raise  # the application had answered already: nothing to add
-            await _refuse(send, refused)
+            await _refuse(send, [refused])
+        except BaseExceptionGroup as group:
+            # An application fanning out (a TaskGroup) whose every branch was refused: a refusal,
+            # by the exception-group rule (docs/design.md); a group with anything else in it is
+            # the application's error.
+            if started or not is_rejection(group):
+                raise
+            await _refuse(send, [leaf for leaf in leaves(group) if isinstance(leaf, Rejected)])
 
 
-async def _refuse(send: Send, refused: Rejected) -> None:
-    if isinstance(refused, DeadlineExceeded):
+async def _refuse(send: Send, refusals: list[Rejected]) -> None:
+    """Answer for ``refusals`` (one refusal, or every leaf of a group of them): 504 when all are
+    deadlines, 429 when all are rate limits, else 503; ``Retry-After`` the longest any asks."""
+    if all(isinstance(refused, DeadlineExceeded) for refused in refusals):
         status, text = 504, b"deadline exceeded"
-    elif isinstance(refused, RateLimited):
+    elif all(isinstance(refused, RateLimited) for refused in refusals):
         status, text = 429, b"rate limited"
     else:
         status, text = 503, b"overloaded"
     headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(text)).encode())]
-    after = refused.retry_after
-    if after is not None and math.isfinite(after) and after >= 0 and not isinstance(refused, DeadlineExceeded):
+    waits = [refused.retry_after for refused in refusals if not isinstance(refused, DeadlineExceeded)]
+    after = max((wait for wait in waits if wait is not None and math.isfinite(wait) and wait >= 0), default=None)
+    if after is not None and status != 504:
         headers.append((b"retry-after", str(math.ceil(after)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": text})
