@@ -149,3 +149,23 @@ def test_a_retune_that_cannot_keep_a_key_forced_changes_no_key() -> None:
     with pytest.raises(TypeError, match="asynchronous"):
         family.retune(size=2)  # the keys read as forced open: their new policies could not be forced
     assert dict(family.policies) == before and family.config["size"] == 1
+
+
+def test_a_family_built_by_a_factory_function_is_forced_before_it_holds_a_key() -> None:
+    # Keyed takes any callable taking label and clock; one that builds breakers was refused
+    # ("holds function policies") while it held no key, and forced once it held one.
+    def hosts(**config: Any) -> CircuitBreaker:
+        return CircuitBreaker(minimum_calls=5, **config)
+
+    control = ControlPlane()
+    family = control.register(Keyed(hosts, label="hosts"))
+    assert control.force_open("hosts") == 0
+    assert str(family.get("a").state) == "open"  # built later: forced
+    assert control.clear_forced_open("hosts") == 1 and str(family.get("a").state) == "closed"
+    # A factory function building what is no breaker is still refused, and forces nothing later.
+    control.register(Keyed(lambda **config: Bulkhead(2, **config), label="pools"))
+    with pytest.raises(TypeError, match="'pools' holds Bulkhead policies, which cannot be forced open"):
+        control.force_open("pools")
+    with pytest.raises(TypeError, match="'bh' holds Bulkhead policies"):
+        Keyed(Bulkhead, label="bh", max_concurrent=2).force_open()
+    assert str(control.get("pools").get("x").in_use) == "0"

@@ -388,7 +388,7 @@ class Keyed(Generic[P]):
                 for policy in targets:
                     _switch(policy, "force_open", self._label)
                 if not targets:
-                    _force_check(self._factory, self._label)
+                    _switch(self._sample(), "force_open", self._label)
                 self._forced_all = True
             else:
                 targets = [self._held(key).policy]
@@ -413,6 +413,15 @@ class Keyed(Generic[P]):
                 _switch(policy, "force_closed", self._label)()
                 cleared += 1
         return cleared
+
+    def _sample(self) -> object:
+        """What the family's policies are, to check a control action on while it holds none:
+        the factory when it is a class (its methods are its policies'), else a throwaway policy
+        built as the constructor's validation builds one (a factory function says nothing of
+        what it returns)."""
+        if isinstance(self._factory, type):
+            return self._factory
+        return self._factory(label=self._label, clock=self._clock, **self._config)
 
     def _held(self, key: str) -> _Slot[P]:
         _check_key(key)
@@ -491,7 +500,8 @@ def _switch(policy: object, name: str, label: str, *, plain: bool = False) -> Ca
     or when it is a coroutine function (stoic.fleet's breakers: a store round trip this
     synchronous call cannot await; called, it would be dropped unawaited and do nothing)."""
     switch = getattr(policy, name, None)
-    what = f"{label!r} is a {type(policy).__name__}" if plain else f"{label!r} holds {type(policy).__name__} policies"
+    kind = policy.__name__ if isinstance(policy, type) else type(policy).__name__  # (a family's class)
+    what = f"{label!r} is a {kind}" if plain else f"{label!r} holds {kind} policies"
     if not callable(switch):
         raise TypeError(f"{what}, which cannot be forced open")
     if inspect.iscoroutinefunction(switch):
@@ -501,10 +511,6 @@ def _switch(policy: object, name: str, label: str, *, plain: bool = False) -> Ca
 
 def _force(policy: object, label: str) -> None:
     _switch(policy, "force_open", label)()
-
-
-def _force_check(factory: Callable[..., Any], label: str) -> None:
-    _switch(factory, "force_open", label)
 
 
 def _check_parameters(factory: Callable[..., Any], config: Mapping[str, Any]) -> None:
