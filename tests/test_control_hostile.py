@@ -169,3 +169,23 @@ def test_a_family_built_by_a_factory_function_is_forced_before_it_holds_a_key() 
     with pytest.raises(TypeError, match="'bh' holds Bulkhead policies"):
         Keyed(Bulkhead, label="bh", max_concurrent=2).force_open()
     assert str(control.get("pools").get("x").in_use) == "0"
+
+
+def test_clearing_a_family_that_holds_no_breakers_is_refused_as_for_a_plain_policy() -> None:
+    # A plain Bulkhead's clear was a TypeError, a family of them answered "0 cleared" (and the
+    # admin endpoint 200 instead of 400): the operator never learnt the name was wrong.
+    control = ControlPlane()
+    family = control.register(Keyed(Bulkhead, label="pools", max_concurrent=2))
+    control.register(Bulkhead(2, label="pool"))
+    for name in ("pool", "pools"):
+        with pytest.raises(TypeError, match="cannot be forced open"):
+            control.clear_forced_open(name)
+    family.get("a")
+    with pytest.raises(TypeError, match="cannot be forced open"):
+        control.clear_forced_open("pools")
+    with pytest.raises(TypeError, match="cannot be forced open"):
+        control.clear_forced_open("pools", "a")
+    breakers = control.register(Keyed(CircuitBreaker, label="hosts"))
+    assert control.clear_forced_open("hosts") == 0  # a breaker family holding no key: nothing to clear
+    control.force_open("hosts")
+    assert control.clear_forced_open("hosts") == 0 and str(breakers.get("b").state) == "closed"

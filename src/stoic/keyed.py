@@ -398,15 +398,22 @@ class Keyed(Generic[P]):
 
     def clear_forced_open(self, key: str | None = None) -> int:
         """Lift a manual trip on ``key`` (every key when none is given): a forced-open breaker
-        closes; one that opened by itself is left alone. Returns how many were cleared."""
+        closes; one that opened by itself is left alone. Returns how many were cleared. Raises
+        as :meth:`force_open` does (``TypeError`` for policies that are no breaker, or whose
+        switches are asynchronous; ``LookupError`` for a key not held), and then nothing changed."""
         with self._lock:
             if key is None:
-                self._forced_all = False
                 targets = [slot.policy for slot in self._slots.values()]
                 if self._overflow is not None:
                     targets.append(self._overflow.policy)
             else:
                 targets = [self._held(key).policy]
+            checked: list[object] = [*targets] if targets else [self._sample()]
+            for policy in checked:  # (as a plain policy is checked: both switches)
+                _switch(policy, "force_open", self._label)
+                _switch(policy, "force_closed", self._label)
+            if key is None:
+                self._forced_all = False
         cleared = 0
         for policy in targets:
             if is_forced_open(policy):
