@@ -4,6 +4,8 @@ bad input, and that nothing but validation messages leaves it (seed 003, "Contro
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -156,3 +158,19 @@ async def test_serve_admin_runs_until_cancelled_and_reports_its_port(control):
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_serve_admin_on_a_port_in_use_raises_oserror_and_the_application_keeps_running(control):
+    # uvicorn meets a port it cannot bind with sys.exit(): out of serve_admin's task that
+    # SystemExit stopped the application's whole event loop (asyncio.run raised it).
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports: list[int] = []
+    try:
+        with pytest.raises(OSError) as refused:
+            await asyncio.wait_for(serve_admin(control, port=taken.getsockname()[1], started=ports.append), 10)
+    finally:
+        taken.close()
+    assert refused.value.errno == errno.EADDRINUSE and not ports
+    await asyncio.sleep(0.01)  # the loop still runs

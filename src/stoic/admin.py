@@ -232,7 +232,9 @@ async def serve_admin(control: ControlPlane, *, host: str = "127.0.0.1", port: i
     """Serve :func:`admin_app` with uvicorn (``pip install uvicorn``) until cancelled.
 
     Raises ``ValueError`` before binding when ``host`` is not a loopback address and no
-    ``token`` is given. ``port`` 0 takes a free one; ``started(port)`` is called once listening.
+    ``token`` is given; the ``OSError`` when it cannot listen there (the port taken: never
+    uvicorn's ``SystemExit``, which would stop the application's event loop). ``port`` 0 takes
+    a free one; ``started(port)`` is called once listening.
     """
     if token is None and not is_loopback(host):
         raise ValueError(f"host {host!r} is not a loopback address: the admin endpoint needs a token there")
@@ -245,7 +247,20 @@ async def serve_admin(control: ControlPlane, *, host: str = "127.0.0.1", port: i
     app = admin_app(control, token=token, prefix=prefix)
     server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
                                     access_log=False))
-    task = asyncio.ensure_future(server.serve())
+
+    async def serving() -> None:
+        # uvicorn answers a failed start (the port taken, the address not this host's) with
+        # sys.exit(); a SystemExit out of a task stops the whole event loop, the application's
+        # with it. It is raised here as the error it stands for instead.
+        try:
+            await server.serve()
+        except SystemExit as exited:
+            failure = exited.__context__
+            if isinstance(failure, OSError):
+                raise failure from None
+            raise RuntimeError(f"the admin endpoint did not start (uvicorn exited with {exited.code})") from None
+
+    task = asyncio.ensure_future(serving())
     try:
         while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn exposes a flag, not an event)
             await asyncio.sleep(0.01)
