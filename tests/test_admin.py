@@ -110,6 +110,11 @@ def test_the_token_is_required_and_checked(control):
         assert httpx.get(f"{url}/policies").status_code == 401
         assert httpx.get(f"{url}/policies", headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert httpx.get(f"{url}/policies", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        # The scheme is case-insensitive (RFC 9110 11.1); the token is not, nor another scheme it.
+        assert httpx.get(f"{url}/policies", headers={"Authorization": "bearer s3cret"}).status_code == 200
+        assert httpx.get(f"{url}/policies", headers={"Authorization": "BEARER  s3cret"}).status_code == 200
+        for wrong in ("Bearer S3CRET", "Basic s3cret", "s3cret", "Bearer", "Bearers3cret", "Bearer s3cret x"):
+            assert httpx.get(f"{url}/policies", headers={"Authorization": wrong}).status_code == 401, wrong
     with pytest.raises(ValueError, match="token"):
         admin_app(control, token="")
 

@@ -89,7 +89,7 @@ def admin_app(control: ControlPlane, *, token: str | None = None, prefix: str = 
     if prefix and not prefix.startswith("/"):
         # A request path always starts with "/": this prefix would match nothing, silently.
         raise ValueError(f"prefix must be empty or start with '/', got {prefix!r}")
-    expected = None if token is None else f"Bearer {token}".encode()
+    expected = None if token is None else token.encode()
     root = prefix.rstrip("/") + "/policies"
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -133,7 +133,9 @@ def _authorise(scope: Scope, expected: bytes | None) -> None:
         if name == b"authorization":
             given = bytes(value)
             break
-    if not hmac.compare_digest(given, expected):
+    # "Bearer <token>"; the scheme is case-insensitive (RFC 9110 11.1: "bearer" is as good).
+    scheme, _, credentials = given.strip().partition(b" ")
+    if not hmac.compare_digest(credentials.strip(b" "), expected) or scheme.lower() != b"bearer":
         raise _Refused(401, "a valid bearer token is required")
 
 
