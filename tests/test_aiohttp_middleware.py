@@ -210,3 +210,19 @@ def test_a_blocking_stage_is_refused_at_construction():
     with pytest.raises(TypeError, match="execute"):
         ResilientMiddleware(stages=[Keyed(stoic.BlockingRateLimiter, label="kr", rate=5)])
     ResilientMiddleware(stages=[Keyed(CircuitBreaker, label="kc"), stoic.Bulkhead(2, label="b")])
+
+
+@pytest.mark.parametrize("url", ["http://Example.COM/a", "http://example.com:80/a", "https://example.com:443/",
+                                 "https://example.com:8443/", "http://[::1]:8080/", "http://[::1]/",
+                                 "http://bücher.de/", "http://127.0.0.1:80/", "http://127.0.0.1:8080/"])
+async def test_by_host_keys_a_host_as_the_httpx_transport_does(url: str):
+    # One dependency, one key: "http://h:80/" was "h:80" beside "h" (two breakers for one
+    # host), and an IPv6 literal "::1:8080" (ambiguous) where httpx says "[::1]:8080".
+    import httpx
+    import yarl
+
+    from stoic.aiohttp import by_host
+    from stoic.httpx import by_host as httpx_by_host
+
+    request = aiohttp.ClientRequest("GET", yarl.URL(url), loop=asyncio.get_running_loop())
+    assert by_host(request) == httpx_by_host(httpx.Request("GET", url))

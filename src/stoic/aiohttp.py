@@ -31,7 +31,7 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Callable, Collection, Coroutine, Sequence
-from typing import Any
+from typing import Any, Final
 
 try:
     from aiohttp import ClientRequest, ClientResponse
@@ -84,11 +84,19 @@ async def _drain(response: ClientResponse) -> None:
             pass
 
 
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
 def by_host(request: ClientRequest) -> str:
-    """The request's ``host[:port]`` (port only when the URL gives one, as httpx's ``netloc``)."""
+    """The request's ``host[:port]``, as :func:`stoic.httpx.by_host` gives it (httpx's
+    ``netloc``): lowercase, IDNA-encoded, an IPv6 literal bracketed, the port only when the URL
+    gives one that is not the scheme's default (``http://h:80/`` is ``h``, one dependency)."""
     url = request.url
+    host = url.raw_host or ""
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 literal ("::1:8080" would be ambiguous)
     port = url.explicit_port
-    return f"{url.raw_host}" if port is None else f"{url.raw_host}:{port}"
+    return host if port is None or port == _DEFAULT_PORTS.get(url.scheme) else f"{host}:{port}"
 
 
 def by_route(*templates: str) -> KeyFunction:
