@@ -218,6 +218,12 @@ def test_the_blocking_transport_follows_the_same_rules(server):
             client.post("/ok")  # not retried (a GET would wait out the open period, then probe)
     with pytest.raises(TypeError, match="asynchronous"):
         ResilientTransport(hedge=Hedge(0.1, label="h"))  # type: ignore[call-arg]
+    # No hedge at all is not a hedge: the same keyword arguments build either transport.
+    shared = {"retry": None, "hedge": None, "stages": ()}
+    assert isinstance(ResilientTransport(**shared), ResilientTransport)
+    assert isinstance(AsyncResilientTransport(**shared), AsyncResilientTransport)
+    with pytest.raises(TypeError, match="unexpected"):
+        ResilientTransport(hedge=None, hedges=1)  # type: ignore[call-arg]
 
 
 def test_the_blocking_transport_with_one_breaker_and_no_retry(server):

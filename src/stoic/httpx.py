@@ -238,7 +238,8 @@ class ResilientTransport(httpx.BaseTransport):
     rules as :class:`AsyncResilientTransport` for blocking clients. Every stage needs a ``call``
     method (``CircuitBreaker``, ``BlockingRateLimiter``, ``BlockingBulkhead``, a
     :class:`stoic.Keyed` family of them; ``TypeError`` for one without, such as an asyncio
-    ``Bulkhead``); there is no hedge (``TypeError`` if one is given)."""
+    ``Bulkhead``); there is no hedge (``TypeError`` if one is given; ``hedge=None`` is
+    accepted, so one set of keyword arguments builds either transport)."""
 
     def __init__(
         self,
@@ -252,7 +253,8 @@ class ResilientTransport(httpx.BaseTransport):
         retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP,
         **unexpected: Any,
     ) -> None:
-        if "hedge" in unexpected:
+        # hedge=None is accepted, so that one set of keyword arguments can build either transport.
+        if unexpected.pop("hedge", None) is not None:
             raise TypeError("hedging is asynchronous only: use AsyncResilientTransport")
         if unexpected:
             raise TypeError(f"unexpected keyword argument(s) {sorted(unexpected)}")
