@@ -13,7 +13,7 @@ policy's properties (``breaker.state``, ``limiter.available_permits``...) at col
 
 :data:`METRICS` is the one table of every metric: the OpenTelemetry and Prometheus adapters
 export exactly these, docs/metrics.md is generated from it, and a recorder key is
-``(metric name, *attribute values after stoic.label)``, e.g. ``("stoic.breaker.calls", "success")``.
+``(metric name, *attribute values after stoic.label)``, e.g. ``("stoic.breaker.rejections", "open")``.
 :class:`Collector` reads everything at once, capping the distinct labels per metric.
 """
 
