@@ -100,7 +100,7 @@ _SPECS: tuple[EventSpec, ...] = (
         "slow": _a("bool", "whether it took longer than slow_call_duration"),
         "state": _a("str", "the state it was recorded in: closed or half_open"),
         "duration": _a("float", "the call's duration in seconds on the breaker's clock (added to the seed's "
-                       "list: the call-duration histogram is derived from it)"),
+                       "list: the duration the stoic.breaker.call.duration histogram records)"),
     }),
     EventSpec("breaker.ignored", Level.DEBUG, "A completed call was not evidence about the dependency.", {
         "reason": _a("str", "cancelled, rejection or stale"),
