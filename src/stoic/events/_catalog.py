@@ -93,7 +93,7 @@ _SPECS: tuple[EventSpec, ...] = (
     EventSpec("breaker.rejected", Level.DEBUG, "A call was refused without running.", {
         "state": _a("str", "closed, open or half_open"),
         "retry_after": _a("float", "seconds until the breaker may admit a call (open only)", optional=True),
-        "reason": _a("str", "cancelled or deadline_exceeded, when refused for the caller's sake", optional=True),
+        "reason": _a("str", "deadline_exceeded, when refused because the ambient deadline had passed", optional=True),
     }),
     EventSpec("breaker.recorded", Level.DEBUG, "A completed call was recorded in the window (or as a probe).", {
         "outcome": _a("str", "success or failure"),
@@ -105,9 +105,9 @@ _SPECS: tuple[EventSpec, ...] = (
     EventSpec("breaker.ignored", Level.DEBUG, "A completed call was not evidence about the dependency.", {
         "reason": _a("str", "cancelled, rejection or stale"),
     }),
-    EventSpec("breaker.defect", Level.ERROR, "The operation raised a Defect (or record_when raised): re-raised, "
+    EventSpec("breaker.defect", Level.ERROR, "The operation raised a Defect (or an error holding one): re-raised, "
               "never counted.", {
-        "error.type": _a("str", "the Defect's type name, or record_when's own error's when it raised"),
+        "error.type": _a("str", "the type name of the error the operation raised"),
     }),
     # --- rate limiter (seed 000, Events; RateLimiter) ---
     EventSpec("ratelimiter.rejected", Level.INFO, "acquire refused: nothing queued, nothing consumed.", {
