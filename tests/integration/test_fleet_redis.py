@@ -246,6 +246,27 @@ async def test_force_open_is_a_fleet_wide_kill_switch(server: RedisServer) -> No
     await b_store.aclose()
 
 
+async def test_a_defect_through_the_shared_breaker_is_reported_as_the_local_one_reports_it(server: RedisServer) -> None:
+    # A bug (stoic.Defect) is never counted; its event carries error.type, as the catalog says.
+    store = RedisStore(server.url, budget=2.0)
+    shared = breaker(store, fresh("defect"))
+    sink = RecordingSink()
+
+    async def buggy() -> None:
+        raise stoic.Defect("a bug, not the dependency")
+
+    with stoic.use_sinks(sink):
+        for _ in range(6):
+            with pytest.raises(stoic.Defect):
+                await shared.execute(buggy)
+    assert shared.state is BreakerState.CLOSED
+    defects = sink.of("breaker.defect")
+    assert len(defects) == 6
+    assert all(e.attributes["error.type"] == "Defect" for e in defects)
+    sink.assert_contract()
+    await store.aclose()
+
+
 # ---------------------------------------------------------------------------- store failures
 async def test_redis_killed_then_restarted(tmp_path: Path) -> None:
     own = RedisServer(tmp_path)

@@ -39,6 +39,7 @@ from ..breaker._decorate import REFUSED_RESULTS, caller_cancelled
 from ..breaker._stream import StateStream
 from ..breaker._window import FAILED, NEVER, SLOW, CountRing, TimeBuckets
 from ..events import Level, emit
+from ..events._event import error_type
 from ..events._sinks import kind_floor
 from ._limiter import fail_event, ints
 from ._store import RedisStore, StoreError, check_key_part
@@ -474,7 +475,7 @@ class SharedCircuitBreaker:
             return None
         if is_defect(exc) or (type(exc) is TypeError and failed_await(exc)):  # (a bug, as the local breaker says)
             if _SINKS.wants(Level.ERROR):
-                emit("breaker.defect", self.label, Level.ERROR, self._now(), {})
+                emit("breaker.defect", self.label, Level.ERROR, self._now(), {"error.type": error_type(exc)})
             return None
         try:
             counts = bool(self._record_when(exc))
