@@ -185,6 +185,26 @@ def test_each_limiter_needs_its_kind_of_client() -> None:
     BlockingSharedRateLimiter(10, store=RedisStore(URL), label="a")  # a URL builds both
 
 
+async def test_a_request_over_the_burst_is_refused_with_the_oversized_event_the_catalog_gives() -> None:
+    # The shared limiters report it as the local ones do: permits and burst, and no store call.
+    sink = RecordingSink()
+    store = RedisStore(URL)
+    calls = _answer(store, [1, 0, 0])
+    limiter = SharedRateLimiter(10, 1.0, burst=3, store=store, label="big")
+    blocking = BlockingSharedRateLimiter(10, 1.0, burst=3, store=RedisStore(URL), label="big-blocking")
+    with stoic.use_sinks(sink):
+        with pytest.raises(RateLimited):
+            await limiter.acquire(4)
+        assert not await limiter.try_acquire(4)
+        with pytest.raises(RateLimited):
+            blocking.acquire(5)
+    events = sink.of("ratelimiter.oversized")
+    assert [(e.label, e.attributes["permits"], e.attributes["burst"]) for e in events] == [
+        ("big", 4, 3), ("big", 4, 3), ("big-blocking", 5, 3)]
+    assert calls == []
+    sink.assert_contract()
+
+
 def test_a_blocking_reply_of_unexpected_shape_fails_open_bounded() -> None:
     sink = RecordingSink()
     store = RedisStore(URL)

@@ -184,7 +184,8 @@ class _SharedBucket:
             raise ValueError(f"permits must be an integer >= 1, got {permits!r}")
         if permits > self._burst:
             if _SINKS.wants(Level.WARNING):
-                emit("ratelimiter.oversized", self._label, Level.WARNING, self._clock.now_ns(), {})
+                emit("ratelimiter.oversized", self._label, Level.WARNING, self._clock.now_ns(),
+                     {"permits": permits, "burst": self._burst})
             raise RateLimited(
                 f"rate limited ({self._label}): {permits} permits can never be granted by a bucket of {self._burst}",
                 label=self._label,
