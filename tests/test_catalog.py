@@ -117,3 +117,40 @@ def test_check_mode_reports_a_stale_page(tmp_path, monkeypatch, capsys):
     assert generator.main(["--check"]) == 0
     (tmp_path / "events.md").write_text("edited by hand\n", encoding="utf-8")
     assert generator.main(["--check"]) == 1
+
+
+def _literal_emits() -> list[tuple[str, int, str, set[str]]]:
+    """Every ``emit("name", label, level, now, {...})`` in stoic's source whose attributes are a
+    dict literal with string keys: (file, line, name, keys)."""
+    import ast
+
+    found: list[tuple[str, int, str, set[str]]] = []
+    for path in sorted((ROOT / "src" / "stoic").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "emit"
+                    and len(node.args) == 5 and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[4], ast.Dict)):
+                continue
+            keys = node.args[4].keys
+            if all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in keys):
+                found.append((str(path.relative_to(ROOT)), node.lineno, node.args[0].value,
+                              {k.value for k in keys}))  # type: ignore[union-attr]
+    return found
+
+
+def test_every_event_emitted_with_literal_attributes_has_the_keys_the_catalog_requires():
+    # The one kind of contract break a test can miss by not driving that path (the shared
+    # breaker's defect event and the shared limiters' oversized event once sent none).
+    emits = _literal_emits()
+    assert len(emits) >= 30  # the scan finds the emit calls at all
+    problems = []
+    for file, line, name, keys in emits:
+        spec = CATALOG.get(name)
+        if spec is None:
+            problems.append(f"{file}:{line}: {name} is not in the catalog")
+            continue
+        if missing := spec.required - keys:
+            problems.append(f"{file}:{line}: {name} lacks {sorted(missing)}")
+        if extra := keys - spec.allowed:
+            problems.append(f"{file}:{line}: {name} sends {sorted(extra)}, not in the catalog")
+    assert problems == []
