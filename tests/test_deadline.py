@@ -317,3 +317,24 @@ def test_the_first_deadline_of_a_process_is_seen_by_the_policies_inside_it():
     out = subprocess.run([sys.executable, "-c", _FIRST_DEADLINE_SCRIPT], capture_output=True, text=True,
                          check=True, timeout=60).stdout
     assert out.strip() == "True ['breaker', 1]"
+
+
+async def test_timeout_expired_reaches_the_sinks_in_scope_at_the_block_on_a_virtual_clock(clock):
+    # A VirtualClock's timers run in the context of the code that advances it; the expiry is
+    # reported to the sinks ambient where the block was entered, as on the system clock.
+    from stoic.testing import RecordingSink
+
+    inside, outside = RecordingSink(), RecordingSink()
+
+    async def work() -> None:
+        with stoic.use_sinks(inside), pytest.raises(DeadlineExceeded):
+            async with stoic.timeout(1, label="scoped"):
+                await sleep(clock, 5)
+
+    task = asyncio.ensure_future(work())
+    await settle()
+    with stoic.use_sinks(outside):
+        await clock.advance(2)
+    await task
+    assert [(e.name, e.label) for e in inside.events] == [("timeout.expired", "scoped")]
+    assert outside.events == []
