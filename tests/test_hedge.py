@@ -887,3 +887,42 @@ def test_a_keyboard_interrupt_in_a_hedge_propagates_unchanged_from_the_call() ->
         assert asyncio.all_tasks(loop) == set()
     finally:
         loop.close()
+
+
+async def test_a_hedge_whose_operation_raises_when_called_is_that_attempts_failure(
+    clock: VirtualClock, sink: RecordingSink
+) -> None:
+    # A plain function building its coroutine may raise for one attempt (a request it cannot
+    # sign, say): that attempt failed, as the first attempt's would have; the timer goes on,
+    # and it is not an error escaping the hedge timer's callback.
+    made: list[int] = []
+
+    def op(attempt: stoic.Attempt) -> Any:
+        made.append(attempt.number)
+        if attempt.number == 2:
+            raise Boom("cannot build the request")
+
+        async def send() -> int:
+            await clock.sleep(1.0 if attempt.number == 1 else 0.05)
+            return attempt.number
+
+        return send()
+
+    policy = Hedge(0.1, label="h", max_attempts=3, clock=clock)
+    assert await clock.run(policy.execute(IDEMPOTENT, op)) == 3
+    assert made == [1, 2, 3]
+    assert clock.now() == pytest.approx(0.25)
+    assert sink.names == ["hedge.started", "hedge.attempt_failed", "hedge.started", "hedge.won"]
+    assert sink.of("hedge.attempt_failed")[0].attributes == {"attempt": 2, "running": 1, "error.type": "Boom"}
+
+
+async def test_a_hedge_whose_operation_returns_another_awaitable_runs_it_as_the_first_attempt_would(
+    clock: VirtualClock,
+) -> None:
+    def op(attempt: stoic.Attempt) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        clock.call_at(clock.now_ns() + (10**9 if attempt.number == 1 else 5 * 10**7),
+                      lambda: future.done() or future.set_result(attempt.number))
+        return future
+
+    assert await clock.run(Hedge(0.1, label="h", clock=clock).execute(IDEMPOTENT, op)) == 2

@@ -473,10 +473,19 @@ class _Call:
                      {"attempts": self._started()})
             return
         number = 2 if self.hedges is None else len(self.hedges) + 2
-        if self.wants:
-            coro = self.fn(*self.args, **self.kwargs, attempt=Attempt(number, self.shared_call_id(), True))
+        try:
+            if self.wants:
+                coro = self.fn(*self.args, **self.kwargs, attempt=Attempt(number, self.shared_call_id(), True))
+            else:
+                coro = self.fn(*self.args, **self.kwargs)
+        except Exception as exc:
+            # Raised by calling the operation (a plain function building its coroutine): this
+            # attempt's failure, as it is the first attempt's, not an error in a timer callback
+            # (asyncio would log it, and the call would start no further hedge).
+            coro = _raising(exc)
         else:
-            coro = self.fn(*self.args, **self.kwargs)
+            if not asyncio.iscoroutine(coro):
+                coro = _awaiting(coro)  # (any awaitable, or the await's TypeError: as for the first attempt)
         if self.hedges is None:
             self._begin()
         hedges = self.hedges
@@ -596,6 +605,14 @@ class _Call:
                 cancelled = True
                 self.abandon()
         return cancelled
+
+
+async def _raising(error: Exception) -> Any:
+    raise error
+
+
+async def _awaiting(awaitable: Any) -> Any:
+    return await awaitable
 
 
 def _error_of(task: asyncio.Task[Any]) -> BaseException | None:
