@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -215,3 +216,38 @@ async def test_a_misuse_inside_an_exception_group_is_not_substituted() -> None:
 
     with pytest.raises(ExceptionGroup):
         await with_fallback(Direct(), fan_out, fallback=lambda e: "cached", label="fallback")
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str() of this exception raises")
+
+
+class _UnhashablePredicate:
+    def __hash__(self) -> int:
+        raise RuntimeError("hash() of this predicate raises")
+
+    def __call__(self, error: Exception) -> bool:
+        raise ValueError("predicate bug")
+
+
+class _PredicateRaisingUnprintable:
+    def __call__(self, error: Exception) -> bool:
+        raise _Unprintable()
+
+
+@pytest.mark.parametrize("predicate", [_UnhashablePredicate(), _PredicateRaisingUnprintable()],
+                         ids=["unhashable-callback", "unprintable-failure"])
+async def test_a_should_handle_failure_that_cannot_be_reported_still_never_replaces_the_error(
+    predicate: Callable[[Exception], bool],
+) -> None:
+    # Reporting a failing callback (remembering it, formatting its error) is stoic's work: when
+    # that fails too, the operation's own error still propagates, the predicate's chained.
+    op = fail_with(ConnectionError("down"))
+    with warnings.catch_warnings(record=True) as caught_warnings, pytest.raises(ConnectionError) as caught:
+        warnings.simplefilter("always")
+        await with_fallback(Direct(), op, fallback=lambda e: "fallback", should_handle=predicate, label="fallback")
+    assert caught.value is op.raised[0]
+    assert isinstance(caught.value.__context__, (ValueError, _Unprintable))
+    if isinstance(predicate, _PredicateRaisingUnprintable):  # (still reported, without the message)
+        assert [w.category for w in caught_warnings] == [RuntimeWarning]

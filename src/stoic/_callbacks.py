@@ -54,14 +54,25 @@ def callback_failed(callback: object, role: str, failure: BaseException, error: 
     ``error`` already has one) and report it, the first time for this callback only."""
     if error.__context__ is None and failure is not error:
         error.__context__ = failure
+    try:
+        _report(callback, role, failure, error)
+    except Exception:  # nor may reporting it (a callback whose __hash__ raises, a failure whose __str__ does)
+        pass
+
+
+def _report(callback: object, role: str, failure: BaseException, error: BaseException) -> None:
     if not _first_report(callback):
         return
     name = getattr(callback, "__qualname__", None) or type(callback).__qualname__
-    message = (f"stoic: the {role} callback {name} raised {type(failure).__qualname__}: {failure} "
+    try:
+        text = str(failure)
+    except Exception:
+        text = "<the exception's str() raised>"
+    message = (f"stoic: the {role} callback {name} raised {type(failure).__qualname__}: {text} "
                f"(while judging {type(error).__qualname__}); the policy took its conservative decision "
                "and this callback's later failures are not reported again")
     try:
-        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
     except Warning:  # warnings turned into errors must not replace the operation's error either
         pass
     _log.error(message, exc_info=failure)
