@@ -512,6 +512,16 @@ def test_computed_delays_saturate_at_max_ns() -> None:
     assert RetryDecision.retry_after(1e300).after == MAX_NS / 1e9
 
 
+def test_a_retry_after_timedelta_past_the_range_saturates_as_a_number_does() -> None:
+    # A server's Retry-After as a timedelta (a far HTTP-date less now) is the same wait as its
+    # seconds: it saturates, never refused with a ValueError in the classifier.
+    from datetime import timedelta
+
+    assert RetryDecision.retry_after(timedelta(days=10**8)) == RetryDecision.retry_after(10**13)
+    assert RetryDecision.retry_after(timedelta(days=10**8)).after == MAX_NS / 1e9
+    assert RetryDecision.retry_after(timedelta(seconds=1, microseconds=5)).after == 1.000005
+
+
 async def test_a_huge_attempt_timeout_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="attempt_timeout must be at most"):
         await retry(THREE, fail_times(1, then="ok"), attempt_timeout=10**300, label="huge")

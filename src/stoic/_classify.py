@@ -51,6 +51,10 @@ class RetryDecision:
         if isinstance(seconds, timedelta):
             if seconds <= timedelta(0):
                 return RetryDecision.RETRY
+            # Exact in microseconds (as to_ns converts it), saturating like a number: to_ns
+            # refuses a timedelta past MAX_SECONDS, and timedelta reaches about 8.6e13 s.
+            ns = ((seconds.days * 86_400 + seconds.seconds) * 1_000_000 + seconds.microseconds) * 1_000
+            return RetryDecision("retry_after", min(_MAX_NS, ns))
         elif isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
             raise TypeError(f"seconds must be a number of seconds or a timedelta, got {type(seconds).__name__}")
         elif isinstance(seconds, int):  # exact, however large (a float conversion could overflow)
