@@ -926,3 +926,61 @@ async def test_a_hedge_whose_operation_returns_another_awaitable_runs_it_as_the_
         return future
 
     assert await clock.run(Hedge(0.1, label="h", clock=clock).execute(IDEMPOTENT, op)) == 2
+
+
+async def test_a_hedged_call_closed_while_its_first_attempt_runs_closes_cleanly_and_cancels_the_hedges(
+    clock: VirtualClock,
+) -> None:
+    # coro.close() (or the collection of a suspended call) throws GeneratorExit into the first
+    # attempt: the call may not await again, so the hedges are cancelled and the close succeeds
+    # (it raised RuntimeError "coroutine ignored GeneratorExit", awaiting the hedges).
+    seen: list[tuple[int, str]] = []
+
+    async def op(attempt: stoic.Attempt) -> None:
+        try:
+            await clock.sleep(10)
+        except BaseException as error:
+            seen.append((attempt.number, type(error).__name__))
+            raise
+
+    call = Hedge(1, label="h", clock=clock).execute(IDEMPOTENT, op)
+    call.__await__().send(None)  # the first attempt is waiting, in this task
+    await clock.advance(2)  # the hedge starts
+    await settle_tasks()
+    call.close()
+    await settle_tasks()
+    assert seen == [(1, "GeneratorExit"), (2, "CancelledError")]
+    assert others() == []
+
+
+async def test_a_hedged_call_closed_while_waiting_for_its_hedges_cancels_them(clock: VirtualClock) -> None:
+    seen: list[tuple[int, str]] = []
+
+    async def op(attempt: stoic.Attempt) -> None:
+        if attempt.number == 1:
+            await clock.sleep(1.5)
+            raise Boom("first")
+        try:
+            await clock.sleep(10)
+        except BaseException as error:
+            seen.append((attempt.number, type(error).__name__))
+            raise
+
+    call = Hedge(1, label="h", clock=clock).execute(IDEMPOTENT, op)
+    steps = call.__await__()
+    steps.send(None)
+    await clock.advance(2)  # the hedge starts at 1; the first attempt's sleep ends at 1.5
+    steps.send(None)  # the first attempt fails: the call waits for the hedge
+    call.close()
+    await settle_tasks()
+    assert seen == [(2, "CancelledError")]  # not left running once the call is gone
+    assert others() == []
+
+
+def others() -> list[asyncio.Task[Any]]:
+    return [task for task in asyncio.all_tasks() if task is not asyncio.current_task() and not task.done()]
+
+
+async def settle_tasks() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)

@@ -604,6 +604,9 @@ class _Call:
             except asyncio.CancelledError:
                 cancelled = True
                 self.abandon()
+            except GeneratorExit:  # closed while waiting: nothing more may be awaited
+                self.abandon()
+                raise
         return cancelled
 
 
@@ -718,6 +721,12 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
         # it: a client that turns the CancelledError into an error of its own must not leave
         # the call waiting for a hedge and returning its value to a caller that asked to stop.
         cancelled = True
+    if isinstance(exc, GeneratorExit):
+        # The call's coroutine is being closed (coro.close(), or collected while suspended): it
+        # may not await again (that would raise "coroutine ignored GeneratorExit" in place of
+        # the close), so the hedges are cancelled, not awaited.
+        call.abandon()
+        raise exc
     if exc is not None and _stops_everything(exc):
         call.abandon()  # KeyboardInterrupt, SystemExit (bare or in a group): stop everything
         await call.settle()
