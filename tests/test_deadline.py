@@ -338,3 +338,20 @@ async def test_timeout_expired_reaches_the_sinks_in_scope_at_the_block_on_a_virt
     await task
     assert [(e.name, e.label) for e in inside.events] == [("timeout.expired", "scoped")]
     assert outside.events == []
+
+
+async def test_a_block_whose_coroutine_is_closed_from_another_context_closes_cleanly(clock):
+    # A suspended coroutine closed from outside its task (close(), or the garbage collector)
+    # leaves the block in another context than it entered it in: the close still succeeds
+    # (the context variable's reset raised ValueError in place of the GeneratorExit).
+    import contextvars
+
+    async def work() -> None:
+        async with stoic.timeout(10):
+            await sleep(clock, 5)
+
+    coro = work()
+    contextvars.copy_context().run(coro.__await__().send, None)
+    coro.close()
+    assert clock.pending_timers == 0
+    assert time_remaining() is None

@@ -209,7 +209,15 @@ class Timeout:
         assert self._scope is not None and self._token is not None and self._task is not None
         if self._handle is not None:
             self._handle.cancel()
-        _current.reset(self._token)
+        try:
+            _current.reset(self._token)
+        except ValueError:
+            # Left in another context than it was entered in: a suspended coroutine closed from
+            # outside its task (GeneratorExit, by close() or the garbage collector). That context
+            # never saw this deadline, so there is nothing to restore in it, and the close must
+            # not fail with this error in place of its GeneratorExit.
+            if not isinstance(exc, GeneratorExit):
+                raise
         if not self._scope.fired:
             return None
         # Our cancel request is spent either way; take it back so it is not delivered later.
