@@ -251,3 +251,23 @@ async def test_a_should_handle_failure_that_cannot_be_reported_still_never_repla
     assert isinstance(caught.value.__context__, (ValueError, _Unprintable))
     if isinstance(predicate, _PredicateRaisingUnprintable):  # (still reported, without the message)
         assert [w.category for w in caught_warnings] == [RuntimeWarning]
+
+
+async def test_a_hedge_in_a_policys_place_is_refused_not_substituted_on_every_call() -> None:
+    # A Hedge has an execute, but it takes IDEMPOTENT first: as with_fallback's policy every
+    # call raised TypeError and the default should_handle returned the fallback, hiding the bug.
+    import stoic
+
+    hedged = stoic.Hedge(0.1, label="h")
+    called: list[Exception] = []
+
+    async def op() -> str:
+        return "real"
+
+    with pytest.raises(TypeError, match="not a Policy") as caught:
+        await with_fallback(hedged, op, fallback=lambda e: called.append(e) or "fallback",  # type: ignore[arg-type]
+                            label="fallback")
+    assert is_defect(caught.value) and called == []
+    # The way it is meant: the hedge runs as the operation of a stageless pipeline.
+    assert await with_fallback(Pipeline(), lambda: hedged.execute(stoic.IDEMPOTENT, op), fallback=lambda e: "fallback",
+                               label="fallback") == "real"

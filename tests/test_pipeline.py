@@ -97,6 +97,16 @@ def test_a_stage_must_be_a_policy() -> None:
         Pipeline(object())  # type: ignore[arg-type]
 
 
+def test_a_hedge_is_refused_as_a_stage_at_construction() -> None:
+    # It has an execute, but one taking IDEMPOTENT first: accepted, every call failed with
+    # "missing 1 required positional argument". It wraps a pipeline from the outside.
+    hedged = stoic.Hedge(0.1, label="h")
+    with pytest.raises(TypeError, match="not a Policy"):
+        Pipeline(stoic.Bulkhead(1, label="b"), hedged)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not a Policy"):
+        Pipeline([hedged])  # type: ignore[list-item]
+
+
 async def test_the_operations_own_error_comes_out_unchanged(clock: VirtualClock) -> None:
     log: list[str] = []
     op = fail_with(ValueError("bad"))

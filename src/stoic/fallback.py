@@ -64,6 +64,19 @@ def _refuse_operation(fn: object) -> None:
                         "generator instead.") from Defect(f"{kind} was passed to with_fallback")
 
 
+def _refuse_policy(policy: object) -> None:
+    """Refuse a :class:`stoic.Hedge` in a policy's place: it has an ``execute``, but taking
+    idempotency first it is no Policy, so ``execute(fn)`` always raises ``TypeError``, which
+    the default ``should_handle`` would turn into the fallback on every call."""
+    from .hedge import Hedge
+
+    if isinstance(policy, Hedge):
+        raise TypeError("a Hedge is not a Policy (its execute takes stoic.IDEMPOTENT first): hedge the "
+                        "operation under a stageless pipeline instead, with_fallback(stoic.Pipeline(), "
+                        "lambda: hedge.execute(stoic.IDEMPOTENT, fn), ...)") from Defect(
+            "a Hedge was passed to with_fallback as its policy")
+
+
 async def with_fallback(
     policy: Policy,
     fn: Callable[..., Awaitable[R]],
@@ -89,6 +102,9 @@ async def with_fallback(
     propagates (not the fallback), with the predicate's error chained as its ``__context__``
     and reported once (``warnings`` and the ``"stoic"`` logger).
 
+    A :class:`stoic.Hedge` is not a Policy: passed as ``policy`` it raises ``TypeError`` at the
+    call (it would fail every call, and be substituted).
+
     A misused operation is a bug at the call site, so it is never substituted, whatever
     ``should_handle`` says (which is not consulted), as the other policies never count or retry
     it: ``fn`` not callable (a coroutine object, say) or a generator or async generator
@@ -98,6 +114,7 @@ async def with_fallback(
     called. This holds for every policy, a ``Pipeline`` included.
     """
     check_label(label)
+    _refuse_policy(policy)
     _refuse_operation(fn)
     if not callable(fallback):
         raise TypeError(f"fallback must be callable, got {type(fallback).__name__}")

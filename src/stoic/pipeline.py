@@ -239,6 +239,12 @@ def _runs(stages: tuple[Policy, ...]) -> tuple[Callable[..., Any], ...]:
     return tuple(runs)
 
 
+def _hedge_type() -> type:
+    from .hedge import Hedge
+
+    return Hedge
+
+
 class Pipeline:
     """Policies composed outermost first; itself a :class:`stoic.Policy` (seed 000, "Pipeline").
 
@@ -250,7 +256,8 @@ class Pipeline:
     declares ``attempt`` receives the innermost ``Retrying``'s :class:`stoic.Attempt` (with no
     ``Retrying`` stage, ``Attempt(1)``).
 
-    Raises ``TypeError`` for a stage without an ``execute`` method.
+    Raises ``TypeError`` for a stage without an ``execute`` method, and for a :class:`stoic.Hedge`
+    (not a Policy: it wraps a pipeline from the outside).
     """
 
     __slots__ = ("_first", "_runs", "_stages", "op")
@@ -263,6 +270,10 @@ class Pipeline:
                 flat.extend(stage._stages)
             elif isinstance(stage, (list, tuple)):
                 flat.extend(Pipeline(*stage)._stages)
+            elif isinstance(stage, _hedge_type()):
+                raise TypeError(f"a Hedge is not a Policy (its execute takes stoic.IDEMPOTENT first), got {stage!r}: "
+                                "put the pipeline inside the hedge, hedge.execute(stoic.IDEMPOTENT, "
+                                "pipeline.execute, fn)")
             elif callable(getattr(stage, "execute", None)):
                 flat.append(stage)  # type: ignore[arg-type]
             else:
