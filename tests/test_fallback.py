@@ -271,3 +271,26 @@ async def test_a_hedge_in_a_policys_place_is_refused_not_substituted_on_every_ca
     # The way it is meant: the hedge runs as the operation of a stageless pipeline.
     assert await with_fallback(Pipeline(), lambda: hedged.execute(stoic.IDEMPOTENT, op), fallback=lambda e: "fallback",
                                label="fallback") == "real"
+
+
+async def test_a_policy_whose_execute_does_not_take_the_call_is_a_bug_not_a_fallback() -> None:
+    # An execute that cannot be called as execute(fn, *args, **kwargs): the TypeError is raised
+    # by with_fallback's own call of it, on every call; the fallback would hide it for good.
+    class TakesNoArguments:
+        async def execute(self, fn: Callable[[], Awaitable[Any]]) -> Any:
+            return await fn()
+
+    async def op(x: int) -> int:
+        return x
+
+    called: list[Exception] = []
+    with pytest.raises(TypeError, match="positional argument"):
+        await with_fallback(TakesNoArguments(), op, 1, fallback=lambda e: called.append(e) or 0,  # type: ignore[arg-type]
+                            label="fallback")
+    assert called == []
+
+    async def op_raising_type_error(x: int) -> int:
+        raise TypeError("the operation's own")  # one frame deeper: the work failed, substituted
+
+    assert await with_fallback(TakesNoArguments(), lambda: op_raising_type_error(1),  # type: ignore[arg-type]
+                               fallback=lambda e: -1, label="fallback") == -1

@@ -33,7 +33,9 @@ R = TypeVar("R")
 
 def _misuse(error: Exception) -> bool:
     """The operation was handed over wrongly (an async generator or a plain function's generator
-    or value where a coroutine was due): a bug at the call site, not a failure of the work.
+    or value where a coroutine was due), or the policy was (its ``execute`` does not take
+    ``(fn, *args, **kwargs)``, or returns no awaitable): a bug at the call site, not a failure
+    of the work.
 
     Such a ``TypeError`` is raised by ``await`` itself, or by a policy that refused the result
     (``TypeError`` caused by a :class:`Defect`, as the breaker raises it). In a group, one such
@@ -42,6 +44,10 @@ def _misuse(error: Exception) -> bool:
     which stopped at an ``await`` (the frame after with_fallback's in the traceback). One deeper
     in is the operation's own failure (stoic._errors.failed_await)."""
     tb = error.__traceback__
+    if type(error) is TypeError and tb is not None and tb.tb_next is None:
+        # Raised in with_fallback's own frame: calling ``policy.execute(fn, ...)`` did not bind
+        # (a policy whose execute takes other arguments), or its result was not awaitable.
+        return True
     if type(error) is TypeError and tb is not None and tb.tb_next is not None and tb.tb_next.tb_next is None \
             and stopped_at_await(tb.tb_next):
         return True
@@ -111,7 +117,9 @@ async def with_fallback(
     function raises ``TypeError`` at the call, before the policy runs; the ``TypeError`` that
     awaiting a plain ``fn``'s generator, async generator or other non-awaitable result raises
     (or a policy's refusal of such a result) propagates unchanged, and the fallback is not
-    called. This holds for every policy, a ``Pipeline`` included.
+    called. This holds for every policy, a ``Pipeline`` included. So does the ``TypeError`` of
+    a misused policy: an ``execute`` that cannot be called as ``execute(fn, *args, **kwargs)``
+    or that returns something not awaitable.
     """
     check_label(label)
     _refuse_policy(policy)
