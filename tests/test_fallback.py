@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import stoic
 from stoic import (
     AdaptiveThrottle,
     Bulkhead,
@@ -256,8 +257,6 @@ async def test_a_should_handle_failure_that_cannot_be_reported_still_never_repla
 async def test_a_hedge_in_a_policys_place_is_refused_not_substituted_on_every_call() -> None:
     # A Hedge has an execute, but it takes IDEMPOTENT first: as with_fallback's policy every
     # call raised TypeError and the default should_handle returned the fallback, hiding the bug.
-    import stoic
-
     hedged = stoic.Hedge(0.1, label="h")
     called: list[Exception] = []
 
@@ -294,3 +293,14 @@ async def test_a_policy_whose_execute_does_not_take_the_call_is_a_bug_not_a_fall
 
     assert await with_fallback(TakesNoArguments(), lambda: op_raising_type_error(1),  # type: ignore[arg-type]
                                fallback=lambda e: -1, label="fallback") == -1
+
+
+async def test_the_substitution_event_is_timed_on_the_ambient_clock(clock: VirtualClock) -> None:
+    # Every event's time_ns is on the clock the policies measure on; the fallback's was
+    # time.monotonic_ns() under a VirtualClock, out of order with every other event.
+    sink = RecordingSink()
+    await clock.advance(5)
+    with stoic.use_sinks(sink):
+        assert await with_fallback(Direct(), fail_with(ConnectionError()), fallback=lambda e: 0, label="fb") == 0
+    (event,) = sink.of("fallback.substituted")
+    assert event.time_ns == clock.now_ns() == 5_000_000_000

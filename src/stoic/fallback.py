@@ -11,11 +11,11 @@ operation's own result.
 from __future__ import annotations
 
 import inspect
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ._callbacks import callback_failed
+from ._clock import current_clock
 from ._durations import check_label
 from ._errors import Defect, failed_await, is_defect, leaves, stopped_at_await
 from ._policy import Policy
@@ -145,7 +145,8 @@ async def with_fallback(
         if not handle:
             raise
         if _SINKS.wants(Level.INFO):
-            emit("fallback.substituted", label, Level.INFO, time.monotonic_ns(), {"error.type": error_type(error)})
+            # (On the ambient clock, the one the policies around it measure on: with_fallback has none.)
+            emit("fallback.substituted", label, Level.INFO, current_clock().now_ns(), {"error.type": error_type(error)})
         substitute = fallback(error)
         if inspect.isawaitable(substitute):
             return await substitute
