@@ -73,6 +73,34 @@ async def test_a_due_timer_runs_soon_without_moving_time():
     assert fired == [5 * S]
 
 
+@pytest.mark.parametrize("clock", [VirtualClock(), SYSTEM_CLOCK], ids=["virtual", "system"])
+async def test_a_timer_runs_in_the_context_it_was_set_in_not_that_of_whoever_moves_time(clock: Clock) -> None:
+    # As loop.call_at does: a copy of the scheduling context, so a deadline's or a hedge's events
+    # reach the sinks in scope where it was set. Both clocks keep the rule.
+    import contextvars
+
+    where: contextvars.ContextVar[str] = contextvars.ContextVar("where", default="unset")
+    seen: list[str] = []
+    done = asyncio.Event()
+
+    def fire() -> None:
+        seen.append(where.get())
+        where.set("changed by the callback")  # (in its copy: the setter's context keeps its value)
+        done.set()
+
+    def schedule() -> None:
+        where.set("set by the scheduler")
+        clock.call_at(clock.now_ns() + 1_000_000, fire)
+
+    contextvars.copy_context().run(schedule)
+    where.set("the advancer's")
+    if isinstance(clock, VirtualClock):
+        await clock.advance(0.001)
+    await asyncio.wait_for(done.wait(), 5)
+    assert seen == ["set by the scheduler"]
+    assert where.get() == "the advancer's"
+
+
 async def test_sleepers_wake_at_their_instant_and_can_sleep_again_within_one_advance():
     clock = VirtualClock()
     woke: list[tuple[str, float]] = []

@@ -320,8 +320,8 @@ def test_the_first_deadline_of_a_process_is_seen_by_the_policies_inside_it():
 
 
 async def test_timeout_expired_reaches_the_sinks_in_scope_at_the_block_on_a_virtual_clock(clock):
-    # A VirtualClock's timers run in the context of the code that advances it; the expiry is
-    # reported to the sinks ambient where the block was entered, as on the system clock.
+    # The expiry is reported to the sinks ambient where the block was entered, as on the system
+    # clock, not to those of the code that advances the clock.
     from stoic.testing import RecordingSink
 
     inside, outside = RecordingSink(), RecordingSink()

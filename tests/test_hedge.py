@@ -984,3 +984,23 @@ def others() -> list[asyncio.Task[Any]]:
 async def settle_tasks() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
+
+
+async def test_a_hedges_events_reach_the_sinks_in_scope_at_the_call_whoever_moves_the_clock(
+        clock: VirtualClock) -> None:
+    # The hedge timer fires in the call's context, as on the system clock: hedge.started goes to
+    # the sink scoped around the call, not to one scoped around the code advancing time.
+    inside, outside = RecordingSink(), RecordingSink()
+    script = Script(clock, {1: Step(1.0, "slow"), 2: Step(0.05, "fast")})
+
+    async def call() -> object:
+        with stoic.use_sinks(inside):
+            return await hedge(IDEMPOTENT, script, delay=0.1, label="scoped")
+
+    task = asyncio.ensure_future(call())
+    await stoic.testing.settle()
+    with stoic.use_sinks(outside):
+        await clock.advance(0.2)
+    assert await task == "fast"
+    assert inside.names == ["hedge.started", "hedge.won"]
+    assert outside.events == []

@@ -33,7 +33,9 @@ class Clock(Protocol):
     """A monotonic clock that can also wake asyncio code up.
 
     ``now_ns()`` returns integer nanoseconds on a monotonic timeline. ``call_at(when_ns, callback)``
-    runs ``callback`` (on the running event loop) once the clock reaches ``when_ns``.
+    runs ``callback`` (on the running event loop) once the clock reaches ``when_ns``, in a copy
+    of the context current at ``call_at``, as ``loop.call_at`` does (a deadline's or a hedge's
+    events then reach the sinks in scope where it was set, whoever moves the clock).
     ``sleep_until(when_ns)`` suspends the calling task until then; cancelling the task cancels
     the sleep. ``sleep_until_blocking(when_ns)`` blocks the calling thread until then.
     """

@@ -15,13 +15,12 @@ and clocks").
 
 from __future__ import annotations
 
-import contextvars
 import math
 from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ._clock import Clock, SystemClock, TimerHandle, resolve_clock, same_clock
+from ._clock import Clock, TimerHandle, resolve_clock, same_clock
 from ._durations import Seconds, check_label, to_ns
 from ._errors import DeadlineExceeded, Defect, leaves
 from .events import Level, emit
@@ -185,15 +184,7 @@ class Timeout:
         ever_set = True
         self._scope = _Scope(self._clock, self._when_ns, _current.get(), self._label)
         self._token = _current.set(self._scope)
-        if type(self._clock) is SystemClock:
-            self._handle = self._clock.call_at(self._when_ns, self._fire)
-        else:
-            # asyncio's timers run a callback in a copy of the context it was scheduled in; another
-            # clock's (a VirtualClock's, run by whoever advances it) may not. Fire in the block's
-            # context, so timeout.expired reaches the sinks in scope at the block (as on the
-            # system clock), not those of the code that moved time.
-            ctx = contextvars.copy_context()
-            self._handle = self._clock.call_at(self._when_ns, lambda: ctx.run(self._fire))
+        self._handle = self._clock.call_at(self._when_ns, self._fire)
         return self
 
     def _fire(self) -> None:

@@ -21,7 +21,6 @@ Only idempotent work may be hedged, and the call site has to say so: the first a
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import enum
 import itertools
 import os
@@ -399,12 +398,11 @@ class _Call:
     """One hedged call: what the callbacks need to decide, and what they decided."""
 
     __slots__ = (
-        "args", "call_id", "ctx", "decided", "end", "error", "fatal", "fn", "handle", "hedges", "kwargs",
+        "args", "call_id", "decided", "end", "error", "fatal", "fn", "handle", "hedges", "kwargs",
         "policy", "primary_running", "start", "superseded", "task", "waiter", "wants", "winner", "finished",
     )
 
     handle: TimerHandle | None  # the pending hedge timer (set by _race before the first await)
-    ctx: contextvars.Context
 
     def __init__(self, policy: Hedge, task: asyncio.Task[Any], fn: Callable[..., Coroutine[Any, Any, Any]],
                  args: tuple[Any, ...], kwargs: dict[str, Any], wants: bool, start: int) -> None:
@@ -419,9 +417,6 @@ class _Call:
         self.start = start
         # ``hedges`` stays None until a hedge starts: the fast path reads nothing else.
         self.hedges: list[asyncio.Task[Any]] | None = None
-        # ``ctx`` (set by _race for a clock other than the system's) is the context the hedge
-        # timer decides in: asyncio's timers already run callbacks in a copy of the context they
-        # were scheduled in, another clock's may not.
 
     def shared_call_id(self) -> str:
         """The id every attempt of this call shares, drawn on first use."""
@@ -447,16 +442,9 @@ class _Call:
     # --- callbacks ---
 
     def on_timer(self) -> None:
+        # In (a copy of) the call's context, as every Clock runs its timers (stoic.Clock): the
+        # sinks, the deadline and the clock are the caller's.
         self.handle = None
-        # Run in (a copy of) the call's context: sinks, the deadline and the clock are the
-        # caller's, whatever context the clock fires timers from.
-        ctx: contextvars.Context | None = getattr(self, "ctx", None)
-        if ctx is None:
-            self._hedge()
-        else:
-            ctx.copy().run(self._hedge)
-
-    def _hedge(self) -> None:
         if self.hedges is not None and self.decided:
             return
         policy = self.policy
@@ -657,8 +645,6 @@ async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: 
     op = policy.op
     wants = (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(policy, fn)) and "attempt" not in kwargs
     call = _Call(policy, task, fn, args, kwargs, wants, start)
-    if not system:
-        call.ctx = contextvars.copy_context()
     # Compared with the count at the end: a cancel request swallowed before this call (a
     # TaskGroup on 3.11, a library without uncancel()) is not this caller being cancelled.
     cancels = task.cancelling()

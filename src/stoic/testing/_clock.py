@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import heapq
 import threading
 from collections.abc import Awaitable, Callable
@@ -24,13 +25,16 @@ def _nothing() -> None:
 
 
 class _VirtualTimer:
-    __slots__ = ("when_ns", "seq", "callback", "cancelled")
+    __slots__ = ("when_ns", "seq", "callback", "cancelled", "context")
 
     def __init__(self, when_ns: int, seq: int, callback: Callable[[], object]) -> None:
         self.when_ns = when_ns
         self.seq = seq
         self.callback = callback
         self.cancelled = False
+        # As asyncio's timers do: the callback runs in a copy of the context it was scheduled
+        # in, not in that of whoever moves time (its events reach the sinks in scope there).
+        self.context = contextvars.copy_context()
 
     def cancel(self) -> None:
         # As asyncio's TimerHandle does: let go of the callback (and all it holds) at once
@@ -63,7 +67,8 @@ class VirtualClock:
     """A :class:`stoic.Clock` whose time only moves on :meth:`advance` or :meth:`run_until_idle`.
 
     Timers and sleeps registered on it fire in instant order as time is moved, each followed by
-    a :func:`settle` so the tasks they wake run before the clock moves on. ``start`` is the
+    a :func:`settle` so the tasks they wake run before the clock moves on, and each in a copy of
+    the context it was set in (as asyncio's timers run), not in that of the code moving time. ``start`` is the
     initial instant in seconds. Thread-safe for ``now_ns`` and blocking sleeps; advance it from
     the event loop's thread.
     """
@@ -177,7 +182,7 @@ class VirtualClock:
 
     def _run_due(self) -> None:
         while (timer := self._pop_due(self._now_ns)) is not None:
-            timer.callback()
+            timer.context.run(timer.callback)
 
     def _set_now(self, ns: int) -> None:
         with self._cond:
@@ -207,7 +212,7 @@ class VirtualClock:
         await settle()
         while (timer := self._pop_due(target)) is not None:
             self._set_now(timer.when_ns)
-            timer.callback()
+            timer.context.run(timer.callback)
             await settle()
         self._set_now(target)
         await settle()
