@@ -225,8 +225,10 @@ class Timeout:
 def timeout(seconds: Seconds, *, label: str | None = None, clock: Clock | None = None) -> Timeout:
     """Bound the enclosed ``async with`` block to ``seconds`` (float seconds or timedelta, >= 0).
 
-    Sets the ambient deadline for everything inside it. At expiry the block is cancelled and
-    :class:`stoic.DeadlineExceeded` (a ``TimeoutError``) is raised from the ``async with``.
+    The deadline is ``seconds`` from this call (as with ``asyncio.timeout``), not from entering
+    the block. Sets the ambient deadline for everything inside it. At expiry the block is
+    cancelled and :class:`stoic.DeadlineExceeded` (a ``TimeoutError``) is raised from the
+    ``async with``.
     Runs on ``clock``, else the ambient clock (the deadline keeps that clock: policies inside
     compare it on their own clock, see :func:`remaining_ns`). ``label`` (optional, a non-empty
     str) names the deadline in its error and events.
