@@ -5,6 +5,7 @@ granted in the instant its waiter is cancelled."""
 from __future__ import annotations
 
 import asyncio
+import collections
 
 import pytest
 
@@ -194,6 +195,50 @@ async def test_codel_state_follows_folly_min_over_interval(clock: VirtualClock):
     queue._observe(250_000_000, 5_000_000)
     queue._observe(300_000_000, 40_000_000)
     assert not queue.overloaded
+
+
+async def test_a_burst_after_a_calm_is_not_judged_by_the_congestion_before_it(clock: VirtualClock,
+                                                                               sink: RecordingSink):
+    # Seen failing before the fix: CoDel saw a zero sojourn only when a caller arrived to an
+    # empty queue. A congested queue that drained, then 10 s of calls admitted at once (no
+    # queue, nothing observed), then one waiter: its arrival closed the congested interval of
+    # 10 s before as "overloaded", and the waiter, 30 ms in the queue (within the 50 ms
+    # allowance of a queue that has recently been empty), was shed past twice the target.
+    bulkhead = Bulkhead(1, queue_limit=None, queue_target=0.01, queue_interval=0.05, label="c", clock=clock)
+
+    async def op(seconds: float) -> float:
+        await clock.sleep(seconds)
+        return seconds
+
+    overload = []
+    for _ in range(100):  # a call every 10 ms, each holding the slot 30 ms
+        overload.append(asyncio.create_task(bulkhead.execute(op, 0.03)))
+        await clock.advance(0.01)
+    await clock.advance(1.0)
+    results = await asyncio.gather(*overload, return_exceptions=True)
+    assert any(isinstance(r, Shed) for r in results) and bulkhead.queued == 0
+    for _ in range(100):  # the calm: admitted at once
+        calm = asyncio.create_task(bulkhead.execute(op, 0.001))
+        await clock.advance(0.1)
+        await calm
+    sheds = len(sink.of("bulkhead.rejected"))
+    holder = asyncio.create_task(bulkhead.execute(op, 0.03))
+    await settle()
+    waiter = asyncio.create_task(bulkhead.execute(op, 0.001))
+    await settle()
+    await clock.advance(0.05)
+    assert await asyncio.gather(holder, waiter) == [0.03, 0.001]
+    assert len(sink.of("bulkhead.rejected")) == sheds
+
+
+def test_codel_sees_a_blocking_queue_drain_when_its_last_waiter_times_out(clock: VirtualClock):
+    rules = stoic.BlockingBulkhead(1, queue_limit=4, queue_target=0.01, queue_interval=0.05, label="b",
+                                   clock=clock)._rules
+    assert rules is not None
+    rules._observe(0, 40_000_000)  # an interval whose minimum is over the target
+    rules.drained(collections.deque(), 10_000_000)  # the queue emptied within it
+    rules._observe(60_000_000, 40_000_000)
+    assert not rules.overloaded
 
 
 # --- adaptive LIFO ---

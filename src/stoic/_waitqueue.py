@@ -10,8 +10,11 @@ A managed queue replaces the bulkhead's plain FIFO hand-over when any of these i
   sojourn allowance while the queue has recently been empty": a slot held for long, with no
   dequeue to show the congestion, still bounds the wait by time). The sojourn measured is
   that of the oldest waiter at each dequeue (what a FIFO would serve next: a standing queue
-  shows there even when adaptive LIFO serves the newest), and an arrival to an empty queue
-  counts as a zero sojourn (the queue drained within the interval).
+  shows there even when adaptive LIFO serves the newest), and a queue that empties counts as a
+  zero sojourn when it empties (it drained within the interval), as does an arrival to an empty
+  queue. (Observed only at the arrival, a drain followed by a calm of calls admitted at once
+  left the verdict of the congested interval before it standing: the first waiter of the next
+  burst was judged overloaded, and shed past twice the target, seconds after the congestion.)
 - adaptive LIFO (``queue_adaptive_lifo``): while congested (CoDel overloaded, or without CoDel
   the oldest waiter older than ``queue_interval``), serve the newest waiter, whose client is
   likeliest still waiting; FIFO otherwise.
@@ -166,6 +169,12 @@ class QueueRules:
         """The tier an arrival parks with: the caller's criticality when prioritized."""
         return int(current_criticality()) if self.prioritized else _NORMAL
 
+    def drained(self, waiters: deque[_Waiter], now: int) -> None:
+        """A waiter left ``waiters`` (served, dropped, or gone by itself): when that emptied the
+        queue, CoDel sees the zero sojourn of a drained queue now."""
+        if not waiters and self.target_ns is not None:
+            self._observe(now, 0)
+
     def park(self, waiters: deque[_Waiter], waiter: _Waiter, now: int, tier: int, deadline_ns: int) -> Parked:
         """Queue ``waiter`` (at the back) with what the rules need to know of it."""
         if not waiters and self.target_ns is not None:
@@ -206,6 +215,7 @@ class QueueRules:
                     stale.queued = False
                     drop(stale, parked[id(stale)], "sojourn")
                 if not waiters:
+                    self._observe(now, 0)  # drained (by shedding)
                     return None
             congested = self.lifo and (
                 self.overloaded if self.target_ns is not None
@@ -219,7 +229,9 @@ class QueueRules:
             info = parked[id(waiter)]
             if info.deadline_ns != NO_DEADLINE and now >= info.deadline_ns:
                 drop(waiter, info, "deadline_exceeded")
+                self.drained(waiters, now)
                 continue
+            self.drained(waiters, now)
             return waiter
         return None
 
@@ -309,6 +321,7 @@ class ManagedQueue(QueueRules):
             elif waiter.queued:
                 waiter.queued = False
                 waiters.remove(waiter)
+                self.drained(waiters, clock.now_ns())
             self.parked.pop(id(waiter), None)
             # A waiter the rules dropped was reported then (shed_event): leaving now is no news.
             if isinstance(exc, asyncio.CancelledError) and parked.error is None:

@@ -575,6 +575,7 @@ class BlockingBulkhead(_Compartment):
                 if left <= 0:
                     waiter.queued = False
                     self._waiters.remove(waiter)
+                    self._drained()
                     return False
                 wait_until(clock, cond, deadline, left)
         except BaseException:
@@ -583,6 +584,7 @@ class BlockingBulkhead(_Compartment):
             elif waiter.queued:
                 waiter.queued = False
                 self._waiters.remove(waiter)
+                self._drained()
             raise
         if parked.error is not None:
             return False
@@ -592,6 +594,11 @@ class BlockingBulkhead(_Compartment):
             self._drop_locked(now, None, parked, "deadline_exceeded")
             return False
         return True
+
+    def _drained(self) -> None:
+        """A managed waiter left the queue by itself (under the lock): CoDel sees it drain."""
+        assert self._rules is not None
+        self._rules.drained(self._waiters, self._clock.now_ns())
 
     def _drop_locked(self, now: int, waiter: _Waiter | None, parked: Parked, reason: str) -> None:
         """Fail a waiter the rules removed from the queue and wake it (it reports itself)."""
