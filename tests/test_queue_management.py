@@ -10,7 +10,7 @@ import collections
 import pytest
 
 import stoic
-from stoic import AdaptiveBulkhead, Bulkhead, BulkheadFull, Criticality, DeadlineExceeded, Shed
+from stoic import AdaptiveBulkhead, Bulkhead, BulkheadFull, Criticality, DeadlineExceeded, Shed, _waitqueue
 from stoic.testing import RecordingSink, VirtualClock, settle
 
 
@@ -239,6 +239,39 @@ def test_codel_sees_a_blocking_queue_drain_when_its_last_waiter_times_out(clock:
     rules.drained(collections.deque(), 10_000_000)  # the queue emptied within it
     rules._observe(60_000_000, 40_000_000)
     assert not rules.overloaded
+
+
+@pytest.mark.parametrize("how", ["handed_a_slot", "displaced"])
+async def test_a_waiter_on_a_closed_loop_leaves_no_entry_behind(clock: VirtualClock, monkeypatch: pytest.MonkeyPatch,
+                                                                how: str):
+    # Seen failing before the fix: a waiter whose event loop is closed cannot be woken (wake is
+    # False) and never runs again to pop what the queue keeps of it, so each one left its entry
+    # in the queue's table for the bulkhead's life.
+    bulkhead = AdaptiveBulkhead(latency_threshold=1.0, max_concurrent=1, queue_limit=1, prioritized=True,
+                                label="w", clock=clock)
+    managed = bulkhead._managed
+    assert managed is not None
+    gate = Gate()
+    holder = start(bulkhead, gate, "holder")
+    await settle()
+    dead = start(bulkhead, gate, "dead", Criticality.BEST_EFFORT)
+    await settle()
+    dead_future = bulkhead._waiters[0].future
+    real_wake = _waitqueue.wake
+    monkeypatch.setattr(_waitqueue, "wake", lambda future: future is not dead_future and real_wake(future))
+    if how == "displaced":
+        critical = start(bulkhead, gate, "critical", Criticality.CRITICAL)
+        await settle()
+        assert len(managed.parked) == 1  # the critical arrival's
+        gate.open("critical")
+    gate.open("holder")
+    assert await holder == "holder"
+    if how == "displaced":
+        assert await critical == "critical"
+    assert (bulkhead.in_use, bulkhead.queued, managed.parked) == (0, 0, {})
+    dead.cancel()  # (here its loop still runs: end the task)
+    with pytest.raises(asyncio.CancelledError):
+        await dead
 
 
 # --- adaptive LIFO ---

@@ -350,6 +350,7 @@ class ManagedQueue(QueueRules):
                 if wake(waiter.future):
                     return
                 waiter.granted = False  # its event loop is closed: nobody will run; try the next
+                self.parked.pop(id(waiter), None)  # (nor pop its entry: forget it here)
         bulkhead._active -= 1
 
     def fill(self, bulkhead: Bulkhead) -> None:
@@ -363,4 +364,5 @@ class ManagedQueue(QueueRules):
         info.error = shed_error(reason, bulkhead._label)
         shed_event(bulkhead, reason, now - info.since_ns, info.tier)
         assert waiter.future is not None
-        wake(waiter.future)
+        if not wake(waiter.future):
+            self.parked.pop(id(waiter), None)  # its event loop is closed: it will never pop its entry
