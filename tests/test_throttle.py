@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import stoic
 from stoic import AdaptiveThrottle, CircuitBreaker, Pipeline, Rejected, RejectionReason, Throttled
-from stoic.testing import RecordingSink, VirtualClock, seeded
+from stoic.testing import RecordingSink, VirtualClock, seeded, settle
 
 
 class Dependency:
@@ -408,6 +408,37 @@ async def test_a_group_with_a_transient_leaf_is_overload_evidence(clock: Virtual
             await throttle.execute(fan_out_down)
     assert (throttle.requests, throttle.accepts) == (20, 0)
     assert throttle.probability > 0.0
+
+
+async def test_a_fan_out_cut_by_its_deadlines_counts_as_a_timeout_like_a_bare_one(clock: VirtualClock):
+    # Seen failing before the fix (requests 0): the TaskGroup's group holds only DeadlineExceeded
+    # leaves (timed_out: each branch's stoic.timeout cut it), all stoic.Rejected, so the group
+    # read as inner refusals and went uncounted; the bare timeout counts as a failure.
+    async def branch() -> None:
+        async with stoic.timeout(0.01):
+            await clock.sleep(1.0)
+
+    async def fan_out() -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(branch())
+            group.create_task(branch())
+
+    for fn, raised in ((branch, stoic.DeadlineExceeded), (fan_out, ExceptionGroup)):
+        throttle = AdaptiveThrottle(label="t", clock=clock)
+        task = asyncio.create_task(throttle.execute(fn))
+        await settle()
+        await clock.advance(0.02)
+        with pytest.raises(raised):
+            await task
+        assert (throttle.requests, throttle.accepts) == (1, 0), fn.__name__
+
+    async def cut_and_bug() -> None:  # a defect leaf still wins: never counted
+        raise ExceptionGroup("fan-out", [stoic.DeadlineExceeded("cut", timed_out=True), stoic.Defect("a bug")])
+
+    throttle = AdaptiveThrottle(label="t", clock=clock)
+    with pytest.raises(ExceptionGroup):
+        await throttle.execute(cut_and_bug)
+    assert throttle.requests == 0
 
 
 async def test_a_defect_behind_a_cause_or_inside_a_group_is_never_counted(clock: VirtualClock):

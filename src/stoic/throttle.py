@@ -38,7 +38,7 @@ from ._classify import ClassifierLike, RetryClassifier, as_classifier
 from ._clock import Clock, SystemClock, resolve_clock
 from ._deadline import cancelled_by_deadline
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
-from ._errors import DeadlineExceeded, Throttled, failed_await, is_defect, is_rejection
+from ._errors import DeadlineExceeded, Throttled, failed_await, is_defect, is_rejection, leaves
 from ._retune import validated
 from .events import Level, emit
 from .events._sinks import kind_floor
@@ -75,6 +75,17 @@ def _check_float(value: float, name: str, *, low: float, high: float | None, low
     return number
 
 
+def _cut_by_deadline(error: Exception) -> bool:
+    """A ``DeadlineExceeded`` that cut running work short (``timed_out``): bare, or as a leaf of
+    an exception group with no defect leaf (a fan-out whose branches timed out). Such a group's
+    leaves are all :class:`stoic.Rejected`, so without this rule it read as inner refusals and
+    went uncounted, where the bare timeout counts as a failure (the breaker's rule too)."""
+    if isinstance(error, DeadlineExceeded):
+        return error.timed_out
+    return isinstance(error, BaseExceptionGroup) and not is_defect(error) and any(
+        isinstance(leaf, DeadlineExceeded) and leaf.timed_out for leaf in leaves(error))
+
+
 class AdaptiveThrottle:
     """Probabilistic client-side throttling (seed 003, "Adaptive throttle").
 
@@ -101,9 +112,10 @@ class AdaptiveThrottle:
     counts as a failure; other cancellations, defects, inner policies' rejections and the
     ``TypeError`` of awaiting what a plain ``fn`` returned (a bug at the call site) are not
     counted at all (an exception group too, judged by its leaves: only rejections, or any leaf a
-    defect). Randomness comes from stoic's per-call-site
-    streams (reproducible under ``stoic.testing.seeded``). Read-only: ``probability`` (the shed
-    probability the next call would face), ``requests``, ``accepts``.
+    defect; a group with a leaf a deadline cut, and no defect leaf, is a timeout). Randomness
+    comes from stoic's per-call-site streams (reproducible under ``stoic.testing.seeded``).
+    Read-only: ``probability`` (the shed probability the next call would face), ``requests``,
+    ``accepts``.
 
     Raises ``ValueError`` naming the parameter and its range for bad configuration.
     """
@@ -267,7 +279,7 @@ class AdaptiveThrottle:
                 self._count(False)  # an enclosing deadline cut the running call: a timeout
             raise
         except Exception as exc:
-            if isinstance(exc, DeadlineExceeded) and exc.timed_out:
+            if _cut_by_deadline(exc):
                 self._count(False)  # the work ran and took too long: the dependency failed it
             elif not is_rejection(exc) and not is_defect(exc) and not (type(exc) is TypeError and failed_await(exc)):
                 # (A group is judged by its leaves. The TypeError of an await on what cannot be
