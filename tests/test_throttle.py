@@ -410,6 +410,25 @@ async def test_a_group_with_a_transient_leaf_is_overload_evidence(clock: Virtual
     assert throttle.probability > 0.0
 
 
+@pytest.mark.parametrize(("leaves", "accepted"), [
+    ([ConnectionError("down"), ValueError("no such order")], False),  # one branch saw the dependency fail
+    ([ValueError("no such order"), ValueError("bad date")], True),  # the dependency did its job twice
+    ([stoic.CircuitOpen(label="inner"), ValueError("no such order")], True),  # an inner refusal says nothing
+])
+async def test_a_mixed_group_counts_against_the_dependency_as_the_breaker_counts_it(
+        clock: VirtualClock, leaves: list[Exception], accepted: bool):
+    # The seed's mirror of the breaker: a group counts if any leaf does, where retry (every leaf
+    # must be retryable) would stop on the first of these groups.
+    throttle = AdaptiveThrottle(label="t", clock=clock, min_throughput=0)
+
+    async def fan_out() -> None:
+        raise ExceptionGroup("fan-out", leaves)
+
+    with pytest.raises(ExceptionGroup):
+        await throttle.execute(fan_out)
+    assert (throttle.requests, throttle.accepts) == (1, 1 if accepted else 0)
+
+
 async def test_a_fan_out_cut_by_its_deadlines_counts_as_a_timeout_like_a_bare_one(clock: VirtualClock):
     # Seen failing before the fix (requests 0): the TaskGroup's group holds only DeadlineExceeded
     # leaves (timed_out: each branch's stoic.timeout cut it), all stoic.Rejected, so the group

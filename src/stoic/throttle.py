@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _metrics, _random
 from ._callbacks import callback_failed
-from ._classify import ClassifierLike, RetryClassifier, as_classifier
+from ._classify import ClassifierLike, RetryClassifier, _own_decision, as_classifier
 from ._clock import Clock, SystemClock, resolve_clock
 from ._deadline import cancelled_by_deadline
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
@@ -112,7 +112,9 @@ class AdaptiveThrottle:
     counts as a failure; other cancellations, defects, inner policies' rejections and the
     ``TypeError`` of awaiting what a plain ``fn`` returned (a bug at the call site) are not
     counted at all (an exception group too, judged by its leaves: only rejections, or any leaf a
-    defect; a group with a leaf a deadline cut, and no defect leaf, is a timeout). Randomness
+    defect; a group with a leaf a deadline cut, and no defect leaf, is a timeout; otherwise a
+    group counts as a failure if the classifier would retry any of its leaves, as the breaker
+    counts one, and the classifier is asked about each leaf). Randomness
     comes from stoic's per-call-site streams (reproducible under ``stoic.testing.seeded``).
     Read-only: ``probability`` (the shed probability the next call would face), ``requests``,
     ``accepts``.
@@ -247,6 +249,15 @@ class AdaptiveThrottle:
         """Accepted requests in the window. A read only."""
         return self._view()[1]
 
+    def _overloaded(self, error: Exception) -> bool:
+        """Whether ``error`` counts against the dependency: the classifier retries it. An exception
+        group (without a ``retry_decision`` of its own) is judged as the breaker judges one, the
+        mirror the seed asks for: it counts if any leaf the classifier would retry does (inner
+        refusals aside), where retry itself needs every leaf."""
+        if isinstance(error, BaseExceptionGroup) and _own_decision(error) is None:
+            return any(self._classify(leaf).retries for leaf in leaves(error) if not is_rejection(leaf))
+        return self._classify(error).retries
+
     def _count(self, accepted: bool) -> None:
         i = self._roll()
         self._requests[i] += 1
@@ -285,7 +296,7 @@ class AdaptiveThrottle:
                 # (A group is judged by its leaves. The TypeError of an await on what cannot be
                 # awaited, a plain function's value, is a bug: the dependency was not even asked.)
                 try:
-                    overloaded = self._classify(exc).retries
+                    overloaded = self._overloaded(exc)
                 except Exception as failure:  # a user's classifier or retry_decision: keep the error
                     callback_failed(self._classify._fn, f"classify of throttle {self._label!r}", failure, exc)
                     overloaded = True  # the conservative decision: the call failed
