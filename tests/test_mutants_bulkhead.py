@@ -1139,7 +1139,9 @@ def test_a_managed_blocking_waiter_gives_up_at_its_timeout_without_a_release(
     assert (bulkhead.in_use, bulkhead.queued) == (1, 0)
     bulkhead.release()
     assert bulkhead.in_use == 0
-    assert rejections(events) == [{"reason": "deadline_exceeded", "capacity": 1}]
+    # Reported as a shed waiter is: how long it waited, and its tier.
+    assert rejections(events) == [{"reason": "deadline_exceeded", "capacity": 1,
+                                   "sojourn": pytest.approx(0.02 + past), "criticality": "normal"}]
 
 
 def test_an_interrupted_managed_blocking_waiter_leaves_the_queue_without_giving_back_a_slot() -> None:

@@ -386,6 +386,38 @@ async def test_a_waiter_whose_deadline_passed_is_failed_at_wake_not_granted(cloc
     assert bulkhead.in_use == 0 and bulkhead.queued == 0
 
 
+async def test_a_waiter_that_leaves_a_managed_queue_is_reported_with_its_wait_and_tier(clock: VirtualClock,
+                                                                                       sink: RecordingSink):
+    # Cut by its deadline or cancelled while parked, it is reported as a shed waiter is: with
+    # the seconds it waited and the tier it queued with.
+    bulkhead = Bulkhead(1, queue_limit=5, prioritized=True, label="left", clock=clock)
+    gate = Gate()
+    first = start(bulkhead, gate, "first")
+    await settle()
+
+    async def waiter() -> None:
+        async with stoic.timeout(0.05):
+            await bulkhead.execute(gate.op, "never")
+
+    with stoic.bind_criticality(Criticality.CRITICAL):
+        late = asyncio.create_task(waiter())
+    cancelled = start(bulkhead, gate, "cancelled", Criticality.DEGRADED)
+    await clock.advance(0.03)
+    cancelled.cancel()
+    await clock.advance(0.03)
+    with pytest.raises(DeadlineExceeded):
+        await late
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    gate.open("first")
+    await first
+    left = [(e.attributes["reason"], e.attributes["sojourn"], e.attributes["criticality"])
+            for e in sink.of("bulkhead.rejected")]
+    assert left == [("cancelled", pytest.approx(0.03), "degraded"),
+                    ("deadline_exceeded", pytest.approx(0.05), "critical")]
+    assert (bulkhead.in_use, bulkhead.queued) == (0, 0)
+
+
 async def test_plain_bulkhead_fails_a_woken_waiter_whose_deadline_passed(clock: VirtualClock):
     bulkhead = Bulkhead(1, queue_limit=5, label="d", clock=clock)
     gate = Gate()

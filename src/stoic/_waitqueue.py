@@ -325,7 +325,9 @@ class ManagedQueue(QueueRules):
             self.parked.pop(id(waiter), None)
             # A waiter the rules dropped was reported then (shed_event): leaving now is no news.
             if isinstance(exc, asyncio.CancelledError) and parked.error is None:
-                bulkhead._left("deadline_exceeded" if cancelled_by_deadline() else "cancelled")
+                # Reported as a shed waiter is, with how long it waited and its tier.
+                shed_event(bulkhead, "deadline_exceeded" if cancelled_by_deadline() else "cancelled",
+                           clock.now_ns() - parked.since_ns, parked.tier)
             raise
         self.parked.pop(id(waiter), None)
         if parked.error is not None:

@@ -157,6 +157,9 @@ class _Compartment:
 
     def _late(self) -> DeadlineExceeded:
         self._left("deadline_exceeded")
+        return self._late_error()
+
+    def _late_error(self) -> DeadlineExceeded:
         return DeadlineExceeded(f"deadline exceeded before a bulkhead slot ({self._label})", label=self._label)
 
     # --- the control plane (one rule for both kinds) ---
@@ -558,7 +561,9 @@ class BlockingBulkhead(_Compartment):
         if parked.error is not None:
             shed_event(self, self._reason(parked.error), parked.dropped_ns - parked.since_ns, parked.tier)
             raise parked.error
-        raise self._late()
+        # Out of time in the queue: reported as a shed waiter is, with its wait and its tier.
+        shed_event(self, "deadline_exceeded", clock.now_ns() - parked.since_ns, parked.tier)
+        raise self._late_error()
 
     def _wait_managed_locked(self, waiter: _Waiter, parked: Parked) -> bool:
         """Wait for a slot until granted (True), dropped by the rules (False, ``parked.error``

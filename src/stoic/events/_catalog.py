@@ -131,8 +131,9 @@ _SPECS: tuple[EventSpec, ...] = (
                      "and deadline_exceeded for a waiter whose deadline passed before it could be served"),
         "capacity": _a("int", "the admission limit then (max_concurrent for a fixed bulkhead)"),
         "waiting": _a("int", "callers queued when it was full", optional=True),
-        "sojourn": _a("float", "seconds the shed waiter had waited (queue management only)", optional=True),
-        "criticality": _a("str", "the shed waiter's tier: best_effort, degraded, normal or critical (queue "
+        "sojourn": _a("float", "seconds the waiter had waited, shed or leaving the queue by itself (queue "
+                      "management only)", optional=True),
+        "criticality": _a("str", "that waiter's tier: best_effort, degraded, normal or critical (queue "
                           "management only)", optional=True),
     }),
     # --- adaptive bulkheads (seed 003, Adaptive (AIMD), Gradient) ---
