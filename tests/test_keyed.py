@@ -10,7 +10,7 @@ import time
 import pytest
 
 import stoic
-from stoic import Bulkhead, BulkheadFull, CircuitBreaker, CircuitOpen, CountWindow, Keyed, RateLimiter
+from stoic import BreakerState, Bulkhead, BulkheadFull, CircuitBreaker, CircuitOpen, CountWindow, Keyed, RateLimiter
 from stoic.keyed import OVERFLOW_KEY
 from stoic.testing import RecordingSink, VirtualClock
 
@@ -114,6 +114,26 @@ async def test_idle_keys_expire_but_an_open_breaker_or_one_in_flight_is_never_dr
     assert "k1" not in family
     assert "k2" in family  # forced open: kept until cleared
     assert all(e.attributes["reason"] == "idle" for e in sink.of("keyed.evicted"))
+
+
+async def test_the_overflow_policy_is_acted_on_under_the_key_policies_lists_it_by(clock):
+    family = breakers(clock, max_keys=1)
+    gate = asyncio.Event()
+
+    async def hold() -> None:
+        await gate.wait()
+
+    busy = asyncio.create_task(family.execute("k0", hold))
+    await asyncio.sleep(0)
+    overflow = family.get("k1")
+    assert family.policies[OVERFLOW_KEY] is overflow
+    assert family.force_open(OVERFLOW_KEY) == 1 and overflow.state is BreakerState.OPEN
+    assert family.get("k0").state is BreakerState.CLOSED
+    assert family.clear_forced_open(OVERFLOW_KEY) == 1 and overflow.state is BreakerState.CLOSED
+    gate.set()
+    await busy
+    with pytest.raises(LookupError):
+        breakers(clock).force_open(OVERFLOW_KEY)  # no overflow policy yet: no such key
 
 
 async def test_when_every_key_is_busy_new_keys_share_the_overflow_policy(clock, sink):

@@ -433,6 +433,8 @@ class Keyed(Generic[P]):
     def _held(self, key: str) -> _Slot[P]:
         _check_key(key)
         slot = self._slots.get(key)
+        if slot is None and key == OVERFLOW_KEY:
+            slot = self._overflow  # as policies lists it (a real key of that name comes first)
         if slot is None:
             raise LookupError(f"{self._label!r} holds no key {key!r}")
         return slot
