@@ -271,8 +271,10 @@ def test_a_stage_of_the_other_kind_of_client_is_refused_at_construction(server):
                    [stoic.BlockingRateLimiter(5, label="br")]):
         with pytest.raises(TypeError, match="execute"):
             AsyncResilientTransport(stages=stages)
-    # What each kind of client runs is still taken (a breaker, Retrying and a family have both;
-    # a family built by a factory function cannot be told and is taken).
+    # A family built by a factory function is told by a policy the factory builds.
+    with pytest.raises(TypeError, match="execute"):
+        AsyncResilientTransport(stages=[Keyed(lambda **config: BlockingBulkhead(2, **config), label="f0")])
+    # What each kind of client runs is still taken (a breaker has both).
     ResilientTransport(stages=[CircuitBreaker(label="c2"), Keyed(BlockingBulkhead, label="kbb2", max_concurrent=2),
                                Keyed(lambda **config: BlockingBulkhead(2, **config), label="f")])
     AsyncResilientTransport(stages=[CircuitBreaker(label="c3"), Keyed(Bulkhead, label="kb2", max_concurrent=2)])

@@ -145,8 +145,8 @@ class HTTPPolicies(Generic[Resp]):
     ``retry_after_cap``: the longest ``Retry-After`` honoured, seconds (default 300);
     ``runs``: ``"execute"`` for an asyncio client (:meth:`run`), ``"call"`` for a blocking one
     (:meth:`run_sync`), so that a stage of the other kind (a ``Bulkhead`` in a blocking client,
-    a ``BlockingBulkhead`` in an asyncio one; a :class:`stoic.Keyed` family by its factory
-    class) is refused here rather than failing every request (``None``: not checked).
+    a ``BlockingBulkhead`` in an asyncio one; a :class:`stoic.Keyed` family by the policies
+    it builds) is refused here rather than failing every request (``None``: not checked).
     ``TypeError`` for a stage, ``retry``, ``hedge``, ``retry_methods`` (a bare ``str`` included)
     or ``is_failure`` of the wrong type; ``ValueError`` naming ``retry_after_cap`` out of range.
     """
@@ -488,12 +488,9 @@ def seekable(file: object) -> bool:
 
 
 def _check_runs(stage: object, runs: str) -> None:
-    """``TypeError`` when ``stage`` (for a :class:`stoic.Keyed` family: its factory, when that
-    is a class; a factory function cannot be told) has no ``runs`` method (``execute`` for an
-    asyncio client, ``call`` for a blocking one)."""
-    policy = stage.factory if isinstance(stage, Keyed) else stage
-    if isinstance(stage, Keyed) and not isinstance(policy, type):
-        return
+    """``TypeError`` when ``stage`` (for a :class:`stoic.Keyed` family: the policies it builds)
+    has no ``runs`` method (``execute`` for an asyncio client, ``call`` for a blocking one)."""
+    policy = stage._sample() if isinstance(stage, Keyed) else stage
     if not callable(getattr(policy, runs, None)):
         name = policy.__name__ if isinstance(policy, type) else type(policy).__name__
         client = "an asyncio client needs policies with execute()" if runs == "execute" else \
