@@ -171,6 +171,18 @@ async def test_an_elapsed_retry_after_means_retry_now_on_the_schedule(clock: Vir
     assert op.started_at == [0.0, 1.0, 2.0]  # the schedule's delays, not an error
 
 
+@pytest.mark.parametrize("after", [1e-12, 4e-10, 4.999e-10])
+async def test_a_retry_after_below_a_nanosecond_means_retry_now_not_a_value_error(
+        clock: VirtualClock, after: float) -> None:
+    # A Retry-After computed as a float difference of two instants can be a hair above zero:
+    # it rounds to no wait, "now" on the schedule as zero means, never to_ns's ValueError for a
+    # zero duration raised inside retry_decision (which stopped the retry after one attempt).
+    assert RetryDecision.retry_after(after) == RetryDecision.RETRY
+    op = fail_times(2, lambda: Unavailable(after), then="ok")
+    assert await clock.run(retry(THREE, op, label="503")) == "ok"
+    assert op.started_at == [0.0, 1.0, 2.0]
+
+
 def test_an_elapsed_retry_after_means_retry_now_in_the_sync_form() -> None:
     clock = Jumping()
     with stoic.use_clock(clock):

@@ -45,7 +45,8 @@ class RetryDecision:
         """Retry after ``seconds`` (float or timedelta) in place of the schedule's delay.
 
         A wait of zero or less (a server's ``Retry-After`` already in the past, clock skew)
-        means "retry now on the schedule": it returns :data:`RETRY`. Longer waits saturate at
+        means "retry now on the schedule": it returns :data:`RETRY`, and so does a positive
+        wait that rounds to zero nanoseconds. Longer waits saturate at
         about 292 years (retry caps them at five minutes, ``retry.after_capped``). Raises
         ``ValueError`` naming ``seconds`` for NaN, ``TypeError`` for a non-number."""
         if isinstance(seconds, timedelta):
@@ -65,7 +66,10 @@ class RetryDecision:
             return RetryDecision.RETRY
         elif seconds * 1e9 >= _MAX_NS:
             return RetryDecision("retry_after", _MAX_NS)
-        return RetryDecision("retry_after", min(_MAX_NS, to_ns(seconds, "seconds")))
+        # A positive wait below half a nanosecond (a float difference of two instants) rounds
+        # to no wait at all: "now", as zero means, never to_ns's ValueError for a zero duration.
+        ns = to_ns(seconds, "seconds", allow_zero=True)
+        return RetryDecision.RETRY if ns == 0 else RetryDecision("retry_after", min(_MAX_NS, ns))
 
     @property
     def retries(self) -> bool:
