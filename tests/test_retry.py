@@ -240,6 +240,43 @@ class TestRetryAfter:
         assert op.started_at == [0.0, 1.0]
         assert sink.names[-1] == "retry.exhausted"
 
+    async def test_retry_after_keeps_the_schedules_up_to(self, clock: VirtualClock, sink: RecordingSink) -> None:
+        # up_to judged the schedule's 1 s wait; a Retry-After of 100 s in its place would start
+        # the next attempt at 100 s, past the 10 s limit no attempt may start after.
+        op = fail_with(After(100))
+        with pytest.raises(After):
+            await clock.run(retry(Schedule.fixed(1).up_to(10).attempts(5), op, label="op"))
+        assert op.started_at == [0.0]
+        assert sink.names == ["retry.exhausted"]
+        assert sink.of("retry.exhausted")[0].attributes == {"attempts": 1, "error.type": "After"}
+        # A Retry-After that still fits is waited, as the limit's own delay would be.
+        short = fail_times(1, After(8), then="ok")
+        start = clock.now()
+        assert await clock.run(retry(Schedule.fixed(1).up_to(10).attempts(5), short, label="op")) == "ok"
+        assert short.started_at == [start, start + 8.0]
+
+    def test_retry_after_keeps_the_up_to_of_each_side_of_a_combination(self, jumping_clock: VirtualClock) -> None:
+        # A union goes on while either side does: one without a limit carries it past the other's.
+        union = Schedule.fixed(1).up_to(10).union(Schedule.fixed(50).attempts(3))
+        op = fail_times(1, After(100), then="ok")
+        assert retry_sync(union.attempts(5), op.sync, label="op") == "ok"
+        assert op.started_at == [0.0, 100.0]
+        # Past the first side of an and_then's limit, the second takes over from its start.
+        then = fail_with(After(100))
+        start = jumping_clock.now()
+        with pytest.raises(After):
+            retry_sync(Schedule.fixed(1).up_to(10).attempts(3).and_then(Schedule.fixed(1).up_to(150).attempts(3)),
+                       then.sync, label="op")
+        assert then.started_at == [start, start + 100, start + 200]  # (the second's 150 s limit, from 100 s)
+        # An intersection, and a limit under jitter and a cap, stop there.
+        for schedule in (Schedule.fixed(1).up_to(10).intersection(Schedule.fixed(0).attempts(3)),
+                         Schedule.fixed(1).up_to(10).jittered().capped(2).attempts(3)):
+            failing = fail_with(After(100))
+            start = jumping_clock.now()
+            with pytest.raises(After):
+                retry_sync(schedule, failing.sync, label="op")
+            assert failing.started_at == [start], schedule
+
     async def test_retry_after_keeps_the_budget(self, clock: VirtualClock, sink: RecordingSink) -> None:
         op = fail_with(After(1))
         budget = RetryBudget(ratio=1.0, reserve_per_second=0, reserve_capacity=0)

@@ -182,11 +182,13 @@ def _label_of(fn: Callable[..., object]) -> str:
 class _Run:
     """The state of one retried call once an attempt has failed."""
 
-    __slots__ = ("bucket", "classify", "clock", "label", "nested", "single", "site", "start_ns", "step", "wake_ns")
+    __slots__ = ("bucket", "classify", "clock", "label", "nested", "single", "site", "start_ns", "step", "timed",
+                 "wake_ns")
 
     def __init__(self, schedule: BoundedSchedule, site: str, bucket: RetryBudget, classify: RetryClassifier,
                  single: bool, nested: bool, label: str, clock: Clock, start_ns: int) -> None:
         self.step = schedule._stepper(_random.stream(site))
+        self.timed = schedule._timed
         self.site = site
         self.bucket = bucket
         self.classify = classify
@@ -246,6 +248,13 @@ class _Run:
                                 {"requested": after / 1e9, "capped": RETRY_AFTER_CAP_NS / 1e9})
                 after = RETRY_AFTER_CAP_NS
             delay = after
+            if self.timed and not self.step.allows(now - self.start_ns + delay):
+                # The schedule's up_to judged its own delay: waiting the Retry-After instead
+                # would start the next attempt past the limit, which no attempt may.
+                self._count("stoic.retry.outcomes", "exhausted")
+                if _SINKS.wants(Level.WARNING):
+                    self._event("retry.exhausted", Level.WARNING, {"attempts": number, "error.type": error_type(error)})
+                return False
         left = remaining_ns()
         if left is not None and delay + (now - attempt_start_ns) >= left:
             self._count("stoic.retry.outcomes", "deadline_skip")

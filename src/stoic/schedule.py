@@ -171,6 +171,12 @@ class _Step(ABC):
     @abstractmethod
     def next(self, elapsed_ns: int) -> int | None: ...
 
+    def allows(self, elapsed_ns: int) -> bool:
+        """Whether the elapsed-time limits (``up_to``) that allowed the last step also allow the
+        next attempt to start ``elapsed_ns`` after the first began: asked when a Retry-After
+        replaces the delay the step judged (retry, only for a schedule with an ``up_to``)."""
+        return True
+
 
 class _FixedStep(_Step):
     __slots__ = ("d",)
@@ -269,6 +275,9 @@ class _CappedStep(_Step):
         d = self.inner.next(elapsed_ns)
         return d if d is None or d <= self.cap else self.cap
 
+    def allows(self, elapsed_ns: int) -> bool:
+        return self.inner.allows(elapsed_ns)
+
 
 class _JitterStep(_Step):
     __slots__ = ("inner", "fraction", "rng")
@@ -284,6 +293,9 @@ class _JitterStep(_Step):
         # Jitter only ever shortens, so whatever cap the inner delay respected still holds.
         cut = int(d * self.fraction * self.rng.random())
         return d - (cut if cut <= d else d)
+
+    def allows(self, elapsed_ns: int) -> bool:
+        return self.inner.allows(elapsed_ns)
 
 
 class _UpToStep(_Step):
@@ -303,6 +315,9 @@ class _UpToStep(_Step):
             return None
         return d
 
+    def allows(self, elapsed_ns: int) -> bool:
+        return elapsed_ns <= self.limit and self.inner.allows(elapsed_ns)
+
 
 class _UnionStep(_Step):
     __slots__ = ("a", "b", "a_done", "b_done")
@@ -320,6 +335,10 @@ class _UnionStep(_Step):
         if db is None:
             return da
         return da if da <= db else db
+
+    def allows(self, elapsed_ns: int) -> bool:
+        # Either side still going on may carry the union on.
+        return (not self.a_done and self.a.allows(elapsed_ns)) or (not self.b_done and self.b.allows(elapsed_ns))
 
 
 class _IntersectionStep(_Step):
@@ -339,6 +358,9 @@ class _IntersectionStep(_Step):
             return None
         return da if da >= db else db
 
+    def allows(self, elapsed_ns: int) -> bool:
+        return self.a.allows(elapsed_ns) and self.b.allows(elapsed_ns)
+
 
 class _AndThenStep(_Step):
     __slots__ = ("a", "b", "offset")
@@ -354,6 +376,10 @@ class _AndThenStep(_Step):
                 return d
             self.offset = elapsed_ns  # the second schedule starts its own clock now
         return self.b.next(elapsed_ns - self.offset)
+
+    def allows(self, elapsed_ns: int) -> bool:
+        # Past the first schedule's limits, the second takes over from its own start.
+        return self.offset < 0 or self.b.allows(elapsed_ns - self.offset)
 
 
 class _AttemptsStep(_Step):
@@ -372,6 +398,9 @@ class _AttemptsStep(_Step):
             return None
         self.n += 1
         return d
+
+    def allows(self, elapsed_ns: int) -> bool:
+        return self.inner.allows(elapsed_ns)
 
 
 def _build(node: _Node, rng: random.Random | None) -> _Step:
