@@ -623,6 +623,61 @@ class TestDecoratorAndSync:
         assert calls == [0.0, 2.0, 6.0, 14.0]
         assert [e.label for e in sink.events] == ["sync"] * 4
 
+    async def test_decorator_above_staticmethod_classmethod_and_on_async_callable_objects(
+            self, jumping_clock: VirtualClock) -> None:
+        # Written above @staticmethod/@classmethod, the decorator keeps the descriptor: the
+        # static method was bound as an instance method (its caller passed as an argument) and
+        # an async one's coroutine refused as a plain function's result; a class method was
+        # refused. A callable object whose __call__ is a coroutine function was taken for a
+        # plain function, and every call refused ("returned a coroutine").
+        clock = jumping_clock
+        calls: list[str] = []
+
+        class Service:
+            @retrying(THREE, label="static")
+            @staticmethod
+            async def fetch(x: int) -> int:
+                calls.append("fetch")
+                if len(calls) % 3:
+                    raise ConnectionError
+                return x
+
+            @retrying(THREE, label="static")
+            @staticmethod
+            def read(x: int) -> int:
+                calls.append("read")
+                if len(calls) % 3:
+                    raise ConnectionError
+                return x
+
+            @retrying(THREE, label="class")
+            @classmethod
+            async def make(cls, x: int) -> tuple[type, int]:
+                calls.append("make")
+                if len(calls) % 3:
+                    raise ConnectionError
+                return cls, x
+
+        assert await clock.run(Service.fetch(1)) == 1
+        assert await clock.run(Service().fetch(2)) == 2
+        assert Service().read(3) == 3 and Service.read(4) == 4
+        assert await clock.run(Service().make(5)) == (Service, 5)
+        assert calls == ["fetch"] * 6 + ["read"] * 6 + ["make"] * 3
+
+        class Send:
+            def __init__(self) -> None:
+                self.calls = 0
+
+            async def __call__(self, x: int) -> int:
+                self.calls += 1
+                if self.calls < 3:
+                    raise ConnectionError
+                return x
+
+        send = Send()
+        assert await clock.run(retrying(THREE, label="object")(send)(6)) == 6
+        assert send.calls == 3
+
     def test_retry_sync(self, jumping_clock: VirtualClock, sink: RecordingSink) -> None:
         op = fail_times(2, then="ok")
         assert retry_sync(THREE, op.sync, label="op") == "ok"

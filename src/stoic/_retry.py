@@ -847,14 +847,21 @@ class _Retrier:
                 return
 
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
+        if isinstance(fn, (staticmethod, classmethod)):
+            # Written above @staticmethod/@classmethod: decorate the function inside and keep
+            # the descriptor (a plain wrapper would be bound as an instance method, and an
+            # async static method's coroutine taken for a plain function's result).
+            return type(fn)(self.decorate(fn.__func__))
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             raise TypeError(
                 f"cannot retry the generator function {_label_of(fn)}: calling it only creates the "
                 "generator (its work and failures come while it is consumed); retry the code that consumes it")
         if not callable(fn):
             raise TypeError(f"retrying decorates a function, got {type(fn).__name__}")
-        if inspect.iscoroutinefunction(fn):
-            return self._decorate_async(fn)  # type: ignore[no-any-return]
+        if inspect.iscoroutinefunction(fn) or (
+                not inspect.isroutine(fn) and inspect.iscoroutinefunction(getattr(type(fn), "__call__", None))):  # noqa: B004
+            # (A callable object whose __call__ is a coroutine function is an async operation too.)
+            return self._decorate_async(fn)  # type: ignore[no-any-return, arg-type]
         if self.attempt_ns is not None:
             raise TypeError("attempt_timeout needs a coroutine function: a plain function cannot be interrupted")
         return self._decorate_sync(fn)
