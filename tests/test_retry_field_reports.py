@@ -181,6 +181,11 @@ async def test_a_retry_after_below_a_nanosecond_means_retry_now_not_a_value_erro
     op = fail_times(2, lambda: Unavailable(after), then="ok")
     assert await clock.run(retry(THREE, op, label="503")) == "ok"
     assert op.started_at == [0.0, 1.0, 2.0]
+    # A rejection's retry_after as small: the schedule's delays too, not a zero "retry_after" wait.
+    assert RetryClassifier.standard(stoic.RateLimited(retry_after=after)) == RetryDecision.RETRY
+    limited = fail_times(2, lambda: stoic.RateLimited(retry_after=after), then="ok")
+    assert await clock.run(retry(THREE, limited, label="429")) == "ok"
+    assert limited.started_at == [2.0, 3.0, 4.0]
 
 
 def test_an_elapsed_retry_after_means_retry_now_in_the_sync_form() -> None:

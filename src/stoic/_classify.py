@@ -149,7 +149,9 @@ def _rejection(error: Rejected) -> RetryDecision:
         # Clamped before the conversion: an infinite (or ~1e300 s) retry_after would raise
         # OverflowError in place of the attempt's error. Anything this long is capped at five
         # minutes by retry anyway (retry.after_capped).
-        return RetryDecision("retry_after", round(min(error.retry_after, _LONGEST_AFTER_S) * 1e9))
+        ns = round(min(error.retry_after, _LONGEST_AFTER_S) * 1e9)
+        if ns > 0:  # (below half a nanosecond it is zero: "now", as retry_after() says too)
+            return RetryDecision("retry_after", ns)
     return RetryDecision.RETRY  # unknown, or zero: "now", on the schedule (as retry_after(0) means)
 
 
