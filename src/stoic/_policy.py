@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
@@ -28,3 +29,30 @@ def refuse_generator_function(fn: object, stage: str) -> None:
         kind = "an async generator function" if inspect.isasyncgenfunction(fn) else "a generator function"
         raise TypeError(f"{stage} cannot guard {kind} ({getattr(fn, '__qualname__', fn)!r}): its body runs while "
                         "the caller iterates, outside it. Guard the code that consumes the generator instead.")
+
+
+def is_async_callable(fn: object) -> bool:
+    """Whether calling ``fn`` gives a coroutine to await: a coroutine function (a
+    ``functools.partial`` of one included) or an object whose class's ``__call__`` is one. Every
+    decorator and every plain-function path asks this, so an async callable object is taken for
+    what it is, not for a plain function whose result is a coroutine."""
+    return inspect.iscoroutinefunction(fn) or (
+        not inspect.isroutine(fn) and inspect.iscoroutinefunction(getattr(type(fn), "__call__", None)))  # noqa: B004 (the class's own __call__ is what runs)
+
+
+D = TypeVar("D", bound=Callable[..., Any])
+
+
+def through_method_decorators(decorate: D) -> D:
+    """Let the decorator method ``decorate(self, fn)`` be written above ``@staticmethod`` or
+    ``@classmethod``: it decorates the function inside and gives back the same kind of
+    descriptor (a plain wrapper would be bound as an instance method, and a staticmethod object
+    is no coroutine function, so an async one would be taken for a plain one)."""
+
+    @functools.wraps(decorate)
+    def decorator(self: object, fn: Any) -> Any:
+        if isinstance(fn, (staticmethod, classmethod)):
+            return type(fn)(decorator(self, fn.__func__))
+        return decorate(self, fn)
+
+    return decorator  # type: ignore[return-value]

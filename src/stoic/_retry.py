@@ -27,6 +27,7 @@ from ._deadline import Timeout, remaining_ns
 from ._deadline import _current as _deadline_scope
 from ._durations import Seconds, check_label, to_ns
 from ._errors import Defect, failed_await, is_defect
+from ._policy import is_async_callable, through_method_decorators
 from .events import Level, emit, error_type
 from .events._sinks import kind_floor
 from .schedule import BoundedSchedule, Schedule
@@ -846,21 +847,15 @@ class _Retrier:
             if generation == _registry.generation:
                 return
 
+    @through_method_decorators
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
-        if isinstance(fn, (staticmethod, classmethod)):
-            # Written above @staticmethod/@classmethod: decorate the function inside and keep
-            # the descriptor (a plain wrapper would be bound as an instance method, and an
-            # async static method's coroutine taken for a plain function's result).
-            return type(fn)(self.decorate(fn.__func__))
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             raise TypeError(
                 f"cannot retry the generator function {_label_of(fn)}: calling it only creates the "
                 "generator (its work and failures come while it is consumed); retry the code that consumes it")
         if not callable(fn):
             raise TypeError(f"retrying decorates a function, got {type(fn).__name__}")
-        if inspect.iscoroutinefunction(fn) or (
-                not inspect.isroutine(fn) and inspect.iscoroutinefunction(getattr(type(fn), "__call__", None))):  # noqa: B004
-            # (A callable object whose __call__ is a coroutine function is an async operation too.)
+        if is_async_callable(fn):
             return self._decorate_async(fn)  # type: ignore[no-any-return, arg-type]
         if self.attempt_ns is not None:
             raise TypeError("attempt_timeout needs a coroutine function: a plain function cannot be interrupted")

@@ -17,7 +17,6 @@ serves threads, with its state under a ``threading.Lock``.
 from __future__ import annotations
 
 import functools
-import inspect
 import sys
 import threading
 from collections import deque
@@ -32,7 +31,7 @@ from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import BulkheadFull, DeadlineExceeded, Shed
-from ._policy import refuse_generator_function
+from ._policy import is_async_callable, refuse_generator_function, through_method_decorators
 from ._retune import validated
 from ._waitqueue import NO_DEADLINE, ManagedQueue, Parked, QueueRules, check_queue_options, shed_error, shed_event
 from ._wakeup import wake
@@ -351,12 +350,13 @@ class Bulkhead(_Compartment):
     else:  # compiled from STAGE, as a pipeline that fuses this bulkhead is (stoic._source)
         execute = _execute(_EXECUTE_DOC)
 
+    @through_method_decorators
     def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
         """Decorate an async function so every call runs in a slot.
 
         Raises ``TypeError`` for a plain function (use :class:`BlockingBulkhead`).
         """
-        if not inspect.iscoroutinefunction(fn):
+        if not is_async_callable(fn):
             raise TypeError(f"{type(self).__name__} decorates async functions; use BlockingBulkhead for {fn!r}")
 
         @functools.wraps(fn)
@@ -673,11 +673,12 @@ class BlockingBulkhead(_Compartment):
             finally:
                 lock.release()
 
+    @through_method_decorators
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
         """Decorate a plain function so every call runs in a slot (blocking). Raises ``TypeError``
         for an async function (use :class:`Bulkhead`) or a generator function."""
         refuse_generator_function(fn, type(self).__name__)
-        if inspect.iscoroutinefunction(fn):
+        if is_async_callable(fn):
             raise TypeError(f"{type(self).__name__} decorates plain functions; use Bulkhead for {fn!r}")
 
         @functools.wraps(fn)

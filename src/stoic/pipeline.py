@@ -16,7 +16,6 @@ attempt timeout is innermost so a hung call is a slow, failed call to the breake
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -25,7 +24,7 @@ from ._attempt import Attempt
 from ._budget import _NO_OP, RetryBudget
 from ._classify import ClassifierLike, RetryClassifier, RetryNesting
 from ._clock import Clock, current_clock
-from ._policy import Policy
+from ._policy import Policy, is_async_callable, through_method_decorators
 from ._retry import (
     _learn_op,
     _Retrier,
@@ -310,9 +309,10 @@ class Pipeline:
         run: Coroutine[Any, Any, R] = _enter(self._runs, 0, fn, args, kwargs, "attempt" not in kwargs and wants)
         return run
 
+    @through_method_decorators
     def __call__(self, fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         """Decorate a coroutine function: each call runs through the pipeline."""
-        if not inspect.iscoroutinefunction(fn):
+        if not is_async_callable(fn):
             raise TypeError("Pipeline decorates coroutine functions (its stages are asynchronous)")
         execute = self.execute
 

@@ -22,7 +22,6 @@ success path cheap). The blocking limiter keeps its state under a ``threading.Lo
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import threading
 import time
@@ -38,7 +37,7 @@ from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import DeadlineExceeded, RateLimited
-from ._policy import refuse_generator_function
+from ._policy import is_async_callable, refuse_generator_function, through_method_decorators
 from ._retune import validated
 from ._wakeup import wake
 from .events import AttributeValue, Level, emit
@@ -520,17 +519,18 @@ class RateLimiter(_TokenBucket):
         await self._acquire_slow(1)
         return await fn(*args, **kwargs)
 
+    @through_method_decorators
     def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
         """Decorate an async function so every call takes one permit first.
 
         Raises ``TypeError`` for a plain function (use :class:`BlockingRateLimiter`).
         """
-        if not inspect.iscoroutinefunction(fn):
+        if not is_async_callable(fn):
             raise TypeError(f"{type(self).__name__} decorates async functions; use BlockingRateLimiter for {fn!r}")
 
         @functools.wraps(fn)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> T:
-            return await self.execute(fn, *args, **kwargs)
+            return await self.execute(fn, *args, **kwargs)  # type: ignore[arg-type]  # (async: checked above)
 
         return limited
 
@@ -690,11 +690,12 @@ class BlockingRateLimiter(_TokenBucket):
             self.acquire(1)
         return fn(*args, **kwargs) if kwargs else fn(*args)  # type: ignore[call-arg]
 
+    @through_method_decorators
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
         """Decorate a plain function so every call takes one permit first (blocking). Raises
         ``TypeError`` for an async function (use :class:`RateLimiter`) or a generator function."""
         refuse_generator_function(fn, type(self).__name__)
-        if inspect.iscoroutinefunction(fn):
+        if is_async_callable(fn):
             raise TypeError(f"{type(self).__name__} decorates plain functions; use RateLimiter for {fn!r}")
 
         @functools.wraps(fn)

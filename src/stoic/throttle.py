@@ -26,7 +26,6 @@ less than the formula would while the dependency is actually failing.
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -39,6 +38,7 @@ from ._clock import Clock, SystemClock, resolve_clock
 from ._deadline import cancelled_by_deadline
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import DeadlineExceeded, Throttled, failed_await, is_defect, is_rejection, leaves
+from ._policy import is_async_callable, through_method_decorators
 from ._retune import validated
 from .events import Level, emit
 from .events._sinks import kind_floor
@@ -310,9 +310,10 @@ class AdaptiveThrottle:
         self._total_accepts += 1
         return result
 
+    @through_method_decorators
     def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
         """Decorate an async function so every call goes through the throttle."""
-        if not inspect.iscoroutinefunction(fn):
+        if not is_async_callable(fn):
             raise TypeError(f"AdaptiveThrottle decorates async functions, got {fn!r}")
 
         @functools.wraps(fn)

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import _metrics
+from .._policy import is_async_callable
 from .._source import compile_source, indent
 from ..events import Level
 
@@ -219,10 +220,12 @@ def decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., A
     """The wrapper for ``@breaker`` on ``fn``: each call runs as ``breaker.execute(fn, ...)``
     (coroutine function) or ``breaker.call(fn, ...)`` (plain function) would. Raises
     ``TypeError`` for a generator or async generator function."""
+    if isinstance(fn, (staticmethod, classmethod)):  # (written above either: the function inside)
+        return type(fn)(decorate(breaker, fn.__func__))
     if not callable(fn):
         raise TypeError(f"@breaker needs a function, got {type(fn).__name__}")
     refuse_generator_function(fn)
-    is_async = inspect.iscoroutinefunction(fn)
+    is_async = is_async_callable(fn)
     mirrored = _mirrored(fn)
     params, call = mirrored if mirrored is not None else _PACKED
     wrapper = _factory(is_async, params, call, False)(breaker, fn, breaker._now, *shared())

@@ -33,6 +33,7 @@ from .._callbacks import callback_failed
 from .._clock import Clock, SystemClock, current_clock
 from .._durations import Seconds, check_int, to_ns
 from .._errors import CircuitOpen, Defect, failed_await, is_defect, is_rejection
+from .._policy import is_async_callable, through_method_decorators
 from ..breaker import BreakerSnapshot, BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
 from ..breaker._config import threshold_ppm
 from ..breaker._decorate import REFUSED_RESULTS, caller_cancelled
@@ -626,7 +627,7 @@ class SharedCircuitBreaker:
         it from a URL or a ``redis.Redis``). A refresh due, a trip or a probe's report is one
         round trip on the calling thread, bounded by the store's budget.
         """
-        if inspect.iscoroutinefunction(fn):
+        if is_async_callable(fn):
             raise TypeError(f"SharedCircuitBreaker.call runs plain functions, not {fn!r}: use execute()")
         if self._store.sync_client is None:
             raise TypeError("SharedCircuitBreaker.call needs a store built from a URL or a redis.Redis client")
@@ -712,10 +713,11 @@ class SharedCircuitBreaker:
                                 "slow" if self._now() - self._since(start) > self._slow_ns else "ok")
         return result
 
+    @through_method_decorators
     def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
         """Decorate an async function so every call runs as :meth:`execute` would (``TypeError``
         for a plain function)."""
-        if not inspect.iscoroutinefunction(fn):
+        if not is_async_callable(fn):
             raise TypeError(f"SharedCircuitBreaker decorates async functions, not {fn!r}")
 
         @functools.wraps(fn)

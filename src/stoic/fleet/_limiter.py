@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import math
 import threading
 from collections import deque
@@ -27,7 +26,7 @@ from .._clock import Clock, current_clock
 from .._deadline import cancelled_by_deadline, remaining_ns
 from .._durations import Seconds, to_ns
 from .._errors import DeadlineExceeded, RateLimited
-from .._policy import refuse_generator_function
+from .._policy import is_async_callable, refuse_generator_function, through_method_decorators
 from .._wakeup import wake
 from ..events import AttributeValue, Level, emit
 from ..events._sinks import kind_floor
@@ -360,9 +359,10 @@ class SharedRateLimiter(_SharedBucket):
         await self.acquire(1)
         return await fn(*args, **kwargs)
 
+    @through_method_decorators
     def __call__(self, fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
         """Decorate an async function so every call takes one permit first (``TypeError`` otherwise)."""
-        if not inspect.iscoroutinefunction(fn):
+        if not is_async_callable(fn):
             raise TypeError(f"SharedRateLimiter decorates async functions, not {fn!r}")
 
         @functools.wraps(fn)
@@ -495,11 +495,12 @@ class BlockingSharedRateLimiter(_SharedBucket):
         self.acquire(1)
         return fn(*args, **kwargs)
 
+    @through_method_decorators
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
         """Decorate a plain function so every call takes one permit first (``TypeError`` for an
         async function: use :class:`SharedRateLimiter`; or a generator function)."""
         refuse_generator_function(fn, type(self).__name__)
-        if inspect.iscoroutinefunction(fn):
+        if is_async_callable(fn):
             raise TypeError(f"BlockingSharedRateLimiter decorates plain functions, not {fn!r}")
 
         @functools.wraps(fn)
