@@ -479,6 +479,25 @@ def test_clock_readings_outside_int64_take_the_general_path() -> None:
     assert breaker.snapshot.calls == 10
 
 
+@pytest.mark.parametrize("window", [TimeWindow(60.0), CountWindow(200)], ids=["time", "count"])
+def test_a_clock_far_in_the_future_judges_every_quick_success(window: TimeWindow | CountWindow) -> None:
+    # 5e9 s (~158 years, past 2**62 ns) is a valid VirtualClock start: the quick successes the
+    # lock-free path counted must still be folded in before a failure is judged.
+    breaker = CircuitBreaker(label="far-future", window=window, minimum_calls=10, clock=VirtualClock(start=5e9))
+    for _ in range(100):
+        breaker.call(lambda: None)
+
+    def fail() -> None:
+        raise Boom("down")
+
+    for _ in range(10):
+        with pytest.raises(Boom):
+            breaker.call(fail)
+    snap = breaker.snapshot
+    assert snap.state.value == "closed"  # 10 failures in 110 calls
+    assert (snap.calls, snap.failures) == (110, 10)
+
+
 def test_a_huge_slow_call_duration_is_refused_at_construction_by_name() -> None:
     with pytest.raises(ValueError, match="slow_call_duration must be at most"):
         CircuitBreaker(label="huge", slow_call_duration=1e30)

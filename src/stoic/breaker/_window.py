@@ -18,8 +18,10 @@ SLOW = 2
 """Outcome bit: took longer than ``slow_call_duration``."""
 
 PPM = 1_000_000
-NEVER = -(1 << 62)  # an instant before any clock reading
-FOREVER = 1 << 62  # an instant after any clock reading
+# Beyond any instant a clock can reach: a VirtualClock may start at MAX_SECONDS (10**21 ns, past
+# 2**62), and a breaker's instants add durations of up to as much again.
+NEVER = -(1 << 100)  # an instant before any clock reading
+FOREVER = 1 << 100  # an instant after any clock reading
 _EMPTY = 255  # a count-window slot that has never held a call
 
 
