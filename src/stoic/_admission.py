@@ -21,7 +21,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Final
 
-from ._clock import Clock
+from ._clock import Clock, same_clock
 
 
 class _State:
@@ -46,7 +46,8 @@ def admitted_after_wait(clock: Clock, now_ns: int, since_ns: int) -> None:
     _admitted_at.set((clock, now_ns))
     at_clock, kept = _waits.get()
     pair = (min(since_ns, now_ns), now_ns)
-    _waits.set((clock, kept[2 - _KEPT:] + pair if at_clock is clock else pair))
+    same = at_clock is clock or (at_clock is not None and same_clock(at_clock, clock))
+    _waits.set((clock, kept[2 - _KEPT:] + pair if same else pair))
     state.waits += 1  # (a lost increment under threads only costs one context-variable read)
 
 
@@ -54,9 +55,10 @@ def admitted_since(clock: Clock, start_ns: int) -> int:
     """``start_ns`` (when an outer policy on ``clock`` started the current call) moved later by
     the time the call has since spent waiting in inner stages on that clock: the call's
     duration without local queueing is ``end - admitted_since(clock, start_ns)``. Waits on
-    another clock cannot be compared and are ignored."""
+    another clock cannot be compared and are ignored (two ``SystemClock`` instances are one
+    timeline: ``stoic._clock.same_clock``)."""
     at_clock, kept = _waits.get()
-    if at_clock is not clock:
+    if at_clock is not clock and (at_clock is None or not same_clock(at_clock, clock)):
         return start_ns
     queued = 0
     for i in range(0, len(kept), 2):
