@@ -264,6 +264,34 @@ async def test_5000_short_lived_tenant_breakers_leave_the_live_one_under_its_own
     assert "t4-tenant" not in text
 
 
+def test_live_breakers_within_max_labels_never_fall_into_the_sdks_overflow_series(otel, caplog):
+    """Field report 22: 800 live breakers (within max_labels=1000) are 2,400 state series, past the
+    SDK's default cardinality limit of 2,000 per instrument, beyond which the SDK folds series into one
+    ``otel.metric.overflow`` point that has lost ``stoic.label`` and ``state``."""
+    _, reader, _ = otel
+    breakers = [stoic.CircuitBreaker(label=f"t9-{i:03}") for i in range(800)]
+    for breaker in breakers:
+        breaker.call(lambda: None)
+    breakers[0].force_open()
+    with caplog.at_level(logging.WARNING, logger="stoic"):
+        first = by_attrs(collect(reader)["stoic.breaker.state"])
+        second = by_attrs(collect(reader)["stoic.breaker.state"])
+    for points in (first, second):
+        assert len(points) <= 2000
+        assert not [k for k in points if "otel.metric.overflow" in dict(k)], "series lost to the SDK's overflow"
+        labels = {dict(k)["stoic.label"] for k in points}
+        assert _metrics.OVERFLOW in labels
+        for label in labels:  # a label is reported with all three states or not at all
+            assert {dict(k)["state"] for k in points if dict(k)["stoic.label"] == label} == set(_metrics.BREAKER_STATES)
+        # nothing lost: every live breaker is in exactly one state, under its label or _overflow
+        assert sum(p.value for p in points.values()) >= 800
+        assert sum(p.value for k, p in points.items() if dict(k)["state"] == "open") >= 1
+    assert points[key(stoic_label="t9-000", state="open")].value == 1  # the first in order keeps its label
+    assert set(first) == set(second)  # stable
+    assert len([r for r in caplog.records if "cardinality limit" in r.getMessage()]) == 1
+    del breakers, breaker
+
+
 def test_labels_beyond_the_cap_go_to_one_overflow_series_with_one_warning():
     provider, reader = metric_provider()
     inst = instrument(meter_provider=provider, span_events=False, max_labels=5)

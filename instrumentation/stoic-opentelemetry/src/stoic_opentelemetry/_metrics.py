@@ -35,6 +35,13 @@ from ._version import __version__
 
 _log = logging.getLogger("stoic")
 
+SDK_SERIES = 2000
+"""The OpenTelemetry SDK's default cardinality limit: the distinct attribute sets one instrument
+keeps per reader. Beyond it the SDK folds every further series into one ``otel.metric.overflow``
+series without ``stoic.label`` (nor ``state``...). A label has several series (three for
+``stoic.breaker.state``, one per reason for the rejections), so 1,000 labels can pass it: the
+observable instruments report at most this many, whole labels beyond it summed under ``_overflow``."""
+
 
 def _attributes(spec: MetricSpec, values: tuple[str, ...]) -> dict[str, Any]:
     # An empty value (error.type of a success) is left out, as OpenTelemetry's conventions want.
@@ -109,6 +116,8 @@ class Metrics:
         self._read: dict[str, list[Sample]] | None = None
         self._failed = False
         self._closed = False
+        self._fitted: dict[str, set[str]] = {}  # per metric, the labels reported by the last reading
+        self._warned: set[str] = set()
         self._prometheus: tuple[Any, Any] | None = None
         provider = meter_provider if meter_provider is not None else get_meter_provider()
         if prometheus_registry is not None:
@@ -128,7 +137,8 @@ class Metrics:
         with self._lock:
             if refresh or self._read is None:
                 try:
-                    self._read = {spec.name: samples for spec, samples in self._collector.collect()}
+                    self._read = {spec.name: samples if spec.kind == "histogram" else self._fit(spec, samples)
+                                  for spec, samples in self._collector.collect()}
                 except Exception:
                     if not self._failed:
                         self._failed = True
@@ -136,6 +146,39 @@ class Metrics:
                                    exc_info=True)
                     self._read = {}
             return self._read.get(name, [])
+
+    def _fit(self, spec: MetricSpec, samples: list[Sample]) -> list[Sample]:
+        """``samples`` within :data:`SDK_SERIES`: labels reported by the last reading first, then the
+        others in sorted order, each with all its series, while they fit beside the ``_overflow``
+        series the rest are summed into (one warning per metric)."""
+        if len(samples) <= SDK_SERIES:
+            self._fitted[spec.name] = {attrs[0] for attrs, _ in samples}
+            return samples
+        by_label: dict[str, int] = {}
+        for attrs, _ in samples:
+            by_label[attrs[0]] = by_label.get(attrs[0], 0) + 1
+        room = SDK_SERIES - len({attrs[1:] for attrs, _ in samples})  # at most one overflow series per rest
+        previous = self._fitted.get(spec.name, set())
+        kept: set[str] = set()
+        for label in sorted(by_label, key=lambda label: (label not in previous, label)):
+            if label == _metrics.OVERFLOW:
+                continue
+            if by_label[label] > room:
+                break
+            kept.add(label)
+            room -= by_label[label]
+        self._fitted[spec.name] = kept
+        out: dict[tuple[str, ...], Any] = {}
+        for attrs, number in samples:
+            if attrs[0] not in kept:
+                attrs = (_metrics.OVERFLOW, *attrs[1:])
+            out[attrs] = out.get(attrs, 0) + number
+        if spec.name not in self._warned:
+            self._warned.add(spec.name)
+            _log.warning("stoic_opentelemetry: %s has more than %d series (the SDK's default cardinality limit); "
+                         "the labels beyond are reported as %s=%r (warned once per metric)",
+                         spec.name, SDK_SERIES, _metrics.LABEL, _metrics.OVERFLOW)
+        return list(out.items())
 
     def histogram_metrics(self) -> list[Any]:
         """The duration histograms as OpenTelemetry SDK ``Metric`` objects (cumulative, exact
