@@ -361,6 +361,27 @@ def test_a_second_instrument_is_refused_and_the_instrumentor_instruments_once(ca
         instrumentor.uninstrument()
 
 
+def test_an_instrument_refused_for_a_bad_level_leaves_nothing_behind_and_can_be_retried():
+    provider, reader = metric_provider()
+    registry = CollectorRegistry()
+    with pytest.raises(TypeError, match="level"):
+        instrument(meter_provider=provider, log_events=True, level="INFO", prometheus_registry=registry)
+    from stoic_opentelemetry import active
+
+    assert active() is None
+    assert not [s for s in stoic.events.process_sinks() if type(s).__module__.startswith("stoic_opentelemetry")]
+    assert "stoic_breaker_call_duration_seconds" not in generate_latest(registry).decode()  # unregistered
+    inst = instrument(meter_provider=provider, span_events=False, prometheus_registry=registry)  # not a duplicate
+    try:
+        breaker = stoic.CircuitBreaker(label="t10-retried")
+        breaker.call(lambda: None)
+        assert mine(collect(reader)["stoic.breaker.calls"], "t10-")
+        assert 'stoic_label="t10-retried"' in generate_latest(registry).decode()
+    finally:
+        inst.uninstrument()
+        provider.shutdown()
+
+
 def test_the_entry_point_names_the_instrumentor():
     from importlib.metadata import entry_points
 

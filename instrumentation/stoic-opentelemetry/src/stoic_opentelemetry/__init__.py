@@ -133,7 +133,16 @@ def instrument(
             Metrics(meter_provider, max_labels=max_labels, prometheus_registry=prometheus_registry)
             if metrics else None,
         )
-        result._install()
+        try:
+            result._install()
+        except BaseException:
+            # (a sink refused, its level not a number): undo what was made, or its histogram
+            # collector stays in the registry and the corrected call is refused as a duplicate
+            for sink in result.sinks:
+                stoic.remove_sink(sink)
+            if result.metrics is not None:
+                result.metrics.close()
+            raise
         _active = result
     return result
 
