@@ -495,6 +495,47 @@ async def test_adaptive_bulkheads_take_the_queue_options(clock: VirtualClock):
     assert gate.started == ["first", "crit", "mid"]
 
 
+async def test_a_shed_waiter_is_reported_in_its_own_context_not_in_the_one_that_dropped_it(
+        clock: VirtualClock):
+    # Its own sinks and span (use_sinks, OpenTelemetry's current span) are those of the call that
+    # was shed: a displacing arrival's or a releasing call's get nothing, as with threads.
+    def scoped(sink: RecordingSink, name: str, tier: Criticality = Criticality.NORMAL) -> asyncio.Task[str]:
+        with stoic.use_sinks(sink):
+            return start(bulkhead, gate, name, tier)
+
+    bulkhead = Bulkhead(1, queue_limit=1, prioritized=True, label="own", clock=clock)
+    gate = Gate()
+    holder_sink, low_sink, crit_sink = RecordingSink(), RecordingSink(), RecordingSink()
+    holder = scoped(holder_sink, "holder")
+    await settle()
+    low = scoped(low_sink, "low", Criticality.BEST_EFFORT)
+    await settle()
+    crit = scoped(crit_sink, "crit", Criticality.CRITICAL)  # displaces low
+    with pytest.raises(Shed):
+        await low
+    assert [e.attributes["reason"] for e in low_sink.of("bulkhead.rejected")] == ["priority"]
+    assert not crit_sink.of("bulkhead.rejected")
+    # Stale at the release (CoDel): shed by the holder's release, reported by the waiter itself.
+    codel = Bulkhead(1, queue_limit=10, queue_target=0.005, queue_interval=0.1, label="own-c", clock=clock)
+    bulkhead = codel
+    first = scoped(holder_sink, "first")
+    await settle()
+    stale_sink = RecordingSink()
+    stale = scoped(stale_sink, "stale")
+    await settle()
+    await clock.advance(10)
+    gate.open("first")
+    with pytest.raises(Shed):
+        await stale
+    assert [e.attributes["reason"] for e in stale_sink.of("bulkhead.rejected")] == ["sojourn"]
+    assert not holder_sink.of("bulkhead.rejected")
+    gate.open("holder")
+    gate.open("crit")
+    assert await asyncio.gather(holder, crit, first) == ["holder", "crit", "first"]
+    for each in (holder_sink, low_sink, crit_sink, stale_sink):
+        each.assert_contract()
+
+
 async def test_a_waiter_shed_and_cancelled_in_the_same_instant_is_reported_once(clock: VirtualClock,
                                                                                  sink: RecordingSink):
     # Displaced by a more critical arrival (reported: priority), then cancelled before it could
@@ -509,9 +550,11 @@ async def test_a_waiter_shed_and_cancelled_in_the_same_instant_is_reported_once(
         crit = asyncio.create_task(bulkhead.execute(gate.op, "crit"))
     # Cancel low in the step where crit has parked and displaced it (its future done), before
     # low resumes: crit's first step runs inside create_task under an eager task factory, at
-    # the next loop step otherwise.
-    while not sink.of("bulkhead.rejected"):
+    # the next loop step otherwise. (low reports itself, in its own task, when it resumes.)
+    low_waiter = bulkhead._waiters[0]
+    while low_waiter in bulkhead._waiters:
         await asyncio.sleep(0)
+    assert low_waiter.future.done() and not low.done()
     low.cancel()
     await settle()
     assert low.cancelled()

@@ -270,10 +270,10 @@ def shed_error(reason: str, label: str) -> Shed | DeadlineExceeded:
     return Shed(cause=reason, label=label)
 
 
-def shed_event(bulkhead: _Compartment, reason: str, sojourn_ns: int, tier: int) -> None:
-    """Report a waiter the rules dropped: counted by reason, and ``bulkhead.rejected`` with its
-    sojourn and criticality."""
-    if _metrics.state.enabled:
+def shed_event(bulkhead: _Compartment, reason: str, sojourn_ns: int, tier: int, *, count: bool = True) -> None:
+    """Report a waiter the rules dropped: counted by reason (unless ``count`` is False: counted
+    already), and ``bulkhead.rejected`` with its sojourn and criticality."""
+    if count and _metrics.state.enabled:
         bulkhead._rec.count_locked(("stoic.bulkhead.rejections", reason))
     if _SINKS.wants(Level.INFO):
         attributes: dict[str, AttributeValue] = {
@@ -323,14 +323,16 @@ class ManagedQueue(QueueRules):
                 waiters.remove(waiter)
                 self.drained(waiters, clock.now_ns())
             self.parked.pop(id(waiter), None)
-            # A waiter the rules dropped was reported then (shed_event): leaving now is no news.
-            if isinstance(exc, asyncio.CancelledError) and parked.error is None:
+            if parked.error is not None:  # dropped by the rules, then interrupted before it ran
+                self._dropped(bulkhead, parked)
+            elif isinstance(exc, asyncio.CancelledError):
                 # Reported as a shed waiter is, with how long it waited and its tier.
                 shed_event(bulkhead, "deadline_exceeded" if cancelled_by_deadline() else "cancelled",
                            clock.now_ns() - parked.since_ns, parked.tier)
             raise
         self.parked.pop(id(waiter), None)
         if parked.error is not None:
+            self._dropped(bulkhead, parked)
             raise parked.error
         if parked.deadline_ns != NO_DEADLINE and clock.now_ns() >= parked.deadline_ns:
             # Woken with a slot after its deadline (the release ran first in that instant).
@@ -362,9 +364,22 @@ class ManagedQueue(QueueRules):
             self.release(bulkhead)
 
     def _drop(self, bulkhead: Bulkhead, now: int, waiter: _Waiter, info: Parked, reason: str) -> None:
-        """Fail a waiter the rules removed from the queue, report it, and wake it."""
+        """Fail a waiter the rules removed from the queue, count it, and wake it. Its event is
+        emitted by the waiter itself (:meth:`_dropped`), in its own context, as a thread's is: the
+        sinks and the span of the call that was shed, not those of the call that dropped it (an
+        arrival that displaced it, a release that found it stale)."""
         info.error = shed_error(reason, bulkhead._label)
-        shed_event(bulkhead, reason, now - info.since_ns, info.tier)
+        info.dropped_ns = now
+        if _metrics.state.enabled:
+            bulkhead._rec.count_locked(("stoic.bulkhead.rejections", reason))
         assert waiter.future is not None
         if not wake(waiter.future):
             self.parked.pop(id(waiter), None)  # its event loop is closed: it will never pop its entry
+            shed_event(bulkhead, reason, now - info.since_ns, info.tier, count=False)  # (nor report itself)
+
+    @staticmethod
+    def _dropped(bulkhead: Bulkhead, parked: Parked) -> None:
+        """The event of a waiter the rules dropped (:meth:`_drop` counted it), from its own task."""
+        error = parked.error
+        reason = error.cause if isinstance(error, Shed) else "deadline_exceeded"
+        shed_event(bulkhead, reason, parked.dropped_ns - parked.since_ns, parked.tier, count=False)
