@@ -654,3 +654,46 @@ def test_the_logging_sink_logs_a_defect_with_its_traceback_as_the_structlog_sink
     assert defect.exc_info is not None and defect.exc_info[0] is stoic.Defect
     (opened,) = [r for r in caplog.records if getattr(r, "stoic.event", "") == "breaker.opened"]
     assert opened.exc_info is None
+
+
+def test_a_retry_defect_is_logged_with_its_traceback_sync_and_async(caplog) -> None:
+    # docs/observability.md: retry.defect, like breaker.defect, reaches the logging, structlog and
+    # OpenTelemetry log sinks with the exception's traceback; the retry decides after the attempt's
+    # except clause, so nothing was being handled when it emitted, and every sink dropped it.
+    import traceback
+
+    from stoic_structlog import StructlogSink
+
+    class Logger:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, dict[str, object]]] = []
+
+        def error(self, event: str, **kw: object) -> None:
+            self.calls.append((event, kw))
+
+    outer = KeyError("handled by the caller")
+
+    def buggy() -> None:
+        raise stoic.Defect("invariant broken")
+
+    async def abuggy() -> None:
+        raise stoic.Defect("invariant broken, async")
+
+    structured = Logger()
+    schedule = stoic.Schedule.fixed(0.01).attempts(3)
+    with caplog.at_level(logging.INFO, logger="stoic"), \
+            stoic.use_sinks(stoic.LoggingSink(), StructlogSink(structured)):
+        try:
+            raise outer
+        except KeyError:
+            with pytest.raises(stoic.Defect) as sync_error:
+                stoic.retry_sync(schedule, buggy, label="defect-retry")
+        with pytest.raises(stoic.Defect) as async_error:
+            asyncio.run(stoic.retry(schedule, abuggy, label="defect-retry-async"))
+    records = [r for r in caplog.records if getattr(r, "stoic.event", "") == "retry.defect"]
+    assert [r.exc_info[1] if r.exc_info else None for r in records] == [sync_error.value, async_error.value]
+    assert [kw.get("exc_info") for name, kw in structured.calls if name == "retry.defect"] == [True, True]
+    # the error itself is left as the operation raised it: its traceback ends in the operation, its
+    # context is the caller's
+    assert traceback.extract_tb(sync_error.value.__traceback__)[-1].name == "buggy"
+    assert sync_error.value.__context__ is outer and async_error.value.__context__ is None

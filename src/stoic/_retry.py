@@ -180,6 +180,21 @@ def _label_of(fn: Callable[..., object]) -> str:
 
 # --- the engine after a failure --------------------------------------------------------------
 
+
+def _while_handling(error: BaseException, fn: Callable[..., None], *args: Any) -> None:
+    """``fn(*args)`` with ``error`` as the exception being handled (``sys.exc_info()``), as a
+    sink sees a breaker's defect: the attempt's error was caught before the retry decides, and
+    the logging, structlog and OpenTelemetry sinks attach the traceback of an error-level event
+    from it. ``error`` is left as it was (traceback, context)."""
+    traceback, context, suppress = error.__traceback__, error.__context__, error.__suppress_context__
+    try:
+        raise error
+    except BaseException:
+        error.__traceback__ = traceback  # the handled exception's traceback is the operation's own
+        fn(*args)
+    finally:
+        error.__traceback__, error.__context__, error.__suppress_context__ = traceback, context, suppress
+
 class _Run:
     """The state of one retried call once an attempt has failed."""
 
@@ -221,7 +236,8 @@ class _Run:
         if is_defect(error):
             self._count("stoic.retry.outcomes", "defect")
             if _SINKS.wants(Level.ERROR):
-                self._event("retry.defect", Level.ERROR, {"attempt": number, "error.type": error_type(error)})
+                _while_handling(error, self._event, "retry.defect", Level.ERROR,
+                                {"attempt": number, "error.type": error_type(error)})
             return False
         try:
             decision = self.classify(error)
