@@ -134,3 +134,9 @@ def test_event_names_limit_the_sink_and_leave_other_policies_alone():
         fire("hedge.won")
         assert _sinks.min_level("hedge") > Level.ERROR  # a DEBUG sink that names no hedge event
     assert [e["event"] for e in logs] == ["breaker.opened"]
+
+
+def test_event_names_given_as_one_string_is_a_type_error_not_a_set_of_its_letters():
+    with pytest.raises(TypeError, match="event_names"):
+        StructlogSink(event_names="breaker.opened")
+    assert StructlogSink(event_names=["breaker.opened"]).event_names == frozenset({"breaker.opened"})

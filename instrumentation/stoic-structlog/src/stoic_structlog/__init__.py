@@ -48,7 +48,8 @@ class StructlogSink:
     an error-level event raised while an exception is being handled (``breaker.defect``,
     ``retry.defect``) also gets ``exc_info=True``, so structlog renders the traceback.
     ``event_names`` (default: every event) limits the sink to those catalog events; a policy none
-    of whose events it names is not slowed down by it (see :class:`stoic.events.Sink`).
+    of whose events it names is not slowed down by it (see :class:`stoic.events.Sink`). A bare
+    ``str`` for it is a ``TypeError`` (give a list or a set of names).
     """
 
     __slots__ = ("event_names", "level", "logger")
@@ -57,6 +58,8 @@ class StructlogSink:
                  event_names: Collection[str] | None = None) -> None:
         self.logger = logger if logger is not None else structlog.get_logger("stoic")
         self.level = level
+        if isinstance(event_names, str):  # (a set of its characters is not what was meant)
+            raise TypeError(f"event_names must be a collection of event names (str), got {event_names!r}")
         self.event_names = None if event_names is None else frozenset(event_names)
 
     def emit(self, event: Event) -> None:
