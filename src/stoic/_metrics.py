@@ -266,7 +266,8 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
     # --- circuit breaker ---
     _m("stoic.breaker.state", "gauge", "1", "breaker", ("state",), "property `.state` of each live breaker",
        "1 for the breaker's current state, 0 for the other two (closed, open, half_open): all three series "
-       "exist for every live breaker.", ("state",)),
+       "exist for every live breaker from its first call or decision (a breaker never used has none yet: its "
+       "recorder is made then, to keep per-route breakers small).", ("state",)),
     _m("stoic.breaker.calls", "counter", "{call}", "breaker", ("outcome",), "every call the breaker recorded",
        "Calls recorded by the breaker (as window evidence or as probes), by outcome: success or failure "
        "(the counts of `stoic.breaker.call.duration`).", counts_of="stoic.breaker.call.duration"),
