@@ -1051,6 +1051,9 @@ class BoundedSchedule(Schedule):
 
         Exact (the sum of :meth:`maximal_delays`) unless ``up_to`` makes the delays depend on
         how long attempts take; then a safe bound that also never exceeds the ``up_to`` limit.
+        The schedule's own delays only: a server's ``Retry-After`` replaces a delay (seed 001)
+        and may be longer (retry caps it at five minutes; with ``up_to``, no attempt starts past
+        the limit either way).
         """
         return self._total_delay_ns() / 1e9
 
@@ -1064,7 +1067,8 @@ class BoundedSchedule(Schedule):
     def worst_case(self, attempt_timeout: Seconds) -> float:
         """Seconds the whole call can take when every attempt runs for ``attempt_timeout``:
         ``maximum_attempts x attempt_timeout + maximum_total_delay``. Use it to size an outer
-        ``stoic.timeout`` from the same numbers as the retry (seed 001, "API")."""
+        ``stoic.timeout`` from the same numbers as the retry (seed 001, "API"). A ``Retry-After``
+        longer than the schedule's delay is outside it (see :meth:`maximum_total_delay`)."""
         per_attempt = _ns(attempt_timeout, "attempt_timeout")
         return min(MAX_NS, self.maximum_attempts * per_attempt + self._total_delay_ns()) / 1e9
 
