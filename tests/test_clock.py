@@ -12,7 +12,7 @@ import pytest
 import stoic
 from stoic import SYSTEM_CLOCK, Clock, current_clock, use_clock
 from stoic._clock import SystemClock, resolve_clock, same_clock, wait_seconds
-from stoic.testing import VirtualClock, settle
+from stoic.testing import VirtualClock, fail_times, settle
 
 S = 1_000_000_000
 
@@ -379,3 +379,21 @@ async def test_a_hedge_whose_delay_timer_was_cancelled_is_collectable() -> None:
     del hedge
     gc.collect()
     assert alive() is None
+
+
+# --- stoic.testing's fault helpers on virtual time ---
+
+
+async def test_fail_times_fails_the_first_calls_to_start_even_when_they_overlap(clock: VirtualClock) -> None:
+    # Each call takes 1 s, so the two overlap; it is the first to start that must fail. Counted
+    # at the end instead, both saw two calls begun and neither failed.
+    op = fail_times(1, ConnectionError, then="ok", takes=1)
+
+    async def call() -> object:
+        try:
+            return await op()
+        except ConnectionError as error:
+            return error
+
+    first, second = await clock.run(asyncio.gather(call(), call()))
+    assert op.raised == [first] and second == "ok"

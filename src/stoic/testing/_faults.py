@@ -50,8 +50,10 @@ class FaultyOperation(Generic[T]):
         self.started_at: list[float] = []
         self.raised: list[BaseException] = []
 
-    def _outcome(self) -> T:
-        if self.failures is None or self.calls <= self.failures:
+    def _outcome(self, call: int) -> T:
+        # ``call`` is this call's number, taken at its start: calls that overlap (takes > 0) end
+        # in another order than they began, and it is the first ``failures`` to begin that fail.
+        if self.failures is None or call <= self.failures:
             error = _make_error(self.error)
             self.raised.append(error)
             raise error
@@ -60,21 +62,23 @@ class FaultyOperation(Generic[T]):
     async def __call__(self, *args: object, **kwargs: object) -> T:
         clock = current_clock()
         self.calls += 1
+        call = self.calls
         self.started_at.append(clock.now_ns() / 1e9)
         if self.hang:
             await asyncio.get_running_loop().create_future()  # never completes; cancellable
         if self.takes_ns:
             await clock.sleep_until(clock.now_ns() + self.takes_ns)
-        return self._outcome()
+        return self._outcome(call)
 
     def sync(self, *args: object, **kwargs: object) -> T:
         """The plain-function form (blocking sleeps on the ambient clock)."""
         clock = current_clock()
         self.calls += 1
+        call = self.calls
         self.started_at.append(clock.now_ns() / 1e9)
         if self.takes_ns:
             clock.sleep_until_blocking(clock.now_ns() + self.takes_ns)
-        return self._outcome()
+        return self._outcome(call)
 
     def __repr__(self) -> str:
         return f"FaultyOperation(failures={self.failures}, calls={self.calls})"
