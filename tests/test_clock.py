@@ -397,3 +397,35 @@ async def test_fail_times_fails_the_first_calls_to_start_even_when_they_overlap(
 
     first, second = await clock.run(asyncio.gather(call(), call()))
     assert op.raised == [first] and second == "ok"
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Coded(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(f"code {code}")
+        self.code = code
+
+
+class _WithResponse(Exception):
+    def __init__(self, message: str, *, response: str) -> None:
+        super().__init__(message)
+        self.response = response
+
+
+@pytest.mark.parametrize("error", [_HTTPError(503, "unavailable"), _Coded(5), _WithResponse("bad", response="r"),
+                                   ConnectionError(111, "refused")])
+def test_an_exception_instance_is_raised_as_a_copy_with_its_args_and_attributes(error: Exception) -> None:
+    # copy.copy rebuilds an exception as type(e)(*e.args): a TypeError for the first and third,
+    # and "code code 5" for the second.
+    op = fail_times(2, error)
+    for _ in range(2):
+        with pytest.raises(type(error)) as caught:
+            op.sync()
+        assert caught.value is not error and caught.value.args == error.args
+        assert vars(caught.value) == vars(error) and str(caught.value) == str(error)
+    assert op.sync() is None

@@ -18,7 +18,18 @@ ErrorSpec = BaseException | type[BaseException] | Callable[[], BaseException]
 def _make_error(spec: ErrorSpec) -> BaseException:
     if isinstance(spec, BaseException):
         # A fresh copy per raise (same type, args and attributes) so tracebacks do not pile up.
-        return copy.copy(spec)
+        # copy.copy rebuilds it as type(spec)(*spec.args), which fails for an exception whose
+        # __init__ takes other arguments than it passes on (HTTPError(status, message), a
+        # keyword-only response=) and calls __init__ again on args it derived (a message built
+        # from a code): then make it without __init__, and keep the original args either way.
+        try:
+            error = copy.copy(spec)
+        except Exception:
+            error = type(spec).__new__(type(spec), *spec.args)
+            if hasattr(spec, "__dict__"):
+                error.__dict__.update(spec.__dict__)
+        error.args = spec.args
+        return error
     error = spec()
     if not isinstance(error, BaseException):
         raise TypeError(f"the error factory returned {error!r}, not an exception")
