@@ -194,6 +194,41 @@ async def test_run_fails_loudly_when_the_task_can_never_finish():
         await clock.run(too_slow(), limit=10)
 
 
+async def test_cancelling_run_cancels_the_task_it_runs():
+    clock = VirtualClock()
+    ticks: list[float] = []
+
+    async def forever() -> None:
+        while True:
+            await clock.sleep(1)
+            ticks.append(clock.now())
+
+    outer = asyncio.create_task(clock.run(forever(), limit=10**6))
+    await asyncio.sleep(0.01)  # real time: run() is jumping from tick to tick
+    outer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await outer
+    await settle()
+    assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+    assert clock.pending_timers == 0
+    seen = len(ticks)
+    await clock.advance(10)
+    assert len(ticks) == seen  # nothing of it runs on after the test has gone on
+
+    # Nor does a refused limit start the awaitable it was given.
+    started: list[int] = []
+
+    async def record() -> None:
+        started.append(1)
+
+    coro = record()
+    with pytest.raises(ValueError, match="limit"):
+        await clock.run(coro, limit=-1)
+    coro.close()
+    await settle()
+    assert started == []
+
+
 async def test_a_blocking_sleeper_thread_is_released_when_virtual_time_passes():
     clock = VirtualClock()
     woke = threading.Event()

@@ -241,16 +241,23 @@ class VirtualClock:
 
         Returns its result or raises its exception. Raises ``RuntimeError`` (after cancelling it)
         when it is blocked with no timer left to fire, or still running after ``limit`` seconds.
+        Cancelling ``run()`` cancels it too.
         """
-        task = asyncio.ensure_future(awaitable)
         end = self._now_ns + to_ns(limit, "limit")
-        await settle()
-        while not task.done():
-            when = self.next_timer_ns()
-            if when is None or when > end:
-                task.cancel()
-                raise RuntimeError("VirtualClock.run: the task is blocked with no timer left to fire")
-            await self.advance((max(when, self._now_ns) - self._now_ns) / 1e9)
+        task = asyncio.ensure_future(awaitable)
+        try:
+            await settle()
+            while not task.done():
+                when = self.next_timer_ns()
+                if when is None or when > end:
+                    task.cancel()
+                    raise RuntimeError("VirtualClock.run: the task is blocked with no timer left to fire")
+                await self.advance((max(when, self._now_ns) - self._now_ns) / 1e9)
+        except BaseException:
+            # As awaiting it directly would: cancelling run() (a test's own timeout) cancels the
+            # task rather than leaving it running on the loop after the test has gone on.
+            task.cancel()
+            raise
         return task.result()
 
     def __repr__(self) -> str:
