@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from datetime import timedelta
@@ -244,6 +247,28 @@ async def test_a_blocking_sleeper_thread_is_released_when_virtual_time_passes():
     await clock.advance(1)
     assert await asyncio.to_thread(woke.wait, 5)
     thread.join(5)
+
+
+async def test_a_blocking_sleep_that_no_one_could_end_fails_instead_of_hanging() -> None:
+    clock = VirtualClock(1)
+    clock.sleep_until_blocking(S)  # already reached: returns at once, anywhere
+    # On the loop's thread: the loop that would advance the clock is the one blocked.
+    with pytest.raises(RuntimeError, match="event loop's thread"):
+        clock.sleep_until_blocking(2 * S)
+    # Sync code on virtual time with no other thread (a sync test calling retry_sync).
+    code = textwrap.dedent("""
+        import stoic
+        from stoic import Schedule
+        from stoic.testing import VirtualClock, fail_times
+        op = fail_times(1, then="ok")
+        try:
+            stoic.retry_sync(Schedule.fixed(1).attempts(2), op.sync, label="x", clock=VirtualClock())
+        except RuntimeError as error:
+            print(error)
+    """)
+    done = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", code], capture_output=True, text=True,
+                                   timeout=60)
+    assert "no other thread to move time" in done.stdout, done.stderr
 
 
 def test_use_clock_sets_the_ambient_clock_for_the_block_only():

@@ -24,6 +24,23 @@ def _nothing() -> None:
     pass
 
 
+def _refuse_an_endless_wait() -> None:
+    """``RuntimeError`` when a blocking sleep on virtual time could never end: this thread runs
+    an event loop (the loop that would advance the clock is the one blocked), or it is the only
+    thread (no one else can advance it)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        if threading.active_count() > 1:
+            return
+        where = "with no other thread to move time"
+    else:
+        where = "on the event loop's thread"
+    raise RuntimeError(
+        f"VirtualClock: a blocking sleep {where} would wait for ever (only advance() moves virtual "
+        "time); run the blocking code in another thread (asyncio.to_thread) while the loop advances the clock")
+
+
 class _VirtualTimer:
     __slots__ = ("when_ns", "seq", "callback", "cancelled", "context")
 
@@ -126,7 +143,15 @@ class VirtualClock:
         await self.sleep_until(self._now_ns + to_ns(seconds, "seconds", allow_zero=True))
 
     def sleep_until_blocking(self, when_ns: int) -> None:
+        """Block the calling thread until another thread moves the clock to ``when_ns``.
+
+        Raises ``RuntimeError`` rather than wait for ever when no one can move it: on the thread
+        of a running event loop (the one that advances it is blocked) or with no other thread
+        alive (a sync test calling ``retry_sync`` on virtual time). Run the blocking code in a
+        thread (``asyncio.to_thread``) while the loop advances the clock."""
         with self._cond:
+            if self._now_ns < when_ns:
+                _refuse_an_endless_wait()
             while self._now_ns < when_ns:
                 self._cond.wait()
 
