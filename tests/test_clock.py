@@ -271,6 +271,27 @@ async def test_a_blocking_sleep_that_no_one_could_end_fails_instead_of_hanging()
     assert "no other thread to move time" in done.stdout, done.stderr
 
 
+def test_a_sleep_left_on_a_closed_loop_does_not_break_the_next_loops_advance() -> None:
+    # One clock shared by two tests, each on its own loop; the first closed its loop with a
+    # sleeper still pending. Moving time past it in the second must not raise "Event loop is
+    # closed" from the first test's leftovers.
+    clock = VirtualClock()
+    first = asyncio.new_event_loop()
+
+    async def leave_a_sleeper() -> None:
+        asyncio.get_running_loop().create_task(clock.sleep(5))
+        await asyncio.sleep(0)
+
+    first.run_until_complete(leave_a_sleeper())
+    first.close()
+
+    async def second() -> float:
+        await clock.advance(10)
+        return clock.now()
+
+    assert asyncio.run(second()) == 10.0
+
+
 def test_use_clock_sets_the_ambient_clock_for_the_block_only():
     virtual = VirtualClock()
     assert current_clock() is SYSTEM_CLOCK
