@@ -267,6 +267,33 @@ async def test_a_defect_through_the_shared_breaker_is_reported_as_the_local_one_
     await store.aclose()
 
 
+async def test_a_slow_success_is_recorded_once_as_slow(server: RedisServer) -> None:
+    # A slow success goes into the window as slow: one breaker.recorded saying so, not a
+    # second one claiming the same call was quick (execute, and call() from a thread).
+    store = RedisStore(server.url, budget=2.0)
+    shared = breaker(store, fresh("slow-once"), slow_call_duration=0.02)
+    threaded = breaker(store, fresh("slow-once-sync"), slow_call_duration=0.02)
+    sink = RecordingSink()
+
+    async def slow() -> str:
+        await asyncio.sleep(0.05)
+        return "ok"
+
+    def slow_sync() -> str:
+        time.sleep(0.05)
+        return "ok"
+
+    with stoic.use_sinks(sink):
+        assert await shared.execute(slow) == "ok"  # the first call reads the state first
+        assert await shared.execute(slow) == "ok"  # the fast path
+        assert await asyncio.to_thread(threaded.call, slow_sync) == "ok"
+    for label in (shared.label, threaded.label):
+        recorded = [e for e in sink.of("breaker.recorded") if e.label == label]
+        assert [e.attributes["slow"] for e in recorded] == ([True, True] if label == shared.label else [True])
+    sink.assert_contract()
+    await store.aclose()
+
+
 # ---------------------------------------------------------------------------- store failures
 async def test_redis_killed_then_restarted(tmp_path: Path) -> None:
     own = RedisServer(tmp_path)

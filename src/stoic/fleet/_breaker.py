@@ -416,8 +416,9 @@ class SharedCircuitBreaker:
         if _admission_state.waits:
             start = self._since(start)
         if end - start > self._slow_ns:
-            await self._record(gen, start, end, False)
-        elif end < self._defer_until and gen == self._gen:
+            await self._record(gen, start, end, False)  # (its breaker.recorded says slow)
+            return result
+        if end < self._defer_until and gen == self._gen:
             # A quick success that cannot change a decision: counted now, folded in later.
             self._quick += 1
         elif gen == self._gen and self._success(end):
@@ -508,8 +509,9 @@ class SharedCircuitBreaker:
         start = self._since(start)
         # The success path: no store round trip unless this success trips the window (slow calls).
         if end - start > self._slow_ns:
-            await self._record(gen, start, end, False)
-        elif gen == self._gen and self._st == _CLOSED and self._success(end):
+            await self._record(gen, start, end, False)  # (its breaker.recorded says slow)
+            return result
+        if gen == self._gen and self._st == _CLOSED and self._success(end):
             await self._trip(end)
         if _SINKS.wants(_DEBUG_INT):
             self._recorded("success", False, start, end)
@@ -669,14 +671,15 @@ class SharedCircuitBreaker:
             raise
         end = now()
         start = self._since(start)
+        slow = end - start > self._slow_ns
         with self._sync:
-            if end - start > self._slow_ns:
-                tripped = self._note(gen, start, end, False)
+            if slow:
+                tripped = self._note(gen, start, end, False)  # (its breaker.recorded says slow)
             else:
                 tripped = gen == self._gen and self._st == _CLOSED and self._success(end)
             if tripped:
                 self._call_blocking("breaker_trip", self._tripping(end))
-        if _SINKS.wants(_DEBUG_INT):
+        if not slow and _SINKS.wants(_DEBUG_INT):
             self._recorded("success", False, start, end)
         return result
 
