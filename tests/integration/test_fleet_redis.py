@@ -246,6 +246,29 @@ async def test_force_open_is_a_fleet_wide_kill_switch(server: RedisServer) -> No
     await b_store.aclose()
 
 
+async def test_reset_emits_breaker_reset_as_the_local_breaker_does(server: RedisServer) -> None:
+    # reset() always reports breaker.reset (and breaker.closed when it was not closed), as
+    # CircuitBreaker.reset does: forgetting the fleet's trip count is a change worth an event.
+    store = RedisStore(server.url, budget=2.0)
+    shared = breaker(store, fresh("reset-events"))
+    sink = RecordingSink()
+
+    async def ok() -> str:
+        return "ok"
+
+    with stoic.use_sinks(sink):
+        assert await shared.execute(ok) == "ok"
+        await shared.reset()  # closed: only the trip count goes
+        await shared.force_open()
+        await shared.reset()  # open: closed, then reset
+    # (the fallback, "<label>.fallback", reports its own reset besides)
+    mine = [e for e in sink.events if e.label == shared.label and e.name in ("breaker.closed", "breaker.reset")]
+    assert [e.name for e in mine] == ["breaker.reset", "breaker.closed", "breaker.reset"]
+    assert mine[1].attributes["reason"] == "reset"
+    sink.assert_contract()
+    await store.aclose()
+
+
 async def test_a_defect_through_the_shared_breaker_is_reported_as_the_local_one_reports_it(server: RedisServer) -> None:
     # A bug (stoic.Defect) is never counted; its event carries error.type, as the catalog says.
     store = RedisStore(server.url, budget=2.0)

@@ -362,6 +362,8 @@ class SharedCircuitBreaker:
             emit("breaker.closed", self.label, Level.INFO, now, {"reason": detail})
             if detail == "reset":
                 emit("breaker.reset", self.label, Level.INFO, now, {})
+        elif name == "reset" and _SINKS.wants(Level.INFO):  # reset() of a closed breaker
+            emit("breaker.reset", self.label, Level.INFO, now, {})
 
     async def refresh(self) -> None:
         """Read the shared state into this replica's copy now (one round trip)."""

@@ -8,7 +8,11 @@ if mode == 'open' then
         dirty = true
     end
 else
-    if s.st ~= 0 then close(mode == 'reset' and 'reset' or 'forced') end
+    if s.st ~= 0 then
+        close(mode == 'reset' and 'reset' or 'forced')
+    elseif mode == 'reset' then
+        events[#events + 1] = 'reset' -- already closed: only the trip count is forgotten
+    end
     if mode == 'reset' then
         s.tr = 0
         dirty = true
