@@ -246,6 +246,41 @@ async def test_force_open_is_a_fleet_wide_kill_switch(server: RedisServer) -> No
     await b_store.aclose()
 
 
+async def test_a_first_read_cut_short_by_a_cancelled_caller_is_not_taken_for_closed(server: RedisServer) -> None:
+    # A replica that has not read the shared state waits for its first read rather than
+    # guessing: when the caller whose call was making that read is cancelled, the calls that
+    # waited on it and the next ones read the state themselves, instead of running as closed
+    # for a refresh interval while the fleet's breaker is open.
+    label = fresh("first-read")
+    a_store, b_store = store_for(server), store_for(server)
+    a, b = breaker(a_store, label, refresh_interval=5.0), breaker(b_store, label, refresh_interval=5.0)
+    await a.force_open()
+    real_call = b_store.call
+    slow = True
+
+    async def slow_first(*args: Any, **kwargs: Any) -> list[Any]:
+        if slow:
+            await asyncio.sleep(0.3)
+        return await real_call(*args, **kwargs)
+
+    b_store.call = slow_first  # type: ignore[method-assign]
+    first = asyncio.create_task(b.execute(ok))
+    await asyncio.sleep(0.05)
+    waiting = asyncio.create_task(b.execute(ok))  # waits for the first read
+    await asyncio.sleep(0.05)
+    first.cancel()
+    slow = False
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    with pytest.raises(CircuitOpen):
+        await waiting
+    with pytest.raises(CircuitOpen):
+        await b.execute(ok)
+    await a.force_closed()
+    await a_store.aclose()
+    await b_store.aclose()
+
+
 async def test_reset_emits_breaker_reset_as_the_local_breaker_does(server: RedisServer) -> None:
     # reset() always reports breaker.reset (and breaker.closed when it was not closed), as
     # CircuitBreaker.reset does: forgetting the fleet's trip count is a change worth an event.

@@ -370,6 +370,7 @@ class SharedCircuitBreaker:
         self._refreshing = True
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._refreshed = done
+        cancelled = False
         try:
             answered = await self._call("breaker_refresh") is not None
             if self._reforce:
@@ -380,10 +381,14 @@ class SharedCircuitBreaker:
                 answered = await self._call("breaker_done", token, "none") is not None
                 if not answered:
                     self._orphans.append(token)
+        except asyncio.CancelledError:
+            cancelled = True  # no answer, no failure: the next call reads (a reply kept its _due)
+            raise
         finally:
             self._refreshing = False
             self._refreshed = None
-            self._due = self._now() + self._refresh_ns
+            if not cancelled:
+                self._due = self._now() + self._refresh_ns
             done.set_result(None)
 
     # ------------------------------------------------------------------ running operations
@@ -434,7 +439,12 @@ class SharedCircuitBreaker:
             await self.refresh()
         elif self._gen < 0 and self._refreshed is not None:
             # Nothing read yet: a replica that has not seen the shared state must not guess it.
-            await asyncio.shield(self._refreshed)
+            # (A read whose caller was cancelled before the answer came is made again, once.)
+            while self._gen < 0 and not self._degraded:
+                if self._refreshed is not None:
+                    await asyncio.shield(self._refreshed)
+                else:
+                    await self.refresh()
         if self._degraded:
             return await self._without_store(fn, args, kwargs)
         st = self._st
