@@ -352,6 +352,38 @@ async def test_a_slow_success_is_recorded_once_as_slow(server: RedisServer) -> N
     await store.aclose()
 
 
+async def test_a_passed_deadline_does_not_refuse_the_store_call_nor_lose_a_trip(server: RedisServer) -> None:
+    # A store call is bounded by its budget. The caller's ambient deadline, passed while the
+    # operation ran without yielding, must not make the store's health breaker refuse the
+    # call: the shielded trip failed with DeadlineExceeded, and was lost (the window that
+    # tripped was already emptied, so it waited for minimum_calls more failures).
+    store = RedisStore(server.url, budget=2.0)
+    shared = breaker(store, fresh("late-trip"))
+
+    async def fails() -> None:
+        raise ConnectionError("down")
+
+    async def fails_late() -> None:
+        time.sleep(0.03)  # past the deadline, the loop blocked: no cancellation delivered yet
+        raise ConnectionError("down, late")
+
+    for _ in range(3):
+        with pytest.raises(ConnectionError):
+            await shared.execute(fails)
+    # (the deadline fires while the caller waits for the trip to land: it leaves at once)
+    with pytest.raises(stoic.DeadlineExceeded) as info:
+        async with stoic.timeout(0.01):
+            await shared.execute(fails_late)
+    assert isinstance(info.value.__cause__.__context__, ConnectionError)  # type: ignore[union-attr]
+    await asyncio.sleep(0.05)  # the shielded trip lands
+    assert shared.state is BreakerState.OPEN
+    joiner = breaker(RedisStore(server.url, budget=2.0), shared.label)
+    await joiner.refresh()
+    assert joiner.state is BreakerState.OPEN and joiner.trips == 1
+    await store.aclose()
+    await joiner._store.aclose()
+
+
 # ---------------------------------------------------------------------------- store failures
 async def test_redis_killed_then_restarted(tmp_path: Path) -> None:
     own = RedisServer(tmp_path)

@@ -25,7 +25,7 @@ from importlib import resources
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from .. import _metrics
+from .. import _deadline, _metrics
 from .._clock import Clock, current_clock
 from .._durations import Seconds, to_ns
 from .._errors import CircuitOpen
@@ -269,6 +269,11 @@ class RedisStore:
         if self._async is None:
             raise StoreError("the store was built from a sync client: use call_blocking", operation=script,
                              unavailable=False)
+        # The budget bounds the call, not the caller's ambient deadline: one passed while the
+        # operation ran must not have the health breaker refuse (a trip, a probe's report, a
+        # try_acquire would be lost to a DeadlineExceeded). A deadline that fires during the call
+        # still cancels it.
+        hidden = _deadline._current.set(None) if _deadline.ever_set else None
         try:
             reply = await self._health.execute(self._timed, self._scripts[script], keys, args, repeat)
         except CircuitOpen:
@@ -276,6 +281,9 @@ class RedisStore:
         except StoreError as exc:
             self.report(exc)
             raise
+        finally:
+            if hidden is not None:
+                _deadline._current.reset(hidden)
         return self._answered(script, reply)
 
     async def _timed(
@@ -361,6 +369,7 @@ class RedisStore:
         if self._sync is None:
             raise StoreError("the store was built from an asyncio client: use call", operation=script,
                              unavailable=False)
+        hidden = _deadline._current.set(None) if _deadline.ever_set else None  # (as in call)
         try:
             reply = self._health.call(self._timed_blocking, self._scripts[script], keys, args)
         except CircuitOpen:
@@ -368,6 +377,9 @@ class RedisStore:
         except StoreError as exc:
             self.report(exc)
             raise
+        finally:
+            if hidden is not None:
+                _deadline._current.reset(hidden)
         return self._answered(script, reply)
 
     def _resting(self, script: str) -> StoreError:
