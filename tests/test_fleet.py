@@ -275,7 +275,7 @@ def test_latency_digest_needs_a_quantile_and_the_right_type() -> None:
 
 
 @pytest.mark.parametrize("reply", [["x"], [0, b"3"], [0, b"L", b"1", b"999", b"1.0"], [0, b"4", b"-1"],
-                                   [0, b"nope", b"1.0"], "text"])
+                                   [0, b"nope", b"1.0"], "text", []])
 async def test_a_sketch_reply_of_unexpected_shape_keeps_the_local_estimate(reply: Any) -> None:
     sink = RecordingSink()
     clock = VirtualClock()

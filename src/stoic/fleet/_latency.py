@@ -247,7 +247,7 @@ class SharedLatency:
         return True
 
     def _parse(self, reply: list[Any]) -> tuple[dict[int, float], float]:
-        age_us = reply[0]
+        age_us = reply[0] if reply else None
         if type(age_us) is not int or len(reply) % 2 != 1:
             raise StoreError(f"latency_push answered {reply[:3]!r}", operation="latency_push", unavailable=False)
         weights: dict[int, float] = {}
