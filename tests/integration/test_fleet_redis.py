@@ -246,6 +246,43 @@ async def test_force_open_is_a_fleet_wide_kill_switch(server: RedisServer) -> No
     await b_store.aclose()
 
 
+async def test_a_probe_is_recorded_as_a_half_open_call(server: RedisServer) -> None:
+    # breaker.recorded covers probes too (state half_open), as CircuitBreaker reports them:
+    # from execute and from call() in a thread.
+    store = RedisStore(server.url, budget=2.0)
+    sink = RecordingSink()
+
+    async def fails() -> None:
+        raise ConnectionError("down")
+
+    def fails_sync() -> None:
+        raise ConnectionError("down")
+
+    with stoic.use_sinks(sink):
+        shared = breaker(store, fresh("probe-rec"), open_duration=OpenDuration.fixed(0.1, jitter=0.0))
+        threaded = breaker(store, fresh("probe-rec-sync"), open_duration=OpenDuration.fixed(0.1, jitter=0.0))
+        for _ in range(4):
+            with pytest.raises(ConnectionError):
+                await shared.execute(fails)
+            with pytest.raises(ConnectionError):
+                await asyncio.to_thread(threaded.call, fails_sync)
+        await asyncio.sleep(0.15)
+        with pytest.raises(ConnectionError):
+            await shared.execute(fails)  # a failed probe
+        with pytest.raises(ConnectionError):
+            await asyncio.to_thread(threaded.call, fails_sync)
+        await asyncio.sleep(0.15)
+        assert await shared.execute(ok) == "ok"  # a successful probe
+        assert await asyncio.to_thread(threaded.call, lambda: "ok") == "ok"
+    for b in (shared, threaded):
+        probes = [e.attributes for e in sink.of("breaker.recorded")
+                  if e.label == b.label and e.attributes["state"] == "half_open"]
+        assert [p["outcome"] for p in probes] == ["failure", "success"], b.label
+        assert b.state is BreakerState.CLOSED
+    sink.assert_contract()
+    await store.aclose()
+
+
 async def test_a_first_read_cut_short_by_a_cancelled_caller_is_not_taken_for_closed(server: RedisServer) -> None:
     # A replica that has not read the shared state waits for its first read rather than
     # guessing: when the caller whose call was making that read is cancelled, the calls that

@@ -606,25 +606,36 @@ class SharedCircuitBreaker:
             except TypeError as refused:
                 refusal = refused  # raised once the lease is back
             verdict = None if refusal is not None else self._judge(exc, True)
+            end, start = self._now(), self._since(start)
             outcome = "none" if verdict is None else ("failed" if verdict else "ok")
-            if outcome == "ok" and self._now() - self._since(start) > self._slow_ns:
+            if outcome == "ok" and end - start > self._slow_ns:
                 outcome = "slow"
             # Reported even while the caller is being cancelled: the lease goes back at once
             # instead of expiring after half_open_timeout.
-            await self._done(token, outcome)
+            done = await self._done(token, outcome)
+            if verdict is not None:
+                self._probed(done, verdict, start, end)
             if refusal is not None:
                 raise refusal from refusal.__cause__
             raise
-        await self._done(token, "slow" if self._now() - self._since(start) > self._slow_ns else "ok")
+        end, start = self._now(), self._since(start)
+        self._probed(await self._done(token, "slow" if end - start > self._slow_ns else "ok"), False, start, end)
         return result
+
+    def _probed(self, reply: list[Any] | None, failed: bool, start: int, end: int) -> None:
+        """``breaker.recorded`` for a probe whose outcome the store counted (its lease was held)."""
+        if reply is not None and reply[4] and _SINKS.wants(_DEBUG_INT):
+            emit("breaker.recorded", self.label, Level.DEBUG, end,
+                 {"outcome": "failure" if failed else "success", "slow": end - start > self._slow_ns,
+                  "state": "half_open", "duration": (end - start) / 1e9})
 
     def _orphan(self, token: str) -> None:
         if len(self._orphans) < 16:  # (bounded: an outage makes one per probe interval at most)
             self._orphans.append(token)
 
-    async def _done(self, token: str, outcome: str) -> None:
+    async def _done(self, token: str, outcome: str) -> list[Any] | None:
         try:
-            await self._call("breaker_done", token, outcome)
+            return await self._call("breaker_done", token, outcome)
         except asyncio.CancelledError:
             # Cancelled before the reply came: the report may never have run, so it is sent
             # again (harmless when it did run: the lease is gone, a second report is stale).
@@ -717,15 +728,19 @@ class SharedCircuitBreaker:
                 CircuitBreaker._refuse_result(fn, result)
         except BaseException as exc:
             verdict = self._judge(exc, False)
+            end, start = self._now(), self._since(start)
             outcome = "none" if verdict is None else ("failed" if verdict else "ok")
-            if outcome == "ok" and self._now() - self._since(start) > self._slow_ns:
+            if outcome == "ok" and end - start > self._slow_ns:
                 outcome = "slow"
             with self._sync:
-                self._call_blocking("breaker_done", token, outcome)
+                done = self._call_blocking("breaker_done", token, outcome)
+            if verdict is not None:
+                self._probed(done, verdict, start, end)
             raise
+        end, start = self._now(), self._since(start)
         with self._sync:
-            self._call_blocking("breaker_done", token,
-                                "slow" if self._now() - self._since(start) > self._slow_ns else "ok")
+            done = self._call_blocking("breaker_done", token, "slow" if end - start > self._slow_ns else "ok")
+        self._probed(done, False, start, end)
         return result
 
     @through_method_decorators
