@@ -276,7 +276,9 @@ class SharedRateLimiter(_SharedBucket):
         when the store cannot decide and ``fail_open_on_store_error`` is False;
         ``DeadlineExceeded`` when the deadline already passed; ``ValueError`` for ``permits`` < 1.
         When the store cannot decide and failing open, the local bucket's ``acquire`` decides.
-        A cancelled waiter leaves without consuming anything.
+        A waiter cancelled while it waits locally leaves without consuming anything; one cancelled
+        while its request is at the store may find the server granted it (the script ran, the
+        reply was lost with the caller): those permits are spent, as any lost reply's are.
         """
         self._check(permits)
         left = remaining_ns()
