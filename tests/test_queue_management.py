@@ -546,12 +546,12 @@ async def test_a_waiter_shed_and_cancelled_in_the_same_instant_is_reported_once(
     await settle()
     low = start(bulkhead, gate, "low", Criticality.BEST_EFFORT)
     await settle()
+    low_waiter = bulkhead._waiters[0]  # (taken before crit can displace it)
     with stoic.bind_criticality(Criticality.CRITICAL):
         crit = asyncio.create_task(bulkhead.execute(gate.op, "crit"))
     # Cancel low in the step where crit has parked and displaced it (its future done), before
     # low resumes: crit's first step runs inside create_task under an eager task factory, at
     # the next loop step otherwise. (low reports itself, in its own task, when it resumes.)
-    low_waiter = bulkhead._waiters[0]
     while low_waiter in bulkhead._waiters:
         await asyncio.sleep(0)
     assert low_waiter.future.done() and not low.done()
