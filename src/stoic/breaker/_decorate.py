@@ -47,7 +47,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import _metrics
-from .._policy import is_async_callable
+from .._policy import is_async_callable, through_method_decorators
 from .._source import compile_source, indent
 from ..events import Level
 
@@ -216,12 +216,11 @@ def refuse_generator_function(fn: Callable[..., Any]) -> None:
             "caller iterates, outside the breaker. Protect the code that consumes the generator instead.")
 
 
+@through_method_decorators
 def decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., Any]:
     """The wrapper for ``@breaker`` on ``fn``: each call runs as ``breaker.execute(fn, ...)``
     (coroutine function) or ``breaker.call(fn, ...)`` (plain function) would. Raises
     ``TypeError`` for a generator or async generator function."""
-    if isinstance(fn, (staticmethod, classmethod)):  # (written above either: the function inside)
-        return type(fn)(decorate(breaker, fn.__func__))
     if not callable(fn):
         raise TypeError(f"@breaker needs a function, got {type(fn).__name__}")
     refuse_generator_function(fn)
