@@ -181,6 +181,13 @@ def is_rejection(error: BaseException) -> bool:
     return bool(found) and all(isinstance(leaf, Rejected) for leaf in found)
 
 
+def cut_by_deadline(error: BaseException) -> bool:
+    """True when ``error``, or a leaf of it (a fan-out's group), is a :class:`DeadlineExceeded`
+    that cut running work short (``timed_out``): a hung call, which the policies counting
+    failures count, though a deadline is a :class:`Rejected`."""
+    return any(isinstance(leaf, DeadlineExceeded) and leaf.timed_out for leaf in leaves(error))
+
+
 # The instruction behind ``await x``'s "can't be used in 'await' expression" (the wording differs
 # between Python versions; the instruction raising it does not).
 _GET_AWAITABLE = opcode.opmap.get("GET_AWAITABLE", -1)

@@ -37,7 +37,7 @@ from ._classify import ClassifierLike, RetryClassifier, _own_decision, as_classi
 from ._clock import Clock, SystemClock, resolve_clock
 from ._deadline import cancelled_by_deadline
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
-from ._errors import DeadlineExceeded, Throttled, failed_await, is_defect, is_rejection, leaves
+from ._errors import Throttled, cut_by_deadline, failed_await, is_defect, is_rejection, leaves
 from ._policy import is_async_callable, through_method_decorators
 from ._retune import validated
 from .events import Level, emit
@@ -73,17 +73,6 @@ def _check_float(value: float, name: str, *, low: float, high: float | None, low
         rng = f"in {'(' if low_open else '['}{low:g}, {high:g}]" if high is not None else f">= {low:g}"
         raise ValueError(f"{name} must be a finite number {rng}, got {value!r}")
     return number
-
-
-def _cut_by_deadline(error: Exception) -> bool:
-    """A ``DeadlineExceeded`` that cut running work short (``timed_out``): bare, or as a leaf of
-    an exception group with no defect leaf (a fan-out whose branches timed out). Such a group's
-    leaves are all :class:`stoic.Rejected`, so without this rule it read as inner refusals and
-    went uncounted, where the bare timeout counts as a failure (the breaker's rule too)."""
-    if isinstance(error, DeadlineExceeded):
-        return error.timed_out
-    return isinstance(error, BaseExceptionGroup) and not is_defect(error) and any(
-        isinstance(leaf, DeadlineExceeded) and leaf.timed_out for leaf in leaves(error))
 
 
 class AdaptiveThrottle:
@@ -290,7 +279,9 @@ class AdaptiveThrottle:
                 self._count(False)  # an enclosing deadline cut the running call: a timeout
             raise
         except Exception as exc:
-            if _cut_by_deadline(exc):
+            # A deadline's cut, bare or as a leaf of a group with no defect leaf (whose leaves,
+            # all Rejected, would otherwise read as inner refusals): the breaker's rule too.
+            if cut_by_deadline(exc) and not is_defect(exc):
                 self._count(False)  # the work ran and took too long: the dependency failed it
             elif not is_rejection(exc) and not is_defect(exc) and not (type(exc) is TypeError and failed_await(exc)):
                 # (A group is judged by its leaves. The TypeError of an await on what cannot be

@@ -32,7 +32,15 @@ from .._callbacks import callback_failed
 from .._clock import Clock, SystemClock, current_clock
 from .._deadline import remaining_ns
 from .._durations import Seconds, check_int, check_label, to_seconds
-from .._errors import CircuitOpen, DeadlineExceeded, Defect, failed_await, is_defect, is_rejection, leaves
+from .._errors import (
+    CircuitOpen,
+    DeadlineExceeded,
+    Defect,
+    cut_by_deadline,
+    failed_await,
+    is_defect,
+    is_rejection,
+)
 from .._retune import validated
 from ..events import Level, emit
 from ..events._event import error_type
@@ -102,9 +110,7 @@ def _counts_by_default(error: BaseException) -> bool:
     including a group with any other leaf, and a :class:`stoic.DeadlineExceeded` raised by a
     ``stoic.timeout`` block inside the operation that cut the call short (``timed_out``): a hung
     call is a failed call."""
-    if not is_rejection(error):
-        return True
-    return any(isinstance(leaf, DeadlineExceeded) and leaf.timed_out for leaf in leaves(error))
+    return not is_rejection(error) or cut_by_deadline(error)
 
 
 
