@@ -31,6 +31,12 @@ QUANTILE_WINDOW = 200
 """Observations per epoch of AIMD's ``latency_quantile`` estimate (a new epoch also starts on
 every backoff, so a quantile measured before the backoff never decides the next one)."""
 
+QUANTILE_CAP = 2
+"""AIMD's quantile estimate takes a latency above this many times the threshold as that many
+times it: whether the quantile is above the threshold is unchanged, and an outlier's size cannot
+pull the P-squared markers past it (fed raw, one 10 s call among 10 ms ones lifted a p95
+estimate past a 100 ms threshold; see :class:`stoic._quantile.WindowedQuantile`)."""
+
 QUANTILE_STRIDE = 8
 """Once AIMD's quantile estimate is trusted, one sample in this many updates it (a P-squared
 update is the dearest step of a call); the warm-up of a fresh epoch takes every sample, so a
@@ -79,7 +85,8 @@ class AimdLimit:
 
     The quantile estimate takes every sample until it can be trusted (the warm-up of a fresh
     epoch), then one sample in :data:`QUANTILE_STRIDE`; the samples in between are judged
-    against the estimate as it stands.
+    against the estimate as it stands. It takes a latency above :data:`QUANTILE_CAP` times the
+    threshold as that (a single outlier, however slow, cannot lift the estimate past it).
 
     For the limiter's success path, :attr:`fast_ns` and :attr:`grow_from` describe where a
     sample that is not a drop changes nothing (a latency at most ``fast_ns`` and an in-flight
@@ -119,9 +126,10 @@ class AimdLimit:
         if self.quantile is None:
             return None
         warmup = default_warmup(self.quantile, QUANTILE_WINDOW)
+        cap = float(QUANTILE_CAP * self.threshold_ns)
         if self._digest is not None:
-            return self._digest.estimator(self.quantile, QUANTILE_WINDOW, warmup)
-        return WindowedQuantile(self.quantile, QUANTILE_WINDOW, warmup)
+            return self._digest.estimator(self.quantile, QUANTILE_WINDOW, warmup, cap)
+        return WindowedQuantile(self.quantile, QUANTILE_WINDOW, warmup, cap)
 
     @property
     def limit(self) -> int:

@@ -125,11 +125,18 @@ class WindowedQuantile:
     up yet). So the estimate follows a shift in traffic within about one window, and a reset
     never leaves a gap. ``ValueError`` for ``p`` outside (0, 1), ``window`` < 5, or ``warmup``
     outside [5, window].
+
+    ``cap`` (a number, or None): a value above it is taken as ``cap``, for an owner that only asks
+    whether the quantile is above some bound below ``cap``. The answer is the same for the true
+    quantile, and the estimate no longer depends on how far above the rest an outlier is: the
+    P-squared markers move by interpolating towards their neighbours, the largest value seen
+    among them, so one value a thousand times the others could lift even the median estimate
+    far above every other value of the epoch.
     """
 
-    __slots__ = ("_current", "_previous", "p", "warmup", "window")
+    __slots__ = ("_current", "_previous", "cap", "p", "warmup", "window")
 
-    def __init__(self, p: float, window: int = 1000, warmup: int | None = None) -> None:
+    def __init__(self, p: float, window: int = 1000, warmup: int | None = None, cap: float | None = None) -> None:
         self.p = _check_quantile(p, "p")
         if isinstance(window, bool) or not isinstance(window, int) or window < 5:
             raise ValueError(f"window must be an integer >= 5, got {window!r}")
@@ -139,6 +146,7 @@ class WindowedQuantile:
         elif isinstance(warmup, bool) or not isinstance(warmup, int) or not 5 <= warmup <= window:
             raise ValueError(f"warmup must be an integer in [5, window={window}], got {warmup!r}")
         self.warmup = warmup
+        self.cap = cap
         self._current = P2Quantile(self.p)
         self._previous: float | None = None
 
@@ -148,7 +156,8 @@ class WindowedQuantile:
         if current.count >= self.window:
             self._previous = current.value
             current = self._current = P2Quantile(self.p)
-        current.add(x)
+        cap = self.cap
+        current.add(x if cap is None or x <= cap else cap)
 
     @property
     def value(self) -> float | None:

@@ -129,11 +129,13 @@ class SharedLatency:
         """True when the last contact with the store failed (estimators answer locally)."""
         return self._weights is None and self._read_at != -1
 
-    def estimator(self, quantile: float, window: int = 1000, warmup: int | None = None) -> SharedQuantile:
+    def estimator(self, quantile: float, window: int = 1000, warmup: int | None = None,
+                  cap: float | None = None) -> SharedQuantile:
         """A quantile estimator for a policy: the fleet's ``quantile`` of this sketch, or its own
-        :class:`WindowedQuantile` (``window``, ``warmup``) when the fleet's is unknown.
+        :class:`WindowedQuantile` (``window``, ``warmup``, ``cap``: the local estimate only, the
+        sketch takes every latency as it is) when the fleet's is unknown.
         ``ValueError`` as ``WindowedQuantile``'s."""
-        return SharedQuantile(self, quantile, window, warmup)
+        return SharedQuantile(self, quantile, window, warmup, cap)
 
     def quantile(self, p: float) -> float | None:
         """The fleet's ``p``-quantile in nanoseconds at the last fresh read (no older than three
@@ -283,9 +285,10 @@ class SharedQuantile:
 
     __slots__ = ("_born", "_digest", "_local", "_warmup", "p")
 
-    def __init__(self, digest: SharedLatency, p: float, window: int, warmup: int | None) -> None:
+    def __init__(self, digest: SharedLatency, p: float, window: int, warmup: int | None,
+                 cap: float | None = None) -> None:
         self.p = _check_quantile(p, "p")
-        self._local = WindowedQuantile(self.p, window, warmup)
+        self._local = WindowedQuantile(self.p, window, warmup, cap)
         self._warmup = self._local.warmup if warmup is None else warmup
         self._digest = digest
         # A fresh estimator (a new AIMD epoch) never answers with a read made before it existed.
