@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stoic._limits import AimdLimit, Change, Gradient2Limit
+from stoic._limits import QUANTILE_STRIDE, AimdLimit, Change, Gradient2Limit
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -113,6 +113,18 @@ def test_with_a_quantile_a_shifted_distribution_breaches_and_starts_a_fresh_epoc
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(changes)]
     assert gaps and min(gaps) >= 50  # the warm-up for p=0.9 (5 / 0.1 = 50 samples)
     assert limit.limit > 2  # 400 slow samples: at most 8 backoffs, not one per sample
+
+
+@pytest.mark.parametrize(("quantile", "span"), [(0.5, 20 + 8 * 180), (0.9, 50 + 8 * 150), (0.99, 200)])
+def test_a_quantile_epoch_spans_its_warm_up_plus_eight_completions_per_later_sample(quantile, span):
+    # docs/adaptive.md: an epoch is 200 samples of the estimate, not 200 completions.
+    limit = aimd(quantile=quantile)
+    estimate = limit._estimate
+    completions = 0
+    while estimate._previous is None:  # (the first epoch rolls over on the sample after its 200th)
+        limit.sample(completions * MS, 10 * MS, 20)
+        completions += 1
+    assert span <= completions - 1 <= span + QUANTILE_STRIDE
 
 
 def test_after_recovery_the_fresh_epoch_lets_the_limit_grow_again():

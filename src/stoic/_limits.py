@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from .fleet import SharedLatency, SharedQuantile
 
 QUANTILE_WINDOW = 200
-"""Observations per epoch of AIMD's ``latency_quantile`` estimate (a new epoch also starts on
-every backoff, so a quantile measured before the backoff never decides the next one)."""
+"""Observations per epoch of AIMD's ``latency_quantile`` estimate, not completions: past the
+warm-up one completion in :data:`QUANTILE_STRIDE` is observed (a new epoch also starts on every
+backoff, so a quantile measured before the backoff never decides the next one)."""
 
 QUANTILE_CAP = 2
 """AIMD's quantile estimate takes a latency above this many times the threshold as that many

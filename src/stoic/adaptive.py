@@ -337,8 +337,9 @@ class AdaptiveBulkhead(_AdaptiveBulkhead):
     - ``increase_step`` (finite, > 0): an in-budget completion adds ``increase_step / limit``, only while
       at least half the limit is in use.
     - ``latency_quantile`` (in (0, 1), or None): when set, a breach is the windowed P-squared
-      estimate of that quantile exceeding the threshold (200 samples per epoch; a backoff starts
-      a fresh epoch), so a single outlier cannot halve the limit.
+      estimate of that quantile exceeding the threshold (200 samples of the estimate per epoch:
+      every completion while it warms up, one in 8 after, so about 1,250 completions for 0.9; a
+      backoff starts a fresh epoch), so a single outlier cannot halve the limit.
     - ``latency_digest``: a :class:`stoic.fleet.SharedLatency` (requires ``latency_quantile``):
       the quantile is the fleet's, merged from every replica's samples in the store, and this
       replica's own estimate only while the fleet's is unknown (docs/fleet.md, "Latency signal").
