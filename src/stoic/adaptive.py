@@ -401,7 +401,7 @@ class GradientBulkhead(_AdaptiveBulkhead):
     smoothing=0.2, long_window=600, headroom=4.0, label, clock=None, queue_target=None,
     queue_interval=0.1, queue_adaptive_lifo=False, prioritized=False)``
 
-    - ``max_concurrent`` (int >= 1): the ceiling and the initial limit; ``min_concurrent``
+    - ``max_concurrent`` (int in [1, 2**53]): the ceiling and the initial limit; ``min_concurrent``
       (int in [1, max_concurrent]) the floor.
     - ``rtt_tolerance`` (finite, >= 1): how much the short-term latency may exceed the long-term one
       before the limit contracts (1.5: a 50 % rise).
