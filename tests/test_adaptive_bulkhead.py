@@ -540,3 +540,25 @@ async def test_a_timeout_inside_an_exception_group_is_a_drop_like_a_bare_one(clo
     with pytest.raises(ExceptionGroup):
         await bulkhead.execute(fan_out_refused)
     assert len(samples) == count  # inner rejections only: nothing ran, no sample
+
+
+async def test_a_waiter_leaving_an_adaptive_bulkhead_reports_its_sojourn_and_tier_without_queue_options(
+        clock: VirtualClock, sink: RecordingSink):
+    # docs/adaptive.md, "Events and metrics": its queue is always managed (the limit moves), so a
+    # waiter that leaves is reported as a managed queue reports one, not as the plain FIFO does.
+    bulkhead = aimd(clock, max_concurrent=2, min_concurrent=1, queue_limit=None)
+    running = [asyncio.create_task(bulkhead.execute(sleeper, clock, 1.0)) for _ in range(2)]
+    waiters = [asyncio.create_task(bulkhead.execute(sleeper, clock, 1.0)) for _ in range(300)]
+    await settle()
+    await clock.advance(0.25)
+    for waiter in waiters:
+        waiter.cancel()
+    await settle()
+    left = sink.of("bulkhead.rejected")
+    assert len(left) == 300
+    assert all(dict(e.attributes) == {"reason": "cancelled", "capacity": 2, "sojourn": 0.25,
+                                      "criticality": "normal"} for e in left)
+    assert bulkhead.queued == 0 and bulkhead.in_use == 2
+    await clock.run_until_idle()
+    await asyncio.gather(*running)
+    assert bulkhead.in_use == 0

@@ -132,9 +132,9 @@ _SPECS: tuple[EventSpec, ...] = (
         "capacity": _a("int", "the admission limit then (max_concurrent for a fixed bulkhead)"),
         "waiting": _a("int", "callers queued when it was full", optional=True),
         "sojourn": _a("float", "seconds the waiter had waited, shed or leaving the queue by itself (queue "
-                      "management only)", optional=True),
+                      "management only, which every adaptive bulkhead uses)", optional=True),
         "criticality": _a("str", "that waiter's tier: best_effort, degraded, normal or critical (queue "
-                          "management only)", optional=True),
+                          "management only, which every adaptive bulkhead uses)", optional=True),
     }),
     # --- adaptive bulkheads (seed 003, Adaptive (AIMD), Gradient) ---
     EventSpec("bulkhead.limit_changed", Level.INFO, "An adaptive bulkhead's admission limit moved.", {
