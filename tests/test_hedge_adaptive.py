@@ -111,3 +111,21 @@ def test_repr_and_properties() -> None:
     policy = Hedge(0.25, max_attempts=3, quantile=0.95, label="users")
     assert (policy.max_attempts, policy.quantile, policy.label, policy.window) == (3, 0.95, "users", 1000)
     assert "quantile=0.95" in repr(policy) and "current_delay=0.25" in repr(policy)
+
+
+async def test_one_very_slow_primary_cannot_lift_the_delay_to_delay_max(clock: VirtualClock) -> None:
+    # P-squared's markers move towards their neighbours, the largest value seen among them: fed
+    # raw, one 60 s primary among 10-12 ms ones lifted the p95 estimate to seconds, and the delay
+    # sat at delay_max for the rest of the epoch. Latencies above delay_max are fed as delay_max.
+    policy = Hedge(0.5, quantile=0.95, delay_max=1.0, budget=RetryBudget.UNLIMITED, label="h")
+    rng = random.Random(1)
+    for _ in range(100):
+        await call(clock, policy, Step(rng.uniform(0.010, 0.012), "ok"))
+    assert policy.current_delay < 0.013
+    await call(clock, policy, Step(60.0, "primary"), Step(100.0, "late hedge"))  # the primary wins at 60 s
+    delays = []
+    for _ in range(200):
+        await call(clock, policy, Step(rng.uniform(0.010, 0.012), "ok"))
+        delays.append(policy.current_delay)
+    assert max(delays) < 0.1
+    assert delays[-1] < 0.013

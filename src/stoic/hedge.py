@@ -146,9 +146,11 @@ class Hedge:
     - ``quantile``: in (0, 1); when set, the delay is the streaming P-squared estimate of that
       quantile of the first attempts' latencies (seed 003, "Hedge"; a first attempt a hedge beat
       counts as long as it had run, a failed one not at all), clamped to
-      [``delay_min``, ``delay_max``]. The estimate restarts every ``window`` observations and
-      keeps the previous epoch's value until the new epoch has enough samples, so it follows
-      current traffic. ``delay_min``/``delay_max`` (seconds, >= 0) require ``quantile``.
+      [``delay_min``, ``delay_max``] (a latency above ``delay_max`` is taken as ``delay_max``,
+      so one very slow primary cannot lift the delay for the rest of the epoch). The estimate
+      restarts every ``window`` observations and keeps the previous epoch's value until the new
+      epoch has enough samples, so it follows current traffic. ``delay_min``/``delay_max``
+      (seconds, >= 0) require ``quantile``.
     - ``latency_digest``: a :class:`stoic.fleet.SharedLatency` (requires ``quantile``): the
       quantile is the fleet's, merged from every replica's samples in the store, and this
       estimate only while the fleet's is unknown (docs/fleet.md, "Latency signal").
@@ -235,12 +237,16 @@ class Hedge:
             if self._min_ns is not None and self._max_ns is not None and self._min_ns > self._max_ns:
                 raise ValueError(f"delay_min must be <= delay_max, got {delay_min!r} > {delay_max!r}")
             warmup = default_warmup(self.quantile, window)
+            # A latency above delay_max is fed as delay_max: the clamped delay is the same for the
+            # true quantile, and one very slow primary cannot pull P-squared's markers (and so the
+            # delay) far past the rest of the epoch (stoic._quantile.WindowedQuantile's cap).
+            cap = None if self._max_ns is None else float(self._max_ns)
             if digest is None:
-                self._estimate = WindowedQuantile(self.quantile, window, warmup)
+                self._estimate = WindowedQuantile(self.quantile, window, warmup, cap)
             else:
                 from .fleet._latency import check_digest
 
-                self._estimate = check_digest(digest, "latency_digest").estimator(self.quantile, window, warmup)
+                self._estimate = check_digest(digest, "latency_digest").estimator(self.quantile, window, warmup, cap)
         self._delay_ns = self._fixed_ns
         # Only an adaptive hedge has state shared across calls (and threads) to guard.
         self._lock = threading.Lock() if self._estimate is not None else None
