@@ -562,3 +562,32 @@ async def test_a_waiter_leaving_an_adaptive_bulkhead_reports_its_sojourn_and_tie
     await clock.run_until_idle()
     await asyncio.gather(*running)
     assert bulkhead.in_use == 0
+
+
+async def test_a_sink_raising_a_base_exception_on_a_limit_change_keeps_no_slot(clock: VirtualClock):
+    # The success path's sample runs after the call: a sink that raises a BaseException there
+    # (emit() contains only Exception; pytest's Failed is one) must still give the slot back.
+    class Abort(BaseException):
+        pass
+
+    class Interrupting:
+        level = stoic.Level.DEBUG
+        event_names = None
+
+        def emit(self, event: stoic.Event) -> None:
+            if event.name == "bulkhead.limit_changed":
+                raise Abort
+
+    bulkhead = aimd(clock, max_concurrent=3, min_concurrent=1)
+    interrupting = Interrupting()
+    stoic.add_sink(interrupting)
+    try:
+        task = asyncio.ensure_future(bulkhead.execute(sleeper, clock, 0.5))  # slow: backs off
+        await clock.advance(0.5)
+        with pytest.raises(Abort):
+            await task
+    finally:
+        stoic.remove_sink(interrupting)
+    assert bulkhead.limit == 2
+    assert bulkhead.active_count == 0
+    assert [await bulkhead.execute(sleeper, clock, 0) for _ in range(3)] == [0, 0, 0]

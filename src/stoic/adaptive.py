@@ -278,18 +278,20 @@ class _AdaptiveBulkhead(Bulkhead):
             finally:
                 self._exit()
             raise
-        now = now_ns()
-        algorithm = self._algorithm
-        # Where a success changes nothing (AIMD: in budget, no evidence for growth) the sample is
-        # skipped; Gradient2 takes every one (it accumulates into its window).
-        if now - start > algorithm.fast_ns or in_flight >= algorithm.grow_from:
-            change = algorithm.sample(now, now - start, in_flight, False, weight)
-            if change is not None:
-                self._apply(change)
-        if self._waiters:
-            self._release()
-        else:
-            self._active -= 1
+        try:
+            now = now_ns()
+            algorithm = self._algorithm
+            # Where a success changes nothing (AIMD: in budget, no evidence for growth) the sample
+            # is skipped; Gradient2 takes every one (it accumulates into its window).
+            if now - start > algorithm.fast_ns or in_flight >= algorithm.grow_from:
+                change = algorithm.sample(now, now - start, in_flight, False, weight)
+                if change is not None:
+                    self._apply(change)  # (a sink raising a BaseException here keeps no slot)
+        finally:
+            if self._waiters:
+                self._release()
+            else:
+                self._active -= 1
         return result
 
     def _dropped(self, error: BaseException, start: int | None, in_flight: int, weight: int = 1) -> None:
