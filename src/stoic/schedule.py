@@ -777,10 +777,12 @@ def _cap(node: _Node, cap: int, replace_default: bool) -> _Node:
     the cap replaces an exponential's or Fibonacci's default one.
 
     Randomness must come after the cap (field report 7): a cap above a jitter would put every
-    delay that reaches it at exactly the cap, in lockstep across callers. So the cap is pushed
-    beneath any randomness, through attempt bounds, elapsed limits and combinators (capping
-    commutes with them: min and max distribute over a cap, and a bound only counts; an
-    ``up_to`` then judges the delay actually waited).
+    delay that reaches it at exactly the cap, in lockstep across callers. And an ``up_to`` must
+    judge the delay actually waited: beneath a cap it would judge the uncapped one, and stop
+    ``exponential(1).up_to(30).capped(5)`` at 17 s though the next attempt would start at 22 s.
+    So the cap is pushed beneath any randomness and any ``up_to``, through attempt bounds,
+    elapsed limits and combinators (capping commutes with them: min and max distribute over a
+    cap, and a bound only counts).
     """
     match node:
         case _Jittered(inner, fraction):
@@ -794,10 +796,10 @@ def _cap(node: _Node, cap: int, replace_default: bool) -> _Node:
         case _Decorrelated(base, old) if cap >= base:
             return _Decorrelated(base, min(old, cap))
         case _Capped(inner, old):
-            if _is_random(inner):
+            if _is_random(inner) or _has_up_to(inner):
                 return _cap(inner, min(old, cap), False)
             return _Capped(inner, min(old, cap))
-    if _is_random(node):
+    if _is_random(node) or _has_up_to(node):
         match node:
             case _Attempts(inner, count):
                 return _Attempts(_cap(inner, cap, False), count)
@@ -897,7 +899,8 @@ class Schedule:
         """No delay above ``at`` seconds (>= 0). Directly after an exponential or Fibonacci base
         (its jitter aside) it replaces the default five-minute cap; anywhere else it only lowers.
         Randomness (``jittered``, ``decorrelated``) is always applied after the cap, wherever
-        the cap is written, so delays at the cap still spread out."""
+        the cap is written, so delays at the cap still spread out; and an ``up_to`` always judges
+        the capped delay, the one actually waited."""
         return _wrap(_cap(self._node, _ns(at, "at", allow_zero=True), True))  # type: ignore[return-value]
 
     def jittered(self: _S, kind: Literal["full", "equal"] | float = "full") -> _S:

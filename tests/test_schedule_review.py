@@ -1,0 +1,74 @@
+"""Schedules under a hostile review: composition laws the docs state, checked against models."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from test_schedule_properties import durations, run, seconds, small
+
+from stoic import Schedule, retry
+from stoic.testing import VirtualClock, fail_times
+
+Pair = tuple[Schedule, Schedule]
+
+# The same schedule written twice, once with jitter wherever the strategy puts one and once
+# without: jitter only ever shortens, so at its longest (maximal mode) the two must step alike.
+pair_leaves = st.one_of(
+    small.map(Schedule.fixed),
+    small.map(Schedule.linear),
+    st.tuples(small, st.sampled_from([1, 1.5, 2, 3])).map(lambda t: Schedule.exponential(t[0], factor=t[1])),
+    small.map(Schedule.fibonacci),
+    st.lists(small, max_size=5).map(Schedule.delays),
+).map(lambda s: (s, s))
+
+
+limits = st.one_of(small, seconds)  # short caps and limits too, so that they bind within a run
+
+
+def _pair_extend(children: st.SearchStrategy[Pair]) -> st.SearchStrategy[Pair]:
+    return st.one_of(
+        st.tuples(children, limits).map(lambda t: (t[0][0].capped(t[1]), t[0][1].capped(t[1]))),
+        st.tuples(children, st.sampled_from(["full", "equal", 0.0, 0.3])).map(
+            lambda t: (t[0][0].jittered(t[1]), t[0][1])),
+        st.tuples(children, limits).map(lambda t: (t[0][0].up_to(t[1]), t[0][1].up_to(t[1]))),
+        st.tuples(children, children).map(lambda t: (t[0][0].union(t[1][0]), t[0][1].union(t[1][1]))),
+        st.tuples(children, children).map(lambda t: (t[0][0].intersection(t[1][0]), t[0][1].intersection(t[1][1]))),
+        st.tuples(children, children).map(lambda t: (t[0][0].and_then(t[1][0]), t[0][1].and_then(t[1][1]))),
+        st.tuples(children, st.integers(1, 12)).map(lambda t: (t[0][0].attempts(t[1]), t[0][1].attempts(t[1]))),
+    )
+
+
+pairs = st.recursive(pair_leaves, _pair_extend, max_leaves=6)
+
+
+class TestCapAndUpTo:
+    def test_an_up_to_judges_the_capped_delay_whichever_order_they_are_written_in(self) -> None:
+        # "Also stop once another attempt would start more than 30 s after the first began": with
+        # a 5 s cap written after it, attempts go on until 27 s, not until the uncapped 32 s
+        # exponential step would overshoot at 17 s.
+        written = Schedule.exponential(1).up_to(30).capped(5).attempts(100)
+        assert written == Schedule.exponential(1).capped(5).up_to(30).attempts(100)
+        assert written.maximal_delays() == [1, 2, 4, 5, 5, 5, 5]
+        # Jitter only ever shortens: at its longest it is the same schedule.
+        jittered = Schedule.exponential(1).jittered().up_to(30).capped(5).attempts(100)
+        assert jittered.maximal_delays() == written.maximal_delays()
+        assert Schedule.fixed(5).up_to(7).attempts(3).capped(1).maximal_delays() == [1, 1]
+        assert Schedule.fixed(5).up_to(7).union(Schedule.fixed(9).attempts(2)).capped(1).maximal_delays(9) == [1] * 7
+
+    async def test_retry_keeps_going_until_the_limit_under_a_later_cap(self, clock: VirtualClock) -> None:
+        op = fail_times(100, ConnectionError)
+        with pytest.raises(ConnectionError):
+            await clock.run(retry(Schedule.exponential(1).up_to(30).capped(5).attempts(100), op, label="op"))
+        assert op.started_at == [0, 1, 3, 7, 12, 17, 22, 27]
+
+    @settings(max_examples=400, deadline=None)
+    @given(pairs, durations)
+    @example((Schedule.fixed(5).jittered().up_to(7).capped(1), Schedule.fixed(5).up_to(7).capped(1)), [0])
+    @example((Schedule.exponential(1).jittered().up_to(30).attempts(50).capped(5),
+              Schedule.exponential(1).up_to(30).attempts(50).capped(5)), [0, 10**9])
+    def test_jitter_at_its_longest_steps_as_the_schedule_without_it(self, pair: Pair, attempt_ns: list[int]) -> None:
+        with_jitter, without = pair
+        assert run(with_jitter, None, attempt_ns) == run(without, None, attempt_ns)
+        assert with_jitter.maximal_delays(40) == without.maximal_delays(40)
+        assert with_jitter.is_bounded == without.is_bounded
