@@ -873,8 +873,9 @@ class Schedule:
 
     @staticmethod
     def decorrelated(base: Seconds, cap: Seconds) -> Schedule:
-        """Decorrelated jitter: each delay is drawn uniformly from ``[base, 3 x previous]``
-        (the previous starting at ``base``), never above ``cap``. Random by construction.
+        """Decorrelated jitter: each delay is drawn uniformly from ``[base, min(cap, 3 x
+        previous)]`` (the previous starting at ``base``): the cap bounds the range drawn from, so
+        delays that reach it still spread out. Random by construction.
 
         Raises ``ValueError`` for negative durations or ``cap < base``."""
         base_ns = _ns(base, "base", allow_zero=True)
