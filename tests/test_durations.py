@@ -102,3 +102,16 @@ def test_fractions_and_integers_are_validated_naming_the_parameter():
             check_int(bad, "probes", minimum=1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"in \[1, 5\]"):
         check_int(6, "probes", minimum=1, maximum=5)
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    (timedelta(microseconds=-1), "-1e-06 seconds"),
+    (timedelta(days=-3, seconds=5), "-259195.0 seconds"),
+    (timedelta(days=999_999_999), "86399999913600.0 seconds"),
+])
+def test_a_refused_timedelta_shows_its_value_in_seconds(value, shown):
+    # Its repr ("datetime.timedelta(days=-1, seconds=86399, microseconds=999999)") is too long to
+    # print whole and said nothing once cut; the seconds it stands for are what the range is in.
+    with pytest.raises(ValueError, match=r"delay must be") as caught:
+        to_ns(value, "delay", allow_zero=True)
+    assert str(caught.value).endswith(f"got a timedelta of {shown}")

@@ -58,6 +58,8 @@ def to_ns(value: Seconds, name: str, *, allow_zero: bool = False) -> int:
 
 
 def _show(value: object) -> str:
+    if isinstance(value, timedelta):  # (its repr is long, and says nothing once cut short)
+        return f"a timedelta of {value.total_seconds()!r} seconds"
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
