@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from test_schedule_properties import durations, run, seconds, small
+from test_schedule_properties import durations, run, seconds, small, trees
 
 from stoic import Schedule, retry
 from stoic.testing import VirtualClock, fail_times
@@ -72,3 +72,34 @@ class TestCapAndUpTo:
         assert run(with_jitter, None, attempt_ns) == run(without, None, attempt_ns)
         assert with_jitter.maximal_delays(40) == without.maximal_delays(40)
         assert with_jitter.is_bounded == without.is_bounded
+
+
+class TestIntersectionAndUpTo:
+    def test_an_intersection_never_waits_past_a_limit_of_either_side(self) -> None:
+        # The left side's up_to judged its own 2 s step at 25 s (27 <= 30); the intersection then
+        # waits the longer 25 s and would start an attempt at 50 s, past the limit no attempt may
+        # start after. "Go on while both go on": at that wait the left side does not go on.
+        schedule = Schedule.exponential(1).up_to(30).intersection(Schedule.fixed(25)).attempts(5)
+        assert schedule.maximal_delays() == [25]
+        assert Schedule.fixed(25).intersection(Schedule.exponential(1).up_to(30)).attempts(5).maximal_delays() == [25]
+        # Within the limit nothing changes.
+        assert Schedule.fixed(1).up_to(30).intersection(Schedule.fixed(10)).attempts(9).maximal_delays() == [10] * 3
+
+    async def test_retry_starts_no_attempt_past_the_limit_of_an_intersection_side(self, clock: VirtualClock) -> None:
+        op = fail_times(10, ConnectionError)
+        with pytest.raises(ConnectionError):
+            await clock.run(retry(Schedule.exponential(1).up_to(30).intersection(Schedule.fixed(25)).attempts(5),
+                                  op, label="op"))
+        assert op.started_at == [0, 25]
+
+    @settings(max_examples=300, deadline=None)
+    @given(trees, durations)
+    def test_no_attempt_starts_past_the_limit_of_an_up_to_under_an_intersection(
+            self, schedule: Schedule, attempt_ns: list[int]) -> None:
+        # Every delay an up_to (limit L) under any intersection judged must keep the next start
+        # within L of the first attempt: check with the up_to as one side of an intersection.
+        limited = schedule.up_to(30).intersection(Schedule.fixed(20))
+        elapsed = attempt_ns[0]
+        for i, d in enumerate(run(limited, None, attempt_ns)):
+            assert elapsed + d <= 30 * 10**9
+            elapsed += d + attempt_ns[(i + 1) % len(attempt_ns)]

@@ -173,8 +173,9 @@ class _Step(ABC):
 
     def allows(self, elapsed_ns: int) -> bool:
         """Whether the elapsed-time limits (``up_to``) that allowed the last step also allow the
-        next attempt to start ``elapsed_ns`` after the first began: asked when a Retry-After
-        replaces the delay the step judged (retry, only for a schedule with an ``up_to``)."""
+        next attempt to start ``elapsed_ns`` after the first began: asked when a longer wait
+        replaces the delay the step judged (a Retry-After, in retry only for a schedule with an
+        ``up_to``; the other side's longer delay, in an intersection)."""
         return True
 
 
@@ -356,7 +357,13 @@ class _IntersectionStep(_Step):
         if da is None or db is None:
             self.done = True
             return None
-        return da if da >= db else db
+        # The side with the shorter delay judged its limits (up_to) on that one: waiting the
+        # longer instead must still start the next attempt within them, or that side stops.
+        d, shorter = (da, self.b) if da >= db else (db, self.a)
+        if not shorter.allows(elapsed_ns + d):
+            self.done = True
+            return None
+        return d
 
     def allows(self, elapsed_ns: int) -> bool:
         return self.a.allows(elapsed_ns) and self.b.allows(elapsed_ns)
@@ -936,7 +943,9 @@ class Schedule:
     @overload
     def intersection(self, other: Schedule) -> Schedule: ...
     def intersection(self, other: Schedule) -> Schedule:
-        """Go on while both go on, waiting the longer of their delays. Bounded when either is."""
+        """Go on while both go on, waiting the longer of their delays; a side with an ``up_to``
+        judges that longer wait, so no attempt starts past either side's limit. Bounded when
+        either is."""
         return _wrap(_Intersection(self._node, _node_of(other)))
 
     def and_then(self, other: Schedule) -> Schedule:
