@@ -103,3 +103,13 @@ class TestIntersectionAndUpTo:
         for i, d in enumerate(run(limited, None, attempt_ns)):
             assert elapsed + d <= 30 * 10**9
             elapsed += d + attempt_ns[(i + 1) % len(attempt_ns)]
+
+    def test_the_total_delay_of_an_intersection_is_within_a_sides_limit(self) -> None:
+        # No attempt starts past either side's limit, so neither does the sum of the waits: the
+        # bound a caller sizes a watchdog from is the 30 s limit, not four 25 s waits.
+        schedule = Schedule.exponential(1).up_to(30).intersection(Schedule.fixed(25)).attempts(5)
+        assert schedule.maximum_total_delay == 30
+        assert schedule.worst_case(1) == 5 + 30
+        both = Schedule.fixed(3).up_to(40).intersection(Schedule.fixed(2).up_to(10)).attempts(100)
+        assert both.maximum_total_delay == 10
+        assert Schedule.fixed(1).up_to(100).intersection(Schedule.fixed(25)).attempts(9).maximum_total_delay == 100

@@ -486,7 +486,11 @@ def _top_limit(node: _Node) -> int | None:
         case _Capped(inner) | _Jittered(inner) | _Attempts(inner):
             # These only ever shorten (or end) what the up_to below them allowed.
             return _top_limit(inner)
-    # Not through union/intersection/and_then: their delay is not the one the up_to judged.
+        case _Intersection(a, b):
+            # Its longer wait is judged by both sides' limits (_IntersectionStep): each governs.
+            la, lb = _top_limit(a), _top_limit(b)
+            return lb if la is None else la if lb is None else min(la, lb)
+    # Not through union or and_then: one side's limit does not stop the other.
     return None
 
 
