@@ -34,8 +34,8 @@ _S = TypeVar("_S", bound="Schedule")
 
 
 def _ns(value: Seconds, name: str, *, allow_zero: bool = False) -> int:
-    """A validated duration (``ValueError``/``TypeError`` naming ``name``), saturating at
-    ``MAX_NS``: ``Schedule.fixed(10**300)`` is a 292-year delay, not an overflow later."""
+    """A validated duration (``ValueError``/``TypeError`` naming ``name``: stoic's one range,
+    so ``Schedule.fixed(10**300)`` is refused at once), saturating at ``MAX_NS`` (292 years)."""
     return min(MAX_NS, to_ns(value, name, allow_zero=allow_zero))
 
 
@@ -939,7 +939,8 @@ class Schedule:
         return _wrap(_UpTo(self._node, _ns(elapsed, "elapsed", allow_zero=True)))  # type: ignore[return-value]
 
     def union(self, other: Schedule) -> Schedule:
-        """Go on while either goes on, waiting the shorter of their delays. Bounded when both are."""
+        """Go on while either goes on, waiting the shorter of their delays. Bounded when both are.
+        ``TypeError`` unless ``other`` is a :class:`Schedule`."""
         return _wrap(_Union(self._node, _node_of(other)))
 
     @overload
@@ -949,12 +950,12 @@ class Schedule:
     def intersection(self, other: Schedule) -> Schedule:
         """Go on while both go on, waiting the longer of their delays; a side with an ``up_to``
         judges that longer wait, so no attempt starts past either side's limit. Bounded when
-        either is."""
+        either is. ``TypeError`` unless ``other`` is a :class:`Schedule`."""
         return _wrap(_Intersection(self._node, _node_of(other)))
 
     def and_then(self, other: Schedule) -> Schedule:
         """This schedule until it stops, then ``other`` from its start (its own elapsed clock).
-        Bounded when both are."""
+        Bounded when both are. ``TypeError`` unless ``other`` is a :class:`Schedule`."""
         return _wrap(_AndThen(self._node, _node_of(other)))
 
     def attempts(self, count: int) -> BoundedSchedule:
@@ -970,7 +971,7 @@ class Schedule:
     def maximal_delays(self, limit: int) -> list[float]:
         """The first ``limit`` delays (seconds) of the worst case: jitter at its longest,
         attempts failing instantly (which is how ``up_to`` limits are evaluated here). Fewer when
-        the schedule stops earlier."""
+        the schedule stops earlier. ``ValueError`` unless ``limit`` is an integer >= 0."""
         check_int(limit, "limit", minimum=0)
         return [d / 1e9 for d in self._delays_ns(None, limit)]
 
@@ -1085,7 +1086,9 @@ class BoundedSchedule(Schedule):
         """Seconds the whole call can take when every attempt runs for ``attempt_timeout``:
         ``maximum_attempts x attempt_timeout + maximum_total_delay``. Use it to size an outer
         ``stoic.timeout`` from the same numbers as the retry (seed 001, "API"). A ``Retry-After``
-        longer than the schedule's delay is outside it (see :meth:`maximum_total_delay`)."""
+        longer than the schedule's delay is outside it (see :meth:`maximum_total_delay`).
+        ``attempt_timeout`` is seconds or a ``timedelta``, > 0 (``ValueError`` naming it
+        otherwise); the result saturates at ``MAX_NS`` ns (about 292 years)."""
         per_attempt = _ns(attempt_timeout, "attempt_timeout")
         return min(MAX_NS, self.maximum_attempts * per_attempt + self._total_delay_ns()) / 1e9
 
