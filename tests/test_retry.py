@@ -393,6 +393,23 @@ class TestDeadlines:
         assert op.calls == 2
         assert clock.now() == pytest.approx(5.65)  # the second attempt's own timeout, before the outer one
 
+    async def test_an_outer_timeout_of_exactly_worst_case_skips_the_last_attempt_of_timeouts(
+        self, clock: VirtualClock, sink: RecordingSink,
+    ) -> None:
+        # docs/retry.md: no slack, so the last attempt would end exactly at the deadline (check 5).
+        start = Schedule.fixed(0.65).attempts(2)
+        op = hang()
+
+        async def call() -> None:
+            async with stoic.timeout(start.worst_case(2.5)):
+                await retry(start, op, attempt_timeout=2.5, label="op")
+
+        with pytest.raises(DeadlineExceeded):
+            await clock.run(call())
+        assert op.calls == 1
+        assert clock.now() == pytest.approx(2.5)  # the outer timeout never fired
+        assert [e.attributes["attempt"] for e in sink.of("retry.deadline_skip")] == [1]
+
 
 class TestCancellation:
     async def test_cancelled_from_outside_during_an_attempt(self, clock: VirtualClock, sink: RecordingSink) -> None:
