@@ -5,6 +5,10 @@ Usage: ``python tests/_docs_runner.py PAGE.md``. A block preceded by a line
 the page's one event loop. Prints ``ran N skipped M`` and exits 0, or prints the failing block's
 line and the traceback and exits 1. Each page runs in a fresh process, so what one page installs
 (sinks, providers, structlog configuration) cannot leak into another.
+
+With ``--markers`` it also tries every skipped block (in a copy of the page's namespace, an
+awaited one for at most a few seconds) and exits 1 naming those that ran without an error: a
+marker on a block that runs standalone is stale, and hides a runnable example from the check.
 """
 
 from __future__ import annotations
@@ -32,15 +36,30 @@ def blocks(text: str) -> list[tuple[int, str, str | None]]:
     return out
 
 
-def main(path: str) -> int:
+def _runs_standalone(page: Path, line: int, code: str, namespace: dict[str, object],
+                     loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        compiled = compile(code, f"{page.name}:{line}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        result = eval(compiled, dict(namespace))  # the docs' own examples
+        if inspect.iscoroutine(result):
+            loop.run_until_complete(asyncio.wait_for(result, 3))
+    except BaseException:
+        return False
+    return True
+
+
+def main(path: str, markers: bool = False) -> int:
     page = Path(path)
     namespace: dict[str, object] = {"__name__": "__docs__"}
     loop = asyncio.new_event_loop()
     ran = skipped = 0
+    stale = []
     try:
         for line, code, reason in blocks(page.read_text(encoding="utf-8")):
             if reason is not None:
                 skipped += 1
+                if markers and _runs_standalone(page, line, code, namespace, loop):
+                    stale.append(line)
                 continue
             try:
                 compiled = compile(code, f"{page.name}:{line}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
@@ -55,8 +74,10 @@ def main(path: str) -> int:
     finally:
         loop.close()
     print(f"ran {ran} skipped {skipped}")
-    return 0
+    for line in stale:
+        print(f"{page}:{line}: this block is marked not run but runs standalone: drop the marker", file=sys.stderr)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[-1], markers="--markers" in sys.argv[1:-1]))
