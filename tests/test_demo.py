@@ -151,3 +151,30 @@ def test_nonsense_options_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         parse_args(argv)
     assert exc.value.code == 2
+
+
+def test_the_summary_says_when_no_retried_call_ended_otherwise() -> None:
+    # A run stopped in the healthy phase (Ctrl-C under --serve) has no retry.* end to list: the
+    # row says so instead of ending on "ended by: " and nothing.
+    import io
+
+    from rich.console import Console
+
+    import stoic
+    from examples.demo.app import Demo, SpanTally, parse_args
+
+    def policies() -> tuple[stoic.AdaptiveBulkhead, stoic.AdaptiveThrottle]:
+        return (stoic.AdaptiveBulkhead(latency_threshold=0.3, max_concurrent=4, label="a"),
+                stoic.AdaptiveThrottle(label="t"))
+
+    console = Console(file=io.StringIO(), width=200)
+    demo = Demo(parse_args([]), console)
+    tally = SpanTally()
+    tally.event_names.update({"retry.attempt_failed": 2, "retry.succeeded": 2})
+    console.print(demo.summary("b", "closed", tally, *policies()))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert re.search(r"retries\s*│ 2 attempts retried, 2 calls then succeeded; ended by: nothing else\s*│", text), text
+    tally.event_names.update({"retry.exhausted": 3})
+    console.file = io.StringIO()
+    console.print(demo.summary("b", "closed", tally, *policies()))
+    assert "ended by: exhausted ×3" in console.file.getvalue()

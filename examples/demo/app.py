@@ -633,11 +633,10 @@ class Demo:
                                       f"(hedge.won ×{events['hedge.won']})")
         table.add_row("search bursts", f"{s.bursts} bursts of {SEARCH_BURST} reads at once into {SEARCH_SLOTS} "
                                        f"slots: refused {by(s.burst_refused)}")
-        table.add_row("retries", f"{events['retry.attempt_failed']} attempts retried, "
-                                 f"{events['retry.succeeded']} calls then "
-                                 f"succeeded; ended by: " + ", ".join(
-                                     f"{name.removeprefix('retry.')} ×{n}" for name, n in sorted(events.items())
-                                     if name in _RETRY_ENDS) or "nothing else")
+        ends = ", ".join(f"{name.removeprefix('retry.')} ×{n}" for name, n in sorted(events.items())
+                         if name in _RETRY_ENDS)
+        table.add_row("retries", f"{events['retry.attempt_failed']} attempts retried, {events['retry.succeeded']} "
+                                 f"calls then succeeded; ended by: {ends or 'nothing else'}")
         table.add_row("time open", f"{s.time_in['open']:.1f} s (half-open {s.time_in['half_open']:.1f} s)")
         table.add_row("latency p50", _ms(_percentile(latencies, 0.50)))
         table.add_row("latency p99", _ms(_percentile(latencies, 0.99)))
