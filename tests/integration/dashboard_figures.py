@@ -16,6 +16,10 @@ from dashboards.queries import PanelQuery, load, panel_queries
 
 ROOT = Path(__file__).resolve().parents[2]
 FIGURES = ROOT / "docs" / "figures"
+# What Grafana's $__rate_interval is for the tests' 1 s scrape interval (4 x scrape interval, plus a
+# margin): the pictures show rates as Grafana would draw them, so a phase seconds long stays visible
+# as such (at 1m, a 20 s story's shedding or outage would smear over the whole picture).
+RATE_INTERVAL = "5s"
 
 
 def figures_dir(tmp_path: Path) -> Path:
@@ -33,7 +37,7 @@ def _legend(template: str, metric: dict[str, str]) -> str:
 
 
 def render_figures(prometheus: Prometheus, files: Iterable[str], start: float, end: float, into: Path, *,
-                   origin_expr: str, subject: str, origin_text: str, rate_interval: str = "1m",
+                   origin_expr: str, subject: str, origin_text: str, rate_interval: str = RATE_INTERVAL,
                    keep: Callable[[PanelQuery], bool] = lambda query: True) -> list[Path]:
     """One PNG per dashboard file in ``into``: each panel's targets (those ``keep`` accepts) over
     ``start``..``end``, from Prometheus's range queries (``$__rate_interval`` = ``rate_interval``).

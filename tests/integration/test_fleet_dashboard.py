@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboard_figures import figure_name, figures_dir, render_figures
+from dashboard_figures import RATE_INTERVAL, figure_name, figures_dir, render_figures
 from prometheus_harness import Prometheus, free_port, require_binary, running_prometheus, stop_process
 from redis_harness import RedisServer
 
@@ -32,9 +32,6 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 STORE = "fleet-redis"  # the workload's labels (_fleet_dashboard_workload.py)
 LIMITER, STRICT, BREAKER = "partner-limit", "partner-strict-limit", "partner-breaker"
-# What Grafana's $__rate_interval is for a 1 s scrape interval (4 x scrape interval, plus a margin):
-# the outages, seconds long, stay visible as such in the pictures.
-RATE_INTERVAL = "5s"
 OUTAGE_SECONDS = 3.0
 HEALTHY_SECONDS = 4.0
 
