@@ -50,3 +50,26 @@ def test_the_runner_reports_a_stale_marker(tmp_path: Path) -> None:
 def test_the_runner_finds_blocks_and_their_opt_outs() -> None:
     text = "x\n\n```python\nprint(1)\n```\n\n<!-- not run: needs a server -->\n```python\nboom()\n```\n"
     assert blocks(text) == [(3, "print(1)\n", None), (8, "boom()\n", "needs a server")]
+
+
+def test_every_test_a_page_names_exists() -> None:
+    # The docs point readers at the tests that hold a rule (docs/field-reports.md above all): a
+    # renamed or removed test must not leave a page citing it.
+    import re
+
+    defined = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "tests").rglob("*.py"))
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for name in set(re.findall(r"\b(test_[a-z0-9_]+)\b", text)):
+            if f"def {name}" in text:  # an example test written out on the page itself
+                continue
+            assert f"def {name}" in defined or any((ROOT / "tests").rglob(f"{name}.py")), f"{page.name}: {name}"
+
+
+def test_the_field_reports_table_has_a_row_per_report_it_counts() -> None:
+    import re
+
+    text = (ROOT / "docs" / "field-reports.md").read_text(encoding="utf-8")
+    rows = [int(n) for n in re.findall(r"^\| (\d+) \|", text, re.M)]
+    (counted,) = re.findall(r"have reported (\d+) failures", text)
+    assert rows == list(range(1, int(counted) + 1)), rows
