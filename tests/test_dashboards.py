@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -214,3 +215,47 @@ def test_every_template_variable_reads_a_metric_that_exists() -> None:
                 pattern = re.search(r'__name__=~"([^"]+)"', query)
                 if pattern is not None:
                     assert any(re.fullmatch(pattern.group(1), family) for family in labels), query
+
+
+def _panels_with_units() -> list[tuple[str, dict[str, Any]]]:
+    return [(name, panel) for name in FILES for panel in load(name)["panels"] if panel["type"] != "row"]
+
+
+def test_every_panels_unit_is_the_unit_of_what_its_queries_compute() -> None:
+    # A quantile of a seconds histogram is seconds, a ratio of rates a fraction, a rate per second,
+    # an increase a count; a gauge keeps its metric's unit (seconds; "1" a fraction, or a state
+    # code; an annotation like {call} a plain number).
+    from stoic._metrics import METRICS
+
+    units = {spec.prometheus_name: spec.unit for spec in METRICS}
+    for name, panel in _panels_with_units():
+        unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
+        for target in panel["targets"]:
+            expr = target["expr"]
+            families = {re.sub(r"_(bucket|count|sum)$", "", f) if re.sub(r"_(bucket|count|sum)$", "", f) in HISTOGRAMS
+                        else f for f in re.findall(r"\b(stoic_[a-z_]+)\s*\{", expr)}
+            if "histogram_quantile(" in expr:
+                wanted = {"s"}
+            elif re.search(r"\)\s*/\s*sum", expr):
+                wanted = {"percentunit"}
+            elif "rate(" in expr:
+                wanted = {"reqps"}
+            elif "increase(" in expr:
+                wanted = {"short"}
+            else:
+                (metric_unit,) = {units[f] for f in families}
+                wanted = {"s"} if metric_unit == "s" else {"percentunit", "none", None} if metric_unit == "1" \
+                    else {"short", "none"}
+            assert unit in wanted, f"{name} / {panel['title']}: unit {unit!r}, its query computes {wanted}: {expr}"
+
+
+def test_every_legend_names_only_labels_its_query_keeps() -> None:
+    for name, panel in _panels_with_units():
+        for target in panel["targets"]:
+            expr, legend = target["expr"], target.get("legendFormat", "")
+            kept = set()
+            for grouping in re.findall(r"\bby\s*\(([^)]*)\)", expr):
+                kept |= {part.strip() for part in grouping.split(",")}
+            kept.discard("le")
+            for label in re.findall(r"\{\{\s*(\w+)\s*\}\}", legend):
+                assert label in kept, f"{name} / {panel['title']}: legend {legend!r} names {label!r}, kept {kept}"
