@@ -144,7 +144,8 @@ def test_duration_alone_scales_the_story_to_fit() -> None:
     assert (serve.time_scale, serve.metrics_port) == (1.0, None)
 
 
-@pytest.mark.parametrize("argv", [["--duration", "3"], ["--time-scale", "0.1"], ["--workers", "0"]])
+@pytest.mark.parametrize("argv", [["--duration", "3"], ["--time-scale", "0.1"], ["--workers", "0"],
+                                  ["--serve", "--duration", "12"]])  # --serve runs until Ctrl-C
 def test_nonsense_options_are_refused(argv: list[str]) -> None:
     from examples.demo.app import parse_args
 

@@ -688,7 +688,7 @@ def _configure_structlog(console: Console) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m examples.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=None,
-                        help=f"seconds to run (default: the story, {STORY_SECONDS:g} s × time scale)")
+                        help=f"seconds to run (default: the story, {STORY_SECONDS:g} s × time scale; not with --serve)")
     parser.add_argument("--time-scale", type=float, default=None,
                         help=f"multiply every duration of the story (default 1, or duration / {STORY_SECONDS:g} "
                              f"when --duration is given; at least {MIN_SCALE})")
@@ -710,8 +710,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the breakers' family label: each route's breaker is LABEL:GET /work, "
                              "LABEL:GET /search (stoic_label in metrics; the policy name for the admin endpoint)")
     args = parser.parse_args(argv)
+    if args.serve and args.duration is not None:
+        # --serve runs until Ctrl-C at the time scale given (1 by default): a duration would be
+        # silently ignored, and with it the scaling --duration alone implies.
+        parser.error("--duration does not apply with --serve (it runs until Ctrl-C); "
+                     "shorten the story with --time-scale")
     if args.time_scale is None:
-        args.time_scale = 1.0 if args.duration is None or args.serve else args.duration / STORY_SECONDS
+        args.time_scale = 1.0 if args.duration is None else args.duration / STORY_SECONDS
     if args.time_scale < MIN_SCALE:
         parser.error(f"--time-scale must be >= {MIN_SCALE} (with --duration alone: --duration >= "
                      f"{MIN_SCALE * STORY_SECONDS:g}); got {args.time_scale:g}")
