@@ -132,6 +132,24 @@ def _base(title: str, uid: str, description: str) -> Dashboard:
     )
 
 
+def _state_code(label_var: str, suffix: str = "") -> str:
+    """One number per breaker label for the state timeline: the worst state among the series
+    carrying it (open over half_open over closed). Each state's 0/1 series is scaled to its code
+    and the series are joined with ``or`` (they differ by ``state``), then the highest is kept: a
+    label shared by several instances, one half-open and one open, reads 2 (open), never the sum
+    3, which no mapping names."""
+    scaled = " or ".join(f"{code} * stoic_breaker_state{_sel(label_var, suffix, state=name)}"
+                         for name, code in STATE_CODES.items() if code)
+    return f"max by (stoic_label) ({scaled})"
+
+
+def _state_mappings() -> list[Any]:
+    return [ValueMap(options={
+        str(code): ValueMappingResult(text=name, color=STATE_COLORS[name], index=code)
+        for name, code in STATE_CODES.items()
+    })]
+
+
 def _rate_by(metric: str, sel: str, by: str) -> str:
     return f"sum by ({by}) (rate({metric}{sel}[{RATE}]))"
 
@@ -139,16 +157,7 @@ def _rate_by(metric: str, sel: str, by: str) -> str:
 def breakers() -> Dashboard:
     """Circuit breakers: state, calls by outcome, failure ratio, rejections, latency, transitions."""
     v = "breaker"
-    state_code = " + ".join(
-        f"{code} * max by (stoic_label) (stoic_breaker_state{_sel(v, state=name)})"
-        for name, code in STATE_CODES.items() if code
-    )
-    state_mappings: list[Any] = [
-        ValueMap(options={
-            str(code): ValueMappingResult(text=name, color=STATE_COLORS[name], index=code)
-            for name, code in STATE_CODES.items()
-        })
-    ]
+    state_code, state_mappings = _state_code(v), _state_mappings()
     all_calls = _rate_by("stoic_breaker_calls_total", _sel(v), "stoic_label")
     failed_calls = _rate_by("stoic_breaker_calls_total", _sel(v, outcome="failure"), "stoic_label")
     return (
@@ -158,7 +167,8 @@ def breakers() -> Dashboard:
         .with_row(Row("State"))
         .with_panel(
             StateTimelinePanel().title("Breaker state")
-            .description("closed / half_open / open over time, one lane per breaker (stoic_breaker_state).")
+            .description("closed / half_open / open over time, one lane per breaker: the worst state among the "
+                         "instances running it (stoic_breaker_state).")
             .datasource(PROM).height(6).span(18).mappings(state_mappings)
             .with_target(_q(state_code, "{{stoic_label}}"))
         )
@@ -345,16 +355,7 @@ def fleet() -> Dashboard:
     # Companions of a store or a shared policy, by the label stoic gives them (docs/fleet.md).
     health = r"\\.health"
     fallback = r"\\.fallback"
-    state_code = " + ".join(
-        f"{code} * max by (stoic_label) (stoic_breaker_state{_sel(v, health, state=name)})"
-        for name, code in STATE_CODES.items() if code
-    )
-    state_mappings: list[Any] = [
-        ValueMap(options={
-            str(code): ValueMappingResult(text=name, color=STATE_COLORS[name], index=code)
-            for name, code in STATE_CODES.items()
-        })
-    ]
+    state_code, state_mappings = _state_code(v, health), _state_mappings()
     return (
         _base("Stoic fleet-wide policies", "stoic-fleet",
               "The Redis store behind SharedRateLimiter, SharedCircuitBreaker and SharedLatency: its errors, "

@@ -140,7 +140,7 @@ def test_substitute_fills_grafana_variables_and_refuses_unknown_ones() -> None:
         substitute('x{a=~"$nope"}', {})
 
 
-def test_every_query_parses_as_promql(tmp_path: Path) -> None:
+def _promtool() -> str:
     promtool = shutil.which("promtool")
     if promtool is None:
         import os
@@ -149,6 +149,11 @@ def test_every_query_parses_as_promql(tmp_path: Path) -> None:
         if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
             pytest.fail(f"CI=true but {reason}")
         pytest.skip(reason)
+    return promtool
+
+
+def test_every_query_parses_as_promql(tmp_path: Path) -> None:
+    promtool = _promtool()
     queries = all_panel_queries()
     rules = {"groups": [{"name": "dashboards", "rules": [
         {"record": f"stoic:dashboard_query:{i}", "expr": q.promql} for i, q in enumerate(queries)
@@ -259,3 +264,31 @@ def test_every_legend_names_only_labels_its_query_keeps() -> None:
             kept.discard("le")
             for label in re.findall(r"\{\{\s*(\w+)\s*\}\}", legend):
                 assert label in kept, f"{name} / {panel['title']}: legend {legend!r} names {label!r}, kept {kept}"
+
+
+@pytest.mark.parametrize(("name", "panel", "label"), [("stoic-breakers.json", "Breaker state", "b"),
+                                                      ("stoic-fleet.json", "Store health", "store.health")])
+def test_the_state_timeline_reads_the_worst_state_of_a_label_shared_by_instances(
+        name: str, panel: str, label: str, tmp_path: Path) -> None:
+    # The lane's number must be a mapped code (0 closed, 1 half_open, 2 open) however many
+    # instances run a breaker of that label: replicas of one service share it. Evaluated by
+    # promtool's rule unit tests on input series, one instance or two per label.
+    promtool = _promtool()
+    (query,) = [q for q in panel_queries(name) if q.panel == panel]
+    cases = {"closed": (["closed"], 0), "half": (["half_open"], 1), "open": (["open"], 2),
+             "mixed": (["half_open", "open"], 2), "recovering": (["closed", "half_open"], 1),
+             "partial": (["closed", "open"], 2)}
+    series = []
+    for case, (states, _) in cases.items():
+        for i, current in enumerate(states):
+            for state in ("closed", "half_open", "open"):
+                labels = f'job="svc", instance="i{i}", stoic_label="{case}-{label}", state="{state}"'
+                value = "1" if state == current else "0"
+                series.append({"series": f"stoic_breaker_state{{{labels}}}", "values": value})
+    expected = [{"labels": f'{{stoic_label="{case}-{label}"}}', "value": code} for case, (_, code) in cases.items()]
+    spec = {"rule_files": [], "evaluation_interval": "1m", "tests": [{"interval": "1m", "input_series": series,
+            "promql_expr_test": [{"expr": query.promql, "eval_time": "0m", "exp_samples": expected}]}]}
+    path = tmp_path / "timeline_test.yml"
+    path.write_text(json.dumps(spec), encoding="utf-8")  # JSON is YAML
+    done = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stdout + done.stderr
