@@ -258,8 +258,8 @@ def bulkheads() -> Dashboard:
         .with_panel(_timeseries(
             "Limit and in use", "short",
             "The admission limit (max_concurrent for a fixed bulkhead; it moves for an adaptive one) and the "
-            "calls running (stoic_bulkhead_limit, stoic_bulkhead_active).",
-            _q(f"max by (stoic_label) (stoic_bulkhead_limit{_sel(v)})", "{{stoic_label}} limit", "A"),
+            "calls running, both summed over the instances (stoic_bulkhead_limit, stoic_bulkhead_active).",
+            _q(f"sum by (stoic_label) (stoic_bulkhead_limit{_sel(v)})", "{{stoic_label}} limit", "A"),
             _q(f"sum by (stoic_label) (stoic_bulkhead_active{_sel(v)})", "{{stoic_label}} in use", "B"),
         ))
         .with_panel(_timeseries(

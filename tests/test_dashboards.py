@@ -292,3 +292,22 @@ def test_the_state_timeline_reads_the_worst_state_of_a_label_shared_by_instances
     path.write_text(json.dumps(spec), encoding="utf-8")  # JSON is YAML
     done = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_limit_and_in_use_add_up_the_same_instances(tmp_path: Path) -> None:
+    # Two replicas of a service, each with a bulkhead of 4 slots, 3 of them in use: the panel
+    # pairs the limit with the calls in use, so both are totals over the instances (8 and 6); a
+    # per-instance limit beside a summed in-use read 6 calls in use under a limit of 4.
+    promtool = _promtool()
+    limit, in_use = (q.promql for q in panel_queries("stoic-bulkheads.json") if q.panel == "Limit and in use")
+    series = [{"series": f'stoic_bulkhead_{name}{{job="svc", instance="i{i}", stoic_label="db"}}', "values": value}
+              for i in range(2) for name, value in (("limit", "4"), ("active", "3"))]
+    spec = {"rule_files": [], "evaluation_interval": "1m", "tests": [{"interval": "1m", "input_series": series,
+            "promql_expr_test": [
+                {"expr": limit, "eval_time": "0m", "exp_samples": [{"labels": '{stoic_label="db"}', "value": 8}]},
+                {"expr": in_use, "eval_time": "0m", "exp_samples": [{"labels": '{stoic_label="db"}', "value": 6}]},
+            ]}]}
+    path = tmp_path / "limit_test.yml"
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    done = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stdout + done.stderr
