@@ -506,8 +506,9 @@ class Demo:
         breakers = t.breakers(args.label)
         throttles, limiters, bulkheads = t.throttles(), t.limiters(), t.adaptive_bulkheads()
         search_bulkheads, hedge = t.search_bulkheads(), t.hedge()
-        # Built now, so their gauges exist from the first scrape and the stream is subscribed to
-        # before any call (it never replays the current state).
+        # Built now, so the stream is subscribed to before any call (it never replays the current
+        # state) and the other kinds' gauges exist from the first scrape (a breaker's state gauge
+        # exists from its first call: docs/metrics.md).
         breaker = breakers.get(WORK)
         for family, key in ((breakers, SEARCH), (throttles, WORK), (limiters, WORK), (bulkheads, WORK),
                             (search_bulkheads, SEARCH)):

@@ -150,8 +150,9 @@ def test_every_panel_of_every_dashboard_returns_data_from_the_demo(
         # The pictures cover the whole story: let the demo finish, and the last scrape land.
         proc.wait(timeout=DEMO_SECONDS + 15)
         time.sleep(1.5)
-        # Time 0 is the first scrape that saw the demo's policies (they exist before the story
-        # starts), not the test's start: the demo's start-up takes a few seconds on a busy machine.
+        # Time 0 is the first scrape that saw a breaker's state (its gauge exists from the
+        # breaker's first call, as the story starts), not the test's start: the demo's start-up
+        # takes a few seconds on a busy machine.
         written = render_figures(
             prometheus, DEMO_FILES, wall_start, time.time(), figures_dir(tmp_path), origin_expr="stoic_breaker_state",
             subject="the demo", origin_text="seconds since the demo's policies were first scraped", keep=_demo_can_feed)
