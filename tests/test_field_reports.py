@@ -791,3 +791,36 @@ def test_the_blocking_stages_refuse_generator_functions_at_decoration(make: Call
         stage(fn)
     if isinstance(stage, BlockingBulkhead):
         assert stage.in_use == 0
+
+
+# --- 17 and 18 together: a caller cancelling a fan-out ---------------------------------------
+@pytest.mark.parametrize("form", ["execute", "decorator"])
+async def test_a_caller_cancelling_a_fan_out_through_a_breaker_is_never_counted(clock: VirtualClock,
+                                                                               form: str) -> None:
+    """Report 17's rule for groups at the breaker: the caller cancels a fan-out whose children
+    turn their CancelledError into ConnectionErrors on the way out. The group they make is no
+    evidence about the dependency, as the same error from a single operation is not (3.13's
+    TaskGroup re-requests the cancel, 3.11's does not: the verdict must not depend on that)."""
+    breaker = CircuitBreaker(label="fan", window=CountWindow(5), minimum_calls=5)
+
+    async def child() -> None:
+        try:
+            await sleeper(clock, 10)()
+        except asyncio.CancelledError:
+            raise ConnectionError("cleanup failed") from None
+
+    async def fan_out() -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(child())
+            group.create_task(child())
+
+    wrapped = breaker(fan_out)
+    for _ in range(5):
+        task = asyncio.ensure_future(breaker.execute(fan_out) if form == "execute" else wrapped())
+        await clock.advance(1)
+        task.cancel()
+        await clock.run_until_idle()
+        await asyncio.gather(task, return_exceptions=True)
+        assert task.cancelled() or isinstance(task.exception(), ExceptionGroup)
+    assert (breaker.snapshot.calls, breaker.snapshot.failures) == (0, 0)
+    assert breaker.state is BreakerState.CLOSED

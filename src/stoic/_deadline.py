@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._clock import Clock, TimerHandle, resolve_clock, same_clock
 from ._durations import Seconds, check_label, to_ns
@@ -126,6 +126,31 @@ def _is_cancellation(error: BaseException | None) -> bool:
         return False
     found = leaves(error)
     return bool(found) and all(isinstance(leaf, asyncio.CancelledError) for leaf in found)
+
+
+def cancel_explains(task: asyncio.Task[Any], error: BaseException) -> bool:
+    """Whether a cancel request that reached ``task`` explains ``error``, the ordinary exception
+    the work it ran ended with: the request is still pending (not yet delivered: asyncio's Task
+    keeps it in ``_must_cancel``), or it was delivered as a ``CancelledError`` that the work
+    turned into ``error`` (in its cause/context chain, not behind a ``TimeoutError``: an inner
+    ``asyncio.timeout``/``stoic.timeout`` turns its *own* cancel into one, which is the
+    dependency being slow). An exception group, a ``TaskGroup``'s verdict on its children, is
+    explained when every leaf is: the children failed on their way out of the cancellation."""
+    if getattr(task, "_must_cancel", False):
+        return True
+    found = leaves(error)
+    return bool(found) and all(_turned_from_cancel(leaf) for leaf in found)
+
+
+def _turned_from_cancel(error: BaseException) -> bool:
+    link: BaseException | None = error
+    for _ in range(16):
+        if link is None or isinstance(link, TimeoutError):
+            return False
+        if isinstance(link, asyncio.CancelledError):
+            return True
+        link = link.__cause__ or link.__context__
+    return False
 
 
 def time_remaining() -> float | None:

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import _metrics
+from .._deadline import cancel_explains
 from .._policy import is_async_callable, through_method_decorators
 from .._source import compile_source, indent
 from ..events import Level
@@ -243,13 +244,10 @@ def caller_cancelled(error: BaseException) -> bool:
     the ordinary exception ``error`` (a ``CancelledError`` or other ``BaseException`` is never
     counted anyway).
 
-    The caller is being cancelled when a cancel request reached its task during the call, which
-    leaves one of two traces: the request is still pending (not yet delivered: asyncio's Task
-    keeps it in ``_must_cancel``), or it was delivered as the ``CancelledError`` the operation
-    then turned into ``error`` (it is in ``error``'s cause/context chain, not behind a
-    ``TimeoutError``: an inner ``asyncio.timeout``/``stoic.timeout`` turns its *own* cancel into
-    one, which is the dependency being slow). An exception group is a ``TaskGroup``'s verdict on
-    its children, judged by its leaves.
+    The caller is being cancelled when a cancel request reached its task during the call and
+    explains ``error`` (``stoic._deadline.cancel_explains``: still pending, or delivered as the
+    ``CancelledError`` the operation turned into ``error``; for an exception group, into every
+    leaf of it).
 
     ``task.cancelling()`` above zero alone proves nothing: a cancel swallowed earlier (a failed
     ``TaskGroup`` on Python 3.11 never calls ``uncancel()``, nor do some libraries) leaves it
@@ -263,15 +261,4 @@ def caller_cancelled(error: BaseException) -> bool:
         return False
     if task is None or task.cancelling() == 0:
         return False
-    if getattr(task, "_must_cancel", False):
-        return True
-    if isinstance(error, BaseExceptionGroup):
-        return False
-    link: BaseException | None = error
-    for _ in range(16):
-        if link is None or isinstance(link, TimeoutError):
-            return False
-        if isinstance(link, asyncio.CancelledError):
-            return True
-        link = link.__cause__ or link.__context__
-    return False
+    return cancel_explains(task, error)
