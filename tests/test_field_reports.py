@@ -793,7 +793,129 @@ def test_the_blocking_stages_refuse_generator_functions_at_decoration(make: Call
         assert stage.in_use == 0
 
 
-# --- 17 and 18 together: a caller cancelling a fan-out ---------------------------------------
+# --- 17 and 18 together: a real TaskGroup's failed fan-out inside the call ----------------------
+# On Python 3.11 and early 3.12 a TaskGroup whose child fails while the body waits in
+# ``__aexit__`` cancels its parent task and never takes that request back: ``cancelling()``
+# rises by one *during* the call, and the call ends with the group's ExceptionGroup. The count
+# rose since the policy's entry, yet nobody is cancelling the caller. ``_own_group_cancel``
+# leaves the same trace on every version (its own request, swallowed, then a group).
+async def _failed_fan_out() -> None:
+    async def child() -> None:
+        raise ConnectionError("refused")
+
+    async with asyncio.TaskGroup() as group:
+        group.create_task(child())
+        group.create_task(asyncio.sleep(0))
+
+
+async def _own_group_cancel() -> None:
+    task = asyncio.current_task()
+    assert task is not None
+    task.cancel()
+    try:
+        await asyncio.sleep(0)
+    except asyncio.CancelledError:
+        pass  # a TaskGroup's own abort request, caught inside its __aexit__
+    raise ExceptionGroup("unhandled errors in a TaskGroup", [ConnectionError("refused")])
+
+
+FAN_OUTS = {"TaskGroup": _failed_fan_out, "emulated": _own_group_cancel}
+
+
+def _retry_forms() -> dict[str, Callable[[Callable[[], Awaitable[None]]], Awaitable[object]]]:
+    three = Schedule.fixed(0.5).attempts(3)
+    policy = Retrying(three, budget=RetryBudget.UNLIMITED, label="fan")
+    pipeline = Pipeline(Retrying(three, budget=RetryBudget.UNLIMITED, label="fan"),
+                        CircuitBreaker(label="fan", minimum_calls=100))
+
+    def decorated(op: Callable[[], Awaitable[None]]) -> Awaitable[object]:
+        @stoic.retrying(three, budget=RetryBudget.UNLIMITED, label="fan")
+        async def wrapped() -> None:
+            await op()
+
+        return wrapped()
+
+    return {
+        "retry": lambda op: retry(three, op, budget=RetryBudget.UNLIMITED, label="fan"),
+        "Retrying.execute": policy.execute,
+        "@retrying": decorated,
+        "Pipeline": pipeline.execute,
+    }
+
+
+@pytest.mark.parametrize("fan_out", list(FAN_OUTS))
+@pytest.mark.parametrize("form", list(_retry_forms()))
+async def test_a_failed_task_group_fan_out_is_retried_as_often_as_the_schedule_says(
+    clock: VirtualClock, form: str, fan_out: str
+) -> None:
+    """Reports 17 and 18 as they arrive: the retried operation is a TaskGroup fan-out whose child
+    fails with a ConnectionError. Every attempt is made (three, on the schedule's delays), not
+    one: the cancel request the TaskGroup left in the task is not the caller's."""
+    starts: list[float] = []
+    inner = FAN_OUTS[fan_out]
+
+    async def op() -> None:
+        starts.append(clock.now())
+        await inner()
+
+    with pytest.raises(ExceptionGroup) as caught:
+        await clock.run(_retry_forms()[form](op))
+    assert caught.group_contains(ConnectionError)  # type: ignore[attr-defined]
+    assert starts == [0.0, 0.5, 1.0]
+
+
+@pytest.mark.parametrize("form", list(_retry_forms()))
+async def test_a_caller_cancelling_a_fan_out_whose_children_fail_on_the_way_out_stops_the_retry(
+    clock: VirtualClock, form: str
+) -> None:
+    """The other side: the caller cancels the task while the fan-out runs, and every child turns
+    its CancelledError into a ConnectionError on the way out, so a group arrives. That is the
+    caller being cancelled: no second attempt, on every Python version."""
+    starts: list[float] = []
+
+    async def child() -> None:
+        try:
+            await sleeper(clock, 10)()
+        except asyncio.CancelledError:
+            raise ConnectionError("cleanup failed") from None
+
+    async def op() -> None:
+        starts.append(clock.now())
+        async with asyncio.TaskGroup() as group:
+            group.create_task(child())
+            group.create_task(child())
+
+    task = asyncio.ensure_future(_retry_forms()[form](op))
+    await clock.advance(1)
+    task.cancel()
+    await clock.run_until_idle()
+    with pytest.raises((asyncio.CancelledError, ExceptionGroup)):  # (3.11 raises the group)
+        await task
+    assert starts == [0.0]
+    assert clock.pending_timers == 0
+
+
+@pytest.mark.parametrize("fan_out", list(FAN_OUTS))
+async def test_a_failed_task_group_in_the_first_hedged_attempt_waits_for_the_running_hedge(
+    clock: VirtualClock, fan_out: str
+) -> None:
+    """Reports 17 and 18 for hedge: the first attempt (in the caller's task) fails as a TaskGroup
+    fan-out after a hedge started. The hedge still running wins, as after any failed first
+    attempt; the TaskGroup's own cancel request is not the caller's."""
+    inner = FAN_OUTS[fan_out]
+
+    async def op(attempt: Attempt) -> str:
+        if attempt.number == 1:
+            await sleeper(clock, 0.2)()
+            await inner()
+        await sleeper(clock, 0.3)()
+        return f"attempt {attempt.number}"
+
+    policy = Hedge(0.1, max_attempts=2, budget=RetryBudget.UNLIMITED, label="fan")
+    assert await clock.run(policy.execute(IDEMPOTENT, op)) == "attempt 2"
+    assert clock.now() == pytest.approx(0.4)
+
+
 @pytest.mark.parametrize("form", ["execute", "decorator"])
 async def test_a_caller_cancelling_a_fan_out_through_a_breaker_is_never_counted(clock: VirtualClock,
                                                                                form: str) -> None:

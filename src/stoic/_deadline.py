@@ -153,6 +153,18 @@ def _turned_from_cancel(error: BaseException) -> bool:
     return False
 
 
+def cancelled_since(task: asyncio.Task[Any], cancels: int, error: BaseException) -> bool:
+    """Whether ``task`` is being cancelled, judged when work a policy began while the task's
+    ``cancelling()`` count was ``cancels`` ended with ``error`` (field report 17): the count
+    rose since, and the rise is not a ``TaskGroup``'s own request. On Python 3.11 and early
+    3.12 a TaskGroup whose child fails while its body waits in ``__aexit__`` cancels its parent
+    task and never takes the request back; the work then ends with the group's exception group,
+    which is the caller's cancellation only when :func:`cancel_explains` it."""
+    if task.cancelling() <= cancels:
+        return False
+    return not isinstance(error, BaseExceptionGroup) or cancel_explains(task, error)
+
+
 def time_remaining() -> float | None:
     """Seconds left before the ambient deadline (negative once passed), or ``None`` without one."""
     left = remaining_ns()

@@ -23,7 +23,7 @@ from ._budget import _NO_OP, RetryBudget, _registry, _Site, site_of_frame
 from ._callbacks import callback_failed
 from ._classify import ClassifierLike, RetryClassifier, RetryDecision, RetryNesting, as_classifier
 from ._clock import SYSTEM_CLOCK, Clock, _ambient_clock, check_clock, current_clock
-from ._deadline import Timeout, remaining_ns
+from ._deadline import Timeout, cancelled_since, remaining_ns
 from ._deadline import _current as _deadline_scope
 from ._durations import Seconds, check_label, to_ns
 from ._errors import Defect, failed_await, is_defect
@@ -369,13 +369,15 @@ def _caller_task() -> asyncio.Task[Any] | None:
         return None
 
 
-def _cancelling() -> int:
-    """The current task's pending cancel requests (0 outside a task or a loop)."""
+def _cancelled_since(cancels: int, error: BaseException) -> bool:
+    """Whether the current task is being cancelled, ``cancels`` being its cancel count at the
+    retry's entry and ``error`` what the attempt raised (``stoic._deadline.cancelled_since``;
+    False outside a task or a loop)."""
     try:
         task = _current_task()
     except RuntimeError:
-        return 0
-    return 0 if task is None else task.cancelling()
+        return False
+    return task is not None and cancelled_since(task, cancels, error)
 
 
 # The first attempt of an async retry, written once and compiled into each of its three hosts:
@@ -532,7 +534,7 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
                 return result
             finally:
                 mark[0] = 0
-        if _cancelling() > cancels:
+        if _cancelled_since(cancels, error):
             raise error  # (1) the task running the retry is being cancelled: never retried, never swallowed
         if type(error) is TypeError and failed_await(error):
             # An await on what cannot be awaited (a plain function's generator or value): a bug,
@@ -734,7 +736,9 @@ def retry(
     ambient clock at the call.
 
     After a failed attempt, in order: (1) this task is being cancelled (its ``cancelling()``
-    count is above its value when the retry started): re-raise; (2) inside another retry's
+    count is above its value when the retry started, and, when the attempt raised an exception
+    group, not only by that ``TaskGroup``'s own request, which Python 3.11 never takes back):
+    re-raise; (2) inside another retry's
     attempt with ``RetryNesting.SINGLE_ATTEMPT``: re-raise (``retry.nested``); (3) a
     :class:`stoic.Defect` (``retry.defect``) or the classifier says stop (``retry.permanent``;
     also when the classifier itself raises): re-raise; (4) the schedule is exhausted: re-raise

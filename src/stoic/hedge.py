@@ -708,7 +708,7 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
         # A hedge won and cancelled us: take that request back. Any count left over is someone
         # else's cancellation, which goes through once everything has stopped.
         cancelled = call.task.uncancel() > cancels
-    elif exc is not None and call.task.cancelling() > cancels:
+    elif exc is not None and _deadline.cancelled_since(call.task, cancels, exc):
         # The caller was cancelled (or its deadline fired), whatever the first attempt made of
         # it: a client that turns the CancelledError into an error of its own must not leave
         # the call waiting for a hedge and returning its value to a caller that asked to stop.
