@@ -228,6 +228,10 @@ class _Empty:
         data_points: ClassVar[list[Any]] = []
 
 
+def _raise_boom() -> None:
+    raise Boom
+
+
 async def test_5000_short_lived_tenant_breakers_leave_the_live_one_under_its_own_label(otel, clock):
     """Field report 22: per-tenant breakers created and dropped while a live one trips."""
     _, reader, registry = otel
@@ -236,9 +240,15 @@ async def test_5000_short_lived_tenant_breakers_leave_the_live_one_under_its_own
     try:
         baseline = None
         for round_ in range(10):
-            tenants = [stoic.CircuitBreaker(label=f"t4-tenant-{round_}-{i}", clock=clock) for i in range(500)]
-            for tenant in tenants:
-                tenant.call(lambda: None)
+            tenants = [stoic.CircuitBreaker(label=f"t4-tenant-{round_}-{i}", window=stoic.CountWindow(1),
+                                            minimum_calls=1, clock=clock) for i in range(500)]
+            for i, tenant in enumerate(tenants):
+                if i % 3:
+                    tenant.call(lambda: None)
+                else:  # a third are dropped while open, as in the report
+                    with pytest.raises(Boom):
+                        tenant.call(_raise_boom)
+            assert tenants[0].state is stoic.BreakerState.OPEN
             del tenants, tenant
             gc.collect()
             got = collect(reader)
