@@ -155,14 +155,36 @@ def _turned_from_cancel(error: BaseException) -> bool:
 
 def cancelled_since(task: asyncio.Task[Any], cancels: int, error: BaseException) -> bool:
     """Whether ``task`` is being cancelled, judged when work a policy began while the task's
-    ``cancelling()`` count was ``cancels`` ended with ``error`` (field report 17): the count
-    rose since, and the rise is not a ``TaskGroup``'s own request. On Python 3.11 and early
-    3.12 a TaskGroup whose child fails while its body waits in ``__aexit__`` cancels its parent
-    task and never takes the request back; the work then ends with the group's exception group,
-    which is the caller's cancellation only when :func:`cancel_explains` it."""
+    ``cancelling()`` count was ``cancels`` ended with the exception ``error`` (field report
+    17): the count rose since, and the rise is not a ``TaskGroup``'s own request.
+
+    On Python 3.11 and early 3.12 a TaskGroup whose child fails while its body waits in
+    ``__aexit__`` cancels its parent task and never takes the request back. The work then ends
+    with the group's exception group, or with what the work made of it (``except*``, or
+    ``raise group.exceptions[0]``): the group is in ``error``'s history (itself or its
+    cause/context chain). A rise with such a group in the history and no trace of a
+    cancellation (no request pending, no ``CancelledError`` in the chain, no leaf of the group
+    raised out of one) is that TaskGroup's; any other rise is the caller's. (Any leaf, not
+    every one: ``raise group.exceptions[0]`` replaces that leaf's own context with the group.
+    A TaskGroup's own failure whose cancelled siblings turned their cancellation into errors
+    is then taken for the caller's, as the count alone always took it.)"""
     if task.cancelling() <= cancels:
         return False
-    return not isinstance(error, BaseExceptionGroup) or cancel_explains(task, error)
+    if getattr(task, "_must_cancel", False):
+        return True
+    group = False
+    link: BaseException | None = error
+    for _ in range(16):
+        if link is None:
+            break
+        if isinstance(link, asyncio.CancelledError):
+            return True
+        if isinstance(link, BaseExceptionGroup):
+            if any(_turned_from_cancel(leaf) for leaf in leaves(link)):
+                return True
+            group = True
+        link = link.__cause__ or link.__context__
+    return not group
 
 
 def time_remaining() -> float | None:

@@ -736,9 +736,8 @@ def retry(
     ambient clock at the call.
 
     After a failed attempt, in order: (1) this task is being cancelled (its ``cancelling()``
-    count is above its value when the retry started, and, when the attempt raised an exception
-    group, not only by that ``TaskGroup``'s own request, which Python 3.11 never takes back):
-    re-raise; (2) inside another retry's
+    count is above its value when the retry started, and not only by the request of a failed
+    ``TaskGroup`` in the error's history, which Python 3.11 never takes back): re-raise; (2) inside another retry's
     attempt with ``RetryNesting.SINGLE_ATTEMPT``: re-raise (``retry.nested``); (3) a
     :class:`stoic.Defect` (``retry.defect``) or the classifier says stop (``retry.permanent``;
     also when the classifier itself raises): re-raise; (4) the schedule is exhausted: re-raise
