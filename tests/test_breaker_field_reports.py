@@ -196,17 +196,53 @@ async def test_interruptions_pass_through_execute_uncounted(
 
 
 # --- 5. Clock jumps --------------------------------------------------------------------------
-def test_moving_the_wall_clock_does_not_change_the_open_period(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def wall_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The wall clock under the test's control, from before any policy is built: set
+    ``wall_clock[0]`` to move it by that many seconds. (Patched only after construction, a
+    policy that had bound ``time.time_ns`` as its clock would never see the jump.)"""
+    jump = [0.0]
+    real_time, real_time_ns = time.time, time.time_ns
+    monkeypatch.setattr(time, "time", lambda: real_time() + jump[0])
+    monkeypatch.setattr(time, "time_ns", lambda: real_time_ns() + int(jump[0] * 1e9))
+    return jump
+
+
+JUMPS = (+86_400.0, -86_400.0, +10 * 365 * 86_400.0)
+
+
+def test_moving_the_wall_clock_does_not_change_the_open_period(wall_clock: list[float]) -> None:
     breaker = CircuitBreaker(label="jump", window=CountWindow(1), minimum_calls=1,
                              open_duration=OpenDuration.fixed(600, jitter=0))  # the system clock
     with pytest.raises(Boom):
         breaker.call(_boom)
-    real_time, real_time_ns = time.time, time.time_ns
-    for jump in (+86_400.0, -86_400.0, +10 * 365 * 86_400.0):
-        monkeypatch.setattr(time, "time", lambda jump=jump: real_time() + jump)
-        monkeypatch.setattr(time, "time_ns", lambda jump=jump: real_time_ns() + int(jump * 1e9))
+    for jump in JUMPS:
+        wall_clock[0] = jump
         assert breaker.state is BreakerState.OPEN
         with pytest.raises(CircuitOpen) as caught:
             breaker.call(_fine)
         assert caught.value.retry_after is not None
         assert 599.0 < caught.value.retry_after <= 600.0  # neither shortened nor lengthened
+
+
+def test_moving_the_wall_clock_changes_no_other_policys_sense_of_time(wall_clock: list[float]) -> None:
+    """Report 5, the whole kind: everything stoic measures on the system clock (a time
+    window's buckets, a rate limiter's refill, a retry budget's reserve) ignores wall-clock
+    jumps: a day forward earns no permit or token and expires no failure; a day back
+    freezes nothing."""
+    windowed = CircuitBreaker(label="jump-window", window=TimeWindow(600), minimum_calls=2,
+                              failure_rate_threshold=1.0)
+    limiter = stoic.RateLimiter(1, per=3600.0, label="jump")
+    blocking = stoic.BlockingRateLimiter(1, per=3600.0, label="jump")
+    budget = stoic.RetryBudget(ratio=0.1, reserve_per_second=1 / 3600, reserve_capacity=1)
+    assert limiter.try_acquire() and blocking.try_acquire() and budget.try_spend()
+    with pytest.raises(Boom):
+        windowed.call(_boom)
+    for jump in JUMPS:
+        wall_clock[0] = jump
+        assert not limiter.try_acquire()
+        assert not blocking.try_acquire()
+        assert not budget.try_spend()
+    with pytest.raises(Boom):
+        windowed.call(_boom)  # the first failure is still in the window: two of two failed
+    assert windowed.state is BreakerState.OPEN
