@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -30,3 +31,27 @@ def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(0.001)
+
+
+class GateLock:
+    """A policy's lock, running ``hook`` once just before the first thread to take it next
+    does so: the moment between that thread's reads made outside the lock and its taking it."""
+
+    def __init__(self, real: threading.Lock) -> None:
+        self.real = real
+        self.hook: Callable[[], None] | None = None
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        return self.real.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self.real.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

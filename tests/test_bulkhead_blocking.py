@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from _threads import eventually, process_wide_sink  # noqa: F401  (the process-wide `sink` fixture)
+from _threads import GateLock, eventually, process_wide_sink  # noqa: F401  (the process-wide `sink` fixture)
 
 import stoic
 from stoic import BulkheadFull, DeadlineExceeded
@@ -185,3 +185,41 @@ def test_a_waiters_time_limit_on_a_virtual_clock_ends_when_virtual_time_reaches_
         bulkhead.release()  # (frees the waiter, if still asleep)
         waiter.join(5)
     assert bulkhead.active_count == 0  # the slot was not handed to the waiter that left
+
+
+@pytest.mark.parametrize("switch", ["on", "off"])
+def test_queue_management_switched_as_a_caller_arrives_is_read_under_the_lock(switch: str) -> None:
+    # Seen failing before the fix: the arrival read the queue rules before taking the lock, so
+    # one that a retune switched on in between queued as a plain FIFO waiter the rules knew
+    # nothing of (the release raised KeyError, the slot and the waiter leaked), and one that a
+    # retune switched off parked with the old rules and failed its timeout (AssertionError).
+    clock = VirtualClock()
+    bulkhead = BlockingBulkhead(1, queue_limit=5, label="switched", clock=clock, prioritized=switch == "off")
+    gate = GateLock(bulkhead._lock)
+    bulkhead._lock = gate  # type: ignore[assignment]
+    bulkhead.acquire()
+    outcome: list[BaseException | None] = []
+
+    def arrive() -> None:
+        gate.hook = lambda: bulkhead._retune(prioritized=switch == "on")  # (nobody waits: allowed)
+        try:
+            bulkhead.acquire(timeout=1.0)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    arrival = threading.Thread(target=arrive, daemon=True)
+    arrival.start()
+    eventually(lambda: bulkhead.queued_count == 1)
+    assert (bulkhead._rules is not None) == (switch == "on")
+    if switch == "on":
+        bulkhead.release()  # handed to the arrival, under the rules it queued with
+        arrival.join(5)
+        assert outcome == [None] and (bulkhead.active_count, bulkhead.queued_count) == (1, 0)
+    else:
+        clock._set_now(1_000_000_000)  # its timeout passes: it leaves without a slot
+        arrival.join(5)
+        assert len(outcome) == 1 and isinstance(outcome[0], DeadlineExceeded)
+        assert (bulkhead.active_count, bulkhead.queued_count) == (1, 0)
+    bulkhead.release()
+    assert (bulkhead.active_count, bulkhead.queued_count) == (0, 0)

@@ -449,9 +449,14 @@ class BlockingBulkhead(_Compartment):
                 raise self._late()
             if limit is None or left < limit:
                 limit = left  # an ambient deadline bounds the wait like a timeout
-        if self._rules is not None:
-            return self._acquire_managed(self._rules, limit)
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        # Which queue this caller joins is read under the lock: a retune may switch queue
+        # management on or off (while nobody waits) between a read outside it and the queueing.
+        rules = self._rules
+        if rules is not None:
+            return self._acquire_managed(rules, limit)  # (releases the lock)
+        try:
             waiters = self._waiters
             if self._active < self._max and not waiters:
                 self._active += 1
@@ -459,6 +464,8 @@ class BlockingBulkhead(_Compartment):
             waiting = len(waiters)
             since = self._clock.now_ns()
             admitted = waiting < self._queue_limit and self._wait_locked(limit)
+        finally:
+            lock.release()
         if admitted:
             # Admitted after waiting: an outer breaker leaves the wait out of the call's duration.
             admitted_after_wait(self._clock, self._clock.now_ns(), since)
@@ -518,14 +525,15 @@ class BlockingBulkhead(_Compartment):
                 self._release_locked()
 
     def _acquire_managed(self, rules: QueueRules, limit: int | None) -> None:
-        """:meth:`acquire` past the checks of the ambient deadline, under queue management."""
-        tier = rules.tier_now()  # the calling thread's criticality
+        """:meth:`acquire` past the checks of the ambient deadline, under queue management:
+        called holding the lock (``rules`` read under it), which it releases."""
         clock = self._clock
         parked: Parked | None = None
         victim: _Waiter | None = None
         admitted = False
         try:
-            with self._lock:
+            try:
+                tier = rules.tier_now()  # the calling thread's criticality
                 waiters = self._waiters
                 if self._active < self._max and not waiters:
                     self._active += 1
@@ -546,6 +554,8 @@ class BlockingBulkhead(_Compartment):
                         admitted = self._wait_managed_locked(waiter, parked)
                     finally:
                         rules.parked.pop(id(waiter), None)
+            finally:
+                self._lock.release()
         except BaseException:
             if parked is not None and parked.error is not None:
                 shed_event(self, self._reason(parked.error), parked.dropped_ns - parked.since_ns, parked.tier)
