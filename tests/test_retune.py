@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 import pytest
+from _threads import GateLock
 
 from stoic import (
     IDEMPOTENT,
@@ -652,3 +653,30 @@ def test_a_queue_interval_given_alone_survives_a_retune_that_turns_an_option_on(
     policy._retune(queue_adaptive_lifo=True)
     rules = policy._queue_rules()
     assert rules is not None and rules.interval_ns == 500_000_000 and rules.lifo
+
+
+# (kind, a change made by another thread, the change made here, how to read that both hold)
+CONCURRENT = [
+    ("breaker", {"failure_rate_threshold": 0.25}, {"minimum_calls": 3},
+     lambda p: (p._fppm, p._minimum) == (250_000, 3)),
+    ("blocking_limiter", {"rate": 50}, {"queue_limit": 7}, lambda p: (p.rate, p.burst, p.queue_limit) == (50, 50, 7)),
+    ("blocking_bulkhead", {"max_concurrent": 6}, {"queue_limit": 7},
+     lambda p: (p.max_concurrent, p.queue_limit) == (6, 7)),
+]
+
+
+@pytest.mark.parametrize(("kind", "theirs", "mine", "check"), CONCURRENT, ids=[c[0] for c in CONCURRENT])
+def test_two_threads_retuning_one_policy_at_once_lose_neither_change(kind: str, theirs: dict[str, Any],
+                                                                     mine: dict[str, Any], check: Any) -> None:
+    # Seen failing before the fix: each retune read the policy's settings before taking its
+    # lock, so one that another thread's retune overtook in between wrote that thread's
+    # parameters back to their old values (the kinds "may be acted on from any thread").
+    clock = VirtualClock()
+    policy = _builders(clock)[kind]
+    plane = _plane(clock, policy)
+    gate = GateLock(policy._lock)
+    policy._lock = gate
+    gate.hook = lambda: plane.retune(kind, **theirs)  # lands just before this retune takes the lock
+    plane.retune(kind, **mine)
+    assert gate.hook is None  # (the other retune ran in between)
+    assert check(policy)

@@ -510,9 +510,10 @@ class BlockingBulkhead(_Compartment):
 
     def _retune(self, **changes: Any) -> None:
         """Swap the configuration live, as :meth:`Bulkhead._retune` does (queue management
-        included: its options can change, and it can be switched on or off while nobody waits)."""
-        fresh = validated(self, self._settings(), changes)
+        included: its options can change, and it can be switched on or off while nobody waits).
+        The settings are read under the lock, so a retune from another thread is never undone."""
         with self._lock:
+            fresh = validated(self, self._settings(), changes)
             self._check_retune(fresh)
             self._max, self._queue_limit, self._interval_ns = fresh._max, fresh._queue_limit, fresh._interval_ns
             rules, new = self._rules, fresh._rules

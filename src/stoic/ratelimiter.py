@@ -278,8 +278,10 @@ class _TokenBucket:
         following it. ``ValueError``
         naming ``burst`` when a queued request asks more permits than the new burst could hold.
         """
-        fresh = self._validated(changes)
         with self._lock:
+            # The settings are read under the lock: a retune from another thread landing between
+            # that read and this one's writes would be undone by them.
+            fresh = self._validated(changes)
             self._check_retune(fresh)
             self._take(self._now(), 0)  # earned at the old rate up to this instant
             credit = (self._capacity - self._deficit) * fresh._cost // self._cost  # the same permits, new units

@@ -843,14 +843,16 @@ class CircuitBreaker:
         (calls in flight finish as stale, as after :meth:`force_closed`); an open or half-open one
         keeps its state, period and probes, and the new configuration applies from its next
         transition. The trip count is kept."""
-        fresh = validated(self, {
-            "window": self._window_kind, "minimum_calls": self._minimum,
-            "failure_rate_threshold": self._fppm / 1e6, "slow_call_rate_threshold": self._sppm / 1e6,
-            "slow_call_duration": to_seconds(self._slow_ns), "open_duration": self._open_duration,
-            "half_open_probes": self._probes, "half_open_timeout": to_seconds(self._probe_timeout_ns),
-            "record_when": self._record_when,
-        }, changes)
         with self._lock:
+            # The settings are read under the lock: a retune from another thread landing between
+            # that read and this one's writes would be undone by them.
+            fresh = validated(self, {
+                "window": self._window_kind, "minimum_calls": self._minimum,
+                "failure_rate_threshold": self._fppm / 1e6, "slow_call_rate_threshold": self._sppm / 1e6,
+                "slow_call_duration": to_seconds(self._slow_ns), "open_duration": self._open_duration,
+                "half_open_probes": self._probes, "half_open_timeout": to_seconds(self._probe_timeout_ns),
+                "record_when": self._record_when,
+            }, changes)
             self._window_kind, self._minimum, self._fppm, self._sppm = (
                 fresh._window_kind, fresh._minimum, fresh._fppm, fresh._sppm)
             self._slow_ns, self._open_duration, self._probes = fresh._slow_ns, fresh._open_duration, fresh._probes
