@@ -223,3 +223,46 @@ def test_queue_management_switched_as_a_caller_arrives_is_read_under_the_lock(sw
         assert (bulkhead.active_count, bulkhead.queued_count) == (1, 0)
     bulkhead.release()
     assert (bulkhead.active_count, bulkhead.queued_count) == (0, 0)
+
+
+@pytest.mark.parametrize("bound", ["timeout", "deadline"])
+@pytest.mark.parametrize("managed", [False, True], ids=["fifo", "queue-managed"])
+def test_time_spent_waiting_for_the_lock_counts_against_the_waiters_time_limit(managed: bool, bound: str) -> None:
+    # Seen failing before the fix: the time left was read before taking the lock and counted
+    # from an instant read after it, so time passing in between (the lock held by other
+    # threads) was given back: the waiter was still queued after its time limit, and was handed
+    # the slot released then.
+    clock = VirtualClock()
+    extra = {"prioritized": True} if managed else {}
+    bulkhead = BlockingBulkhead(1, queue_limit=1, label="lock-wait", clock=clock, **extra)  # type: ignore[arg-type]
+    bulkhead.acquire()
+    gate = GateLock(bulkhead._lock)
+    bulkhead._lock = gate  # type: ignore[assignment]
+    outcome: list[BaseException | None] = []
+
+    async def under_deadline() -> None:
+        async with stoic.timeout(1.0, clock=clock):
+            bulkhead.acquire()
+
+    def wait() -> None:
+        gate.hook = lambda: clock._set_now(900_000_000)  # 0.9 s pass before it holds the lock
+        try:
+            if bound == "timeout":
+                bulkhead.acquire(timeout=1.0)
+            else:
+                asyncio.run(under_deadline())  # (no timer fires: the deadline is seen to pass)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    try:
+        eventually(lambda: bulkhead.queued_count == 1)
+        clock._set_now(1_000_000_000)  # its time limit, 1 s after it called
+        eventually(lambda: bulkhead.queued_count == 0)
+        assert len(outcome) == 1 and isinstance(outcome[0], DeadlineExceeded)
+    finally:
+        bulkhead.release()  # (hands the slot to the waiter, if still queued)
+        waiter.join(5)
+    assert (bulkhead.active_count, bulkhead.queued_count) == (0, 0)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
-from _threads import eventually, process_wide_sink  # noqa: F401  (the process-wide `sink` fixture)
+from _threads import GateLock, eventually, process_wide_sink  # noqa: F401  (the process-wide `sink` fixture)
 
+import stoic
 from stoic import DeadlineExceeded, RateLimited
 from stoic.ratelimiter import BlockingRateLimiter
 from stoic.testing import RecordingSink, VirtualClock
@@ -243,3 +245,50 @@ def test_a_queued_waiters_timeout_on_a_virtual_clock_ends_when_virtual_time_reac
         head.join(5)
         late.join(5)
     assert head.error is None and [name for name, _ in log] == ["head"]
+
+
+def under_deadline(clock: VirtualClock, seconds: float, blocking: Callable[[], None]) -> None:
+    """``blocking()`` under ``stoic.timeout(seconds)`` on ``clock`` (its timer never fires: nobody
+    advances the loop; the blocking policy sees the deadline pass on the clock)."""
+
+    async def run() -> None:
+        async with stoic.timeout(seconds, clock=clock):
+            blocking()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("bound", ["timeout", "deadline"])
+def test_time_spent_waiting_for_the_lock_counts_against_the_waiters_time_limit(bound: str) -> None:
+    # Seen failing before the fix: the time left was read before taking the lock and applied from
+    # an instant read after it, so time passing in between (the lock held by other threads) was
+    # given back: a request that could no longer be served before its deadline was queued and
+    # served after it (here at 1 s, for a deadline at 0.6 s).
+    clock = VirtualClock()
+    limiter = BlockingRateLimiter(1, per=1.0, burst=1, label="lock-wait", clock=clock)
+    limiter.acquire()  # the next permit comes at 1 s
+    gate = GateLock(limiter._lock)
+    limiter._lock = gate  # type: ignore[assignment]
+    outcome: list[BaseException | None] = []
+
+    def request() -> None:
+        gate.hook = lambda: clock._set_now(500_000_000)  # 0.5 s pass before it holds the lock
+        try:
+            if bound == "timeout":
+                limiter.acquire(timeout=0.6)
+            else:
+                under_deadline(clock, 0.6, limiter.acquire)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    requester = threading.Thread(target=request, daemon=True)
+    requester.start()
+    try:
+        eventually(lambda: len(outcome) == 1 or limiter.waiter_count == 1)
+        assert limiter.waiter_count == 0  # refused at once: 0.1 s were left, the wait is 0.5 s
+    finally:
+        clock._set_now(1_000_000_000)  # (serves it, if queued)
+        requester.join(5)
+    assert len(outcome) == 1 and isinstance(outcome[0], RateLimited)
+    assert outcome[0].retry_after == 0.5

@@ -449,13 +449,15 @@ class BlockingBulkhead(_Compartment):
                 raise self._late()
             if limit is None or left < limit:
                 limit = left  # an ambient deadline bounds the wait like a timeout
+        # The instant the wait ends by, read before the lock: time spent waiting for it counts.
+        give_up = None if limit is None else self._clock.now_ns() + limit
         lock = self._lock
         lock.acquire()
         # Which queue this caller joins is read under the lock: a retune may switch queue
         # management on or off (while nobody waits) between a read outside it and the queueing.
         rules = self._rules
         if rules is not None:
-            return self._acquire_managed(rules, limit)  # (releases the lock)
+            return self._acquire_managed(rules, give_up)  # (releases the lock)
         try:
             waiters = self._waiters
             if self._active < self._max and not waiters:
@@ -463,7 +465,7 @@ class BlockingBulkhead(_Compartment):
                 return
             waiting = len(waiters)
             since = self._clock.now_ns()
-            admitted = waiting < self._queue_limit and self._wait_locked(limit)
+            admitted = waiting < self._queue_limit and self._wait_locked(give_up)
         finally:
             lock.release()
         if admitted:
@@ -475,12 +477,12 @@ class BlockingBulkhead(_Compartment):
             raise self._full(waiting)
         raise self._late()
 
-    def _wait_locked(self, limit: int | None) -> bool:
-        """Queue and wait for a slot to be handed over; False when ``limit`` ran out first."""
+    def _wait_locked(self, give_up: int | None) -> bool:
+        """Queue and wait for a slot to be handed over; False when the clock reached ``give_up``
+        (an instant on it; None: no limit) first."""
         waiter = _Waiter()
         waiter.cond = threading.Condition(self._lock)
         self._waiters.append(waiter)
-        give_up = None if limit is None else self._clock.now_ns() + limit
         try:
             while not waiter.granted:
                 if give_up is None:
@@ -525,9 +527,10 @@ class BlockingBulkhead(_Compartment):
                 self._active += 1
                 self._release_locked()
 
-    def _acquire_managed(self, rules: QueueRules, limit: int | None) -> None:
+    def _acquire_managed(self, rules: QueueRules, give_up: int | None) -> None:
         """:meth:`acquire` past the checks of the ambient deadline, under queue management:
-        called holding the lock (``rules`` read under it), which it releases."""
+        called holding the lock (``rules`` read under it), which it releases. ``give_up``: the
+        instant on the clock the wait ends by (None: no limit)."""
         clock = self._clock
         parked: Parked | None = None
         victim: _Waiter | None = None
@@ -541,7 +544,7 @@ class BlockingBulkhead(_Compartment):
                     return
                 now = clock.now_ns()
                 waiting = len(waiters)
-                may_wait = limit is None or limit > 0  # (one that may not wait displaces nobody)
+                may_wait = give_up is None or give_up > now  # (one that may not wait displaces nobody)
                 if may_wait and waiting >= self._queue_limit:
                     victim = rules.displaceable(waiters, tier)
                     if victim is not None:
@@ -550,7 +553,7 @@ class BlockingBulkhead(_Compartment):
                         self._drop_locked(now, victim, rules.parked[id(victim)], "priority")
                 if may_wait and (waiting < self._queue_limit or victim is not None):
                     parked = rules.park(waiters, (waiter := _Waiter()), now, tier,
-                                        NO_DEADLINE if limit is None else now + limit)
+                                        NO_DEADLINE if give_up is None else give_up)
                     try:
                         admitted = self._wait_managed_locked(waiter, parked)
                     finally:

@@ -597,8 +597,14 @@ class BlockingRateLimiter(_TokenBucket):
             raise DeadlineExceeded(f"deadline exceeded before acquiring ({self._label})", label=self._label)
         reason = ""
         served = wait = -1
+        called = None if limit is None and ambient is None else self._now()
         with self._lock:
             now = self._now()
+            if called is not None and now > called:
+                # Time spent waiting for the lock counts against the time limits, read before it.
+                late = now - called
+                limit = None if limit is None else limit - late
+                ambient = None if ambient is None else ambient - late
             waiters = self._waiters
             # The burst and the price are read under the lock: a retune from another thread may
             # have changed them since the check above.
