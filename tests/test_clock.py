@@ -15,7 +15,7 @@ import pytest
 import stoic
 from stoic import SYSTEM_CLOCK, Clock, current_clock, use_clock
 from stoic._clock import SystemClock, resolve_clock, same_clock, wait_seconds
-from stoic.testing import VirtualClock, fail_times, settle
+from stoic.testing import VirtualClock, fail_times, hang, settle
 
 S = 1_000_000_000
 
@@ -510,3 +510,25 @@ def test_an_exception_instance_is_raised_as_a_copy_with_its_args_and_attributes(
         assert caught.value is not error and caught.value.args == error.args
         assert vars(caught.value) == vars(error) and str(caught.value) == str(error)
     assert op.sync() is None
+
+
+def test_the_plain_form_of_hang_never_returns() -> None:
+    # Seen failing before the fix: hang().sync() returned None at once, a success, so a blocking
+    # policy under test saw a quick good call where the test meant one that never finishes.
+    clock = VirtualClock()
+    op = hang()
+    returned: list[object] = []
+
+    def call() -> None:
+        with use_clock(clock):
+            returned.append(op.sync())
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    while clock._blocked == {} and not clock._cond._waiters and caller.is_alive():  # type: ignore[attr-defined]
+        time.sleep(0.001)
+    clock._set_now(100 * 365 * 86_400 * S)  # a century of virtual time later: still running
+    caller.join(0.05)
+    assert caller.is_alive() and returned == [] and op.calls == 1
+    clock._set_now(2**63 - 1)  # (the end of time lets the thread go)
+    caller.join(5)

@@ -36,10 +36,14 @@ def _make_error(spec: ErrorSpec) -> BaseException:
     return error
 
 
+_END_OF_TIME = 2**63 - 1  # the last instant a clock can reach (ns): a blocking sleep until then hangs
+
+
 class FaultyOperation(Generic[T]):
     """An async operation (``await op(*args, **kwargs)``; ``op.sync(...)`` is the plain form)
     whose first ``failures`` calls raise, after which it returns ``result``; ``failures=None``
-    raises for ever; ``hang=True`` never returns (until cancelled).
+    raises for ever; ``hang=True`` never returns (until cancelled; the plain form, which nothing
+    can cancel, blocks its thread on the ambient clock for good).
 
     Each call first takes ``takes`` seconds on the ambient clock (virtual in tests). Records
     ``calls``, ``started_at`` (clock seconds at each call's start) and ``raised`` (the exceptions
@@ -87,6 +91,8 @@ class FaultyOperation(Generic[T]):
         self.calls += 1
         call = self.calls
         self.started_at.append(clock.now_ns() / 1e9)
+        if self.hang:
+            clock.sleep_until_blocking(_END_OF_TIME)  # (a VirtualClock refuses where no one could move it)
         if self.takes_ns:
             clock.sleep_until_blocking(clock.now_ns() + self.takes_ns)
         return self._outcome(call)
@@ -109,5 +115,6 @@ def fail_with(exc: ErrorSpec, *, takes: Seconds = 0) -> FaultyOperation[None]:
 
 
 def hang() -> FaultyOperation[None]:
-    """An operation that never finishes until cancelled (by a deadline or its caller)."""
+    """An operation that never finishes until cancelled (by a deadline or its caller); its plain
+    form ``.sync`` never finishes at all (it blocks its thread on the ambient clock)."""
     return FaultyOperation(0, ConnectionError, None, hang=True)
