@@ -532,3 +532,27 @@ def test_the_plain_form_of_hang_never_returns() -> None:
     assert caller.is_alive() and returned == [] and op.calls == 1
     clock._set_now(2**63 - 1)  # (the end of time lets the thread go)
     caller.join(5)
+
+
+async def test_a_policys_timed_wait_that_no_one_could_end_fails_instead_of_hanging() -> None:
+    # Seen failing before the fix (the child timed out): a blocking limiter's or bulkhead's wait
+    # on virtual time, with no other thread to move time or hand over a slot, waited for ever,
+    # where a blocking sleep (retry_sync) refuses the same endless wait with RuntimeError.
+    code = textwrap.dedent("""
+        from stoic import BlockingBulkhead, BlockingRateLimiter
+        from stoic.testing import VirtualClock
+        limiter = BlockingRateLimiter(1, label="x", clock=VirtualClock())
+        bulkhead = BlockingBulkhead(1, queue_limit=1, label="y", clock=VirtualClock())
+        limiter.acquire()
+        bulkhead.acquire()
+        for wait in (lambda: limiter.acquire(timeout=5), lambda: bulkhead.acquire(timeout=5)):
+            try:
+                wait()
+            except RuntimeError as error:
+                print(error)
+        print("at rest", limiter.waiter_count, bulkhead.queued_count, bulkhead.active_count)
+    """)
+    done = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", code], capture_output=True, text=True,
+                                   timeout=30)
+    assert done.stdout.count("no other thread to move time") == 2, done.stderr
+    assert "at rest 0 0 1" in done.stdout

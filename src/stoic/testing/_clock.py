@@ -24,18 +24,24 @@ def _nothing() -> None:
     pass
 
 
-def _refuse_an_endless_wait() -> None:
+def _refuse_an_endless_wait(notified: bool = False) -> None:
     """``RuntimeError`` when a blocking sleep on virtual time could never end: this thread runs
     an event loop (the loop that would advance the clock is the one blocked), or it is the only
-    thread (no one else can advance it)."""
+    thread (no one else can advance it). ``notified``: the wait also ends when another thread
+    notifies it (a policy's timed wait: a slot handed over, a retune), so only the second case
+    is refused."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        if threading.active_count() > 1:
-            return
-        where = "with no other thread to move time"
+        on_loop = False
     else:
+        on_loop = not notified
+    if on_loop:
         where = "on the event loop's thread"
+    elif threading.active_count() > 1:
+        return
+    else:
+        where = "with no other thread to move time"
     raise RuntimeError(
         f"VirtualClock: a blocking sleep {where} would wait for ever (only advance() moves virtual "
         "time); run the blocking code in another thread (asyncio.to_thread) while the loop advances the clock")
@@ -166,12 +172,16 @@ class VirtualClock:
 
         False at once, without waiting, when a subclass redefines :meth:`sleep_until_blocking`:
         that is its own way for a blocked thread to let time pass (one that moves time on a
-        sleep, say), so the caller must sleep through it instead."""
+        sleep, say), so the caller must sleep through it instead.
+
+        Raises ``RuntimeError``, as :meth:`sleep_until_blocking` does, when the calling thread is
+        the only one: nobody could move time or notify it."""
         if type(self).sleep_until_blocking is not VirtualClock.sleep_until_blocking:
             return False
         with self._cond:
             if self._now_ns >= when_ns:
                 return True
+            _refuse_an_endless_wait(notified=True)
             # Registered before the wait releases cond's lock, and _set_now notifies under that
             # lock, so a move of time after this check is not missed, except when _set_now found
             # the lock taken (see there): the bounded wait re-checks then.
