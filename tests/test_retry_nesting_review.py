@@ -380,3 +380,55 @@ async def test_attempts_cut_by_their_timeout_leave_the_count_exact(clock: Virtua
     with pytest.raises(ConnectionError):
         await clock.run(retry(THREE, inner, label="after"))
     assert inner.calls == 3
+
+
+async def test_a_task_an_attempt_created_retries_in_full_during_the_next_attempt(clock: VirtualClock) -> None:
+    # Seen failing before the fix: one mark served every attempt of a retry call, so a worker
+    # created by attempt 1 that outlived it was "inside" attempt 2 too, and its own retry made a
+    # single attempt (docs/retry.md: it retries in full once the attempt that created it ended).
+    inner = fail_with(ConnectionError())
+    copied: list[contextvars.Context] = []
+    workers: list[asyncio.Task[None]] = []
+    seen: list[bool] = []
+
+    async def worker() -> None:
+        seen.append(in_retry_attempt())
+        with pytest.raises(ConnectionError):
+            await retry(ZERO3, inner, label="worker", budget=RetryBudget.UNLIMITED)
+
+    async def op() -> None:
+        if not workers:
+            copied.append(contextvars.copy_context())
+            workers.append(asyncio.create_task(worker()))
+            raise ConnectionError("attempt 1 fails")
+        assert copied[0].run(in_retry_attempt) is False  # copied in attempt 1: not inside attempt 2
+        await workers[0]  # attempt 2 runs while the worker retries
+
+    await retry(ZERO3, op, label="main", budget=RetryBudget.UNLIMITED)
+    assert seen == [False] and inner.calls == 3
+
+
+def test_a_thread_an_attempt_started_retries_in_full_during_the_next_attempt(jumping_clock: VirtualClock) -> None:
+    inner = fail_with(ConnectionError())
+    go = threading.Event()
+    errors: list[BaseException] = []
+    threads: list[threading.Thread] = []
+
+    def work() -> None:
+        go.wait(10)
+        try:
+            retry_sync(ZERO3, inner.sync, label="worker", budget=RetryBudget.UNLIMITED, clock=stoic.SYSTEM_CLOCK)
+        except BaseException as error:  # (reported below)
+            errors.append(error)
+
+    def op() -> None:
+        if not threads:
+            threads.append(threading.Thread(target=contextvars.copy_context().run, args=(work,)))
+            threads[0].start()
+            raise ConnectionError("attempt 1 fails")
+        go.set()  # attempt 2 runs while the thread retries
+        threads[0].join(10)
+
+    retry_sync(ZERO3, op, label="main", budget=RetryBudget.UNLIMITED)
+    assert len(errors) == 1 and isinstance(errors[0], ConnectionError)
+    assert inner.calls == 3

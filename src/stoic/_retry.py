@@ -49,18 +49,19 @@ R = TypeVar("R")
 RETRY_AFTER_CAP_NS = 300 * 1_000_000_000
 """A Retry-After longer than five minutes is capped (retry.after_capped)."""
 
-# One mark per retry call, ``[running, parent]``: ``running`` is 1 while one of its attempts
-# runs; ``parent`` is the mark that was running where the retry started (the attempt it is
-# nested in), else None. A retry starts inside an attempt when the mark it finds, or one up that
-# mark's parent chain, is running (seed 001, "Nesting").
+# One mark per attempt of a retry call, ``[running, parent]``: ``running`` is 1 while that
+# attempt runs; ``parent`` is the mark that was running where the retry started (the attempt it
+# is nested in), else None. A retry starts inside an attempt when the mark it finds, or one up
+# that mark's parent chain, is running (seed 001, "Nesting").
 #
-# Each retry sets its own fresh mark in a context variable and never resets it; only the retry
-# that made a mark changes it. So a task or thread whose context was copied during an attempt
-# (created by it, handed work by it) holds that attempt's mark, and is inside it exactly while
-# the attempt runs; a context copied before the attempt holds an older mark, not running; and a
-# task that outlives the attempt that created it is free once the attempt has ended. One set and
-# one small list per retry, no reset and no read of the task or thread (the set's token gives
-# the mark it replaced): a success costs what one context-variable write costs.
+# Each attempt sets its own fresh mark in a context variable and it is never reset; only the
+# retry that made a mark changes it. So a task or thread whose context was copied during an
+# attempt (created by it, handed work by it) holds that attempt's mark, and is inside it exactly
+# while the attempt runs; a context copied before the attempt holds an older mark, not running;
+# and a task that outlives the attempt that created it is free once the attempt has ended, the
+# retry's later attempts included (_attempt_mark). One set and one small list per attempt, no
+# reset and no read of the task or thread (the set's token gives the mark it replaced): a
+# success costs what one context-variable write costs.
 _Mark = list[Any]
 _marks: ContextVar[_Mark | None] = ContextVar("stoic.retry.attempts", default=None)
 _get_marks = _marks.get
@@ -95,6 +96,19 @@ _PER_SITE = RetryBudget.PER_CALL_SITE
 _getframe = sys._getframe
 _get_ident = threading.get_ident
 _MAX_NS = 2**63 - 1  # durations saturate here (about 292 years), as schedules do
+
+
+def _attempt_mark(mark: _Mark, number: int) -> _Mark:
+    """The mark of attempt ``number`` of the retry whose first attempt ran under ``mark``, set
+    running: ``mark`` itself for the first, a fresh one with the same parent (set in the context)
+    for each later attempt, so that a task or thread an earlier attempt created, and which
+    outlived it, is not inside this one (it retries in full once its attempt has ended)."""
+    if number == 1:
+        mark[0] = 1
+        return mark
+    fresh: _Mark = [1, mark[1]]
+    _set_marks(fresh)
+    return fresh
 
 
 def in_retry_attempt() -> bool:
@@ -517,7 +531,7 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
         started = clock.now_ns()
     while True:
         if error is None:
-            mark[0] = 1  # (every attempt: a nested ALLOW retry's too)
+            mark = _attempt_mark(mark, number)  # (every attempt: a nested ALLOW retry's too)
             try:
                 if attempt_ns is None:
                     result = await fn(*args, **kwargs)
@@ -623,7 +637,7 @@ def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any,
     number = 1
     while True:
         if error is None:
-            mark[0] = 1
+            mark = _attempt_mark(mark, number)
             try:
                 result = fn(*args, **kwargs)
             except Exception as caught:
