@@ -4,9 +4,12 @@ A policy's ``_retune(**changes)`` (called by :meth:`stoic.ControlPlane.retune`) 
 :func:`validated` for a throwaway policy of its own type, built by its own constructor from its
 current settings updated with ``changes``: every value is checked by the code that checks it at
 construction, and a refusal leaves the live policy untouched. Only then does it copy the new
-configuration into itself, under its own lock, keeping what is in flight (slots, permits,
-waiters, probes) and dropping what was learnt under the old configuration (windows, estimates,
-adaptive limits).
+configuration into itself, keeping what is in flight (slots, permits, waiters, probes) and
+dropping what was learnt under the old configuration (windows, estimates, adaptive limits).
+A kind that may be retuned from any thread (the breaker, the blocking bulkhead, the rate
+limiters) reads its settings, validates and copies in one critical section of its own lock, so
+two retunes at once cannot undo each other; a throwaway policy's construction takes no lock of
+the live one's (only the metrics module's leaf lock).
 """
 
 from __future__ import annotations
