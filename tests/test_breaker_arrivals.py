@@ -29,7 +29,7 @@ from stoic import (
     _random,
 )
 from stoic.events import Event
-from stoic.testing import VirtualClock
+from stoic.testing import RecordingSink, VirtualClock
 
 SECOND = 1_000_000_000
 
@@ -108,9 +108,12 @@ async def test_a_generator_based_coroutine_still_runs_through_execute() -> None:
 
 
 @pytest.mark.parametrize("result", [None, 42, "text"], ids=["None", "int", "str"])
-async def test_a_plain_function_given_to_execute_is_refused_and_never_counted(result: object) -> None:
+async def test_a_plain_function_given_to_execute_is_refused_and_never_counted(
+    result: object, sink: RecordingSink,
+) -> None:
     # Seen failing before the fix: the TypeError of ``await None`` counted as the dependency's
-    # failure, and opened the breaker after minimum_calls of them.
+    # failure, and opened the breaker after minimum_calls of them. Reported as breaker.defect,
+    # as call(async_fn) and an inner stage's await on the value are (it reported nothing).
     breaker = make()
     for _ in range(6):
         with pytest.raises(TypeError, match="cannot be awaited") as raised:
@@ -118,6 +121,7 @@ async def test_a_plain_function_given_to_execute_is_refused_and_never_counted(re
         assert isinstance(raised.value.__cause__, Defect)
     assert counts(breaker) == (0, 0)
     assert breaker.state is stoic.BreakerState.CLOSED
+    assert [dict(e.attributes) for e in sink.of("breaker.defect")] == [{"error.type": "TypeError"}] * 6
 
 
 async def test_an_inner_stages_await_on_a_plain_value_is_never_counted() -> None:

@@ -402,6 +402,8 @@ class CircuitBreaker:
             kind = type(awaitable).__name__
             hint = ("protect the code that consumes the generator instead" if generator
                     else "execute takes an async function; use call() for a plain one")
+            if min_level() <= _ERROR:  # (reported as call()'s misuse and an inner stage's are)
+                emit("breaker.defect", self.label, _ERROR, end, {"error.type": "TypeError"})
             raise TypeError(f"CircuitBreaker.execute got a {kind}, which cannot be awaited: {hint}") from Defect(
                 f"a {kind} was passed to execute")
         if is_defect(exc) or (type(exc) is TypeError and failed_await(exc)):
