@@ -272,6 +272,23 @@ async def test_a_hedge_in_a_policys_place_is_refused_not_substituted_on_every_ca
                                label="fallback") == "real"
 
 
+@pytest.mark.parametrize("policy", [CircuitBreaker, Retrying, Bulkhead, stoic.Keyed(Bulkhead, label="fam",
+                                                                                    max_concurrent=1)],
+                         ids=["breaker-class", "retrying-class", "bulkhead-class", "keyed-family"])
+async def test_a_policy_class_or_a_keyed_family_in_a_policys_place_is_refused_not_substituted(policy: Any) -> None:
+    # With an argument for the operation, every call failed inside execute (a class's execute
+    # unbound, the operation taken for self: AttributeError; a family's execute taking the
+    # operation for its key: TypeError) and the default should_handle returned the fallback.
+    called: list[Exception] = []
+
+    async def op(x: int) -> int:
+        return x
+
+    with pytest.raises(TypeError, match="not a Policy") as caught:
+        await with_fallback(policy, op, 1, fallback=lambda e: called.append(e) or 0, label="fallback")
+    assert is_defect(caught.value) and called == []
+
+
 async def test_a_policy_whose_execute_does_not_take_the_call_is_a_bug_not_a_fallback() -> None:
     # An execute that cannot be called as execute(fn, *args, **kwargs): the TypeError is raised
     # by with_fallback's own call of it, on every call; the fallback would hide it for good.

@@ -107,6 +107,21 @@ def test_a_hedge_is_refused_as_a_stage_at_construction() -> None:
         Pipeline([hedged])  # type: ignore[list-item]
 
 
+@pytest.mark.parametrize("stage", [CircuitBreaker, Retrying, stoic.Bulkhead, stoic.Keyed(stoic.Bulkhead, label="fam",
+                                                                                   max_concurrent=1)],
+                         ids=["breaker-class", "retrying-class", "bulkhead-class", "keyed-family"])
+def test_a_policy_class_or_a_keyed_family_is_refused_as_a_stage_at_construction(stage: Any) -> None:
+    # Each has a callable execute, so it was accepted, and every call then failed: a class's
+    # execute is unbound (the operation taken for self: AttributeError '_now'), a family's takes
+    # a key first ("a key must be a str"). Like the hedge, refused when the pipeline is built.
+    with pytest.raises(TypeError, match="not a Policy"):
+        Pipeline(stoic.Bulkhead(1, label="b"), stage)
+    with pytest.raises(TypeError, match="not a Policy"):
+        Pipeline([stage])
+    family = stoic.Keyed(stoic.Bulkhead, label="fam2", max_concurrent=1)
+    assert len(Pipeline(family.get("k"))) == 1  # (its policies are)
+
+
 async def test_the_operations_own_error_comes_out_unchanged(clock: VirtualClock) -> None:
     log: list[str] = []
     op = fail_with(ValueError("bad"))

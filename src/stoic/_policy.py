@@ -21,6 +21,27 @@ class Policy(Protocol):
     async def execute(self, fn: Callable[..., Awaitable[Any]], /, *args: Any, **kwargs: Any) -> Any: ...
 
 
+def not_a_policy(candidate: object, hedge_hint: str) -> str | None:
+    """Why ``candidate``, which has an ``execute``, cannot run a call as
+    ``candidate.execute(fn, *args, **kwargs)``, or None when nothing says so: a class (its
+    ``execute`` is unbound: the operation would be taken for ``self``), a :class:`stoic.Hedge`
+    (it takes ``IDEMPOTENT`` first; ``hedge_hint`` says what to do instead where it was given)
+    or a :class:`stoic.Keyed` family (it takes the key first). Accepted, each would fail every
+    call; a Pipeline and with_fallback refuse them with ``TypeError`` and this reason."""
+    from .hedge import Hedge
+    from .keyed import Keyed
+
+    if isinstance(candidate, type):
+        return (f"a class is not a Policy (its execute is unbound), got {candidate.__qualname__}: pass an instance, "
+                f"{candidate.__name__}(...)")
+    if isinstance(candidate, Hedge):
+        return f"a Hedge is not a Policy (its execute takes stoic.IDEMPOTENT first), got {candidate!r}: {hedge_hint}"
+    if isinstance(candidate, Keyed):
+        return (f"a Keyed family is not a Policy (its execute takes the key first), got {candidate!r}: use the "
+                "key's policy, family.get(key)")
+    return None
+
+
 def refuse_generator_function(fn: object, stage: str) -> None:
     """A stage decorating a generator or async generator function would run its wrapper (take a
     slot or a permit) while the call only creates the generator, and the body later, while the

@@ -18,7 +18,7 @@ from ._callbacks import callback_failed
 from ._clock import current_clock
 from ._durations import check_label
 from ._errors import Defect, failed_await, is_defect, leaves, stopped_at_await
-from ._policy import Policy
+from ._policy import Policy, not_a_policy
 from .events import Level, emit, error_type
 from .events._sinks import kind_floor
 
@@ -71,16 +71,13 @@ def _refuse_operation(fn: object) -> None:
 
 
 def _refuse_policy(policy: object) -> None:
-    """Refuse a :class:`stoic.Hedge` in a policy's place: it has an ``execute``, but taking
-    idempotency first it is no Policy, so ``execute(fn)`` always raises ``TypeError``, which
-    the default ``should_handle`` would turn into the fallback on every call."""
-    from .hedge import Hedge
-
-    if isinstance(policy, Hedge):
-        raise TypeError("a Hedge is not a Policy (its execute takes stoic.IDEMPOTENT first): hedge the "
-                        "operation under a stageless pipeline instead, with_fallback(stoic.Pipeline(), "
-                        "lambda: hedge.execute(stoic.IDEMPOTENT, fn), ...)") from Defect(
-            "a Hedge was passed to with_fallback as its policy")
+    """Refuse what has an ``execute`` but is no Policy (a :class:`stoic.Hedge`, a
+    :class:`stoic.Keyed` family, a policy class: stoic._policy.not_a_policy): every call would
+    fail, and the default ``should_handle`` would turn that into the fallback on every call."""
+    refused = not_a_policy(policy, "hedge the operation under a stageless pipeline instead, "
+                                   "with_fallback(stoic.Pipeline(), lambda: hedge.execute(stoic.IDEMPOTENT, fn), ...)")
+    if refused is not None:
+        raise TypeError(refused) from Defect("what was passed to with_fallback as its policy is not a Policy")
 
 
 async def with_fallback(
@@ -108,8 +105,9 @@ async def with_fallback(
     propagates (not the fallback), with the predicate's error chained as its ``__context__``
     and reported once (``warnings`` and the ``"stoic"`` logger).
 
-    A :class:`stoic.Hedge` is not a Policy: passed as ``policy`` it raises ``TypeError`` at the
-    call (it would fail every call, and be substituted).
+    A :class:`stoic.Hedge`, a :class:`stoic.Keyed` family (use ``family.get(key)``) and a policy
+    class in place of an instance are not Policies: passed as ``policy`` each raises ``TypeError``
+    at the call (it would fail every call, and be substituted).
 
     A misused operation is a bug at the call site, so it is never substituted, whatever
     ``should_handle`` says (which is not consulted), as the other policies never count or retry

@@ -24,7 +24,7 @@ from ._attempt import Attempt
 from ._budget import _NO_OP, RetryBudget
 from ._classify import ClassifierLike, RetryClassifier, RetryNesting
 from ._clock import Clock, current_clock
-from ._policy import Policy, is_async_callable, through_method_decorators
+from ._policy import Policy, is_async_callable, not_a_policy, through_method_decorators
 from ._retry import (
     _learn_op,
     _Retrier,
@@ -238,12 +238,6 @@ def _runs(stages: tuple[Policy, ...]) -> tuple[Callable[..., Any], ...]:
     return tuple(runs)
 
 
-def _hedge_type() -> type:
-    from .hedge import Hedge
-
-    return Hedge
-
-
 class Pipeline:
     """Policies composed outermost first; itself a :class:`stoic.Policy` (seed 000, "Pipeline").
 
@@ -255,8 +249,10 @@ class Pipeline:
     declares ``attempt`` receives the innermost ``Retrying``'s :class:`stoic.Attempt` (with no
     ``Retrying`` stage, ``Attempt(1)``).
 
-    Raises ``TypeError`` for a stage without an ``execute`` method, and for a :class:`stoic.Hedge`
-    (not a Policy: it wraps a pipeline from the outside).
+    Raises ``TypeError`` for a stage without an ``execute`` method, for a :class:`stoic.Hedge`
+    (not a Policy: it wraps a pipeline from the outside), for a :class:`stoic.Keyed` family (its
+    ``execute`` takes a key first: use ``family.get(key)``) and for a policy class in place of an
+    instance.
     """
 
     __slots__ = ("_first", "_runs", "_stages", "op")
@@ -269,10 +265,9 @@ class Pipeline:
                 flat.extend(stage._stages)
             elif isinstance(stage, (list, tuple)):
                 flat.extend(Pipeline(*stage)._stages)
-            elif isinstance(stage, _hedge_type()):
-                raise TypeError(f"a Hedge is not a Policy (its execute takes stoic.IDEMPOTENT first), got {stage!r}: "
-                                "put the pipeline inside the hedge, hedge.execute(stoic.IDEMPOTENT, "
-                                "pipeline.execute, fn)")
+            elif (refused := not_a_policy(stage, "put the pipeline inside the hedge, hedge.execute(stoic.IDEMPOTENT, "
+                                                 "pipeline.execute, fn)")) is not None:
+                raise TypeError(refused)
             elif callable(getattr(stage, "execute", None)):
                 flat.append(stage)  # type: ignore[arg-type]
             else:
