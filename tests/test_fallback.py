@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -252,6 +253,30 @@ async def test_a_should_handle_failure_that_cannot_be_reported_still_never_repla
     assert isinstance(caught.value.__context__, (ValueError, _Unprintable))
     if isinstance(predicate, _PredicateRaisingUnprintable):  # (still reported, without the message)
         assert [w.category for w in caught_warnings] == [RuntimeWarning]
+
+
+@pytest.mark.parametrize("form", ["coroutine-function", "lambda-returning-a-coroutine"])
+async def test_an_async_should_handle_is_a_failed_callback_never_a_fallback(form: str) -> None:
+    # bool() of the coroutine it returns is True: a predicate saying False fell back on every
+    # error (and its coroutine was never awaited). Like a should_handle that raises, it is a
+    # configuration error: the operation's error stands, the callback's TypeError chained and
+    # reported once, and the coroutine closed (no "never awaited" warning).
+    async def never(error: Exception) -> bool:
+        return False
+
+    predicate: Any = never if form == "coroutine-function" else (lambda e: never(e))
+    op = fail_with(ConnectionError("down"))
+    called: list[Exception] = []
+    with warnings.catch_warnings(record=True) as caught_warnings:
+        warnings.simplefilter("always")
+        with pytest.raises(ConnectionError) as caught:
+            await with_fallback(Direct(), op, fallback=lambda e: called.append(e) or 0, should_handle=predicate,
+                                label="fallback")
+        gc.collect()
+    assert caught.value is op.raised[0] and called == []
+    assert isinstance(caught.value.__context__, TypeError) and "should_handle" in str(caught.value.__context__)
+    assert [w.category for w in caught_warnings] == [RuntimeWarning]  # reported; no "never awaited"
+    assert "coroutine" in str(caught_warnings[0].message)
 
 
 async def test_a_hedge_in_a_policys_place_is_refused_not_substituted_on_every_call() -> None:

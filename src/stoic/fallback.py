@@ -101,9 +101,10 @@ async def with_fallback(
     :class:`stoic.Policy`, a ``Pipeline`` included. ``label`` (keyword, required, a non-empty
     ``str``: ``TypeError``/``ValueError`` at the call otherwise) names this fallback in reports.
 
-    A ``should_handle`` that raises is a configuration error: the operation's own error
-    propagates (not the fallback), with the predicate's error chained as its ``__context__``
-    and reported once (``warnings`` and the ``"stoic"`` logger).
+    A ``should_handle`` that raises, or that returns an awaitable (it must be a plain function:
+    it is not awaited), is a configuration error: the operation's own error propagates (not the
+    fallback), with the predicate's error chained as its ``__context__`` and reported once
+    (``warnings`` and the ``"stoic"`` logger).
 
     A :class:`stoic.Hedge`, a :class:`stoic.Keyed` family (use ``family.get(key)``) and a policy
     class in place of an instance are not Policies: passed as ``policy`` each raises ``TypeError``
@@ -136,7 +137,15 @@ async def with_fallback(
             handle = not is_defect(error)
         else:
             try:
-                handle = bool(should_handle(error))
+                verdict = should_handle(error)
+                if inspect.isawaitable(verdict):
+                    # (An async predicate: its coroutine is always true, so it would fall back on
+                    # every error. A configuration error like a raising one; never awaited here.)
+                    if inspect.iscoroutine(verdict):
+                        verdict.close()
+                    raise TypeError(f"should_handle returned a {type(verdict).__name__}, not a bool: it must be a "
+                                    "plain function (with_fallback does not await it)")
+                handle = bool(verdict)
             except Exception as failure:  # the conservative decision: no fallback, the error stands
                 callback_failed(should_handle, f"should_handle of fallback {label!r}", failure, error)
                 handle = False
