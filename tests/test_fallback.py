@@ -107,6 +107,35 @@ async def test_an_error_in_the_fallback_propagates_chained_to_the_original() -> 
     assert isinstance(caught.value.__context__, ConnectionError)
 
 
+@pytest.mark.parametrize("form", ["sync", "async"])
+async def test_a_fallback_that_raises_substituted_nothing_and_says_so(form: str, clock: VirtualClock) -> None:
+    # fallback.substituted says with_fallback returned the fallback's value: it was emitted
+    # before the fallback ran, so a fallback that raised was reported as a substitution too.
+    op = fail_with(ConnectionError())
+
+    def broken(error: Exception) -> int:
+        raise RuntimeError("cache empty")
+
+    async def broken_async(error: Exception) -> int:
+        await clock.sleep(0.5)
+        raise RuntimeError("cache empty")
+
+    async def slow_cache(error: Exception) -> int:
+        await clock.sleep(0.5)
+        return 7
+
+    sink = RecordingSink()
+    with stoic.use_sinks(sink):
+        with pytest.raises(RuntimeError):
+            await clock.run(with_fallback(Direct(), op, fallback=broken if form == "sync" else broken_async,
+                                          label="fb"))
+        assert sink.of("fallback.substituted") == []
+        assert await clock.run(with_fallback(Direct(), op, fallback=(lambda e: 7) if form == "sync" else slow_cache,
+                                             label="fb")) == 7
+    (event,) = sink.of("fallback.substituted")
+    assert event.attributes == {"error.type": "ConnectionError"} and event.time_ns == clock.now_ns()
+
+
 async def test_arguments_are_forwarded() -> None:
     async def op(a: int, *, b: int) -> int:
         return a - b

@@ -151,10 +151,11 @@ async def with_fallback(
                 handle = False
         if not handle:
             raise
+        substitute = fallback(error)
+        if inspect.isawaitable(substitute):
+            substitute = await substitute
+        # Once there is a value to return: a fallback that raised substituted nothing.
         if _SINKS.wants(Level.INFO):
             # (On the ambient clock, the one the policies around it measure on: with_fallback has none.)
             emit("fallback.substituted", label, Level.INFO, current_clock().now_ns(), {"error.type": error_type(error)})
-        substitute = fallback(error)
-        if inspect.isawaitable(substitute):
-            return await substitute
         return substitute

@@ -218,7 +218,8 @@ _SPECS: tuple[EventSpec, ...] = (
               "label, or \"timeout\" without one."),
     # --- fallback (seed 002, "Falling back") ---
     EventSpec("fallback.substituted", Level.INFO, "with_fallback returned the fallback's value instead of "
-              "raising. The label is the fallback's own (with_fallback's required label=).", {
+              "raising (emitted once the fallback has returned it: a fallback that raises emits nothing). "
+              "The label is the fallback's own (with_fallback's required label=).", {
         "error.type": _ERROR_TYPE,
     }),
     # --- keyed families (seed 003, Control plane: state per (policy, route)) ---
