@@ -207,6 +207,29 @@ async def test_a_misused_operation_raises_its_type_error_and_never_falls_back(
         assert chosen.snapshot.calls == 0  # never counted by the breaker either
 
 
+@pytest.mark.parametrize("stages", ["breaker-direct", "retrying-direct", "direct-bulkhead-direct"])
+@pytest.mark.parametrize("fn", _MISUSED, ids=lambda fn: fn.__name__)
+async def test_a_misused_operation_awaited_by_a_stage_of_the_callers_inside_a_pipeline_never_falls_back(
+    stages: str, fn: Callable[..., Any], clock: VirtualClock,
+) -> None:
+    # A stage of the caller's own (Direct) awaiting the plain function's value raised the
+    # TypeError; alone as the policy it was recognised, but behind a stoic stage in a Pipeline
+    # its frame was no longer the one after with_fallback's, and the fallback hid the bug.
+    made = {"breaker": CircuitBreaker(label="b", clock=clock), "bulkhead": Bulkhead(2, label="k", clock=clock),
+            "retrying": Retrying(Schedule.fixed(1).attempts(3), label="op", clock=clock)}
+    pipeline = Pipeline(*(made.get(name) or Direct() for name in stages.split("-")))
+    called: list[Exception] = []
+    with pytest.raises(TypeError):
+        await clock.run(with_fallback(pipeline, fn, fallback=lambda e: called.append(e) or "cached", label="fallback"))
+    assert called == []
+
+    async def own_type_error() -> None:
+        raise TypeError("the operation's own")  # (still the work failing: substituted)
+
+    assert await clock.run(with_fallback(Pipeline(Bulkhead(1, label="k1", clock=clock), Direct()), own_type_error,
+                                         fallback=lambda e: "cached", label="fallback")) == "cached"
+
+
 async def test_a_coroutine_object_instead_of_the_function_is_refused_before_the_policy_runs() -> None:
     ran: list[int] = []
 

@@ -21,6 +21,7 @@ from ._errors import Defect, failed_await, is_defect, leaves, stopped_at_await
 from ._policy import Policy, not_a_policy
 from .events import Level, emit, error_type
 from .events._sinks import kind_floor
+from .pipeline import Pipeline
 
 # The sinks wanting fallback events (stoic.events._sinks.KindFloor): a sink that wants none of
 # them leaves these events unbuilt.
@@ -31,7 +32,7 @@ __all__ = ["with_fallback"]
 R = TypeVar("R")
 
 
-def _misuse(error: Exception) -> bool:
+def _misuse(error: Exception, policy: object) -> bool:
     """The operation was handed over wrongly (an async generator or a plain function's generator
     or value where a coroutine was due), or the policy was (its ``execute`` does not take
     ``(fn, *args, **kwargs)``, or returns no awaitable): a bug at the call site, not a failure
@@ -41,8 +42,9 @@ def _misuse(error: Exception) -> bool:
     (``TypeError`` caused by a :class:`Defect`, as the breaker raises it). In a group, one such
     leaf is enough (the exception-group rule for defects). The ``await`` is stoic's own, or that
     of a policy of the caller's: ``error`` came straight out of that policy's ``execute`` frame,
-    which stopped at an ``await`` (the frame after with_fallback's in the traceback). One deeper
-    in is the operation's own failure (stoic._errors.failed_await)."""
+    or, in a ``Pipeline``, out of the ``execute`` frame of one of its stages (the innermost frame
+    of the traceback), which stopped at an ``await``. One deeper in is the operation's own
+    failure (stoic._errors.failed_await)."""
     tb = error.__traceback__
     if type(error) is TypeError and tb is not None and tb.tb_next is None:
         # Raised in with_fallback's own frame: calling ``policy.execute(fn, ...)`` did not bind
@@ -51,6 +53,13 @@ def _misuse(error: Exception) -> bool:
     if type(error) is TypeError and tb is not None and tb.tb_next is not None and tb.tb_next.tb_next is None \
             and stopped_at_await(tb.tb_next):
         return True
+    if type(error) is TypeError and tb is not None and isinstance(policy, Pipeline):
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        code = tb.tb_frame.f_code
+        if stopped_at_await(tb) and any(getattr(getattr(type(stage), "execute", None), "__code__", None) is code
+                                        for stage in policy.stages):
+            return True
     return any(isinstance(leaf, TypeError) and (isinstance(leaf.__cause__, Defect) or failed_await(leaf))
                for leaf in leaves(error))
 
@@ -131,7 +140,7 @@ async def with_fallback(
         result: R = await policy.execute(fn, *args, **kwargs)
         return result
     except Exception as error:
-        if _misuse(error):
+        if _misuse(error, policy):
             raise  # the caller's bug: surfaced, never hidden behind the substitute
         if should_handle is None:
             handle = not is_defect(error)
