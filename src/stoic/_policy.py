@@ -21,6 +21,15 @@ class Policy(Protocol):
     async def execute(self, fn: Callable[..., Awaitable[Any]], /, *args: Any, **kwargs: Any) -> Any: ...
 
 
+@functools.cache
+def _not_policies() -> tuple[type, type]:
+    """(Hedge, Keyed), imported on first use (each imports this module)."""
+    from .hedge import Hedge
+    from .keyed import Keyed
+
+    return Hedge, Keyed
+
+
 def not_a_policy(candidate: object, hedge_hint: str) -> str | None:
     """Why ``candidate``, which has an ``execute``, cannot run a call as
     ``candidate.execute(fn, *args, **kwargs)``, or None when nothing says so: a class (its
@@ -28,9 +37,7 @@ def not_a_policy(candidate: object, hedge_hint: str) -> str | None:
     (it takes ``IDEMPOTENT`` first; ``hedge_hint`` says what to do instead where it was given)
     or a :class:`stoic.Keyed` family (it takes the key first). Accepted, each would fail every
     call; a Pipeline and with_fallback refuse them with ``TypeError`` and this reason."""
-    from .hedge import Hedge
-    from .keyed import Keyed
-
+    Hedge, Keyed = _not_policies()
     if isinstance(candidate, type):
         return (f"a class is not a Policy (its execute is unbound), got {candidate.__qualname__}: pass an instance, "
                 f"{candidate.__name__}(...)")
