@@ -122,6 +122,27 @@ def test_a_policy_class_or_a_keyed_family_is_refused_as_a_stage_at_construction(
     assert len(Pipeline(family.get("k"))) == 1  # (its policies are)
 
 
+async def test_a_class_whose_execute_is_a_static_or_class_method_is_a_policy() -> None:
+    class Stateless:
+        @staticmethod
+        async def execute(fn: Callable[..., Awaitable[Any]], /, *args: Any, **kwargs: Any) -> Any:
+            return ("static", await fn(*args, **kwargs))
+
+    class Counting:
+        calls = 0
+
+        @classmethod
+        async def execute(cls, fn: Callable[..., Awaitable[Any]], /, *args: Any, **kwargs: Any) -> Any:
+            cls.calls += 1
+            return await fn(*args, **kwargs)
+
+    async def op(x: int) -> int:
+        return x
+
+    assert await Pipeline(Stateless, Counting).execute(op, 3) == ("static", 3)
+    assert Counting.calls == 1
+
+
 async def test_the_operations_own_error_comes_out_unchanged(clock: VirtualClock) -> None:
     log: list[str] = []
     op = fail_with(ValueError("bad"))

@@ -32,13 +32,15 @@ def _not_policies() -> tuple[type, type]:
 
 def not_a_policy(candidate: object, hedge_hint: str) -> str | None:
     """Why ``candidate``, which has an ``execute``, cannot run a call as
-    ``candidate.execute(fn, *args, **kwargs)``, or None when nothing says so: a class (its
-    ``execute`` is unbound: the operation would be taken for ``self``), a :class:`stoic.Hedge`
+    ``candidate.execute(fn, *args, **kwargs)``, or None when nothing says so: a class whose
+    ``execute`` is an instance method (unbound: the operation would be taken for ``self``; a
+    static or class method is a policy of the class's own), a :class:`stoic.Hedge`
     (it takes ``IDEMPOTENT`` first; ``hedge_hint`` says what to do instead where it was given)
     or a :class:`stoic.Keyed` family (it takes the key first). Accepted, each would fail every
     call; a Pipeline and with_fallback refuse them with ``TypeError`` and this reason."""
     Hedge, Keyed = _not_policies()
-    if isinstance(candidate, type):
+    if isinstance(candidate, type) and not isinstance(inspect.getattr_static(candidate, "execute", None),
+                                                      (staticmethod, classmethod)):
         return (f"a class is not a Policy (its execute is unbound), got {candidate.__qualname__}: pass an instance, "
                 f"{candidate.__name__}(...)")
     if isinstance(candidate, Hedge):
