@@ -308,6 +308,49 @@ async def test_pipeline_as_a_decorator(clock: VirtualClock) -> None:
         pipeline(lambda: 1)  # type: ignore[arg-type, return-value]
 
 
+async def test_an_operation_decorated_by_a_pipeline_receives_the_attempt_of_a_retry_or_hedge_around_it(
+        clock: VirtualClock) -> None:
+    # The wrapper took (*args, **kwargs), so a retry or a hedge around it passed no attempt and
+    # the pipeline (no Retrying stage) made a fresh Attempt(1) for each try: the same number on
+    # every retry and a new call_id each time, the idempotency key changing between a request
+    # and its retry. It declares attempt when the operation does, and forwards the one it gets.
+    seen: list[tuple[int, bool, str]] = []
+    pipeline = Pipeline(CircuitBreaker(label="b", clock=clock), stoic.Bulkhead(4, label="k", clock=clock))
+
+    @pipeline
+    async def op(x: int, attempt: Attempt | None = None) -> int:
+        assert attempt is not None
+        seen.append((attempt.number, attempt.hedged, attempt.call_id))
+        if len(seen) < 3:
+            raise ConnectionError("down")
+        return x
+
+    retrying = Retrying(Schedule.fixed(0.1).attempts(3), label="r", clock=clock)
+    assert await clock.run(retrying.execute(op, 5)) == 5
+    assert [(number, hedged) for number, hedged, _ in seen] == [(1, False), (2, False), (3, False)]
+    assert len({call_id for *_, call_id in seen}) == 1
+
+    seen.clear()
+    with pytest.raises(ConnectionError):
+        await clock.run(op(6, attempt=Attempt(7, "mine")))  # (one passed by the caller is used)
+    assert seen == [(7, False, "mine")]
+    seen.clear()
+
+    @pipeline
+    async def slow_first(attempt: Attempt) -> str:
+        seen.append((attempt.number, attempt.hedged, attempt.call_id))
+        await clock.sleep(0.6 if attempt.number == 1 else 0.01)
+        return "ok"
+
+    assert await clock.run(stoic.Hedge(0.1, label="h", clock=clock).execute(stoic.IDEMPOTENT, slow_first)) == "ok"
+    assert [(number, hedged) for number, hedged, _ in seen] == [(1, False), (2, True)]
+    assert len({call_id for *_, call_id in seen}) == 1
+
+    seen.clear()
+    assert await clock.run(slow_first()) == "ok"  # (called alone: the pipeline's own Attempt(1))
+    assert [(number, hedged) for number, hedged, _ in seen] == [(1, False)]
+
+
 async def test_nested_retrying_stages_collapse_to_the_outer_one(clock: VirtualClock, sink: RecordingSink) -> None:
     op = fail_with(ConnectionError())
     pipeline = Pipeline(Retrying(Schedule.fixed(0).attempts(3), label="op"), Retrying(Schedule.fixed(0).attempts(3),

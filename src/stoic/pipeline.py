@@ -31,6 +31,7 @@ from ._retry import (
     _retrying_execute,
     _run_async,
     _run_sync,
+    wants_attempt,
 )
 from .schedule import BoundedSchedule
 
@@ -306,10 +307,24 @@ class Pipeline:
 
     @through_method_decorators
     def __call__(self, fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-        """Decorate a coroutine function: each call runs through the pipeline."""
+        """Decorate a coroutine function: each call runs through the pipeline.
+
+        When ``fn`` declares ``attempt``, so does the wrapper: a retry or hedge around the
+        decorated function hands it its :class:`stoic.Attempt`, which reaches ``fn`` (as one
+        passed by the caller would); called without one, ``fn`` gets the pipeline's own."""
         if not is_async_callable(fn):
             raise TypeError("Pipeline decorates coroutine functions (its stages are asynchronous)")
         execute = self.execute
+
+        if wants_attempt(fn):
+            @functools.wraps(fn)
+            async def attempted(*args: Any, attempt: Attempt | None = None, **kwargs: Any) -> R:
+                if attempt is not None:
+                    kwargs["attempt"] = attempt
+                result: R = await execute(fn, *args, **kwargs)
+                return result
+
+            return attempted  # type: ignore[return-value]
 
         @functools.wraps(fn)
         async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
