@@ -105,6 +105,9 @@ def test_a_hedge_is_refused_as_a_stage_at_construction() -> None:
         Pipeline(stoic.Bulkhead(1, label="b"), hedged)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="not a Policy"):
         Pipeline([hedged])  # type: ignore[list-item]
+    # (The way out it names for an operation declaring attempt hands it the hedge's attempts.)
+    with pytest.raises(TypeError, match=r"hedge.execute\(stoic.IDEMPOTENT, pipeline\(fn\)\) when fn declares attempt"):
+        Pipeline(hedged)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("stage", [CircuitBreaker, Retrying, stoic.Bulkhead, stoic.Keyed(stoic.Bulkhead, label="fam",

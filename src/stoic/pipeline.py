@@ -267,7 +267,9 @@ class Pipeline:
             elif isinstance(stage, (list, tuple)):
                 flat.extend(Pipeline(*stage)._stages)
             elif (refused := not_a_policy(stage, "put the pipeline inside the hedge, hedge.execute(stoic.IDEMPOTENT, "
-                                                 "pipeline.execute, fn)")) is not None:
+                                                 "pipeline.execute, fn), or hedge.execute(stoic.IDEMPOTENT, "
+                                                 "pipeline(fn)) when fn declares attempt (pipeline.execute "
+                                                 "takes none: fn would get Attempt(1) on every hedge)")) is not None:
                 raise TypeError(refused)
             elif callable(getattr(stage, "execute", None)):
                 flat.append(stage)  # type: ignore[arg-type]
