@@ -362,3 +362,13 @@ async def test_nested_retrying_stages_collapse_to_the_outer_one(clock: VirtualCl
         await clock.run(pipeline.execute(op))
     assert op.calls == 3
     assert len(sink.of("retry.nested")) == 3
+
+
+def test_every_public_member_of_pipeline_and_retrying_is_documented() -> None:
+    # Retrying.schedule and Retrying.label had no docstring (help() and the API docs showed none).
+    for cls in (Pipeline, Retrying):
+        for name, member in vars(cls).items():
+            if name.startswith("_") or name == "op":  # (op: Pipeline's cache of its last operation's code)
+                continue
+            doc = member.fget.__doc__ if isinstance(member, property) else getattr(member, "__doc__", None)
+            assert doc, f"{cls.__name__}.{name}"

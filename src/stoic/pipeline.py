@@ -76,10 +76,12 @@ class Retrying:
 
     @property
     def schedule(self) -> BoundedSchedule:
+        """The schedule every call through this stage runs under (its delays and attempt bound)."""
         return self._retrier.schedule
 
     @property
     def label(self) -> str:
+        """The label carried by this stage's events."""
         return self._retrier.label
 
     @property
