@@ -142,6 +142,32 @@ def cancel_explains(task: asyncio.Task[Any], error: BaseException) -> bool:
     return bool(found) and all(_turned_from_cancel(leaf) for leaf in found)
 
 
+def caller_cancelled(error: BaseException) -> bool:
+    """Whether the task running the call is being cancelled, asked when the operation ended with
+    the ordinary exception ``error`` (a ``CancelledError`` or other ``BaseException`` is never
+    counted anyway). One rule for every policy that judges an error: the breakers (not counted)
+    and ``with_fallback`` (not substituted).
+
+    The caller is being cancelled when a cancel request reached its task during the call and
+    explains ``error`` (``stoic._deadline.cancel_explains``: still pending, or delivered as the
+    ``CancelledError`` the operation turned into ``error``; for an exception group, into every
+    leaf of it).
+
+    ``task.cancelling()`` above zero alone proves nothing: a cancel swallowed earlier (a failed
+    ``TaskGroup`` on Python 3.11 never calls ``uncancel()``, nor do some libraries) leaves it
+    raised for the rest of the task, whose later failures must count (field report 17). The
+    count is not read on entry (on 3.11 finding the current task costs a ``getpid`` system call,
+    ~100 ns, more than half the breaker's success path); it is read only here, on an error.
+    """
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop: a coroutine closed or driven by hand
+        return False
+    if task is None or task.cancelling() == 0:
+        return False
+    return cancel_explains(task, error)
+
+
 def _turned_from_cancel(error: BaseException) -> bool:
     link: BaseException | None = error
     for _ in range(16):

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
 from .. import _admission, _metrics, _random
 from .._callbacks import callback_failed
 from .._clock import Clock, SystemClock, current_clock
-from .._deadline import remaining_ns
+from .._deadline import caller_cancelled, remaining_ns
 from .._durations import Seconds, check_int, check_label, to_seconds
 from .._errors import (
     CircuitOpen,
@@ -386,7 +386,7 @@ class CircuitBreaker:
         """Judge an operation that raised ``exc`` (``in_task``: it ran through the async path, which
         passes the object it awaited, or None when ``fn`` itself raised)."""
         end = self._now()
-        if not isinstance(exc, Exception) or (in_task and _decorate.caller_cancelled(exc)):
+        if not isinstance(exc, Exception) or (in_task and caller_cancelled(exc)):
             # The caller was cancelled or interrupted: no evidence about the dependency.
             self._ignore(epoch, probe, "cancelled", end)
             return

@@ -47,7 +47,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import _metrics
-from .._deadline import cancel_explains
 from .._policy import is_async_callable, through_method_decorators
 from .._source import compile_source, indent
 from ..events import Level
@@ -235,30 +234,3 @@ def decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., A
         wrapper.__kwdefaults__ = dict(fn.__kwdefaults__) if fn.__kwdefaults__ else None
     functools.update_wrapper(wrapper, fn)
     return wrapper
-
-
-# ---------------------------------------------------------------- "is the caller being cancelled?"
-
-def caller_cancelled(error: BaseException) -> bool:
-    """Whether the task running the call is being cancelled, asked when the operation ended with
-    the ordinary exception ``error`` (a ``CancelledError`` or other ``BaseException`` is never
-    counted anyway).
-
-    The caller is being cancelled when a cancel request reached its task during the call and
-    explains ``error`` (``stoic._deadline.cancel_explains``: still pending, or delivered as the
-    ``CancelledError`` the operation turned into ``error``; for an exception group, into every
-    leaf of it).
-
-    ``task.cancelling()`` above zero alone proves nothing: a cancel swallowed earlier (a failed
-    ``TaskGroup`` on Python 3.11 never calls ``uncancel()``, nor do some libraries) leaves it
-    raised for the rest of the task, whose later failures must count (field report 17). The
-    count is not read on entry (on 3.11 finding the current task costs a ``getpid`` system call,
-    ~100 ns, more than half the breaker's success path); it is read only here, on an error.
-    """
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # no running loop: a coroutine closed or driven by hand
-        return False
-    if task is None or task.cancelling() == 0:
-        return False
-    return cancel_explains(task, error)

@@ -31,12 +31,13 @@ from typing import Any, Final, ParamSpec, TypeVar
 from .. import _admission, _random
 from .._callbacks import callback_failed
 from .._clock import Clock, SystemClock, current_clock
+from .._deadline import caller_cancelled
 from .._durations import Seconds, check_int, to_ns
 from .._errors import CircuitOpen, Defect, failed_await, is_defect, is_rejection
 from .._policy import is_async_callable, through_method_decorators
 from ..breaker import BreakerSnapshot, BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
 from ..breaker._config import threshold_ppm
-from ..breaker._decorate import REFUSED_RESULTS, caller_cancelled
+from ..breaker._decorate import REFUSED_RESULTS
 from ..breaker._stream import StateStream
 from ..breaker._window import FAILED, NEVER, SLOW, CountRing, TimeBuckets
 from ..events import Level, emit
