@@ -398,3 +398,57 @@ async def test_the_substitution_event_is_timed_on_the_ambient_clock(clock: Virtu
         assert await with_fallback(Direct(), fail_with(ConnectionError()), fallback=lambda e: 0, label="fb") == 0
     (event,) = sink.of("fallback.substituted")
     assert event.time_ns == clock.now_ns() == 5_000_000_000
+
+
+@pytest.mark.parametrize("group", [False, True], ids=["error", "exception-group"])
+async def test_an_error_made_of_the_callers_cancellation_is_not_substituted(group: bool) -> None:
+    # A client that turns the CancelledError into an error of its own must not get the caller a
+    # substitute after it asked to stop (the breaker never counts such an error, hedge re-raises it).
+    started = asyncio.Event()
+
+    async def client() -> str:
+        try:
+            started.set()
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            if not group:
+                raise ConnectionError("connection torn down") from None  # (its __context__ is the cancel)
+            try:  # (a TaskGroup's children each fail on their way out of the cancellation)
+                raise ConnectionError("connection torn down")
+            except ConnectionError as leaf:
+                raise ExceptionGroup("fan-out", [leaf]) from None
+        return "never"
+
+    substituted: list[Exception] = []
+
+    async def call() -> str:
+        return await stoic.with_fallback(stoic.Pipeline(), client, label="fb",
+                                         fallback=lambda e: substituted.append(e) or "cached")
+
+    task = asyncio.ensure_future(call())
+    await started.wait()
+    task.cancel()
+    with pytest.raises((ConnectionError, ExceptionGroup)):
+        await task
+    assert substituted == []
+
+
+async def test_a_failure_after_a_cancel_swallowed_earlier_is_still_substituted() -> None:
+    # (Field report 17's shape: the task's cancel count stays raised, but nothing cancels this call.)
+    async def swallow() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            pass  # no uncancel(): the count stays at 1
+
+    async def fails() -> str:
+        raise ConnectionError("down")
+
+    async def main() -> str:
+        await swallow()
+        return await stoic.with_fallback(stoic.Pipeline(), fails, label="fb", fallback=lambda e: "cached")
+
+    assert await asyncio.ensure_future(main()) == "cached"

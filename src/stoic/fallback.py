@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from ._callbacks import callback_failed
 from ._clock import current_clock
+from ._deadline import caller_cancelled
 from ._durations import check_label
 from ._errors import Defect, failed_await, is_defect, leaves, stopped_at_await
 from ._policy import Policy, not_a_policy
@@ -122,7 +123,10 @@ async def with_fallback(
 
     ``should_handle`` defaults to "every ``Exception`` except a :class:`stoic.Defect`" (a bug
     should be loud, not papered over). ``asyncio.CancelledError``, ``KeyboardInterrupt``,
-    ``SystemExit`` and every other ``BaseException`` are never handled. An exception raised by
+    ``SystemExit`` and every other ``BaseException`` are never handled, nor is an error the
+    operation made of the caller's cancellation (the task is being cancelled and the error
+    carries the ``CancelledError``: the breaker's rule, which never counts it; hedge and retry
+    re-raise it too). An exception raised by
     ``fallback`` itself propagates, chained to the original. ``policy`` may be any
     :class:`stoic.Policy`, a ``Pipeline`` included. ``label`` (keyword, required, a non-empty
     ``str``: ``TypeError``/``ValueError`` at the call otherwise) names this fallback in reports.
@@ -159,6 +163,8 @@ async def with_fallback(
     except Exception as error:
         if _misuse(error, policy):
             raise  # the caller's bug: surfaced, never hidden behind the substitute
+        if caller_cancelled(error):
+            raise  # the operation made the caller's cancellation an error: no answer for a caller that left
         if should_handle is None:
             handle = not is_defect(error)
         else:
