@@ -12,6 +12,7 @@ from typing import ClassVar, Protocol, TypeAlias, runtime_checkable
 
 from ._durations import Seconds, to_ns
 from ._errors import BudgetExhausted, DeadlineExceeded, Rejected, leaves
+from ._policy import refuse_async_callback
 
 _MAX_NS = 2**63 - 1  # every wait saturates here (as schedules do); retry caps it at five minutes anyway
 
@@ -248,6 +249,7 @@ class RetryClassifier:
     def __init__(self, fn: Callable[[BaseException], _Verdict], *, name: str | None = None) -> None:
         if not callable(fn):
             raise TypeError(f"a classifier must be callable, got {type(fn).__name__}")
+        refuse_async_callback(fn, "classify", "a RetryDecision or a bool")
         self._fn = fn
         self.name = name or getattr(fn, "__qualname__", type(fn).__qualname__)
 

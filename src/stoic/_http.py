@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 from ._callbacks import callback_failed
 from ._classify import RetryDecision
 from ._errors import RateLimited
-from ._policy import Policy
+from ._policy import Policy, refuse_async_callback
 from .hedge import IDEMPOTENT, Hedge
 from .keyed import Keyed
 from .pipeline import Retrying
@@ -180,6 +180,8 @@ class HTTPPolicies(Generic[Resp]):
             raise TypeError(f"retry_methods must be a collection of method names, got {retry_methods!r}")
         if is_failure is not None and not callable(is_failure):
             raise TypeError(f"is_failure must be a callable (status -> bool), got {type(is_failure).__name__}")
+        if is_failure is not None:
+            refuse_async_callback(is_failure, "is_failure", "bool")
         if isinstance(retry_after_cap, bool) or not isinstance(retry_after_cap, (int, float)) \
                 or not retry_after_cap >= 0 or not math.isfinite(retry_after_cap):
             raise ValueError(f"retry_after_cap must be finite seconds >= 0, got {retry_after_cap!r}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 
@@ -66,8 +67,21 @@ def is_async_callable(fn: object) -> bool:
     ``functools.partial`` of one included) or an object whose class's ``__call__`` is one. Every
     decorator and every plain-function path asks this, so an async callable object is taken for
     what it is, not for a plain function whose result is a coroutine."""
+    if type(fn) is types.FunctionType and not fn.__code__.co_flags & inspect.CO_COROUTINE \
+            and not hasattr(fn, "_is_coroutine_marker"):  # (3.12+ inspect.markcoroutinefunction)
+        return False  # a plain def or lambda, without inspect's unwrapping (a callback per call)
     return inspect.iscoroutinefunction(fn) or (
         not inspect.isroutine(fn) and inspect.iscoroutinefunction(getattr(type(fn), "__call__", None)))  # noqa: B004 (the class's own __call__ is what runs)
+
+
+def refuse_async_callback(callback: object, name: str, returns: str) -> None:
+    """``TypeError`` naming ``name`` when ``callback``, a predicate stoic calls while it decides
+    about an error (``record_when``, ``classify``, ``is_failure``), is an async callable: it is
+    called, never awaited, and its coroutine would read as true on every call."""
+    if is_async_callable(callback):
+        raise TypeError(f"{name} must be a plain function returning {returns}, got the async callable "
+                        f"{callback!r}: it is called while stoic decides about an error, never awaited, "
+                        "and its coroutine would read as true every time")
 
 
 D = TypeVar("D", bound=Callable[..., Any])

@@ -41,6 +41,7 @@ from .._errors import (
     is_defect,
     is_rejection,
 )
+from .._policy import refuse_async_callback
 from .._retune import validated
 from ..events import Level, emit
 from ..events._event import error_type
@@ -901,6 +902,7 @@ def _check_record_when(record_when: object) -> None:
     """A ``record_when`` must be callable with one positional argument (the error)."""
     if not callable(record_when):
         raise TypeError(f"record_when must be a callable (error) -> bool, got {type(record_when).__name__}")
+    refuse_async_callback(record_when, "record_when", "bool")
     try:
         signature = inspect.signature(record_when)
     except (TypeError, ValueError):  # a builtin or extension callable without a signature: trusted
