@@ -544,3 +544,23 @@ async def test_fleet_fail_closed_says_which_policy_and_why(clock: VirtualClock, 
     assert closed == [("lim", Level.WARNING, {"policy": "ratelimiter", "unavailable": unavailable}),
                       ("brk", Level.WARNING, {"policy": "breaker", "unavailable": unavailable})]
 
+
+async def test_a_hedge_refusing_a_call_whose_deadline_has_passed_says_so(clock: VirtualClock,
+                                                                         sink: RecordingSink) -> None:
+    # Seen failing before the fix: DeadlineExceeded and no event at all, where the breaker, the
+    # bulkhead and the limiter each report the same refusal (seed 000: rejections are events).
+    ran: list[int] = []
+
+    async def op() -> None:
+        ran.append(1)
+
+    async def late() -> None:
+        async with stoic.deadline(clock.now() - 1):
+            await Hedge(0.1, label="h", clock=clock).execute(IDEMPOTENT, op)
+
+    await clock.advance(2)
+    with pytest.raises(stoic.DeadlineExceeded):
+        await clock.run(late())
+    assert ran == []
+    assert [(e.name, e.label, e.level, e.attributes, e.time_ns) for e in sink.events] == [
+        ("hedge.deadline_skip", "h", Level.INFO, {"attempts": 0}, 2_000_000_000)]

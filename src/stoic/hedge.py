@@ -638,6 +638,9 @@ async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: 
     if _deadline.ever_set and _deadline_scope.get() is not None:
         left = remaining_ns(clock)
         if left is not None and left <= 0:
+            # A refusal, reported as the breaker's, bulkhead's and limiter's are: no attempt started.
+            if _SINKS.wants(Level.INFO):
+                emit("hedge.deadline_skip", policy.label, Level.INFO, clock.now_ns(), {"attempts": 0})
             raise DeadlineExceeded("deadline exceeded before the hedged call started", label=policy.label)
     task = _caller_task()
     if task is None:

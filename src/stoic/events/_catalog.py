@@ -168,7 +168,8 @@ _SPECS: tuple[EventSpec, ...] = (
     EventSpec("hedge.budget_exhausted", Level.WARNING, "No retry-budget token: no hedge; running attempts go on.", {
         "attempts": _a("int", "attempts started so far"),
     }),
-    EventSpec("hedge.deadline_skip", Level.INFO, "No hedge: the ambient deadline leaves no time for one.", {
+    EventSpec("hedge.deadline_skip", Level.INFO, "No hedge: the ambient deadline leaves no time for one (or, "
+              "with attempts 0, had already passed when the call started: nothing ran).", {
         "attempts": _a("int", "attempts started so far"),
     }),
     EventSpec("hedge.all_failed", Level.WARNING, "Every started attempt failed; the first failure is raised.", {
