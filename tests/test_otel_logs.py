@@ -123,3 +123,27 @@ def test_a_defect_record_carries_the_exception_being_handled(logs):
     assert defect["exception.message"] == "invariant broken"
     assert "in buggy" in defect["exception.stacktrace"] and "Defect: invariant broken" in defect["exception.stacktrace"]
     assert "exception.type" not in by_name["breaker.opened"].attributes
+
+
+def test_a_defect_whose_message_cannot_be_rendered_still_reaches_the_log(logs):
+    # Seen failing before the fix: str(error) raised inside the sink, so the breaker.defect
+    # record was never emitted (the stdlib and structlog sinks logged it, with the traceback's
+    # "<exception str() failed>").
+    import stoic
+
+    class Unprintable(stoic.Defect):
+        def __str__(self) -> str:
+            raise RuntimeError("no message")
+
+    exporter, _ = logs
+    breaker = stoic.CircuitBreaker(label="unprintable")
+
+    def buggy() -> None:
+        raise Unprintable()
+
+    with pytest.raises(Unprintable):
+        breaker.call(buggy)
+    (record,) = [r for r in records(exporter) if r.event_name == "breaker.defect"]
+    assert record.attributes["exception.type"].endswith("<locals>.Unprintable")
+    assert record.attributes["exception.message"] == "<exception str() failed>"
+    assert "Unprintable: <exception str() failed>" in record.attributes["exception.stacktrace"]

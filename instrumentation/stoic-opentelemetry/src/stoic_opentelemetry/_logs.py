@@ -56,7 +56,11 @@ class LogEventSink:
             error = sys.exc_info()[1]
             if error is not None:
                 made["exception.type"] = type(error).__qualname__
-                made["exception.message"] = str(error)
+                try:
+                    message = str(error)
+                except Exception:  # (an exception whose __str__ fails: the record is still sent)
+                    message = "<exception str() failed>"  # as the traceback renders it
+                made["exception.message"] = message
                 made["exception.stacktrace"] = "".join(traceback.format_exception(error))
         self._logger.emit(
             timestamp=time.time_ns(), event_name=event.name, severity_number=number, severity_text=text,
