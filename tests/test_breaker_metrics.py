@@ -154,3 +154,28 @@ def test_threads_racing_to_make_the_recorder_make_one(metrics_on: None, monkeypa
     assert len(made) == 1
     recorder = _recorder_of(breaker)
     assert breaker._success_histogram is recorder.histograms[("stoic.breaker.call.duration", "success", "")]
+
+
+async def test_a_call_refused_for_its_passed_deadline_counts_as_a_rejection(metrics_on: None) -> None:
+    # Seen failing before the fix: breaker.rejected (reason deadline_exceeded) was emitted but
+    # stoic.breaker.rejections, "every call the breaker refused", did not count it, where the
+    # limiter and the bulkhead count their own late refusals.
+    import asyncio
+
+    import stoic
+
+    breaker = CircuitBreaker(label="late")
+    breaker.call(lambda: 1)
+
+    async def ok() -> int:
+        return 1
+
+    async def late() -> None:
+        async with stoic.deadline(stoic.SYSTEM_CLOCK.now() - 1):
+            await breaker.execute(ok)
+
+    for _ in range(3):
+        with pytest.raises(stoic.DeadlineExceeded):
+            await late()
+    await asyncio.sleep(0)
+    assert _recorder_of(breaker).counters.get(("stoic.breaker.rejections", "closed")) == 3

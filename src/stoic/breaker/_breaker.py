@@ -313,9 +313,12 @@ class CircuitBreaker:
     def _refuse_if_late(self) -> None:
         left = remaining_ns()
         if left is not None and left <= 0:
+            state = self._state
+            if _metrics_state.enabled:  # a refusal, counted as _admit counts its own
+                (self._recorder or self._new_recorder()).count_locked(("stoic.breaker.rejections", state.value))
             if min_level() <= _DEBUG:
                 emit("breaker.rejected", self.label, _DEBUG, self._now(),
-                     {"state": self._state.value, "reason": "deadline_exceeded"})
+                     {"state": state.value, "reason": "deadline_exceeded"})
             raise DeadlineExceeded(f"deadline exceeded before calling through breaker {self.label!r}",
                                    label=self.label)
 
