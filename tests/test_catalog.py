@@ -154,3 +154,58 @@ def test_every_event_emitted_with_literal_attributes_has_the_keys_the_catalog_re
         if extra := keys - spec.allowed:
             problems.append(f"{file}:{line}: {name} sends {sorted(extra)}, not in the catalog")
     assert problems == []
+
+
+
+def _built_events() -> list[tuple[str, int, str, set[str] | None, str | None]]:
+    """Every event stoic builds, as written in its source: each ``emit("name", label, level, ...)``
+    call (keys None: the literal scan above checks them), and each event built as data before
+    one emit sends it, a call (``self._event("retry.x", Level.INFO, {...})``, ``self._emit(...)``)
+    or a tuple (a breaker's pending ``("breaker.opened", _WARNING, {...})``, a family's
+    ``("keyed.full", Level.WARNING, {...})``) holding a catalog name and a dict literal with
+    string keys: (file, line, name, keys, level name when written there)."""
+    import ast
+
+    def level_of(part: ast.expr) -> str | None:
+        text = ast.unparse(part).rpartition(".")[2].lstrip("_")
+        return text if text in {"DEBUG", "INFO", "WARNING", "ERROR"} else None
+
+    found: list[tuple[str, int, str, set[str] | None, str | None]] = []
+    for path in sorted((ROOT / "src" / "stoic").rglob("*.py")):
+        if path.name == "_catalog.py":
+            continue
+        file = str(path.relative_to(ROOT))
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "emit":
+                if len(node.args) == 5 and isinstance(node.args[0], ast.Constant) and node.args[0].value in CATALOG:
+                    found.append((file, node.lineno, node.args[0].value, None, level_of(node.args[2])))
+                continue
+            parts = node.args if isinstance(node, ast.Call) else node.elts if isinstance(node, ast.Tuple) else []
+            names = [p.value for p in parts if isinstance(p, ast.Constant) and p.value in CATALOG]
+            dicts = [p for p in parts if isinstance(p, ast.Dict)
+                     and all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in p.keys)]
+            if len(names) == 1 and len(dicts) == 1:
+                levels = [lvl for p in parts if (lvl := level_of(p)) is not None]
+                found.append((file, node.lineno, names[0], {k.value for k in dicts[0].keys},  # type: ignore[union-attr]
+                              levels[0] if levels else None))
+    return found
+
+
+def test_every_event_has_the_catalog_level_and_one_built_as_data_its_keys():
+    # The retry's, a breaker's pending, a family's and the control plane's events are built as
+    # data before one emit call sends them, which the literal scan above never sees; and no
+    # scan compared an event's level with the catalog's (RecordingSink checks attributes only).
+    built = _built_events()
+    assert len([b for b in built if b[3] is None]) >= 30 and len([b for b in built if b[3] is not None]) >= 15
+    problems = []
+    for file, line, name, keys, level in built:
+        spec = CATALOG[name]
+        if level is not None and level != spec.level.name:
+            problems.append(f"{file}:{line}: {name} at {level}, the catalog says {spec.level.name}")
+        if keys is None:
+            continue
+        if missing := spec.required - keys:
+            problems.append(f"{file}:{line}: {name} lacks {sorted(missing)}")
+        if extra := keys - spec.allowed:
+            problems.append(f"{file}:{line}: {name} sends {sorted(extra)}, not in the catalog")
+    assert problems == []
