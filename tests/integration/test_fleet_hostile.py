@@ -235,3 +235,68 @@ async def test_a_probe_whose_lease_reply_came_after_the_budget_gives_the_lease_b
     assert other.state is BreakerState.CLOSED
     await store.aclose()
     await other_store.aclose()
+
+
+def end_open_period(server: RedisServer, label: str) -> None:
+    """Move the shared open period's end into the past (no real wait for it)."""
+    import redis
+
+    raw = redis.Redis.from_url(server.url)
+    raw.hset(f"{{stoic:{label}}}:breaker", "un", 1)
+    raw.close()
+
+
+def fail_once(store: RedisStore, script: str) -> list[str]:
+    """The first ``script`` call dies before it reaches the server (a connection reset)."""
+    import redis
+
+    sha = store._scripts[script].sha
+    roundtrip = store._roundtrip
+    failed: list[str] = []
+
+    async def dying(command: tuple[Any, ...], repeat: bool) -> Any:
+        if command[1] == sha and not failed:
+            failed.append(script)
+            raise redis.exceptions.ConnectionError("connection reset by peer")
+        return await roundtrip(command, repeat)
+
+    store._roundtrip = dying  # type: ignore[method-assign]
+    return failed
+
+
+@pytest.mark.parametrize(("outcome", "closed"), [("ok", True), ("failed", False)])
+async def test_a_probe_whose_report_got_no_answer_is_reported_at_the_next_contact(
+    server: RedisServer, outcome: str, closed: bool,
+) -> None:
+    from stoic.testing import VirtualClock
+
+    label = fresh("done-lost")
+    clock = VirtualClock()
+    store = RedisStore(server.url, budget=0.5, probe_interval=1.0, clock=clock)
+    other_store = RedisStore(server.url, budget=0.5)
+    shared, other = breaker(store, label, clock=clock), breaker(other_store, label)
+    await trip(shared)
+    end_open_period(server, label)
+    await clock.advance(0.25)  # this replica's copy of the open period is over too
+    failed = fail_once(store, "breaker_done")
+    if outcome == "ok":
+        assert await shared.execute(ok) == "ok"  # the probe succeeded; its report was lost
+    else:
+        with pytest.raises(ConnectionError):
+            await shared.execute(fail)
+    assert failed and shared.degraded
+    await clock.advance(1.0)  # the store's rest is over
+    await shared.refresh()  # the next contact: the probe's outcome is reported now
+    assert not shared.degraded
+    # The fleet's one probe lease is not held until half_open_timeout (60 s) expires it as a
+    # failed probe: the outcome the probe found decides, for every replica.
+    if closed:
+        assert await other.execute(ok) == "ok"
+        assert other.state is BreakerState.CLOSED and shared.state is BreakerState.CLOSED
+    else:
+        with pytest.raises(CircuitOpen) as info:
+            await other.execute(ok)
+        assert info.value.retry_after is not None  # re-opened (probe_failed), not wedged half-open
+        assert shared.trips == 2
+    await store.aclose()
+    await other_store.aclose()

@@ -191,10 +191,11 @@ class SharedCircuitBreaker:
         # a shared state found empty (a restarted or flushed Redis, an expired key) gets it again.
         self._switched = False
         self._reforce = False
-        # Probe tokens whose lease request got no answer (the store timed out or failed): the
-        # lease may have been granted, so each is given back at the next contact, long before
-        # half_open_timeout would expire it as a failed probe.
-        self._orphans: list[str] = []
+        # Probe leases whose request or report got no answer (the store timed out or failed),
+        # as (token, outcome): the lease may be held, so each is given back ("none": the request
+        # was not answered) or reported at the next contact, long before half_open_timeout would
+        # expire it as a failed probe.
+        self._orphans: list[tuple[str, str]] = []
 
     # ------------------------------------------------------------------ observation
     @property
@@ -378,10 +379,10 @@ class SharedCircuitBreaker:
                 self._reforce = False
                 await self._call("breaker_force", "open")
             while answered and self._orphans:
-                token = self._orphans.pop()
-                answered = await self._call("breaker_done", token, "none") is not None
+                orphan = self._orphans.pop()
+                answered = await self._call("breaker_done", *orphan) is not None
                 if not answered:
-                    self._orphans.append(token)
+                    self._orphans.append(orphan)
         except asyncio.CancelledError:
             cancelled = True  # no answer, no failure: the next call reads (a reply kept its _due)
             raise
@@ -586,10 +587,10 @@ class SharedCircuitBreaker:
             # The server may have granted the lease before the caller left: given back at once
             # (a lease nobody holds would keep the fleet's probes taken until half_open_timeout,
             # then count as a failed probe). A token never granted changes nothing.
-            await self._call("breaker_done", token, "none")
+            await self._done(token, "none")
             raise
         if reply is None:
-            self._orphan(token)
+            self._orphan(token, "none")
             return await self._without_store(fn, args, kwargs)
         if not reply[4]:
             if self._st == _CLOSED:
@@ -630,18 +631,24 @@ class SharedCircuitBreaker:
                  {"outcome": "failure" if failed else "success", "slow": end - start > self._slow_ns,
                   "state": "half_open", "duration": (end - start) / 1e9})
 
-    def _orphan(self, token: str) -> None:
+    def _orphan(self, token: str, outcome: str) -> None:
         if len(self._orphans) < 16:  # (bounded: an outage makes one per probe interval at most)
-            self._orphans.append(token)
+            self._orphans.append((token, outcome))
 
     async def _done(self, token: str, outcome: str) -> list[Any] | None:
+        """Report a probe's outcome (``none``: give the lease back); one that gets no answer is
+        sent again at the next contact (harmless when it did run: the lease is gone, and a
+        second report is stale)."""
         try:
-            return await self._call("breaker_done", token, outcome)
+            reply = await self._call("breaker_done", token, outcome)
         except asyncio.CancelledError:
-            # Cancelled before the reply came: the report may never have run, so it is sent
-            # again (harmless when it did run: the lease is gone, a second report is stale).
-            await self._call("breaker_done", token, outcome)
+            # Cancelled before the reply came: the report may never have run, so it is sent again.
+            if await self._call("breaker_done", token, outcome) is None:
+                self._orphan(token, outcome)
             raise
+        if reply is None:
+            self._orphan(token, outcome)
+        return reply
 
     # ------------------------------------------------------------------ plain functions
     def call(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -666,10 +673,10 @@ class SharedCircuitBreaker:
                     self._reforce = False
                     self._call_blocking("breaker_force", "open")
                 while answered and self._orphans:
-                    token = self._orphans.pop()
-                    answered = self._call_blocking("breaker_done", token, "none") is not None
+                    orphan = self._orphans.pop()
+                    answered = self._call_blocking("breaker_done", *orphan) is not None
                     if not answered:
-                        self._orphans.append(token)
+                        self._orphans.append(orphan)
                 self._due = now() + self._refresh_ns
             st, gen, degraded = self._st, self._gen, self._degraded
             if not degraded and st != _CLOSED and (st == _FORCED or now() < self._until):
@@ -713,7 +720,7 @@ class SharedCircuitBreaker:
             reply = self._call_blocking("breaker_probe", token)
             closed = self._st == _CLOSED
         if reply is None:
-            self._orphan(token)
+            self._orphan(token, "none")
             fail_event(self.label, "breaker", self._fail_open, self._why, self._now())
             if not self._fail_open:
                 raise CircuitOpen(f"circuit open ({self.label}): the store could not decide", label=self.label)
@@ -734,15 +741,22 @@ class SharedCircuitBreaker:
             if outcome == "ok" and end - start > self._slow_ns:
                 outcome = "slow"
             with self._sync:
-                done = self._call_blocking("breaker_done", token, outcome)
+                done = self._done_blocking(token, outcome)
             if verdict is not None:
                 self._probed(done, verdict, start, end)
             raise
         end, start = self._now(), self._since(start)
         with self._sync:
-            done = self._call_blocking("breaker_done", token, "slow" if end - start > self._slow_ns else "ok")
+            done = self._done_blocking(token, "slow" if end - start > self._slow_ns else "ok")
         self._probed(done, False, start, end)
         return result
+
+    def _done_blocking(self, token: str, outcome: str) -> list[Any] | None:
+        """:meth:`_done` on the store's sync client (under ``self._sync``)."""
+        reply = self._call_blocking("breaker_done", token, outcome)
+        if reply is None:
+            self._orphan(token, outcome)
+        return reply
 
     @through_method_decorators
     def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
