@@ -308,3 +308,39 @@ def test_call_without_a_store_goes_through_the_fallback_or_refuses() -> None:
             closed.call(lambda: "never")
         assert info.value.retry_after is None
     assert sink.of("fleet.fail_open") and sink.of("fleet.fail_closed")
+
+
+@pytest.mark.parametrize("reply", [[0, 0, -1, 1, 0, 0], [2, 1, -1, 5, 1, 0]], ids=["closed", "half-open"])
+async def test_a_passed_deadline_refuses_the_shared_breaker_before_it_asks_or_runs(reply: Any) -> None:
+    # CircuitBreaker's rule (seed 000: a policy that finds the deadline passed does not start work
+    # that is already late): no call runs, no probe lease of the fleet's is taken by a doomed call.
+    sink = RecordingSink()
+    store = RedisStore(URL)
+    calls = _answer(store, reply)
+    blocking: list[int] = []
+
+    def timed_blocking(*args: Any) -> Any:
+        blocking.append(1)
+        return reply
+
+    store._timed_blocking = timed_blocking  # type: ignore[method-assign]
+    breaker = SharedCircuitBreaker(label="late", store=store)
+    ran: list[int] = []
+
+    async def run() -> None:
+        ran.append(1)
+
+    wrapped = breaker(run)
+    with stoic.use_sinks(sink):
+        async with stoic.timeout(0):
+            with pytest.raises(stoic.DeadlineExceeded):
+                await breaker.execute(run)
+            with pytest.raises(stoic.DeadlineExceeded):
+                breaker.call(ran.append, 1)
+            with pytest.raises(stoic.DeadlineExceeded):
+                await wrapped()
+    assert ran == [] and calls == [] and blocking == []
+    assert [e.attributes["reason"] for e in sink.of("breaker.rejected")] == ["deadline_exceeded"] * 3
+    sink.assert_contract()
+    # The same breaker decides as usual once the deadline is gone.
+    assert await breaker.execute(run) is None and ran == [1]

@@ -95,6 +95,15 @@ def min_level() -> int:
     """The lowest level any ambient sink wants for breaker events."""
     return _min_level_of("breaker")
 
+def late(label: str, state: BreakerState, now: int) -> DeadlineExceeded:
+    """The refusal of a call that found the ambient deadline passed before it was admitted (seed
+    000: a policy does not start work that is already late): ``breaker.rejected`` with reason
+    ``deadline_exceeded`` (debug), and the error to raise. Shared by every breaker kind."""
+    if min_level() <= _DEBUG:
+        emit("breaker.rejected", label, _DEBUG, now, {"state": state.value, "reason": "deadline_exceeded"})
+    return DeadlineExceeded(f"deadline exceeded before calling through breaker {label!r}", label=label)
+
+
 # Events gathered under the lock and emitted after it is released: (name, level, attributes).
 _Pending = list[tuple[str, Level, dict[str, Any]]]
 
@@ -316,11 +325,7 @@ class CircuitBreaker:
             state = self._state
             if _metrics_state.enabled:  # a refusal, counted as _admit counts its own
                 (self._recorder or self._new_recorder()).count_locked(("stoic.breaker.rejections", state.value))
-            if min_level() <= _DEBUG:
-                emit("breaker.rejected", self.label, _DEBUG, self._now(),
-                     {"state": state.value, "reason": "deadline_exceeded"})
-            raise DeadlineExceeded(f"deadline exceeded before calling through breaker {self.label!r}",
-                                   label=self.label)
+            raise late(self.label, state, self._now())
 
     def _admit(self, now: int) -> tuple[itertools.count[int], int]:
         """Admission outside the closed fast path: (epoch, probe id or 0), or CircuitOpen."""

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, ParamSpec, TypeVar
 
-from .. import _admission, _random
+from .. import _admission, _deadline, _random
 from .._callbacks import callback_failed
 from .._clock import Clock, SystemClock, current_clock
 from .._deadline import caller_cancelled
@@ -36,6 +36,7 @@ from .._durations import Seconds, check_int, to_ns
 from .._errors import CircuitOpen, Defect, failed_await, is_defect, is_rejection
 from .._policy import is_async_callable, through_method_decorators
 from ..breaker import BreakerSnapshot, BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
+from ..breaker._breaker import late
 from ..breaker._config import threshold_ppm
 from ..breaker._decorate import REFUSED_RESULTS
 from ..breaker._stream import StateStream
@@ -61,6 +62,7 @@ _STATES: Final = (BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
 
 
 _admission_state: Final = _admission.state
+_deadline_get: Final = _deadline._current.get
 
 
 def _refuse_generator(exc: BaseException, awaitable: object) -> None:
@@ -403,8 +405,12 @@ class SharedCircuitBreaker:
         ``fail_open_on_store_error`` is False. Otherwise ``fn``'s own result or exception,
         unchanged. While the store cannot be used and failing open, :attr:`fallback` decides
         (and raises what ``CircuitBreaker.execute`` raises). Cancellation, defects and inner
-        rejections are never counted.
+        rejections are never counted. :class:`stoic.DeadlineExceeded` without running ``fn`` or
+        asking the store when the ambient deadline has already passed (``breaker.rejected`` with
+        reason ``deadline_exceeded``), as ``CircuitBreaker`` refuses.
         """
+        if _deadline.ever_set and _deadline_get() is not None:
+            self._refuse_if_late()
         now = self._now
         start = now()
         gen = self._gen
@@ -456,6 +462,11 @@ class SharedCircuitBreaker:
         if st == _FORCED or self._now() < self._until:
             raise self._reject(self._now())
         return await self._probe(fn, args, kwargs)
+
+    def _refuse_if_late(self) -> None:
+        left = _deadline.remaining_ns()
+        if left is not None and left <= 0:
+            raise late(self.label, self.state, self._now())
 
     def _since(self, start: int) -> int:
         """When the call was admitted by the stages inside this breaker: a call that waited in an
@@ -664,6 +675,8 @@ class SharedCircuitBreaker:
             raise TypeError(f"SharedCircuitBreaker.call runs plain functions, not {fn!r}: use execute()")
         if self._store.sync_client is None:
             raise TypeError("SharedCircuitBreaker.call needs a store built from a URL or a redis.Redis client")
+        if _deadline.ever_set and _deadline_get() is not None:
+            self._refuse_if_late()
         now = self._now
         with self._sync:
             start = now()
