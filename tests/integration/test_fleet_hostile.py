@@ -300,3 +300,31 @@ async def test_a_probe_whose_report_got_no_answer_is_reported_at_the_next_contac
         assert shared.trips == 2
     await store.aclose()
     await other_store.aclose()
+
+
+async def test_a_forced_open_carries_the_evidence_of_this_replicas_window_as_the_local_breakers_does(
+    server: RedisServer,
+) -> None:
+    from stoic import CircuitBreaker, use_sinks
+    from stoic.testing import RecordingSink
+
+    sink = RecordingSink()
+    store = RedisStore(server.url, budget=0.5)
+    shared = breaker(store, fresh("forced"))
+    local = CircuitBreaker(label="local", window=CountWindow(4), minimum_calls=4)
+    with use_sinks(sink):
+        for policy in (shared, local):
+            for _ in range(2):
+                assert await policy.execute(ok) == "ok"
+            with pytest.raises(ConnectionError):
+                await policy.execute(fail)
+        await shared.force_open()
+        local.force_open()
+    opened = {e.label: dict(e.attributes) for e in sink.of("breaker.opened")}
+    assert opened[shared.label] == opened["local"] == {
+        "trigger": "forced", "calls": 3, "failures": 1, "slow_calls": 0, "trips": 0}
+    for field in ("state", "calls", "failures", "slow_calls", "failure_rate", "retry_after"):
+        assert getattr(shared.snapshot, field) == getattr(local.snapshot, field), field
+    sink.assert_contract()
+    await shared.force_closed()
+    await store.aclose()

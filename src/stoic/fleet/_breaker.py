@@ -225,7 +225,8 @@ class SharedCircuitBreaker:
     def snapshot(self) -> BreakerSnapshot:
         """A :class:`stoic.BreakerSnapshot` of this replica's copy now (the shapes of
         ``CircuitBreaker.snapshot``): closed, the counts of this replica's window; open, the
-        evidence of the trip this replica made (zeros for a trip made elsewhere); half-open,
+        evidence of the trip this replica made, or of its window when it forced the breaker open
+        (zeros for a trip made elsewhere); half-open,
         zeros (the probes are counted in the store). ``trips`` is the fleet's count as last read,
         ``retry_after`` the seconds left of the open period (``None`` when forced open or not
         open). While the store cannot be used, the fallback breaker's snapshot."""
@@ -354,7 +355,9 @@ class SharedCircuitBreaker:
     def _announce(self, event: str, trips: int, open_for_us: int, now: int) -> None:
         name, _, detail = event.partition(":")
         if name == "opened" and _SINKS.wants(Level.WARNING):
-            calls, failures, slow = self._counts if detail in ("failure_rate", "slow_calls") else (0, 0, 0)
+            trip = detail in ("failure_rate", "slow_calls")
+            calls, failures, slow = (
+                self._counts if trip or (detail == "forced" and self._counted_gen == self._gen) else (0, 0, 0))
             attrs: dict[str, Any] = {"trigger": detail, "calls": calls, "failures": failures, "slow_calls": slow,
                                      "trips": trips}
             if detail != "forced":
@@ -790,6 +793,16 @@ class SharedCircuitBreaker:
             raise StoreError(f"force {mode} of {self.label!r} could not reach the store", operation="breaker_force",
                              unavailable=True)
 
+    def _forcing(self) -> None:
+        """Keep the evidence a forced open carries (``CircuitBreaker.force_open``'s): this replica's
+        window when closed, its own trip's when open, none from half-open (counted in the store)."""
+        if self._st == _CLOSED:
+            self._fold()
+            self._counts = self._window.counts(self._now())
+        elif not (self._st == _OPEN and self._counted_gen == self._gen):
+            self._counts = (0, 0, 0)
+        self._counted_gen = self._gen + 1  # the epoch the forced open starts, if this call makes it
+
     async def force_open(self) -> None:
         """Open the breaker for the whole fleet with no end (a kill switch) until
         :meth:`force_closed` or :meth:`reset` on any replica. Other replicas refuse within
@@ -798,6 +811,7 @@ class SharedCircuitBreaker:
         empty (a Redis restarted without its data, a flushed or expired key). Raises
         :class:`StoreError` when the store cannot be reached."""
         self._local.force_open()
+        self._forcing()
         await self._force("open")
         self._switched = True
 
