@@ -87,6 +87,9 @@ def test_non_positive_refresh_interval_and_bad_limits() -> None:
 def test_keys_share_one_hash_tag() -> None:
     store = RedisStore(URL, prefix="svc")
     assert store.keys("payments", "breaker", "probes") == ["{svc:payments}:breaker", "{svc:payments}:probes"]
+    # The documented layout is the plain text (docs/fleet.md, "Key layout"): a ':' in both halves
+    # can make two pairs spell one tag, and changing that would orphan every existing user's state.
+    assert RedisStore(URL, prefix="a:b").keys("c", "breaker") == RedisStore(URL, prefix="a").keys("b:c", "breaker")
 
 
 def _answer(store: RedisStore, *replies: Any) -> list[int]:

@@ -106,7 +106,9 @@ class RedisStore:
       ``redis.asyncio.RedisCluster`` (asyncio) or ``redis.cluster.RedisCluster`` (blocking):
       every script's keys share one hash tag, so each call goes to the one node owning its
       slot, routed (and re-routed after ``MOVED``) by the cluster client within the budget;
-    - ``prefix``: the first part of every key's hash tag ``{prefix:label}``;
+    - ``prefix``: the first part of every key's hash tag ``{prefix:label}`` (the plain text: with
+      ``:`` in both a prefix and a label, two pairs can spell one tag and share their state; see
+      docs/fleet.md, "Key layout");
     - ``budget``: seconds (float or timedelta, > 0, default 0.005 = 5 ms) one store call may take,
       connecting included; past it the call is a store error and the policy fails open/closed;
     - ``probe_interval``: seconds (> 0, default 1.0) the store is left alone after a failed call
