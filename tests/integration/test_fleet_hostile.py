@@ -328,3 +328,76 @@ async def test_a_forced_open_carries_the_evidence_of_this_replicas_window_as_the
     sink.assert_contract()
     await shared.force_closed()
     await store.aclose()
+
+
+async def test_more_concurrent_decisions_than_the_pool_has_connections_wait_for_one_instead_of_failing_open(
+    server: RedisServer,
+) -> None:
+    # redis-py's pool holds at most 100 connections by default: the 101st concurrent store call
+    # must wait (within the budget) for one of the store's own, not be taken for an outage that
+    # rests the whole store and turns every policy on it local (a half-open breaker's fallback
+    # admitting every call to the recovering dependency, a fleet's limit becoming N x rate).
+    from stoic import use_sinks
+    from stoic.fleet import SharedRateLimiter
+    from stoic.testing import RecordingSink
+
+    sink = RecordingSink()
+    store = RedisStore(server.url, budget=5.0)
+    limiters = [SharedRateLimiter(100_000, 1.0, store=store, label=fresh("many")) for _ in range(3)]
+    breakers = [breaker(store, fresh("many")) for _ in range(3)]
+
+    async def one(n: int) -> str:
+        assert await limiters[n % 3].try_acquire()
+        return await breakers[n % 3].execute(ok)
+
+    with use_sinks(sink):
+        for _ in range(2):
+            assert await asyncio.gather(*(one(n) for n in range(300))) == ["ok"] * 300
+    assert not sink.of("fleet.store_error") and not sink.of("fleet.fail_open")
+    assert store.health.state is BreakerState.CLOSED
+    pool = store.client.connection_pool
+    assert len(store._idle) <= pool.max_connections
+    await store.aclose()
+
+
+async def test_calls_waiting_for_a_connection_are_served_and_leave_none_behind_when_cancelled(
+    server: RedisServer,
+) -> None:
+    import redis.asyncio
+
+    client = redis.asyncio.Redis.from_url(server.url, max_connections=2)
+    store = RedisStore(client, budget=5.0)
+    limiter_label = fresh("few")
+    from stoic.fleet import SharedRateLimiter
+
+    limiter = SharedRateLimiter(100_000, 1.0, store=store, label=limiter_label)
+    gate = asyncio.Event()
+    pool = client.connection_pool
+    get_connection = pool.get_connection
+
+    async def slow_connection() -> Any:  # every reply is held until the gate opens
+        conn = await get_connection()
+        read = conn.read_response
+
+        async def held(*args: Any, **kwargs: Any) -> Any:
+            reply = await read(*args, **kwargs)
+            await gate.wait()
+            return reply
+
+        conn.read_response = held
+        return conn
+
+    pool.get_connection = slow_connection  # type: ignore[method-assign]
+    tasks = [asyncio.create_task(limiter.try_acquire()) for _ in range(50)]
+    await asyncio.sleep(0.05)
+    assert len(store._wanting) == 48  # two calls hold the pool's two connections
+    for task in tasks[10:20]:
+        task.cancel()  # callers that leave while they wait take nothing with them
+    gate.set()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert results[:10] + results[20:] == [True] * 40
+    assert all(isinstance(r, asyncio.CancelledError) for r in results[10:20])
+    assert not store._wanting and len(store._idle) == store._held == 2
+    assert store.health.state is BreakerState.CLOSED
+    await store.aclose()
+    await client.aclose()

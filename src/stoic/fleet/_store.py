@@ -20,6 +20,7 @@ import asyncio
 import hashlib
 import re
 import time
+from collections import deque
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any, Final
@@ -190,6 +191,9 @@ class RedisStore:
         # liveness poll, observability hooks) would cost more than the script; aclose() gives
         # them back.
         self._idle: list[Any] = []
+        self._held = 0  # connections this store took from the pool (idle or in use)
+        # Calls waiting for one of the store's connections while the pool has none left.
+        self._wanting: deque[asyncio.Future[Any]] = deque()
         self._packed: dict[tuple[Any, ...], list[bytes]] = {}
 
     def _from_url(self, url: str, redis: Any) -> tuple[Any, Any]:
@@ -340,10 +344,12 @@ class RedisStore:
             # ones are dropped (their loop is gone) and new ones are opened on this loop.
             if self._loop is not None:
                 self._idle.clear()
+                self._wanting.clear()
+                self._held = 0
                 self._async.connection_pool.reset()
             self._loop = loop
         idle = self._idle
-        conn = idle.pop() if idle else await self._async.connection_pool.get_connection()
+        conn = idle.pop() if idle else await self._connection()
         try:
             if repeat:
                 # The same command again and again (a limiter's one-permit take): packed once.
@@ -364,7 +370,56 @@ class RedisStore:
             await conn.disconnect(nowait=True)
             raise
         finally:
-            idle.append(conn)  # a closed one reconnects on its next command
+            # (a closed one reconnects on its next command)
+            if self._wanting:
+                self._give_back(conn)
+            else:
+                idle.append(conn)
+
+    async def _connection(self) -> Any:
+        """A connection for a call that found none of the store's idle: a new one from the
+        client's pool or, when the pool has none left (its ``max_connections``, 100 by default in
+        redis-py) and the store holds some, the first of them to come back, waited for in FIFO
+        order within the call's budget. A burst of calls larger than the pool is not an outage."""
+        while True:
+            self._held += 1  # (counted while it connects: calls arriving meanwhile wait for it)
+            try:
+                return await self._async.connection_pool.get_connection()
+            except self._redis.exceptions.MaxConnectionsError:
+                self._held -= 1
+                if not self._held:
+                    raise  # the application holds every connection: the store cannot be used
+            except BaseException:
+                self._held -= 1
+                self._give_back(None)  # the pool has room again: the next waiter tries for it
+                raise
+            waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._wanting.append(waiter)
+            try:
+                conn = await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._give_back(waiter.result())  # handed over as its caller left: passed on
+                else:
+                    try:
+                        self._wanting.remove(waiter)
+                    except ValueError:
+                        pass
+                raise
+            if conn is not None:
+                return conn
+
+    def _give_back(self, conn: Any) -> None:
+        """A call is done with ``conn`` (None: a connection failed to open, so the pool has room):
+        it goes to the first call waiting for one, else back to the idle ones."""
+        wanting = self._wanting
+        while wanting:
+            waiter = wanting.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return
+        if conn is not None:
+            self._idle.append(conn)
 
     def call_blocking(self, script: str, keys: Sequence[str], args: Sequence[int | float | str]) -> list[Any]:
         """:meth:`call` for threads, on the sync client (each read bounded by the budget)."""
@@ -476,6 +531,7 @@ class RedisStore:
     async def aclose(self) -> None:
         """Close the clients this store built from a URL (a client passed in stays the caller's)."""
         idle, self._idle = self._idle, []
+        self._held = 0
         if self._owns_clients:
             if self._async is not None:
                 await self._async.aclose()
