@@ -3,6 +3,7 @@ store's health breaker on virtual time, and the core importing no redis (issue 1
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from datetime import timedelta
@@ -346,4 +347,31 @@ async def test_a_passed_deadline_refuses_the_shared_breaker_before_it_asks_or_ru
     assert [e.attributes["reason"] for e in sink.of("breaker.rejected")] == ["deadline_exceeded"] * 3
     sink.assert_contract()
     # The same breaker decides as usual once the deadline is gone.
+    assert await breaker.execute(run) is None and ran == [1]
+
+
+async def test_a_replica_that_found_every_probe_lease_taken_refuses_locally_until_its_next_refresh(
+    clock: VirtualClock, sink: RecordingSink,
+) -> None:
+    # Half-open with the fleet's lease held by a probe elsewhere: each call asking the store for
+    # a lease would put the fleet's whole request rate on Redis for as long as the probe runs
+    # (and a round trip on every refusal). The copy of "every lease taken" is trusted for
+    # refresh_interval, as the copy of the closed and open states is.
+    store = RedisStore(URL, clock=clock)
+    full = [2, 1, -1, 5, 0, 0]  # half-open, no lease granted
+    calls = _answer(store, full)
+    breaker = SharedCircuitBreaker(label="herd", store=store, refresh_interval=0.1, clock=clock)
+    ran: list[int] = []
+
+    async def run() -> None:
+        ran.append(1)
+
+    for _ in range(3):
+        results = await asyncio.gather(*(breaker.execute(run) for _ in range(300)), return_exceptions=True)
+        assert all(isinstance(r, CircuitOpen) and r.retry_after is None for r in results)
+        await clock.advance(0.1)
+    assert ran == []
+    assert len(calls) <= 3 * 2  # per refresh interval: one read and one lease request at most
+    assert len(sink.of("breaker.rejected")) == 900
+    _answer(store, full, [2, 1, -1, 5, 1, 0], full)  # read; the lease was given back elsewhere: granted
     assert await breaker.execute(run) is None and ran == [1]

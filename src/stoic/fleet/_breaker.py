@@ -178,6 +178,10 @@ class SharedCircuitBreaker:
         self._until = 0  # open until, on this process's clock
         self._gen = -1
         self._due = 0  # when the copy must be refreshed
+        # Half-open with every probe lease of the fleet taken, as of a lease request in epoch
+        # _taken_gen: calls are refused here without asking again until _taken_until.
+        self._taken_gen = -1
+        self._taken_until = 0
         self._refreshing = False
         self._refreshed: asyncio.Future[None] | None = None
         self._degraded = False  # the store could not be used at the last contact
@@ -462,9 +466,21 @@ class SharedCircuitBreaker:
         if st == _CLOSED:
             return await self._run(fn, args, kwargs)
         self._observe(self._now())  # an open period that has ended is seen (and published) as half-open
-        if st == _FORCED or self._now() < self._until:
+        if st == _FORCED or self._now() < self._until or self._leases_taken():
             raise self._reject(self._now())
         return await self._probe(fn, args, kwargs)
+
+    def _leases_taken(self) -> bool:
+        """Whether a lease request of the current half-open epoch found every probe lease taken at
+        most ``refresh_interval`` ago: a call is then refused without asking the store (each
+        asking would put every call on Redis while the fleet's probes run)."""
+        return self._st == _HALF_OPEN and self._taken_gen == self._gen and self._now() < self._taken_until
+
+    def _no_lease(self) -> None:
+        """A lease request was refused: note it when the epoch is half-open (see _leases_taken)."""
+        if self._st == _HALF_OPEN:
+            self._taken_gen = self._gen
+            self._taken_until = self._now() + self._refresh_ns
 
     def _refuse_if_late(self) -> None:
         left = _deadline.remaining_ns()
@@ -609,6 +625,7 @@ class SharedCircuitBreaker:
         if not reply[4]:
             if self._st == _CLOSED:
                 return await self._run(fn, args, kwargs)
+            self._no_lease()
             raise self._reject(self._now())
         start = self._now()
         awaitable: object = None
@@ -695,7 +712,7 @@ class SharedCircuitBreaker:
                         self._orphans.append(orphan)
                 self._due = now() + self._refresh_ns
             st, gen, degraded = self._st, self._gen, self._degraded
-            if not degraded and st != _CLOSED and (st == _FORCED or now() < self._until):
+            if not degraded and st != _CLOSED and (st == _FORCED or now() < self._until or self._leases_taken()):
                 raise self._reject(now())
         if degraded:
             fail_event(self.label, "breaker", self._fail_open, self._why, now())
@@ -735,6 +752,8 @@ class SharedCircuitBreaker:
         with self._sync:
             reply = self._call_blocking("breaker_probe", token)
             closed = self._st == _CLOSED
+            if reply is not None and not reply[4]:
+                self._no_lease()
         if reply is None:
             self._orphan(token, "none")
             fail_event(self.label, "breaker", self._fail_open, self._why, self._now())
