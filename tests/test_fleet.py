@@ -375,3 +375,40 @@ async def test_a_replica_that_found_every_probe_lease_taken_refuses_locally_unti
     assert len(sink.of("breaker.rejected")) == 900
     _answer(store, full, [2, 1, -1, 5, 1, 0], full)  # read; the lease was given back elsewhere: granted
     assert await breaker.execute(run) is None and ran == [1]
+
+
+async def test_a_refresh_cancelled_while_it_gives_an_orphaned_lease_back_keeps_it_for_the_next_contact(
+    clock: VirtualClock,
+) -> None:
+    store = RedisStore(URL, probe_interval=1.0, clock=clock)
+    half_open = [2, 1, -1, 5, 0, 0]
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+    stall = asyncio.Event()
+    stalled = asyncio.Event()
+
+    async def timed(script: _Script, keys: Any, args: Any, *rest: Any) -> Any:
+        sent.append((script.name, tuple(args[9:])))
+        if script.name == "breaker_probe" and len(sent) == 2:
+            raise StoreError("timed out", operation=script.name, unavailable=True)  # granted? unknown
+        if script.name == "breaker_done" and not stall.is_set():
+            stall.set()
+            stalled.set()
+            await asyncio.Event().wait()  # the give-back is stuck on the wire
+        return half_open
+
+    store._timed = timed  # type: ignore[method-assign]
+    breaker = SharedCircuitBreaker(label="orphan", store=store, clock=clock)
+
+    async def run() -> None:
+        pass
+
+    await breaker.execute(run)  # read half-open; the lease request got no answer: the fallback ran
+    token = sent[1][1][0]
+    await clock.advance(1.0)  # the store's rest is over
+    refreshing = asyncio.create_task(breaker.refresh())
+    await stalled.wait()
+    refreshing.cancel()  # its caller's deadline, say
+    with pytest.raises(asyncio.CancelledError):
+        await refreshing
+    await breaker.refresh()  # the next contact still gives the lease back
+    assert sent[-1] == ("breaker_done", (token, "none"))

@@ -388,10 +388,11 @@ class SharedCircuitBreaker:
                 self._reforce = False
                 await self._call("breaker_force", "open")
             while answered and self._orphans:
-                orphan = self._orphans.pop()
+                # Dropped once answered: a refresh cancelled meanwhile leaves it for the next.
+                orphan = self._orphans[-1]
                 answered = await self._call("breaker_done", *orphan) is not None
-                if not answered:
-                    self._orphans.append(orphan)
+                if answered and orphan in self._orphans:
+                    self._orphans.remove(orphan)
         except asyncio.CancelledError:
             cancelled = True  # no answer, no failure: the next call reads (a reply kept its _due)
             raise
