@@ -401,3 +401,48 @@ async def test_calls_waiting_for_a_connection_are_served_and_leave_none_behind_w
     assert store.health.state is BreakerState.CLOSED
     await store.aclose()
     await client.aclose()
+
+
+@pytest.mark.parametrize("trigger", ["probe_failed", "probe_slow"])
+async def test_a_failed_probe_opens_with_the_episodes_evidence_as_the_local_breakers_does(
+    server: RedisServer, trigger: str,
+) -> None:
+    from stoic import CircuitBreaker, use_sinks
+    from stoic.testing import RecordingSink, VirtualClock
+
+    clock = VirtualClock()
+    sink = RecordingSink()
+    store = RedisStore(server.url, budget=0.5, clock=clock)
+    label = fresh("probe-evidence")
+    shared = breaker(store, label, clock=clock, half_open_probes=2)
+    local = CircuitBreaker(label="local", window=CountWindow(4), minimum_calls=4, half_open_probes=2,
+                           open_duration=OpenDuration.fixed(0.2, jitter=0.0), clock=clock)
+
+    async def bad() -> None:
+        if trigger == "probe_slow":
+            await clock.advance(11.0)  # past slow_call_duration (10 s) on the breakers' clock
+        else:
+            raise ConnectionError("still down")
+
+    for policy in (shared, local):
+        await trip(policy)  # type: ignore[arg-type]
+    end_open_period(server, label)
+    await clock.advance(0.25)
+    snapshots = []
+    with use_sinks(sink):
+        for policy in (shared, local):
+            assert await policy.execute(ok) == "ok"  # the first probe succeeds
+            try:
+                await policy.execute(bad)  # the second does not
+            except ConnectionError:
+                pass
+            snapshots.append(policy.snapshot)
+    opened = {e.label: dict(e.attributes) for e in sink.of("breaker.opened")}
+    assert opened[label].pop("open_for") == opened["local"].pop("open_for") == 0.2
+    assert opened[label] == opened["local"] == {
+        "trigger": trigger, "calls": 2, "failures": int(trigger == "probe_failed"),
+        "slow_calls": int(trigger == "probe_slow"), "trips": 2}
+    for field in ("state", "calls", "failures", "slow_calls", "trips"):
+        assert getattr(snapshots[0], field) == getattr(snapshots[1], field), field
+    sink.assert_contract()
+    await store.aclose()

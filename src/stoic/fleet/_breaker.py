@@ -229,8 +229,8 @@ class SharedCircuitBreaker:
     def snapshot(self) -> BreakerSnapshot:
         """A :class:`stoic.BreakerSnapshot` of this replica's copy now (the shapes of
         ``CircuitBreaker.snapshot``): closed, the counts of this replica's window; open, the
-        evidence of the trip this replica made, or of its window when it forced the breaker open
-        (zeros for a trip made elsewhere); half-open,
+        evidence of the trip this replica made, of the episode whose failed probe it reported, or
+        of its window when it forced the breaker open (zeros for a trip made elsewhere); half-open,
         zeros (the probes are counted in the store). ``trips`` is the fleet's count as last read,
         ``retry_after`` the seconds left of the open period (``None`` when forced open or not
         open). While the store cannot be used, the fallback breaker's snapshot."""
@@ -358,15 +358,23 @@ class SharedCircuitBreaker:
 
     def _announce(self, event: str, trips: int, open_for_us: int, now: int) -> None:
         name, _, detail = event.partition(":")
-        if name == "opened" and _SINKS.wants(Level.WARNING):
-            trip = detail in ("failure_rate", "slow_calls")
-            calls, failures, slow = (
-                self._counts if trip or (detail == "forced" and self._counted_gen == self._gen) else (0, 0, 0))
-            attrs: dict[str, Any] = {"trigger": detail, "calls": calls, "failures": failures, "slow_calls": slow,
-                                     "trips": trips}
-            if detail != "forced":
-                attrs["open_for"] = open_for_us / 1e6
-            emit("breaker.opened", self.label, Level.WARNING, now, attrs)
+        if name == "opened":
+            detail, _, probed = detail.partition(":")
+            if probed:
+                # A failed probe (probe_failed/slow/timeout): the episode's evidence, as the local
+                # breaker's: its probes (those that succeeded and this one), one failed or slow.
+                calls = int(probed) if probed.isdigit() else 0
+                self._counts = (calls, int(detail != "probe_slow"), int(detail == "probe_slow"))
+                self._counted_gen = self._gen
+            if _SINKS.wants(Level.WARNING):
+                # (A trip's evidence is this replica's window; a forced open's, when it forced it.)
+                counted = detail in ("failure_rate", "slow_calls") or self._counted_gen == self._gen
+                calls, failures, slow = self._counts if counted else (0, 0, 0)
+                attrs: dict[str, Any] = {"trigger": detail, "calls": calls, "failures": failures, "slow_calls": slow,
+                                         "trips": trips}
+                if detail != "forced":
+                    attrs["open_for"] = open_for_us / 1e6
+                emit("breaker.opened", self.label, Level.WARNING, now, attrs)
         elif name == "half_open" and _SINKS.wants(Level.INFO):
             emit("breaker.half_open", self.label, Level.INFO, now, {"probes": self._probes})
         elif name == "closed" and _SINKS.wants(Level.INFO):

@@ -6,6 +6,8 @@
 -- ARGV[1..9] ttl_ms, probes, initial_us, maximum_us, factor, jitter, reset_after_us,
 --   probe_timeout_us, draw (the caller's jitter draw in [0, 1)); op arguments from ARGV[10]
 -- Reply {st, tr, remaining_us (-1 unless open with an end), gen, granted, open_for_us, events...}
+-- events: opened:<trigger> (opened:<probe trigger>:<probes in the episode> from half-open),
+--   half_open, closed:<reason>, reset
 local key, leases = KEYS[1], KEYS[2]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -38,6 +40,9 @@ local granted = 0
 local dirty = false
 
 local function open(trigger)
+    -- A failed probe's event carries the episode's probes (those that succeeded, and this one).
+    local event = 'opened:' .. trigger
+    if s.st == 2 then event = event .. ':' .. (s.pk + 1) end
     if s.st == 0 and now - s.cs >= reset_after then s.tr = 0 end -- sustained health forgets trips
     s.tr = s.tr + 1
     local base = maximum
@@ -49,7 +54,7 @@ local function open(trigger)
     open_for = math.max(1, base - math.floor(base * jitter * draw + 0.5))
     s.st, s.un, s.pf, s.pk, s.gen = 1, now + open_for, 0, 0, s.gen + 1
     redis.call('DEL', leases)
-    events[#events + 1] = 'opened:' .. trigger
+    events[#events + 1] = event
     dirty = true
 end
 
