@@ -412,3 +412,35 @@ async def test_a_refresh_cancelled_while_it_gives_an_orphaned_lease_back_keeps_i
         await refreshing
     await breaker.refresh()  # the next contact still gives the lease back
     assert sent[-1] == ("breaker_done", (token, "none"))
+
+
+@pytest.mark.parametrize("policy", ["limiter", "breaker", "latency"])
+async def test_a_store_answering_replies_of_the_wrong_shape_has_not_recovered_until_one_is_used(
+    clock: VirtualClock, sink: RecordingSink, policy: str,
+) -> None:
+    store = RedisStore(URL, clock=clock)
+    good = {"limiter": [1, 0, 5], "breaker": [0, 0, -1, 1, 0, 0], "latency": [0]}[policy]
+    wrong = {"limiter": [7, 7], "breaker": [0, 0], "latency": ["x"]}[policy]
+    _answer(store, wrong)
+    limiter = SharedRateLimiter(100, store=store, label="shape", clock=clock)
+    breaker = SharedCircuitBreaker(label="shape", store=store, clock=clock, refresh_interval=0.1)
+    digest = SharedLatency(store=store, label="shape", clock=clock)
+
+    async def decide() -> None:
+        if policy == "limiter":
+            await limiter.try_acquire()
+        elif policy == "breaker":
+            await breaker.refresh()
+        else:
+            await digest.flush()
+
+    for _ in range(3):
+        await decide()
+    # Every call failed: an outage under way, not three short ones each ended by the next failure.
+    assert [e.name for e in sink.events if e.name.startswith("fleet.store_")] == ["fleet.store_error"] * 3
+    _answer(store, good)
+    await clock.advance(1.0)
+    await decide()
+    await decide()
+    assert [e.name for e in sink.events if e.name.startswith("fleet.store_")][3:] == ["fleet.store_recovered"]
+    assert sink.of("fleet.store_recovered")[0].attributes["outage"] == 1.0

@@ -326,6 +326,7 @@ class SharedCircuitBreaker:
             self._store.report(exc)
             self._lost(exc)
             return None
+        self._store.accepted()
         return reply
 
     def _apply(self, reply: list[Any], script: str) -> None:

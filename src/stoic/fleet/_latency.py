@@ -242,6 +242,7 @@ class SharedLatency:
                 f"latency_push answered an unexpected reply ({exc})", operation="latency_push", unavailable=False)
             self._store.report(error)
             return self._failed()
+        self._store.accepted()
         self._weights = weights
         self._total = total
         self._cache = {}

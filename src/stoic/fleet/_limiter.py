@@ -176,6 +176,7 @@ class _SharedBucket:
         except StoreError as exc:
             self._store.report(exc)  # a reply of the wrong shape: reported like any store error
             return exc
+        self._store.accepted()
         return 0 if granted else wait_us * 1000
 
     def _check(self, permits: int) -> None:

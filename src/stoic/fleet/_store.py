@@ -444,8 +444,8 @@ class RedisStore:
         return StoreError(f"store {self._label} is resting after a failure", operation=script, unavailable=True)
 
     def _answered(self, script: str, reply: Any) -> list[Any]:
-        """A reply that came back (the store is healthy again): a list, or a store error of shape."""
-        self._recovered()
+        """A reply that came back: a list, or a store error of shape. (The store has recovered
+        only once a policy could use it: :meth:`accepted`.)"""
         if not isinstance(reply, list):
             wrong = StoreError(f"{script} answered {type(reply).__name__}, not a list", operation=script,
                                unavailable=False)
@@ -518,7 +518,10 @@ class RedisStore:
                 "unavailable": exc.unavailable,
             })
 
-    def _recovered(self) -> None:
+    def accepted(self) -> None:
+        """A policy used a reply: the end of an outage, if one was under way (``fleet.store_recovered``
+        with its length, counted in ``stoic.fleet.store.recoveries``). A reply of the wrong shape is
+        reported instead (:meth:`report`), so a store answering nothing usable stays in its outage."""
         since = self._failing_since
         if since is not None:
             self._failing_since = None
