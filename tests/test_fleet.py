@@ -132,7 +132,11 @@ async def test_a_limiter_reply_of_unexpected_shape_fails_open_bounded(reply: Any
     sink.assert_contract()
 
 
-@pytest.mark.parametrize("reply", [[0, 0], [0, 0, -1, 1, 0, 0, None], [9, 0, -1, 1, 0, 0], [b"x"] * 6])
+@pytest.mark.parametrize("reply", [[0, 0], [0, 0, -1, 1, 0, 0, None], [9, 0, -1, 1, 0, 0], [b"x"] * 6,
+                                   # negative counts (a hash field another program wrote): a
+                                   # generation of -1 reads as "never read", which first calls
+                                   # waited on forever, one round trip after another
+                                   [0, 0, -1, -1, 0, 0], [0, -1, -1, 1, 0, 0], [1, 1, 5, 1, 0, -1]])
 async def test_a_breaker_reply_of_unexpected_shape_uses_the_fallback(reply: Any) -> None:
     sink = RecordingSink()
     store = RedisStore(URL)
@@ -444,3 +448,22 @@ async def test_a_store_answering_replies_of_the_wrong_shape_has_not_recovered_un
     await decide()
     assert [e.name for e in sink.events if e.name.startswith("fleet.store_")][3:] == ["fleet.store_recovered"]
     assert sink.of("fleet.store_recovered")[0].attributes["outage"] == 1.0
+
+
+async def test_first_calls_waiting_for_a_read_of_a_corrupted_generation_are_not_held_in_a_loop() -> None:
+    store = RedisStore(URL)
+    calls: list[int] = []
+
+    async def timed(*args: Any) -> Any:
+        calls.append(1)
+        await asyncio.sleep(0)  # a round trip: the other first calls wait for this read
+        return [0, 0, -1, -1, 0, 0]
+
+    store._timed = timed  # type: ignore[method-assign]
+    breaker = SharedCircuitBreaker(label="corrupt", store=store)
+
+    async def ok() -> int:
+        return 1
+
+    assert await asyncio.wait_for(asyncio.gather(*(breaker.execute(ok) for _ in range(200))), 5.0) == [1] * 200
+    assert breaker.degraded and len(calls) <= 2

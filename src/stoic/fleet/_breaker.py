@@ -332,7 +332,8 @@ class SharedCircuitBreaker:
     def _apply(self, reply: list[Any], script: str) -> None:
         st, trips, remaining, gen, granted, open_for = ints(reply, 6, script)
         events = [_text(v) for v in reply[6:]]
-        if st not in (0, 1, 2, 3) or granted not in (0, 1) or remaining < -1 or None in events:
+        if (st not in (0, 1, 2, 3) or granted not in (0, 1) or remaining < -1 or min(trips, gen, open_for) < 0
+                or None in events):
             raise StoreError(f"{script} answered an unexpected reply {reply!r}", operation=script, unavailable=False)
         now = self._now()
         if gen != self._gen:
