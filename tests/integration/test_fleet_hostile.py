@@ -446,3 +446,56 @@ async def test_a_failed_probe_opens_with_the_episodes_evidence_as_the_local_brea
         assert getattr(snapshots[0], field) == getattr(snapshots[1], field), field
     sink.assert_contract()
     await store.aclose()
+
+
+def test_more_threads_deciding_at_once_than_the_sync_pool_has_connections_wait_for_one(server: RedisServer) -> None:
+    # The thread twin of the asyncio case: a store built from a URL gives its sync client a pool
+    # of 100 connections (redis-py's default); the 101st thread deciding at once waits for one,
+    # within the budget, instead of being taken for an outage that rests the whole store.
+    import contextvars
+    import threading
+
+    from stoic import use_sinks
+    from stoic.fleet import BlockingSharedRateLimiter
+    from stoic.testing import RecordingSink
+
+    sink = RecordingSink()
+    store = RedisStore(server.url, budget=5.0)
+    limiter = BlockingSharedRateLimiter(100_000, 1.0, store=store, label=fresh("threads"))
+    pool = store.sync_client.connection_pool
+    get_connection = pool.get_connection
+    reading = threading.Barrier(100, timeout=10)  # the replies come once 100 connections are in use
+    served = threading.Event()
+
+    def slow_connection(*args: Any, **kwargs: Any) -> Any:
+        conn = get_connection(*args, **kwargs)
+        read = conn.read_response
+
+        def held(*args: Any, **kwargs: Any) -> Any:
+            reply = read(*args, **kwargs)
+            if not served.is_set():
+                try:
+                    reading.wait()
+                except threading.BrokenBarrierError:
+                    pass
+                served.set()
+            return reply
+
+        conn.read_response = held
+        return conn
+
+    pool.get_connection = slow_connection  # type: ignore[method-assign]
+    results: list[bool] = []
+
+    def decide() -> None:
+        results.append(limiter.try_acquire())
+
+    with use_sinks(sink):
+        threads = [threading.Thread(target=contextvars.copy_context().run, args=(decide,)) for _ in range(150)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(20)
+    assert results == [True] * 150
+    assert not sink.of("fleet.store_error") and not sink.of("fleet.fail_open")
+    assert store.health.state is BreakerState.CLOSED

@@ -103,9 +103,10 @@ class RedisStore:
     - ``client``: a ``redis.asyncio.Redis`` (for the asyncio policies), a ``redis.Redis``
       (for :meth:`call_blocking`), or a URL string (``redis://``, ``rediss://``, ``unix://``)
       from which both are built with ``socket_timeout`` and ``socket_connect_timeout`` set to
-      the budget and redis-py's retries off; or a Redis Cluster client,
-      ``redis.asyncio.RedisCluster`` (asyncio) or ``redis.cluster.RedisCluster`` (blocking):
-      every script's keys share one hash tag, so each call goes to the one node owning its
+      the budget and redis-py's retries off (the sync one on a ``redis.BlockingConnectionPool``
+      of 100, so a thread finding every connection in use waits for one within the budget);
+      or a Redis Cluster client, ``redis.asyncio.RedisCluster`` (asyncio) or
+      ``redis.cluster.RedisCluster`` (blocking): every script's keys share one hash tag, so each call goes to the one node owning its
       slot, routed (and re-routed after ``MOVED``) by the cluster client within the budget;
     - ``prefix``: the first part of every key's hash tag ``{prefix:label}`` (the plain text: with
       ``:`` in both a prefix and a label, two pairs can spell one tag and share their state; see
@@ -215,14 +216,19 @@ class RedisStore:
         # already runs under asyncio.timeout(budget), and a second timer per read and per write
         # (a wait_for task around each send) is pure cost.
         try:
-            return (
-                redis.asyncio.Redis.from_url(url, retry=redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0),
-                                             socket_timeout=None, socket_connect_timeout=self._budget),
-                redis.Redis.from_url(url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
-                                     socket_timeout=self._budget, socket_connect_timeout=self._budget),
-            )
+            asynchronous = redis.asyncio.Redis.from_url(
+                url, retry=redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0), socket_timeout=None,
+                socket_connect_timeout=self._budget)
+            # A blocking pool of the plain pool's size (100, unless the URL says otherwise): a
+            # thread finding every connection in use waits for one, within the budget, rather
+            # than failing (more threads at once than connections is no outage).
+            synchronous = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
+                url, max_connections=100, timeout=self._budget, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
+                socket_timeout=self._budget, socket_connect_timeout=self._budget))
         except ValueError as exc:
             raise ValueError(f"url cannot be parsed: {url!r} ({exc})") from None
+        synchronous.auto_close_connection_pool = True  # (as from_url's: close() closes the pool)
+        return asynchronous, synchronous
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -490,6 +496,10 @@ class RedisStore:
             raise self._redis.exceptions.TimeoutError("store budget spent")
         pool = self._sync.connection_pool
         conn = pool.get_connection()
+        left = give_up - time.monotonic()  # (after any wait for a connection)
+        if left <= 0:
+            pool.release(conn)
+            raise self._redis.exceptions.TimeoutError("store budget spent")
         try:
             conn.send_command(*command)
             return conn.read_response(timeout=left)
