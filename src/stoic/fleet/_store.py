@@ -106,8 +106,9 @@ class RedisStore:
       the budget and redis-py's retries off (the sync one on a ``redis.BlockingConnectionPool``
       of 100, so a thread finding every connection in use waits for one within the budget);
       or a Redis Cluster client, ``redis.asyncio.RedisCluster`` (asyncio) or
-      ``redis.cluster.RedisCluster`` (blocking): every script's keys share one hash tag, so each call goes to the one node owning its
-      slot, routed (and re-routed after ``MOVED``) by the cluster client within the budget;
+      ``redis.cluster.RedisCluster`` (blocking): every script's keys share one hash tag, so each
+      call goes to the one node owning its slot, routed (and re-routed after ``MOVED``) by the
+      cluster client within the budget;
     - ``prefix``: the first part of every key's hash tag ``{prefix:label}`` (the plain text: with
       ``:`` in both a prefix and a label, two pairs can spell one tag and share their state; see
       docs/fleet.md, "Key layout");
