@@ -17,9 +17,12 @@ class Policy(Protocol):
     """A policy runs an operation inline: ``await policy.execute(fn, *args, **kwargs)``.
 
     The operation's own exception propagates unchanged; a refusal is a :class:`stoic.Rejected`.
+    ``execute`` returns an awaitable: a coroutine, or (a :class:`stoic.RateLimiter` granting a
+    permit at once) the awaitable ``fn`` itself returned, so this protocol promises only
+    ``Awaitable`` and an ``async def execute`` fits it as well.
     """
 
-    async def execute(self, fn: Callable[..., Awaitable[Any]], /, *args: Any, **kwargs: Any) -> Any: ...
+    def execute(self, fn: Callable[..., Awaitable[Any]], /, *args: Any, **kwargs: Any) -> Awaitable[Any]: ...
 
 
 @functools.cache

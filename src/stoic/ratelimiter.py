@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from types import MappingProxyType, TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from . import _deadline, _metrics, _source
 from ._admission import admitted_after_wait
@@ -508,10 +508,16 @@ class RateLimiter(_TokenBucket):
         spent, even if the returned coroutine is never awaited (a limiter limits attempts).
         """
 
-    if TYPE_CHECKING:
+    if TYPE_CHECKING:  # fn's own awaitable is returned when granted at once: a coroutine for a coroutine
+        @overload
         def execute(
             self, fn: Callable[P, Coroutine[Any, Any, T]], /, *args: P.args, **kwargs: P.kwargs
         ) -> Coroutine[Any, Any, T]: ...
+
+        @overload
+        def execute(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> Awaitable[T]: ...
+
+        def execute(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> Awaitable[T]: ...
     else:  # compiled from GRANTED, as a pipeline that fuses this limiter is (stoic._source)
         execute = _execute(_EXECUTE_DOC)
 
@@ -532,7 +538,7 @@ class RateLimiter(_TokenBucket):
 
         @functools.wraps(fn)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> T:
-            return await self.execute(fn, *args, **kwargs)  # type: ignore[arg-type]  # (async: checked above)
+            return await self.execute(fn, *args, **kwargs)
 
         return limited
 

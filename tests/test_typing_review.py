@@ -1,0 +1,56 @@
+"""User code checked with ``mypy --strict``: every asyncio policy is a ``stoic.Policy`` (so a
+Pipeline, ``with_fallback`` and an annotation take it)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+api = pytest.importorskip("mypy.api")
+
+
+def _mypy(tmp_path: Path, snippet: str) -> list[str]:
+    source = tmp_path / "typed_usage.py"
+    source.write_text(textwrap.dedent(snippet))
+    out, _err, _status = api.run([
+        "--strict", "--no-error-summary", "--cache-dir", str(tmp_path / ".mypy_cache"), str(source),
+    ])
+    return [line.split(": ", 1)[1] for line in out.strip().splitlines() if line]
+
+
+def test_every_asyncio_policy_is_a_policy_to_mypy(tmp_path: Path) -> None:
+    lines = _mypy(tmp_path, """
+        import stoic
+
+        breaker = stoic.CircuitBreaker(label="b")
+        limiter = stoic.RateLimiter(10, label="rl")
+        bulkhead = stoic.Bulkhead(4, label="bh")
+        policies: list[stoic.Policy] = [
+            breaker, limiter, bulkhead,
+            stoic.AdaptiveBulkhead(latency_threshold=0.1, max_concurrent=10, label="ab"),
+            stoic.GradientBulkhead(max_concurrent=10, label="gb"),
+            stoic.AdaptiveThrottle(label="t"),
+            stoic.Retrying(stoic.Schedule.fixed(0.1).attempts(2), label="r"),
+            stoic.Pipeline(breaker),
+        ]
+        pipeline = stoic.Pipeline(breaker, limiter, bulkhead)
+        nested = stoic.Pipeline([breaker, limiter])
+
+        async def op(path: str) -> bytes:
+            return b""
+
+        async def main() -> None:
+            reveal_type(await stoic.with_fallback(limiter, op, "p", label="f", fallback=lambda e: b""))
+            reveal_type(await limiter.execute(op, "p"))
+            await limiter.execute(op, 3)
+    """)
+    assert lines[:3] == [
+        'note: Revealed type is "bytes"',
+        'note: Revealed type is "bytes"',
+        'error: No overload variant of "execute" of "RateLimiter" matches argument types '
+        '"Callable[[str], Coroutine[Any, Any, bytes]]", "int"  [call-overload]',
+    ]
+    assert all(line.startswith("note: ") for line in lines[3:])
+
