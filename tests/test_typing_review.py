@@ -1,5 +1,7 @@
 """User code checked with ``mypy --strict``: every asyncio policy is a ``stoic.Policy`` (so a
-Pipeline, ``with_fallback`` and an annotation take it)."""
+Pipeline, ``with_fallback`` and an annotation take it), and every decorator on an async function
+gives a coroutine function (so ``asyncio.run``/``create_task`` take its calls), as the runtime
+wrappers are."""
 
 from __future__ import annotations
 
@@ -54,3 +56,59 @@ def test_every_asyncio_policy_is_a_policy_to_mypy(tmp_path: Path) -> None:
     ]
     assert all(line.startswith("note: ") for line in lines[3:])
 
+
+def test_decorated_async_functions_stay_coroutine_functions_to_mypy(tmp_path: Path) -> None:
+    lines = _mypy(tmp_path, """
+        import asyncio
+
+        import stoic
+
+        limiter = stoic.RateLimiter(10, label="rl")
+        bulkhead = stoic.Bulkhead(4, label="bh")
+        adaptive = stoic.AdaptiveBulkhead(latency_threshold=0.1, max_concurrent=10, label="ab")
+        throttle = stoic.AdaptiveThrottle(label="t")
+        pipeline = stoic.Pipeline(stoic.CircuitBreaker(label="b"), bulkhead)
+
+        @limiter
+        async def limited(x: int) -> int:
+            return x
+
+        @bulkhead
+        async def bulkheaded(x: int) -> int:
+            return x
+
+        @adaptive
+        async def adapted(x: int) -> int:
+            return x
+
+        @throttle
+        async def throttled(x: int) -> int:
+            return x
+
+        @pipeline
+        async def piped(x: int) -> int:
+            return x
+
+        class Client:
+            @limiter
+            async def get(self, path: str) -> bytes:
+                return b""
+
+        async def main() -> None:
+            tasks: list[asyncio.Task[int]] = [
+                asyncio.create_task(limited(1)), asyncio.create_task(bulkheaded(1)),
+                asyncio.create_task(adapted(1)), asyncio.create_task(throttled(1)),
+                asyncio.create_task(piped(1))]
+            await asyncio.gather(*tasks)
+            reveal_type(Client().get)
+            Client().get("p")
+
+        asyncio.run(limited(1))
+        asyncio.run(limited("x"))
+    """)
+    assert lines == [
+        'note: Revealed type is "def (path: str) -> typing.Coroutine[Any, Any, bytes]"',
+        'error: Value of type "Coroutine[Any, Any, bytes]" must be used  [unused-coroutine]',
+        'note: Are you missing an await?',
+        'error: Argument 1 to "limited" has incompatible type "str"; expected "int"  [arg-type]',
+    ]

@@ -20,7 +20,7 @@ import functools
 import sys
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -351,7 +351,7 @@ class Bulkhead(_Compartment):
         execute = _execute(_EXECUTE_DOC)
 
     @through_method_decorators
-    def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any, Any, T]]:
         """Decorate an async function so every call runs in a slot.
 
         Raises ``TypeError`` for a plain function (use :class:`BlockingBulkhead`).

@@ -310,7 +310,7 @@ class Pipeline:
         return run
 
     @through_method_decorators
-    def __call__(self, fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    def __call__(self, fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
         """Decorate a coroutine function: each call runs through the pipeline.
 
         When ``fn`` declares ``attempt``, so does the wrapper: a retry or hedge around the

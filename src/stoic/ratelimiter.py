@@ -528,7 +528,7 @@ class RateLimiter(_TokenBucket):
         return await fn(*args, **kwargs)
 
     @through_method_decorators
-    def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any, Any, T]]:
         """Decorate an async function so every call takes one permit first.
 
         Raises ``TypeError`` for a plain function (use :class:`BlockingRateLimiter`).

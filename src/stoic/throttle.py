@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _metrics, _random
@@ -302,7 +302,7 @@ class AdaptiveThrottle:
         return result
 
     @through_method_decorators
-    def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any, Any, T]]:
         """Decorate an async function so every call goes through the throttle."""
         if not is_async_callable(fn):
             raise TypeError(f"AdaptiveThrottle decorates async functions, got {fn!r}")
