@@ -241,3 +241,22 @@ async def test_a_cancelled_backoff_closes_the_failed_response_once(clock: Virtua
     with pytest.raises(asyncio.CancelledError):
         await task
     assert log == ["drain 0", "close 0"]
+
+
+def test_retry_after_cap_is_a_duration_like_every_other() -> None:
+    """``retry_after_cap`` takes seconds or a ``timedelta`` and is checked by the rule every
+    public duration follows (docs/design.md, "Durations"): ``[0, MAX_SECONDS]``, a ``TypeError``
+    for a bool or a non-number."""
+    from datetime import timedelta
+
+    from stoic._durations import MAX_SECONDS
+
+    assert HTTPPolicies(retry_after_cap=timedelta(minutes=2)).retry_after_cap == 120.0
+    assert HTTPPolicies(retry_after_cap=timedelta(0)).retry_after_cap == 0.0
+    assert HTTPPolicies(retry_after_cap=7).retry_after_cap == 7.0
+    for bad in (-1, -0.5, float("nan"), float("inf"), MAX_SECONDS + 1, 1e300, timedelta(seconds=-1)):
+        with pytest.raises(ValueError, match="retry_after_cap"):
+            HTTPPolicies(retry_after_cap=bad)
+    for wrong in (True, "300", None):
+        with pytest.raises(TypeError, match="retry_after_cap"):
+            HTTPPolicies(retry_after_cap=wrong)  # type: ignore[arg-type]

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from ._callbacks import callback_failed
 from ._classify import RetryDecision
+from ._durations import Seconds, to_ns, to_seconds
 from ._errors import RateLimited
 from ._policy import Policy, refuse_async_callback
 from .hedge import IDEMPOTENT, Hedge
@@ -142,13 +143,15 @@ class HTTPPolicies(Generic[Resp]):
     ``retry_methods``: methods that may be retried and hedged (default
     :data:`IDEMPOTENT_METHODS`); ``is_failure(status)``: which statuses fail (default 5xx; when
     it raises, reported once by warnings and the ``"stoic"`` logger, the default rule decides);
-    ``retry_after_cap``: the longest ``Retry-After`` honoured, seconds (default 300);
+    ``retry_after_cap``: the longest ``Retry-After`` honoured, seconds as a float or a
+    ``timedelta`` in ``[0, MAX_SECONDS]`` (default 300);
     ``runs``: ``"execute"`` for an asyncio client (:meth:`run`), ``"call"`` for a blocking one
     (:meth:`run_sync`), so that a stage of the other kind (a ``Bulkhead`` in a blocking client,
     a ``BlockingBulkhead`` in an asyncio one; a :class:`stoic.Keyed` family by the policies
     it builds) is refused here rather than failing every request (``None``: not checked).
     ``TypeError`` for a stage, ``retry``, ``hedge``, ``retry_methods`` (a bare ``str`` included)
-    or ``is_failure`` of the wrong type; ``ValueError`` naming ``retry_after_cap`` out of range.
+    or ``is_failure`` of the wrong type, or a ``retry_after_cap`` that is not a number or
+    ``timedelta``; ``ValueError`` naming ``retry_after_cap`` out of range.
     """
 
     __slots__ = ("_held", "_shape", "hedge", "is_failure", "ok_below", "retry", "retry_after_cap",
@@ -162,7 +165,7 @@ class HTTPPolicies(Generic[Resp]):
         hedge: Hedge | None = None,
         retry_methods: Collection[str] = IDEMPOTENT_METHODS,
         is_failure: Callable[[int], bool] | None = None,
-        retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP,
+        retry_after_cap: Seconds = DEFAULT_RETRY_AFTER_CAP,
         runs: str | None = None,
     ) -> None:
         for stage in stages:
@@ -182,9 +185,7 @@ class HTTPPolicies(Generic[Resp]):
             raise TypeError(f"is_failure must be a callable (status -> bool), got {type(is_failure).__name__}")
         if is_failure is not None:
             refuse_async_callback(is_failure, "is_failure", "bool")
-        if isinstance(retry_after_cap, bool) or not isinstance(retry_after_cap, (int, float)) \
-                or not retry_after_cap >= 0 or not math.isfinite(retry_after_cap):
-            raise ValueError(f"retry_after_cap must be finite seconds >= 0, got {retry_after_cap!r}")
+        cap = to_seconds(to_ns(retry_after_cap, "retry_after_cap", allow_zero=True))
         self.stages = tuple(stages)
         # The families among the stages, in order, and the shape claim() takes: 0 no family, 1 one
         # stage that is a family, 2 two stages that both are, 3 anything else.
@@ -197,7 +198,7 @@ class HTTPPolicies(Generic[Resp]):
         # A status below this is a success that :meth:`check` would return as it is (the default
         # rule: below 429); the adapters test it before calling check, on every response.
         self.ok_below = 429 if is_failure is None else 0
-        self.retry_after_cap = float(retry_after_cap)
+        self.retry_after_cap = cap
 
     def claim(self, key: str) -> tuple[Sequence[Any], tuple[Any, ...] | None]:
         """The stages for ``key``, each family replaced by its key's policy with one call counted

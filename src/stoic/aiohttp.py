@@ -41,6 +41,7 @@ try:
 except ImportError as exc:  # the optional extra is missing (or older than 3.12): say which one
     raise ImportError("stoic.aiohttp needs aiohttp 3.12 or later: pip install 'stoic[aiohttp]'") from exc
 
+from ._durations import Seconds
 from ._http import (
     DEFAULT_RETRY_AFTER_CAP,
     IDEMPOTENT_METHODS,
@@ -121,10 +122,11 @@ class ResilientMiddleware:
     :class:`stoic.Retrying`) and ``hedge`` (a :class:`stoic.Hedge`; see the module docstring
     for which bodies it sends twice) apply to ``retry_methods`` only (default: the idempotent
     ones); ``key``: request -> key (default :func:`by_host`); ``is_failure``: status -> bool
-    (default: 5xx); ``retry_after_cap``: seconds (default 300). Raises ``TypeError`` for a
-    stage that is not a policy or family (or one for blocking clients only, such as a
-    ``BlockingBulkhead``), a ``retry`` that is not a ``Retrying`` or a ``hedge`` that is not a
-    ``Hedge``.
+    (default: 5xx); ``retry_after_cap``: seconds as a float or ``timedelta`` (default 300).
+    Raises ``TypeError`` for a stage that is not a policy or family (or one for blocking
+    clients only, such as a ``BlockingBulkhead``), a ``retry`` that is not a ``Retrying``, a
+    ``hedge`` that is not a ``Hedge`` or a ``retry_after_cap`` that is not a number or
+    ``timedelta``; ``ValueError`` naming ``retry_after_cap`` outside ``[0, MAX_SECONDS]``.
     """
 
     __slots__ = ("_key", "_policies")
@@ -138,7 +140,7 @@ class ResilientMiddleware:
         key: KeyFunction = by_host,
         retry_methods: Collection[str] = IDEMPOTENT_METHODS,
         is_failure: Callable[[int], bool] | None = None,
-        retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP,
+        retry_after_cap: Seconds = DEFAULT_RETRY_AFTER_CAP,
     ) -> None:
         self._policies: HTTPPolicies[ClientResponse] = HTTPPolicies(
             stages, retry=retry, hedge=hedge, retry_methods=retry_methods, is_failure=is_failure,

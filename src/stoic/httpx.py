@@ -39,6 +39,7 @@ except ImportError as exc:  # the optional extra is missing: say which one
     raise ImportError("stoic.httpx needs httpx: pip install 'stoic[httpx]'") from exc
 
 from . import _http
+from ._durations import Seconds
 from ._http import (
     DEFAULT_RETRY_AFTER_CAP,
     IDEMPOTENT_METHODS,
@@ -169,7 +170,7 @@ def by_route(*templates: str) -> KeyFunction:
 
 
 def _policies(stages: Sequence[Any], retry: Retrying | None, hedge: Hedge | None, retry_methods: Collection[str],
-              is_failure: Callable[[int], bool] | None, retry_after_cap: float,
+              is_failure: Callable[[int], bool] | None, retry_after_cap: Seconds,
               runs: str) -> HTTPPolicies[httpx.Response]:
     return HTTPPolicies(stages, retry=retry, hedge=hedge, retry_methods=retry_methods, is_failure=is_failure,
                         retry_after_cap=retry_after_cap, runs=runs)
@@ -183,8 +184,10 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
     ``retry`` (:class:`stoic.Retrying`) and ``hedge`` (:class:`stoic.Hedge`) apply to
     ``retry_methods`` only (default: the idempotent ones). ``key``: request -> key (default
     :func:`by_host`). ``is_failure``: status -> bool (default: 5xx). ``retry_after_cap``:
-    seconds (default 300). Raises ``TypeError`` for a stage that is not a policy or family, or
-    one for blocking clients only (``BlockingBulkhead``, ``BlockingRateLimiter``).
+    seconds as a float or ``timedelta`` (default 300). Raises ``TypeError`` for a stage that
+    is not a policy or family, or one for blocking clients only (``BlockingBulkhead``,
+    ``BlockingRateLimiter``), or a ``retry_after_cap`` that is not a number or ``timedelta``;
+    ``ValueError`` naming ``retry_after_cap`` outside ``[0, MAX_SECONDS]``.
     """
 
     def __init__(
@@ -197,7 +200,7 @@ class AsyncResilientTransport(httpx.AsyncBaseTransport):
         key: KeyFunction = by_host,
         retry_methods: Collection[str] = IDEMPOTENT_METHODS,
         is_failure: Callable[[int], bool] | None = None,
-        retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP,
+        retry_after_cap: Seconds = DEFAULT_RETRY_AFTER_CAP,
     ) -> None:
         self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._policies = _policies(stages, retry, hedge, retry_methods, is_failure, retry_after_cap, "execute")
@@ -250,7 +253,7 @@ class ResilientTransport(httpx.BaseTransport):
         key: KeyFunction = by_host,
         retry_methods: Collection[str] = IDEMPOTENT_METHODS,
         is_failure: Callable[[int], bool] | None = None,
-        retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP,
+        retry_after_cap: Seconds = DEFAULT_RETRY_AFTER_CAP,
         **unexpected: Any,
     ) -> None:
         # hedge=None is accepted, so that one set of keyword arguments can build either transport.
