@@ -386,6 +386,21 @@ def test_a_clock_without_the_clock_methods_is_a_type_error_naming_clock(bad: obj
         resolve_clock(bad)
 
 
+@pytest.mark.parametrize("bad", [object(), 3, "clock", _NoSleep(), time.monotonic_ns])
+def test_use_clock_refuses_what_is_not_a_clock_as_clock_does(bad: object) -> None:
+    """The ambient clock is the other way a clock reaches a policy: a wrong object is refused
+    where it is given (as ``clock=`` is), not as an ``AttributeError`` from the first policy
+    built under it (or from its first call, for a bulkhead), and the ambient clock is unchanged."""
+    before = stoic.current_clock()
+    with pytest.raises(TypeError, match=r"clock must be a stoic.Clock"), use_clock(bad):  # type: ignore[arg-type]
+        pytest.fail("the block ran under a clock that is none")
+    assert stoic.current_clock() is before
+    virtual = VirtualClock()
+    with use_clock(virtual) as given:
+        assert given is virtual
+        assert stoic.Bulkhead(1, label="b")._clock is virtual
+
+
 def test_resolve_clock_keeps_a_clock_and_defaults_to_the_ambient_one() -> None:
     virtual = VirtualClock()
     assert resolve_clock(virtual) is virtual

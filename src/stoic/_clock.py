@@ -170,11 +170,14 @@ def current_clock() -> Clock:
 
 @contextlib.contextmanager
 def use_clock(clock: Clock) -> Iterator[Clock]:
-    """Make ``clock`` the ambient clock for the enclosed block (and tasks it creates).
+    """Make ``clock`` the ambient clock for the enclosed block (and tasks it creates); yields it.
 
     Policies built inside the block keep this clock for life; deadlines set inside it run on it.
+    Raises ``TypeError`` naming ``clock`` (before the block runs) when it lacks one of the
+    :class:`Clock` methods, as ``clock=`` does at a policy's construction.
     """
     global ever_set
+    check_clock(clock)
     ever_set = True
     token = _ambient_clock.set(clock)
     try:
