@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ._clock import Clock, TimerHandle, resolve_clock, same_clock
-from ._durations import Seconds, check_label, to_ns
+from ._durations import Seconds, _show, check_label, to_ns
 from ._errors import DeadlineExceeded, Defect, leaves
 from .events import Level, emit
 from .events._sinks import kind_floor
@@ -337,8 +337,12 @@ def deadline(instant: float, *, label: str | None = None, clock: Clock | None = 
     when it is not a number at all), and the errors of :func:`timeout` for ``label``/``clock``."""
     if isinstance(instant, bool) or not isinstance(instant, (int, float)):
         raise TypeError(f"instant must be seconds on the clock's timeline, got {type(instant).__name__}")
-    if not math.isfinite(instant * 1e9):
-        raise ValueError(f"instant must be a finite number of seconds, got {instant!r}")
+    try:
+        ns = instant * 1e9
+    except OverflowError:  # an int beyond any float
+        ns = math.inf
+    if not math.isfinite(ns):
+        raise ValueError(f"instant must be a finite number of seconds, got {_show(instant)}")
     label = check_label(label, optional=True)
     clk = resolve_clock(clock)
-    return Timeout(round(instant * 1e9), clk, label)
+    return Timeout(round(ns), clk, label)
