@@ -65,8 +65,19 @@ def test_the_largest_duration_is_accepted_exactly():
 
 @pytest.mark.parametrize("value", [-1e300, -(10**300)])
 def test_huge_negatives_are_negative_not_overflow(value):
-    with pytest.raises(ValueError, match="must be >= 0 seconds"):
+    with pytest.raises(ValueError, match="d must be >= 0 seconds"):
         to_ns(value, "d", allow_zero=True)
+
+
+def test_an_int_too_long_for_repr_is_refused_naming_the_parameter():
+    # repr() of an int over 4,300 digits raises its own ValueError ("Exceeds the limit"), which
+    # named no parameter: the message shows its size instead.
+    with pytest.raises(ValueError, match=r"probes must be in \[1, 5\], got an int of 16610 bits"):
+        check_int(10**5000, "probes", minimum=1, maximum=5)
+    with pytest.raises(ValueError, match=r"delay must be at most .* got an int of 16610 bits"):
+        to_ns(10**5000, "delay")
+    with pytest.raises(ValueError, match=r"delay must be >= 0 seconds, got an int of 16610 bits"):
+        to_ns(-(10**5000), "delay", allow_zero=True)
 
 
 def test_labels_are_non_empty_strings():

@@ -60,6 +60,8 @@ def to_ns(value: Seconds, name: str, *, allow_zero: bool = False) -> int:
 def _show(value: object) -> str:
     if isinstance(value, timedelta):  # (its repr is long, and says nothing once cut short)
         return f"a timedelta of {value.total_seconds()!r} seconds"
+    if isinstance(value, int) and value.bit_length() > 4096:  # repr() refuses past 4,300 digits
+        return f"an int of {value.bit_length()} bits"
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
@@ -84,19 +86,19 @@ def _finite(value: float) -> bool:
 def check_fraction(value: float, name: str, *, low_open: bool, high: float = 1.0) -> float:
     """Validate a fraction in ``(0, high]`` (``low_open``) or ``[0, high]``; return it as float."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
-        raise ValueError(f"{name} must be a number in {'(0' if low_open else '[0'}, {high}], got {value!r}")
+        raise ValueError(f"{name} must be a number in {'(0' if low_open else '[0'}, {high}], got {_show(value)}")
     if (value <= 0 if low_open else value < 0) or value > high:
-        raise ValueError(f"{name} must be in {'(0' if low_open else '[0'}, {high:g}], got {value!r}")
+        raise ValueError(f"{name} must be in {'(0' if low_open else '[0'}, {high:g}], got {_show(value)}")
     return float(value)
 
 
 def check_int(value: int, name: str, *, minimum: int, maximum: int | None = None) -> int:
     """Validate an integer in ``[minimum, maximum]``; ``ValueError`` naming ``name`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {_show(value)}")
     if value < minimum or (maximum is not None and value > maximum):
         bound = f"in [{minimum}, {maximum}]" if maximum is not None else f">= {minimum}"
-        raise ValueError(f"{name} must be {bound}, got {value!r}")
+        raise ValueError(f"{name} must be {bound}, got {_show(value)}")
     return value
 
 
