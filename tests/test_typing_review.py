@@ -112,3 +112,25 @@ def test_decorated_async_functions_stay_coroutine_functions_to_mypy(tmp_path: Pa
         'note: Are you missing an await?',
         'error: Argument 1 to "limited" has incompatible type "str"; expected "int"  [arg-type]',
     ]
+
+
+def test_control_register_gives_back_the_policy_with_its_type(tmp_path: Path) -> None:
+    # ``db = control.register(stoic.Bulkhead(...))`` is the documented idiom (docs/control-plane.md):
+    # typed ``-> Any``, ``db`` lost its type and ``return db.in_use`` from a typed function was
+    # mypy --strict's "Returning Any" error.
+    lines = _mypy(tmp_path, """
+        import stoic
+
+        control = stoic.ControlPlane()
+        db = control.register(stoic.Bulkhead(2, label="db"))
+        tenants = control.register(stoic.Keyed(stoic.RateLimiter, label="tenants", rate=5))
+        reveal_type(db)
+        reveal_type(tenants)
+
+        def in_use() -> int:
+            return db.in_use
+    """)
+    assert lines == [
+        'note: Revealed type is "stoic.bulkhead.Bulkhead"',
+        'note: Revealed type is "stoic.keyed.Keyed[stoic.ratelimiter.RateLimiter]"',
+    ]

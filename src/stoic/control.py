@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ._clock import Clock, check_clock, current_clock
 from ._durations import check_label
@@ -32,6 +32,8 @@ from .keyed import Keyed, _switch, is_forced_open
 _SINKS = kind_floor("control")
 
 __all__ = ["ControlPlane", "PolicyState", "UnknownPolicy"]
+
+T = TypeVar("T")
 
 
 class UnknownPolicy(LookupError):
@@ -123,7 +125,7 @@ class ControlPlane:
         self._entries: dict[str, object] = {}
         self._lock = threading.Lock()
 
-    def register(self, policy: Any, *, name: str | None = None) -> Any:
+    def register(self, policy: T, *, name: str | None = None) -> T:
         """Register ``policy`` (a policy object or a :class:`stoic.Keyed` family) under ``name``
         (default: its ``label``); returns ``policy``. Raises ``ValueError`` when the name is
         taken by another policy, ``TypeError`` when no name is given and it has no str label."""
