@@ -94,6 +94,17 @@ def test_the_label_must_be_a_non_empty_str() -> None:
         (lambda: OpenDuration.exponential(initial=30, maximum=10), r"maximum must be >= initial"),
         (lambda: OpenDuration.exponential(jitter=2), r"jitter must be in \[0, 1\]"),
         (lambda: OpenDuration.exponential(reset_after=0), r"reset_after must be > 0"),
+        # The class's own constructor (nanoseconds) is public too, and held the same ranges
+        # unchecked: OpenDuration(0, -5, 0.5, 2.0, 0) built a breaker that reopened for 1 ns.
+        (lambda: OpenDuration(0, 10, 2.0, 0.2, 10), r"initial_ns must be in \[1, "),
+        (lambda: OpenDuration(10, -5, 2.0, 0.2, 10), r"maximum_ns must be in \[1, "),
+        (lambda: OpenDuration(10, 10, 2.0, 0.2, 0), r"reset_after_ns must be in \[1, "),
+        (lambda: OpenDuration(10, 10**40, 2.0, 0.2, 10), r"maximum_ns must be in \[1, "),
+        (lambda: OpenDuration(1.5, 10, 2.0, 0.2, 10), r"initial_ns must be an integer"),  # type: ignore[arg-type]
+        (lambda: OpenDuration(10, 20, 0.5, 0.2, 10), r"factor must be >= 1"),
+        (lambda: OpenDuration(10, 20, float("nan"), 0.2, 10), r"factor must be a finite number >= 1"),
+        (lambda: OpenDuration(10, 20, 2.0, 2.0, 10), r"jitter must be in \[0, 1\]"),
+        (lambda: OpenDuration(20, 10, 2.0, 0.2, 10), r"maximum must be >= initial"),
     ],
 )
 def test_bad_window_and_open_duration_values_are_rejected_by_name(build: object, message: str) -> None:

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .._durations import MAX_SECONDS, Seconds, check_fraction, check_int, to_ns, to_seconds
+from .._durations import MAX_NS, MAX_SECONDS, Seconds, check_fraction, check_int, to_ns, to_seconds
 
 _MAX_FACTOR = 10**300  # (an int factor must convert to a float)
 
@@ -120,11 +120,28 @@ class OpenDuration:
     standard: ClassVar[OpenDuration]
 
     def __init__(self, initial_ns: int, maximum_ns: int, factor: float, jitter: float, reset_after_ns: int) -> None:
-        # Private: use fixed() or exponential(), which validate.
+        """The open duration from integer nanoseconds (:meth:`fixed` and :meth:`exponential`
+        take seconds, and are the usual way to build one).
+
+        Raises ``ValueError`` naming the parameter when ``initial_ns``, ``maximum_ns`` or
+        ``reset_after_ns`` is not an integer in ``[1, MAX_SECONDS * 10**9]``, ``factor`` is not
+        a finite number >= 1, ``jitter`` is outside [0, 1], or ``maximum_ns < initial_ns``.
+        """
+        for value, name in ((initial_ns, "initial_ns"), (maximum_ns, "maximum_ns"), (reset_after_ns, "reset_after_ns")):
+            check_int(value, name, minimum=1, maximum=MAX_NS)
+        if isinstance(factor, int) and not isinstance(factor, bool) and not 1 <= factor <= _MAX_FACTOR:
+            raise ValueError(f"factor must be a finite number >= 1 and <= {_MAX_FACTOR}, got {factor!r}")
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor):
+            raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
+        if factor < 1:
+            raise ValueError(f"factor must be >= 1, got {factor!r}")
+        if maximum_ns < initial_ns:
+            raise ValueError(f"maximum must be >= initial ({to_seconds(initial_ns):g} s), "
+                             f"got {to_seconds(maximum_ns):g} s")
         self.initial_ns = initial_ns
         self.maximum_ns = maximum_ns
-        self.factor = factor
-        self.jitter = jitter
+        self.factor = float(factor)
+        self.jitter = _fraction(jitter, "jitter", low_open=False)
         self.reset_after_ns = reset_after_ns
 
     @classmethod
@@ -135,8 +152,7 @@ class OpenDuration:
         Raises ``ValueError`` for a duration out of range or a jitter outside [0, 1].
         """
         ns = duration_ns(seconds, "open_duration seconds")
-        jit = _fraction(jitter, "jitter", low_open=False)
-        return cls(ns, ns, 1.0, jit, ns)
+        return cls(ns, ns, 1.0, jitter, ns)
 
     @classmethod
     def exponential(
@@ -156,17 +172,8 @@ class OpenDuration:
         """
         initial_ns = duration_ns(initial, "initial")
         maximum_ns = duration_ns(maximum, "maximum")
-        if isinstance(factor, int) and not isinstance(factor, bool) and not 1 <= factor <= _MAX_FACTOR:
-            raise ValueError(f"factor must be a finite number >= 1 and <= {_MAX_FACTOR}, got {factor!r}")
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor):
-            raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
-        if factor < 1:
-            raise ValueError(f"factor must be >= 1, got {factor!r}")
-        if maximum_ns < initial_ns:
-            raise ValueError(f"maximum must be >= initial ({initial!r} s), got {maximum!r}")
-        jit = _fraction(jitter, "jitter", low_open=False)
         reset_ns = maximum_ns if reset_after is None else duration_ns(reset_after, "reset_after")
-        return cls(initial_ns, maximum_ns, float(factor), jit, reset_ns)
+        return cls(initial_ns, maximum_ns, factor, jitter, reset_ns)  # (which checks the rest)
 
     @property
     def initial(self) -> float:
