@@ -235,3 +235,10 @@ def test_a_key_is_never_evicted_between_call_and_its_bulkheads_admission() -> No
         resume.set()
         thread.join(10)
     assert held_during_call[0] is not None and family.get("b").label == "pools:b"
+
+
+@pytest.mark.parametrize("bad", [object(), 5, "clock"])
+def test_a_clock_without_now_ns_is_a_type_error_naming_clock(bad: object) -> None:
+    # The check came after the family read bad.now_ns for its lock-free hits: an AttributeError.
+    with pytest.raises(TypeError, match=r"clock must be a stoic\.Clock"):
+        Keyed(CircuitBreaker, label="hosts", clock=bad)  # type: ignore[arg-type]

@@ -139,11 +139,11 @@ class Keyed(Generic[P]):
         self._touch_ns = min(self._idle_ns // 100, 1_000_000_000)
         self._max_labels = check_int(max_labels, "max_labels", minimum=1)
         self._clock: Clock = clock if clock is not None else current_clock()
+        if not callable(getattr(self._clock, "now_ns", None)):
+            raise TypeError(f"clock must be a stoic.Clock (with now_ns), got {type(clock).__name__}")
         # The lock-free hits' clock read: the system clock's own function saves a Python frame.
         self._now: Callable[[], int] = (time.monotonic_ns if type(self._clock) is SystemClock
                                         else self._clock.now_ns)
-        if not callable(getattr(self._clock, "now_ns", None)):
-            raise TypeError(f"clock must be a stoic.Clock (with now_ns), got {type(clock).__name__}")
         self._factory = factory
         _check_parameters(factory, config)
         factory(label=self._label, clock=self._clock, **config)  # validates the configuration
