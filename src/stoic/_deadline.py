@@ -257,6 +257,9 @@ class Timeout:
         """Whether this block's deadline fired."""
         return self._scope is not None and self._scope.fired
 
+    def __repr__(self) -> str:
+        return f"Timeout(deadline={self._when_ns / 1e9!r}, label={self._label!r}, clock={self._clock!r})"
+
     async def __aenter__(self) -> Timeout:
         task = asyncio.current_task()
         if task is None:

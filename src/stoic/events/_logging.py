@@ -37,3 +37,7 @@ class LoggingSink:
             extra={"stoic.event": event.name, "stoic.label": event.label, "stoic.attributes": dict(event.attributes)},
             exc_info=True if event.level >= Level.ERROR and sys.exc_info()[1] is not None else None,
         )
+
+    def __repr__(self) -> str:
+        level = self.level.name if isinstance(self.level, Level) else repr(self.level)
+        return f"LoggingSink(logger={getattr(self.logger, 'name', self.logger)!r}, level={level})"

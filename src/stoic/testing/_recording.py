@@ -50,6 +50,10 @@ class RecordingSink:
             self.events.clear()
             self.violations.clear()
 
+    def __repr__(self) -> str:
+        level = self.level.name if isinstance(self.level, Level) else repr(self.level)
+        return f"RecordingSink(level={level}, strict={self.strict}, events={len(self.events)})"
+
     def assert_contract(self) -> None:
         """Fail if any recorded event broke the catalog contract."""
         if self.violations:
