@@ -134,3 +134,21 @@ def test_control_register_gives_back_the_policy_with_its_type(tmp_path: Path) ->
         'note: Revealed type is "stoic.bulkhead.Bulkhead"',
         'note: Revealed type is "stoic.keyed.Keyed[stoic.ratelimiter.RateLimiter]"',
     ]
+
+
+def test_the_retry_pages_first_example_passes_mypy_strict(tmp_path: Path) -> None:
+    # The page's own advice (an ``attempt`` without a default makes every caller a mypy error:
+    # declare it ``Attempt | None = None``) was broken by its first example, which a user copies.
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "tests"))
+    try:
+        from _docs_runner import blocks
+    finally:
+        sys.path.pop(0)
+    _line, code, reason = blocks((root / "docs" / "retry.md").read_text(encoding="utf-8"))[0]
+    assert reason is None and "@retrying" in code and "attempt" in code
+    imports = "\n".join(line for line in code.splitlines() if line.startswith(("import ", "from ")))
+    body = "\n".join(line for line in code.splitlines() if not line.startswith(("import ", "from ")))
+    assert _mypy(tmp_path, imports + "\n\nasync def page() -> None:\n" + textwrap.indent(body, "    ")) == []
