@@ -159,6 +159,32 @@ def test_value_objects_compare_and_print() -> None:
     assert "state=closed" in repr(CircuitBreaker(label="r"))
 
 
+@pytest.mark.parametrize(("value", "attribute"), [
+    (TimeWindow(60), "ns"), (TimeWindow(60), "bucket_ns"), (CountWindow(5), "calls"),
+    (OpenDuration.standard, "initial_ns"), (OpenDuration.standard, "jitter"), (OpenDuration.fixed(5), "factor"),
+    (OpenDuration.fixed(5), "maximum_ns"), (OpenDuration.fixed(5), "reset_after_ns"),
+])
+def test_the_window_and_open_duration_values_are_immutable(value: object, attribute: str) -> None:
+    # Hashable values (the seed's Hashable structs), shared by every breaker built with the
+    # defaults: OpenDuration.standard.initial_ns = 1 made every default breaker rest 1 ns, past
+    # every check, and a window's changed hash lost it in a set. Schedules, RetryDecision and
+    # Attempt already refused assignment.
+    before = hash(value)
+    with pytest.raises(AttributeError, match="immutable"):
+        setattr(value, attribute, 1)
+    assert hash(value) == before
+    # Still copied and pickled as values (a settings object holding one is deep-copied).
+    assert copy.copy(value) == value and copy.deepcopy(value) == value
+    restored = pickle.loads(pickle.dumps(value))
+    assert restored == value and type(restored) is type(value) and hash(restored) == before
+    assert getattr(restored, attribute) == getattr(value, attribute)
+
+
+def test_a_time_window_pickles_exactly() -> None:
+    window = TimeWindow(timedelta(days=400, microseconds=1))  # (beyond float seconds' exact ns)
+    assert pickle.loads(pickle.dumps(window)).ns == window.ns
+
+
 async def test_decorator_keeps_the_signature_and_runs_coroutines_through_execute(clock: VirtualClock) -> None:
     breaker = CircuitBreaker(label="deco", window=CountWindow(2), minimum_calls=1, failure_rate_threshold=0.5)
 

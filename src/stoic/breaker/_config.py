@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -59,12 +60,34 @@ class TimeWindow:
 
     BUCKETS: ClassVar[int] = 10
 
+    ns: int
+    bucket_ns: int
+
     def __init__(self, seconds: Seconds) -> None:
         ns = duration_ns(seconds, "TimeWindow seconds")
         if ns < self.BUCKETS:
             raise ValueError(f"TimeWindow seconds must be >= 1e-08 (ten 1 ns buckets), got {seconds!r}")
-        self.ns = ns
-        self.bucket_ns = ns // self.BUCKETS
+        object.__setattr__(self, "ns", ns)
+        object.__setattr__(self, "bucket_ns", ns // self.BUCKETS)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("TimeWindow is immutable")
+
+    @classmethod
+    def _of_ns(cls, ns: int) -> TimeWindow:
+        window = object.__new__(cls)
+        object.__setattr__(window, "ns", ns)
+        object.__setattr__(window, "bucket_ns", ns // cls.BUCKETS)
+        return window
+
+    def __reduce__(self) -> tuple[Callable[[int], TimeWindow], tuple[int]]:
+        return type(self)._of_ns, (self.ns,)  # (exact: no float seconds in between)
+
+    def __copy__(self) -> TimeWindow:
+        return self
+
+    def __deepcopy__(self, memo: object) -> TimeWindow:
+        return self
 
     @property
     def seconds(self) -> float:
@@ -90,8 +113,22 @@ class CountWindow:
 
     __slots__ = ("calls",)
 
+    calls: int
+
     def __init__(self, calls: int) -> None:
-        self.calls = check_int(calls, "CountWindow calls", minimum=1, maximum=MAX_COUNT_WINDOW)
+        object.__setattr__(self, "calls", check_int(calls, "CountWindow calls", minimum=1, maximum=MAX_COUNT_WINDOW))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("CountWindow is immutable")
+
+    def __reduce__(self) -> tuple[type[CountWindow], tuple[int]]:
+        return type(self), (self.calls,)
+
+    def __copy__(self) -> CountWindow:
+        return self
+
+    def __deepcopy__(self, memo: object) -> CountWindow:
+        return self
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CountWindow) and other.calls == self.calls
@@ -119,6 +156,12 @@ class OpenDuration:
 
     standard: ClassVar[OpenDuration]
 
+    initial_ns: int
+    maximum_ns: int
+    factor: float
+    jitter: float
+    reset_after_ns: int
+
     def __init__(self, initial_ns: int, maximum_ns: int, factor: float, jitter: float, reset_after_ns: int) -> None:
         """The open duration from integer nanoseconds (:meth:`fixed` and :meth:`exponential`
         take seconds, and are the usual way to build one).
@@ -138,11 +181,24 @@ class OpenDuration:
         if maximum_ns < initial_ns:
             raise ValueError(f"maximum must be >= initial ({to_seconds(initial_ns):g} s), "
                              f"got {to_seconds(maximum_ns):g} s")
-        self.initial_ns = initial_ns
-        self.maximum_ns = maximum_ns
-        self.factor = float(factor)
-        self.jitter = _fraction(jitter, "jitter", low_open=False)
-        self.reset_after_ns = reset_after_ns
+        jitter = _fraction(jitter, "jitter", low_open=False)
+        object.__setattr__(self, "initial_ns", initial_ns)
+        object.__setattr__(self, "maximum_ns", maximum_ns)
+        object.__setattr__(self, "factor", float(factor))
+        object.__setattr__(self, "jitter", jitter)
+        object.__setattr__(self, "reset_after_ns", reset_after_ns)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("OpenDuration is immutable")
+
+    def __reduce__(self) -> tuple[type[OpenDuration], tuple[int, int, float, float, int]]:
+        return type(self), (self.initial_ns, self.maximum_ns, self.factor, self.jitter, self.reset_after_ns)
+
+    def __copy__(self) -> OpenDuration:
+        return self
+
+    def __deepcopy__(self, memo: object) -> OpenDuration:
+        return self
 
     @classmethod
     def fixed(cls, seconds: Seconds, jitter: float = 0.2) -> OpenDuration:
