@@ -198,6 +198,19 @@ class TestClassification:
         with pytest.raises(ValueError, match="seconds"):
             RetryDecision.retry_after(float("nan"))
 
+    @pytest.mark.parametrize("decision", [RetryDecision.RETRY, RetryDecision.STOP, RetryDecision.retry_after(1.5)])
+    def test_decisions_copy_and_pickle_as_values(self, decision: RetryDecision) -> None:
+        # An exception carrying one (a Retryable's retry_decision) crosses a process pool by
+        # pickle; copy/pickle set the slots through the refused __setattr__ (AttributeError).
+        import copy
+        import pickle
+
+        assert copy.copy(decision) is decision and copy.deepcopy(decision) is decision
+        restored = pickle.loads(pickle.dumps(decision))
+        assert restored == decision and restored.after == decision.after and restored.retries == decision.retries
+        if decision.after is None:
+            assert restored is decision  # RETRY and STOP stay the singletons
+
 
 class TestRetryAfter:
     async def test_retry_after_replaces_the_schedules_delay(self, clock: VirtualClock, sink: RecordingSink) -> None:

@@ -41,6 +41,17 @@ class RetryDecision:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("RetryDecision is immutable")
 
+    # A value: copies are itself, and pickle rebuilds it (RETRY and STOP as the singletons)
+    # rather than setting its slots through the refused __setattr__.
+    def __reduce__(self) -> tuple[Callable[[str, int | None], RetryDecision], tuple[str, int | None]]:
+        return _rebuild, (self._kind, self._after_ns)
+
+    def __copy__(self) -> RetryDecision:
+        return self
+
+    def __deepcopy__(self, memo: object) -> RetryDecision:
+        return self
+
     @staticmethod
     def retry_after(seconds: Seconds) -> RetryDecision:
         """Retry after ``seconds`` (float or timedelta) in place of the schedule's delay.
@@ -98,6 +109,13 @@ class RetryDecision:
 
 RetryDecision.RETRY = RetryDecision("retry")
 RetryDecision.STOP = RetryDecision("stop")
+
+
+def _rebuild(kind: str, after_ns: int | None) -> RetryDecision:
+    """The decision ``kind`` (after ``after_ns``) as unpickled: RETRY and STOP are the singletons."""
+    if after_ns is None and kind in ("retry", "stop"):
+        return RetryDecision.RETRY if kind == "retry" else RetryDecision.STOP
+    return RetryDecision(kind, after_ns)
 
 
 @runtime_checkable
