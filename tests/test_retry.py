@@ -564,6 +564,30 @@ class TestAttempt:
         with pytest.raises(AttributeError):
             a.number = 3  # type: ignore[misc]
 
+    async def test_attempts_copy_and_pickle_as_values_keeping_the_call_id(self, clock: VirtualClock) -> None:
+        # An operation handing its Attempt to a process pool (run_in_executor) pickles it; copy
+        # and pickle set its slots through the refused __setattr__ (AttributeError), and a copy
+        # made before the id was drawn must not draw another one.
+        import copy
+        import pickle
+
+        seen: list[Attempt] = []
+
+        async def op(*, attempt: Attempt) -> None:
+            seen.append(attempt)
+            if attempt.number < 2:
+                raise ConnectionError
+
+        await clock.run(retry(THREE, op, label="op"))
+        later = Attempt(3, hedged=True)
+        for attempt in (*seen, later, Attempt(1)):
+            assert copy.copy(attempt) is attempt and copy.deepcopy(attempt) is attempt
+            restored = pickle.loads(pickle.dumps(attempt))
+            assert restored == attempt and type(restored) is Attempt
+            assert (restored.number, restored.call_id, restored.hedged) == (attempt.number, attempt.call_id,
+                                                                           attempt.hedged)
+        assert len({a.call_id for a in seen}) == 1
+
 
 class TestBudget:
     async def test_first_attempts_deposit_and_retries_spend(self, clock: VirtualClock) -> None:

@@ -31,6 +31,17 @@ class Attempt:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Attempt is immutable")
 
+    # A value: copies are itself (sharing the id, drawn or not), and pickle sends a plain
+    # Attempt with the call's id drawn now, so both sides of a process boundary send the same.
+    def __reduce__(self) -> tuple[type[Attempt], tuple[int, str, bool]]:
+        return Attempt, (self.number, self.call_id, self.hedged)
+
+    def __copy__(self) -> Attempt:
+        return self
+
+    def __deepcopy__(self, memo: object) -> Attempt:
+        return self
+
     @property
     def call_id(self) -> str:
         """The id shared by every attempt of this call (a UUID4 in hex)."""
