@@ -173,6 +173,24 @@ def test_a_named_budget_asked_for_with_other_parameters_is_a_configuration_error
         RetryBudget.named("api.example.com")
 
 
+@pytest.mark.parametrize("attribute", ["ratio", "reserve_per_second", "reserve_capacity", "name"])
+def test_a_budgets_settings_are_read_only(attribute: str) -> None:
+    # Writing one changed what the budget printed and what named() compared, never how it
+    # earned or refilled (those run on values derived at construction): budget.ratio = 1.0
+    # showed ratio=1.0 while it still earned 0.2 per call, and named(..., ratio=1.0) matched it.
+    budget = RetryBudget.named("api.read-only", ratio=0.2, reserve_per_second=0, reserve_capacity=0)
+    shown = repr(budget)
+    with pytest.raises(AttributeError):
+        setattr(budget, attribute, 1.0)
+    assert repr(budget) == shown
+    assert (budget.ratio, budget.reserve_per_second, budget.reserve_capacity, budget.name) == (
+        0.2, 0.0, 0, "api.read-only")
+    with pytest.raises(ValueError, match="already exists"):
+        RetryBudget.named("api.read-only", ratio=1.0, reserve_per_second=0, reserve_capacity=0)
+    with pytest.raises(AttributeError):
+        RetryBudget.UNLIMITED.ratio = 0.5  # type: ignore[misc]
+
+
 def _site_policy() -> Any:
     return stoic.Retrying(stoic.Schedule.fixed(0).attempts(100), label="site")  # one call site
 

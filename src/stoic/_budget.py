@@ -46,8 +46,8 @@ class RetryBudget:
 
     __slots__ = (
         "_clock", "_deposits", "_earned", "_earned_cap", "_folded", "_kind", "_last_ns", "_lock", "_ratio_units",
-        "_refill_units_per_ns", "_reserve", "_reserve_cap", "name", "ratio", "reserve_capacity",
-        "reserve_per_second",
+        "_name", "_ratio", "_refill_units_per_ns", "_reserve", "_reserve_cap", "_reserve_capacity",
+        "_reserve_per_second",
     )
 
     def __init__(
@@ -61,7 +61,7 @@ class RetryBudget:
         _kind: str = "bucket",
         name: str | None = None,
     ) -> None:
-        self.ratio = check_fraction(ratio, "ratio", low_open=True)
+        self._ratio = check_fraction(ratio, "ratio", low_open=True)
         if isinstance(reserve_per_second, bool) or not isinstance(reserve_per_second, (int, float)):
             raise TypeError(f"reserve_per_second must be tokens per second as a number, "
                             f"got {type(reserve_per_second).__name__}")
@@ -72,12 +72,12 @@ class RetryBudget:
         check_int(reserve_capacity, "reserve_capacity", minimum=0, maximum=_MAX_TOKENS)
         cap = max(10, reserve_capacity) if earned_capacity is None else check_int(
             earned_capacity, "earned_capacity", minimum=0, maximum=_MAX_TOKENS)
-        self.reserve_per_second = float(reserve_per_second)
-        self.reserve_capacity = reserve_capacity
-        self.name = name
+        self._reserve_per_second = float(reserve_per_second)
+        self._reserve_capacity = reserve_capacity
+        self._name = name
         self._kind = _kind
-        self._ratio_units = round(self.ratio * _UNIT)
-        self._refill_units_per_ns = round(self.reserve_per_second * _UNITS_PER_NS_PER_TOKEN_PER_S)
+        self._ratio_units = round(self._ratio * _UNIT)
+        self._refill_units_per_ns = round(self._reserve_per_second * _UNITS_PER_NS_PER_TOKEN_PER_S)
         self._earned_cap = cap * _UNIT
         self._reserve_cap = reserve_capacity * _UNIT
         self._earned = 0
@@ -166,6 +166,28 @@ class RetryBudget:
                 self._reserve -= _UNIT
                 return True
             return False
+
+    # The settings are read-only: earning and refilling run on values derived from them at
+    # construction, so a written setting would show in repr and named() and change nothing.
+    @property
+    def ratio(self) -> float:
+        """Tokens earned per first attempt, in (0, 1]."""
+        return self._ratio
+
+    @property
+    def reserve_per_second(self) -> float:
+        """Tokens the reserve refills per second (on the budget's clock)."""
+        return self._reserve_per_second
+
+    @property
+    def reserve_capacity(self) -> int:
+        """The reserve's size in whole tokens (it starts full)."""
+        return self._reserve_capacity
+
+    @property
+    def name(self) -> str | None:
+        """The name of a :meth:`named` budget, or the call site of a per-call-site bucket (else ``None``)."""
+        return self._name
 
     @property
     def tokens(self) -> float:
