@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 import stoic
 from stoic.testing import RecordingSink, VirtualClock
 
@@ -35,3 +37,29 @@ def test_a_refused_sink_is_named_by_its_repr() -> None:
         assert "LoggingSink(logger='stoic', level='debug')" in str(error)
     else:
         raise AssertionError("a sink with a str level was installed")
+
+
+def _policies() -> list[object]:
+    import stoic.fleet
+
+    store = stoic.fleet.RedisStore("redis://127.0.0.1:1/0")  # (never reached: nothing is called)
+    return [
+        stoic.CircuitBreaker(label="p"), stoic.RateLimiter(5, label="p"), stoic.BlockingRateLimiter(5, label="p"),
+        stoic.Bulkhead(2, label="p"), stoic.BlockingBulkhead(2, label="p"),
+        stoic.AdaptiveBulkhead(latency_threshold=0.1, max_concurrent=4, label="p"),
+        stoic.GradientBulkhead(max_concurrent=4, label="p"), stoic.Hedge(0.1, label="p"),
+        stoic.AdaptiveThrottle(label="p"), stoic.Retrying(stoic.Schedule.fixed(1).attempts(2), label="p"),
+        stoic.Keyed(stoic.CircuitBreaker, label="p"),
+        stoic.fleet.SharedCircuitBreaker(label="p", store=store),
+        stoic.fleet.SharedRateLimiter(5, label="p", store=store),
+    ]
+
+
+def test_every_policys_label_is_read_only() -> None:
+    # The breakers' and the hedge's label was a plain attribute: writing it moved the events to
+    # the new label while the metrics (and a ControlPlane registration) kept the old one. Every
+    # other policy's label is a read-only property.
+    for policy in _policies():
+        with pytest.raises(AttributeError):
+            policy.label = "renamed"  # type: ignore[attr-defined]
+        assert policy.label == "p", policy  # type: ignore[attr-defined]

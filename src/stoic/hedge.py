@@ -178,7 +178,7 @@ class Hedge:
 
     __slots__ = (
         "__weakref__", "_budget", "_clock", "_delay_ns", "_digest", "_estimate", "_fixed_ns", "_lock", "_max_ns",
-        "_min_ns", "_rec", "_site", "label", "max_attempts", "op", "quantile", "window",
+        "_label", "_min_ns", "_rec", "_site", "max_attempts", "op", "quantile", "window",
     )
 
     def __init__(
@@ -212,7 +212,7 @@ class Hedge:
         site: str,
         digest: SharedLatency | None = None,
     ) -> None:
-        self.label = check_label(label)
+        self._label = check_label(label)
         self._site, self._digest = site, digest  # (a retune re-resolves a per-call-site budget here)
         self._fixed_ns = to_ns(delay, "delay", allow_zero=True)
         self.max_attempts = check_int(max_attempts, "max_attempts", minimum=2)
@@ -250,8 +250,13 @@ class Hedge:
         self._delay_ns = self._fixed_ns
         # Only an adaptive hedge has state shared across calls (and threads) to guard.
         self._lock = threading.Lock() if self._estimate is not None else None
-        self._rec = _metrics.recorder("hedge", self.label, self)
+        self._rec = _metrics.recorder("hedge", self._label, self)
         self.op: tuple[object, bool] = _NO_OP  # (code, wants) of the last operation (see _learn_op)
+
+    @property
+    def label(self) -> str:
+        """The label carried by every event, metric and error of this hedge (read-only)."""
+        return self._label
 
     @property
     def current_delay(self) -> float:
@@ -340,7 +345,7 @@ class Hedge:
     def __repr__(self) -> str:
         adaptive = f", quantile={self.quantile}" if self.quantile is not None else ""
         return (f"Hedge(delay={self._fixed_ns / 1e9}, max_attempts={self.max_attempts}{adaptive}, "
-                f"label={self.label!r}, current_delay={self.current_delay})")
+                f"label={self._label!r}, current_delay={self.current_delay})")
 
 
 def hedge(
@@ -459,11 +464,11 @@ class _Call:
         left = remaining_ns(clock)  # (the same clock as at the call's start, checked there)
         if left is not None and left < delay_ns:
             if _SINKS.wants(Level.INFO):
-                emit("hedge.deadline_skip", policy.label, Level.INFO, clock.now_ns(), {"attempts": self._started()})
+                emit("hedge.deadline_skip", policy._label, Level.INFO, clock.now_ns(), {"attempts": self._started()})
             return
         if not policy._budget.try_spend():
             if _SINKS.wants(Level.WARNING):
-                emit("hedge.budget_exhausted", policy.label, Level.WARNING, clock.now_ns(),
+                emit("hedge.budget_exhausted", policy._label, Level.WARNING, clock.now_ns(),
                      {"attempts": self._started()})
             return
         number = 2 if self.hedges is None else len(self.hedges) + 2
@@ -491,7 +496,7 @@ class _Call:
         if _metrics.state.enabled:
             policy._rec.count_locked(("stoic.hedge.attempts",))
         if _SINKS.wants(Level.INFO):
-            emit("hedge.started", policy.label, Level.INFO, now,
+            emit("hedge.started", policy._label, Level.INFO, now,
                  {"attempt": number, "elapsed": (now - self.start) / 1e9})
         if number < policy.max_attempts:
             self.handle = clock.call_at(now + delay_ns, self.on_timer)
@@ -566,7 +571,7 @@ class _Call:
         running = self._running()
         policy = self.policy
         if _SINKS.wants(Level.DEBUG):
-            emit("hedge.attempt_failed", policy.label, Level.DEBUG, policy._clock.now_ns(),
+            emit("hedge.attempt_failed", policy._label, Level.DEBUG, policy._clock.now_ns(),
                  {"attempt": number, "running": running, "error.type": error_type(error)})
         if self.error is None:
             self.error = error
@@ -680,7 +685,7 @@ async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: 
             if call.handle is not None:
                 call.handle.cancel()
             if _SINKS.wants(Level.DEBUG) and isinstance(exc, Exception):
-                emit("hedge.attempt_failed", policy.label, Level.DEBUG, clock.now_ns(),
+                emit("hedge.attempt_failed", policy._label, Level.DEBUG, clock.now_ns(),
                      {"attempt": 1, "running": 0, "error.type": error_type(exc)})
             raise
         return await _after_primary(call, cancels, None, exc)
@@ -752,7 +757,7 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
         assert error is not None
         call.error = None
         if _SINKS.wants(Level.WARNING):
-            emit("hedge.all_failed", policy.label, Level.WARNING, policy._clock.now_ns(),
+            emit("hedge.all_failed", policy._label, Level.WARNING, policy._clock.now_ns(),
                  {"attempts": call._started(), "error.type": error_type(error)})
         raise error
     hedges = call.hedges
@@ -773,6 +778,6 @@ async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseE
     if _metrics.state.enabled:
         policy._rec.count_locked(("stoic.hedge.wins", str(call.winner)))
     if _SINKS.wants(Level.INFO):
-        emit("hedge.won", policy.label, Level.INFO, clock.now_ns(),
+        emit("hedge.won", policy._label, Level.INFO, clock.now_ns(),
              {"attempt": call.winner, "started": len(hedges) + 1, "latency": (call.end - call.start) / 1e9})
     return value

@@ -194,7 +194,7 @@ class CircuitBreaker:
         "__weakref__", "_clock", "_closed_epoch", "_closed_since", "_defer_until", "_episode", "_epoch",
         "_fold_until", "_folded", "_fppm", "_lock", "_minimum", "_now", "_open_counts", "_open_duration", "_open_until",
         "_probe_timeout_ns", "_probes", "_quick_from", "_record_when", "_recorder", "_site", "_slow_ns", "_sppm",
-        "_state", "_streams", "_success_histogram", "_trips", "_window", "_window_kind", "label",
+        "_label", "_state", "_streams", "_success_histogram", "_trips", "_window", "_window_kind",
     )
 
     counts_by_default = staticmethod(_counts_by_default)
@@ -216,7 +216,7 @@ class CircuitBreaker:
     ) -> None:
         if type(label) is not str or not label:
             label = str(check_label(label))  # (a str subclass is kept as a plain str)
-        self.label = label
+        self._label = label
         if (
             minimum_calls is _D_MINIMUM and failure_rate_threshold is _D_FAILURE and slow_call_duration is _D_SLOW
             and slow_call_rate_threshold is _D_SLOW_RATE and half_open_probes is _D_PROBES
@@ -372,8 +372,8 @@ class CircuitBreaker:
             attrs: dict[str, Any] = {"state": state.value}
             if seconds is not None:
                 attrs["retry_after"] = seconds
-            emit("breaker.rejected", self.label, _DEBUG, now, attrs)
-        raise CircuitOpen(label=self.label, retry_after=seconds)
+            emit("breaker.rejected", self._label, _DEBUG, now, attrs)
+        raise CircuitOpen(label=self._label, retry_after=seconds)
 
     @staticmethod
     def _refuse_result(fn: object, result: object) -> None:
@@ -420,7 +420,7 @@ class CircuitBreaker:
             # dependency's failure. One in the operation's own code is its failure: failed_await.)
             self._ignore(epoch, probe, None, end)
             if min_level() <= _ERROR:
-                emit("breaker.defect", self.label, _ERROR, end, {"error.type": error_type(exc)})
+                emit("breaker.defect", self._label, _ERROR, end, {"error.type": error_type(exc)})
             return
         try:
             counts = bool(self._record_when(exc))
@@ -558,7 +558,7 @@ class CircuitBreaker:
         with _NEW_RECORDER:
             recorder = self._recorder
             if recorder is None:
-                recorder = _metrics.recorder("breaker", self.label, self)
+                recorder = _metrics.recorder("breaker", self._label, self)
                 recorder.histograms[_SUCCESS_DURATION] = self._success_histogram = _metrics.Histogram()
                 self._recorder = recorder
         return recorder
@@ -590,10 +590,10 @@ class CircuitBreaker:
         self, recorded: bool, outcome: str, slow: bool, state: BreakerState, now: int, duration: int
     ) -> None:
         if recorded:
-            emit("breaker.recorded", self.label, _DEBUG, now,
+            emit("breaker.recorded", self._label, _DEBUG, now,
                  {"outcome": outcome, "slow": slow, "state": state.value, "duration": duration / 1e9})
         else:
-            emit("breaker.ignored", self.label, _DEBUG, now, {"reason": "stale"})
+            emit("breaker.ignored", self._label, _DEBUG, now, {"reason": "stale"})
 
     def _ignore(self, epoch: itertools.count[int], probe: int, reason: str | None, now: int) -> None:
         """A completion without a verdict: a probe's permit goes back for another caller."""
@@ -605,7 +605,7 @@ class CircuitBreaker:
                 if epoch is self._epoch and episode is not None and episode.inflight.pop(probe, None) is not None:
                     episode.free += 1
         if reason is not None and min_level() <= _DEBUG:
-            emit("breaker.ignored", self.label, _DEBUG, now, {"reason": reason})
+            emit("breaker.ignored", self._label, _DEBUG, now, {"reason": reason})
         if pending:
             self._flush(pending, now)
 
@@ -703,12 +703,17 @@ class CircuitBreaker:
 
     def _flush(self, pending: _Pending, now: int) -> None:
         level = min_level()
-        label = self.label
+        label = self._label
         for name, lvl, attrs in pending:
             if level <= lvl:
                 emit(name, label, lvl, now, attrs)
 
     # ------------------------------------------------------------------ observation
+    @property
+    def label(self) -> str:
+        """The label carried by every event, metric and error of this breaker (read-only)."""
+        return self._label
+
     @property
     def state(self) -> BreakerState:
         """The current state. Reading it applies the lazy transitions due now (open ->
@@ -821,7 +826,7 @@ class CircuitBreaker:
         if pending:
             self._flush(pending, now)
         if min_level() <= _WARNING:
-            emit("breaker.opened", self.label, _WARNING, now, {
+            emit("breaker.opened", self._label, _WARNING, now, {
                 "trigger": "forced", "calls": counts[0], "failures": counts[1], "slow_calls": counts[2],
                 "trips": trips,
             })
@@ -875,11 +880,11 @@ class CircuitBreaker:
     def __reduce_ex__(self, protocol: object) -> Any:
         """Refused: ``copy``, ``deepcopy`` and ``pickle`` all raise ``TypeError``. A breaker is the
         live, shared state of one dependency; a copy would judge it from a second, diverging window."""
-        raise TypeError(f"a CircuitBreaker cannot be copied or pickled (breaker {self.label!r}): "
+        raise TypeError(f"a CircuitBreaker cannot be copied or pickled (breaker {self._label!r}): "
                         "share the one instance, or construct another")
 
     def __repr__(self) -> str:
-        return f"CircuitBreaker(label={self.label!r}, state={self._state.value}, window={self._window_kind!r})"
+        return f"CircuitBreaker(label={self._label!r}, state={self._state.value}, window={self._window_kind!r})"
 
 
 _KW: Final = CircuitBreaker.__init__.__kwdefaults__ or {}

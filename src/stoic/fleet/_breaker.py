@@ -144,7 +144,7 @@ class SharedCircuitBreaker:
             open_duration=open_duration, half_open_probes=half_open_probes, half_open_timeout=half_open_timeout,
             record_when=record_when, clock=clock,
         )
-        self.label = label
+        self._label = label
         self._store = store
         self._keys = store.keys(label, "breaker", "probes")
         self._refresh_ns = to_ns(refresh_interval, "refresh_interval")
@@ -204,6 +204,11 @@ class SharedCircuitBreaker:
         self._orphans: list[tuple[str, str]] = []
 
     # ------------------------------------------------------------------ observation
+    @property
+    def label(self) -> str:
+        """The label carried by every event, metric and error of this breaker (read-only)."""
+        return self._label
+
     @property
     def state(self) -> BreakerState:
         """The state of this replica's copy (at most ``refresh_interval`` old; forced open reads
@@ -288,7 +293,7 @@ class SharedCircuitBreaker:
         return self._degraded
 
     def __repr__(self) -> str:
-        return f"SharedCircuitBreaker({self.label!r}, state={self.state.value}, store={self._store!r})"
+        return f"SharedCircuitBreaker({self._label!r}, state={self.state.value}, store={self._store!r})"
 
     # ------------------------------------------------------------------ store calls
     async def _call(self, script: str, *extra: int | str) -> list[Any] | None:
@@ -378,13 +383,13 @@ class SharedCircuitBreaker:
                     attrs["open_for"] = open_for_us / 1e6
                 emit("breaker.opened", self.label, Level.WARNING, now, attrs)
         elif name == "half_open" and _SINKS.wants(Level.INFO):
-            emit("breaker.half_open", self.label, Level.INFO, now, {"probes": self._probes})
+            emit("breaker.half_open", self._label, Level.INFO, now, {"probes": self._probes})
         elif name == "closed" and _SINKS.wants(Level.INFO):
-            emit("breaker.closed", self.label, Level.INFO, now, {"reason": detail})
+            emit("breaker.closed", self._label, Level.INFO, now, {"reason": detail})
             if detail == "reset":
-                emit("breaker.reset", self.label, Level.INFO, now, {})
+                emit("breaker.reset", self._label, Level.INFO, now, {})
         elif name == "reset" and _SINKS.wants(Level.INFO):  # reset() of a closed breaker
-            emit("breaker.reset", self.label, Level.INFO, now, {})
+            emit("breaker.reset", self._label, Level.INFO, now, {})
 
     async def refresh(self) -> None:
         """Read the shared state into this replica's copy now (one round trip)."""
@@ -504,13 +509,13 @@ class SharedCircuitBreaker:
         return _admission.admitted_since(self._clock, start) if _admission_state.waits else start
 
     def _recorded(self, outcome: str, slow: bool, start: int, end: int) -> None:
-        emit("breaker.recorded", self.label, Level.DEBUG, end,
+        emit("breaker.recorded", self._label, Level.DEBUG, end,
              {"outcome": outcome, "slow": slow, "state": "closed", "duration": (end - start) / 1e9})
 
     async def _without_store(self, fn: Callable[..., Awaitable[R]], args: Any, kwargs: Any) -> R:
-        fail_event(self.label, "breaker", self._fail_open, self._why, self._now())
+        fail_event(self._label, "breaker", self._fail_open, self._why, self._now())
         if not self._fail_open:
-            raise CircuitOpen(f"circuit open ({self.label}): the store could not decide", label=self.label)
+            raise CircuitOpen(f"circuit open ({self._label}): the store could not decide", label=self._label)
         return await self._local.execute(fn, *args, **kwargs)
 
     def _reject(self, now: int) -> CircuitOpen:
@@ -521,8 +526,8 @@ class SharedCircuitBreaker:
             attrs: dict[str, Any] = {"state": self.state.value}
             if retry_after is not None:
                 attrs["retry_after"] = retry_after
-            emit("breaker.rejected", self.label, Level.DEBUG, now, attrs)
-        return CircuitOpen(label=self.label, retry_after=retry_after)
+            emit("breaker.rejected", self._label, Level.DEBUG, now, attrs)
+        return CircuitOpen(label=self._label, retry_after=retry_after)
 
     def _judge(self, exc: BaseException, in_task: bool) -> bool | None:
         """True: a failure; False: a success; None: no verdict (cancelled, a defect, a rejection).
@@ -532,13 +537,13 @@ class SharedCircuitBreaker:
             return None
         if is_defect(exc) or (type(exc) is TypeError and failed_await(exc)):  # (a bug, as the local breaker says)
             if _SINKS.wants(Level.ERROR):
-                emit("breaker.defect", self.label, Level.ERROR, self._now(), {"error.type": error_type(exc)})
+                emit("breaker.defect", self._label, Level.ERROR, self._now(), {"error.type": error_type(exc)})
             return None
         try:
             counts = bool(self._record_when(exc))
         except Exception as bad:
             # A broken record_when: reported once, and the call counts (the conservative decision).
-            callback_failed(self._record_when, f"record_when of breaker {self.label!r} (the call counts as a failure)",
+            callback_failed(self._record_when, f"record_when of breaker {self._label!r} (the call counts as a failure)",
                             bad, exc)
             counts = True
         if not counts and is_rejection(exc):
@@ -669,7 +674,7 @@ class SharedCircuitBreaker:
     def _probed(self, reply: list[Any] | None, failed: bool, start: int, end: int) -> None:
         """``breaker.recorded`` for a probe whose outcome the store counted (its lease was held)."""
         if reply is not None and reply[4] and _SINKS.wants(_DEBUG_INT):
-            emit("breaker.recorded", self.label, Level.DEBUG, end,
+            emit("breaker.recorded", self._label, Level.DEBUG, end,
                  {"outcome": "failure" if failed else "success", "slow": end - start > self._slow_ns,
                   "state": "half_open", "duration": (end - start) / 1e9})
 
@@ -726,9 +731,9 @@ class SharedCircuitBreaker:
             if not degraded and st != _CLOSED and (st == _FORCED or now() < self._until or self._leases_taken()):
                 raise self._reject(now())
         if degraded:
-            fail_event(self.label, "breaker", self._fail_open, self._why, now())
+            fail_event(self._label, "breaker", self._fail_open, self._why, now())
             if not self._fail_open:
-                raise CircuitOpen(f"circuit open ({self.label}): the store could not decide", label=self.label)
+                raise CircuitOpen(f"circuit open ({self._label}): the store could not decide", label=self._label)
             return self._local.call(fn, *args, **kwargs)
         if st != _CLOSED:
             return self._probe_blocking(fn, args, kwargs)
@@ -769,7 +774,7 @@ class SharedCircuitBreaker:
             self._orphan(token, "none")
             fail_event(self.label, "breaker", self._fail_open, self._why, self._now())
             if not self._fail_open:
-                raise CircuitOpen(f"circuit open ({self.label}): the store could not decide", label=self.label)
+                raise CircuitOpen(f"circuit open ({self._label}): the store could not decide", label=self._label)
             return self._local.call(fn, *args, **kwargs)
         if not reply[4]:
             if closed:
@@ -820,7 +825,7 @@ class SharedCircuitBreaker:
     # ------------------------------------------------------------------ manual control
     async def _force(self, mode: str) -> None:
         if await self._call("breaker_force", mode) is None:
-            raise StoreError(f"force {mode} of {self.label!r} could not reach the store", operation="breaker_force",
+            raise StoreError(f"force {mode} of {self._label!r} could not reach the store", operation="breaker_force",
                              unavailable=True)
 
     def _forcing(self) -> None:
