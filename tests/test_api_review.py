@@ -63,3 +63,26 @@ def test_every_policys_label_is_read_only() -> None:
         with pytest.raises(AttributeError):
             policy.label = "renamed"  # type: ignore[attr-defined]
         assert policy.label == "p", policy  # type: ignore[attr-defined]
+
+
+def test_the_hedges_and_the_throttles_settings_are_read_only() -> None:
+    # They were plain attributes: Hedge.quantile/window, from which the estimate is built at
+    # construction, changed nothing but the repr; max_attempts, k, min_throughput and
+    # max_probability took effect unchecked (max_probability = 5 shed every call). Their one
+    # way to change is ControlPlane.retune, which validates.
+    hedge = stoic.Hedge(0.05, quantile=0.95, window=200, max_attempts=3, label="h")
+    throttle = stoic.AdaptiveThrottle(k=2.5, min_throughput=7, max_probability=0.8, label="t")
+    for policy, settings in ((hedge, {"max_attempts": 3, "quantile": 0.95, "window": 200}),
+                             (throttle, {"k": 2.5, "min_throughput": 7, "max_probability": 0.8})):
+        shown = repr(policy)
+        for name, value in settings.items():
+            with pytest.raises(AttributeError):
+                setattr(policy, name, 5)
+            assert getattr(policy, name) == value
+        assert repr(policy) == shown
+    control = stoic.ControlPlane()
+    control.register(hedge)
+    control.register(throttle)
+    control.retune("h", max_attempts=4)
+    control.retune("t", max_probability=0.5)
+    assert hedge.max_attempts == 4 and throttle.max_probability == 0.5

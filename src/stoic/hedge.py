@@ -178,7 +178,7 @@ class Hedge:
 
     __slots__ = (
         "__weakref__", "_budget", "_clock", "_delay_ns", "_digest", "_estimate", "_fixed_ns", "_lock", "_max_ns",
-        "_label", "_min_ns", "_rec", "_site", "max_attempts", "op", "quantile", "window",
+        "_label", "_max_attempts", "_min_ns", "_quantile", "_rec", "_site", "_window", "op",
     )
 
     def __init__(
@@ -215,7 +215,7 @@ class Hedge:
         self._label = check_label(label)
         self._site, self._digest = site, digest  # (a retune re-resolves a per-call-site budget here)
         self._fixed_ns = to_ns(delay, "delay", allow_zero=True)
-        self.max_attempts = check_int(max_attempts, "max_attempts", minimum=2)
+        self._max_attempts = check_int(max_attempts, "max_attempts", minimum=2)
         if not isinstance(budget, RetryBudget):
             raise TypeError(f"budget must be a stoic.RetryBudget, got {type(budget).__name__}")
         self._budget = budget.resolve(site) if site and budget is RetryBudget.PER_CALL_SITE else budget
@@ -224,29 +224,29 @@ class Hedge:
         self._max_ns = None if delay_max is None else to_ns(delay_max, "delay_max", allow_zero=True)
         if isinstance(window, bool) or not isinstance(window, int) or window < 5:
             raise ValueError(f"window must be an integer >= 5, got {window!r}")
-        self.window = window
+        self._window = window
         self._estimate: WindowedQuantile | SharedQuantile | None = None
         if quantile is None:
-            self.quantile: float | None = None
+            self._quantile: float | None = None
             if self._min_ns is not None or self._max_ns is not None:
                 raise ValueError("delay_min and delay_max require quantile (they bound the adaptive delay)")
             if digest is not None:
                 raise ValueError("latency_digest requires quantile (it shares the adaptive delay's samples)")
         else:
-            self.quantile = _check_quantile(quantile)
+            self._quantile = _check_quantile(quantile)
             if self._min_ns is not None and self._max_ns is not None and self._min_ns > self._max_ns:
                 raise ValueError(f"delay_min must be <= delay_max, got {delay_min!r} > {delay_max!r}")
-            warmup = default_warmup(self.quantile, window)
+            warmup = default_warmup(self._quantile, window)
             # A latency above delay_max is fed as delay_max: the clamped delay is the same for the
             # true quantile, and one very slow primary cannot pull P-squared's markers (and so the
             # delay) far past the rest of the epoch (stoic._quantile.WindowedQuantile's cap).
             cap = None if self._max_ns is None else float(self._max_ns)
             if digest is None:
-                self._estimate = WindowedQuantile(self.quantile, window, warmup, cap)
+                self._estimate = WindowedQuantile(self._quantile, window, warmup, cap)
             else:
                 from .fleet._latency import check_digest
 
-                self._estimate = check_digest(digest, "latency_digest").estimator(self.quantile, window, warmup, cap)
+                self._estimate = check_digest(digest, "latency_digest").estimator(self._quantile, window, warmup, cap)
         self._delay_ns = self._fixed_ns
         # Only an adaptive hedge has state shared across calls (and threads) to guard.
         self._lock = threading.Lock() if self._estimate is not None else None
@@ -257,6 +257,23 @@ class Hedge:
     def label(self) -> str:
         """The label carried by every event, metric and error of this hedge (read-only)."""
         return self._label
+
+    # The settings are read-only (change them with ControlPlane.retune, which validates them):
+    # the estimate is built from quantile and window, so a written one would show and do nothing.
+    @property
+    def max_attempts(self) -> int:
+        """Attempts in all, the first included (>= 2)."""
+        return self._max_attempts
+
+    @property
+    def quantile(self) -> float | None:
+        """The latency quantile the delay follows, in (0, 1), or ``None`` for a fixed delay."""
+        return self._quantile
+
+    @property
+    def window(self) -> int:
+        """First-attempt latencies per estimation epoch (an int >= 1)."""
+        return self._window
 
     @property
     def current_delay(self) -> float:
@@ -278,17 +295,17 @@ class Hedge:
             # The site is this hedge's construction, not the retune's (as the constructor resolves it).
             changes = {**changes, "budget": RetryBudget.PER_CALL_SITE.resolve(self._site)}
         fresh = validated(self, {
-            "delay": to_seconds(self._fixed_ns), "max_attempts": self.max_attempts, "budget": self._budget,
-            "quantile": self.quantile, "delay_min": None if self._min_ns is None else to_seconds(self._min_ns),
-            "delay_max": None if self._max_ns is None else to_seconds(self._max_ns), "window": self.window,
+            "delay": to_seconds(self._fixed_ns), "max_attempts": self._max_attempts, "budget": self._budget,
+            "quantile": self._quantile, "delay_min": None if self._min_ns is None else to_seconds(self._min_ns),
+            "delay_max": None if self._max_ns is None else to_seconds(self._max_ns), "window": self._window,
             "latency_digest": self._digest,
         }, changes)
         # A lock once made is kept: a call in flight may be about to observe under it.
         lock = self._lock = self._lock or fresh._lock
         with lock if lock is not None else contextlib.nullcontext():
-            self._fixed_ns, self.max_attempts, self._budget = fresh._fixed_ns, fresh.max_attempts, fresh._budget
-            self._min_ns, self._max_ns, self.window = fresh._min_ns, fresh._max_ns, fresh.window
-            self.quantile, self._estimate, self._delay_ns = fresh.quantile, fresh._estimate, fresh._delay_ns
+            self._fixed_ns, self._max_attempts, self._budget = fresh._fixed_ns, fresh._max_attempts, fresh._budget
+            self._min_ns, self._max_ns, self._window = fresh._min_ns, fresh._max_ns, fresh._window
+            self._quantile, self._estimate, self._delay_ns = fresh._quantile, fresh._estimate, fresh._delay_ns
 
     def _observe(self, latency_ns: int) -> None:
         # Seed 003: the primaries' latencies (of a first attempt that won, or at least how long
@@ -343,8 +360,8 @@ class Hedge:
         return _race(self, fn, args, kwargs)
 
     def __repr__(self) -> str:
-        adaptive = f", quantile={self.quantile}" if self.quantile is not None else ""
-        return (f"Hedge(delay={self._fixed_ns / 1e9}, max_attempts={self.max_attempts}{adaptive}, "
+        adaptive = f", quantile={self._quantile}" if self._quantile is not None else ""
+        return (f"Hedge(delay={self._fixed_ns / 1e9}, max_attempts={self._max_attempts}{adaptive}, "
                 f"label={self._label!r}, current_delay={self.current_delay})")
 
 
@@ -498,7 +515,7 @@ class _Call:
         if _SINKS.wants(Level.INFO):
             emit("hedge.started", policy._label, Level.INFO, now,
                  {"attempt": number, "elapsed": (now - self.start) / 1e9})
-        if number < policy.max_attempts:
+        if number < policy._max_attempts:
             self.handle = clock.call_at(now + delay_ns, self.on_timer)
 
     def on_done(self, task: asyncio.Task[Any]) -> None:

@@ -112,8 +112,8 @@ class AdaptiveThrottle:
     """
 
     __slots__ = ("__weakref__", "_accepts", "_bucket_ns", "_classify", "_clock", "_end_ns", "_epoch", "_index",
-                 "_label", "_now_ns", "_rec", "_requests", "_site", "_total_accepts", "_total_requests", "k",
-                 "max_probability", "min_throughput")
+                 "_k", "_label", "_max_probability", "_min_throughput", "_now_ns", "_rec", "_requests", "_site",
+                 "_total_accepts", "_total_requests")
 
     def __init__(
         self, *, k: float = 2.0, min_throughput: int = 10, window: Seconds = 120.0, max_probability: float = 0.9,
@@ -122,11 +122,11 @@ class AdaptiveThrottle:
         self._label = check_label(label)
         # Registered for the probability gauge (read at collection; stoic._metrics).
         self._rec = _metrics.recorder("throttle", self._label, self)
-        self.k = _check_float(k, "k", low=1.0, high=None, low_open=False)
-        self.min_throughput = check_int(min_throughput, "min_throughput", minimum=0)
+        self._k = _check_float(k, "k", low=1.0, high=None, low_open=False)
+        self._min_throughput = check_int(min_throughput, "min_throughput", minimum=0)
         window_ns = to_ns(window, "window")
         self._bucket_ns = max(1, window_ns // BUCKETS)
-        self.max_probability = _check_float(max_probability, "max_probability", low=0.0, high=1.0, low_open=True)
+        self._max_probability = _check_float(max_probability, "max_probability", low=0.0, high=1.0, low_open=True)
         self._classify = as_classifier(classify)  # transient_only: only overload evidence counts
         self._clock: Clock = resolve_clock(clock)
         self._now_ns = time.monotonic_ns if type(self._clock) is SystemClock else self._clock.now_ns
@@ -143,6 +143,22 @@ class AdaptiveThrottle:
         self._index = epoch % BUCKETS
         self._end_ns = (epoch + 1) * self._bucket_ns  # until then a count needs no division
 
+    # The settings are read-only (change them with ControlPlane.retune, which validates them).
+    @property
+    def k(self) -> float:
+        """The accept multiplier (>= 1): requests are shed once they exceed ``k`` x accepts."""
+        return self._k
+
+    @property
+    def min_throughput(self) -> int:
+        """Requests in the window below which nothing is shed (an int >= 0)."""
+        return self._min_throughput
+
+    @property
+    def max_probability(self) -> float:
+        """The highest rejection probability, in (0, 1]."""
+        return self._max_probability
+
     @property
     def label(self) -> str:
         """The label carried by every event of this throttle."""
@@ -154,9 +170,9 @@ class AdaptiveThrottle:
         parameter; the throttle unchanged). The window's counts start afresh (they were judged
         under the old configuration); calls running are counted in the new window."""
         fresh = validated(self, {
-            "k": self.k, "min_throughput": self.min_throughput, "window": to_seconds(self._bucket_ns * BUCKETS),
-            "max_probability": self.max_probability, "classify": self._classify}, changes)
-        self.k, self.min_throughput, self.max_probability = fresh.k, fresh.min_throughput, fresh.max_probability
+            "k": self._k, "min_throughput": self._min_throughput, "window": to_seconds(self._bucket_ns * BUCKETS),
+            "max_probability": self._max_probability, "classify": self._classify}, changes)
+        self._k, self._min_throughput, self._max_probability = fresh._k, fresh._min_throughput, fresh._max_probability
         self._classify, self._bucket_ns = fresh._classify, fresh._bucket_ns
         self._requests, self._accepts = [0] * BUCKETS, [0] * BUCKETS
         self._total_requests = self._total_accepts = 0
@@ -188,20 +204,20 @@ class AdaptiveThrottle:
 
     def _shed_probability(self, requests: int, accepts: int, recent: int, recent_accepts: int) -> float:
         """The rule, from the window's totals and the two latest buckets' counts."""
-        if requests < self.min_throughput:
+        if requests < self._min_throughput:
             return 0.0
-        k = self.k
+        k = self._k
         p = (requests - k * accepts) / (requests + 1)
         if p <= 0.0:
             return 0.0
         # Never shed more than the two latest buckets justify: after a recovery their accepts
         # pull the probability down within a bucket or two instead of waiting for the outage's
         # buckets to leave the window (see the module docstring).
-        if recent >= self.min_throughput and recent > 0:
+        if recent >= self._min_throughput and recent > 0:
             q = (recent - k * recent_accepts) / (recent + 1)
             if q < p:
                 p = q if q > 0.0 else 0.0
-        return min(p, self.max_probability)
+        return min(p, self._max_probability)
 
     def _view(self) -> tuple[int, int, int, int]:
         """(requests, accepts, recent requests, recent accepts) of the window as of now, read
@@ -262,7 +278,7 @@ class AdaptiveThrottle:
         total = self._total_requests
         # The window's formula is the upper bound (the latest buckets only lower it), so while
         # requests <= k * accepts nothing is shed and the rest need not be computed.
-        p = 0.0 if total < self.min_throughput or total <= self.k * self._total_accepts else self._probability()
+        p = 0.0 if total < self._min_throughput or total <= self._k * self._total_accepts else self._probability()
         if p > 0.0 and _random.stream(self._site).random() < p:
             self._requests[i] += 1
             self._total_requests += 1
@@ -314,7 +330,7 @@ class AdaptiveThrottle:
         return throttled
 
     def __repr__(self) -> str:
-        return (f"AdaptiveThrottle(k={self.k}, min_throughput={self.min_throughput}, "
+        return (f"AdaptiveThrottle(k={self._k}, min_throughput={self._min_throughput}, "
                 f"window={self._bucket_ns * BUCKETS / 1e9}, label={self._label!r})")
 
 
