@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import subprocess
 import sys
 import textwrap
@@ -42,6 +43,23 @@ async def test_advance_moves_time_exactly_and_rejects_negative():
     assert clock.now() == 10.0
     await clock.advance_to(5.0)  # already past: no-op, time never goes back
     assert clock.now() == 10.0
+
+
+async def test_advance_to_lands_exactly_on_the_instant_and_fires_its_timer() -> None:
+    # It went there through a float number of seconds (target - now) / 1e9, converted back to
+    # ns: for instants past about 10**6 s it stopped 1 ns short of round(instant * 1e9) about
+    # one time in ten, so a timer (a deadline(instant)) set at that instant did not fire.
+    import random
+
+    draw = random.Random(7)
+    for _ in range(400):
+        clock = VirtualClock()
+        await clock.advance(draw.random() * 1000)
+        instant = clock.now() + draw.random() * 1e7
+        fired: list[int] = []
+        clock.call_at(round(instant * 1e9), functools.partial(lambda seen, at: seen.append(at()), fired, clock.now_ns))
+        await clock.advance_to(instant)
+        assert clock.now_ns() == round(instant * 1e9) and fired == [clock.now_ns()]
 
 
 async def test_timers_fire_in_instant_order_then_registration_order_at_their_own_instant():

@@ -246,7 +246,9 @@ class VirtualClock:
         Runnable tasks are settled before the move, and after each timer fires, so a task woken
         at instant t runs (and may register new timers) before time passes t.
         """
-        target = self._now_ns + to_ns(seconds, "seconds", allow_zero=True)
+        await self._advance_to_ns(self._now_ns + to_ns(seconds, "seconds", allow_zero=True))
+
+    async def _advance_to_ns(self, target: int) -> None:
         await settle()
         while (timer := self._pop_due(target)) is not None:
             self._set_now(timer.when_ns)
@@ -256,10 +258,11 @@ class VirtualClock:
         await settle()
 
     async def advance_to(self, instant: float) -> None:
-        """Move time forward to ``instant`` seconds (no-op if already past)."""
+        """Move time forward to ``instant`` seconds (no-op if already past), landing exactly on
+        ``round(instant * 1e9)`` ns, the instant a ``deadline(instant)`` or timer set there has."""
         target = round(instant * 1e9)
         if target > self._now_ns:
-            await self.advance((target - self._now_ns) / 1e9)
+            await self._advance_to_ns(target)  # (in ns: a float of seconds between could miss by 1 ns)
 
     async def run_until_idle(self, limit: Seconds = 86_400.0) -> float:
         """Settle, then keep jumping to the next timer until none is left (or ``limit`` seconds
