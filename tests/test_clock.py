@@ -62,6 +62,21 @@ async def test_advance_to_lands_exactly_on_the_instant_and_fires_its_timer() -> 
         assert clock.now_ns() == round(instant * 1e9) and fired == [clock.now_ns()]
 
 
+async def test_advance_to_refuses_what_is_not_an_instant_as_deadline_does() -> None:
+    # It raised whatever its arithmetic did: a ValueError "cannot convert float NaN to integer",
+    # an OverflowError for inf, 1e300 or 10**400, a TypeError about multiplying a sequence.
+    clock = VirtualClock()
+    for bad in (float("nan"), float("inf"), float("-inf"), 1e300, 10**400):
+        with pytest.raises(ValueError, match="instant must be a finite number of seconds"):
+            await clock.advance_to(bad)
+        with pytest.raises(ValueError, match="instant must be a finite number of seconds"):
+            stoic.deadline(bad, clock=clock)
+    for wrong in ("5", None, True):
+        with pytest.raises(TypeError, match="instant must be seconds"):
+            await clock.advance_to(wrong)  # type: ignore[arg-type]
+    assert clock.now_ns() == 0
+
+
 async def test_timers_fire_in_instant_order_then_registration_order_at_their_own_instant():
     clock = VirtualClock()
     fired: list[tuple[str, int]] = []

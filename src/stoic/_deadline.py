@@ -15,13 +15,12 @@ and clocks").
 
 from __future__ import annotations
 
-import math
 from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ._clock import Clock, TimerHandle, resolve_clock, same_clock
-from ._durations import Seconds, _show, check_label, to_ns
+from ._durations import Seconds, check_label, instant_to_ns, to_ns
 from ._errors import DeadlineExceeded, Defect, leaves
 from .events import Level, emit
 from .events._sinks import kind_floor
@@ -338,14 +337,7 @@ def deadline(instant: float, *, label: str | None = None, clock: Clock | None = 
 
     Raises ``ValueError`` naming ``instant`` when it is not a finite number (``TypeError``
     when it is not a number at all), and the errors of :func:`timeout` for ``label``/``clock``."""
-    if isinstance(instant, bool) or not isinstance(instant, (int, float)):
-        raise TypeError(f"instant must be seconds on the clock's timeline, got {type(instant).__name__}")
-    try:
-        ns = instant * 1e9
-    except OverflowError:  # an int beyond any float
-        ns = math.inf
-    if not math.isfinite(ns):
-        raise ValueError(f"instant must be a finite number of seconds, got {_show(instant)}")
+    when_ns = instant_to_ns(instant)
     label = check_label(label, optional=True)
     clk = resolve_clock(clock)
-    return Timeout(round(ns), clk, label)
+    return Timeout(when_ns, clk, label)

@@ -57,6 +57,24 @@ def to_ns(value: Seconds, name: str, *, allow_zero: bool = False) -> int:
     return ns
 
 
+def instant_to_ns(instant: float, name: str = "instant") -> int:
+    """An instant in seconds on a clock's timeline (as ``clock.now_ns() / 1e9``) as integer
+    nanoseconds, ``round(instant * 1e9)``. Any finite number is an instant (a past one too).
+
+    Raises ``TypeError`` naming ``name`` when it is not a number (a bool included), and
+    ``ValueError`` naming it when it is not finite in nanoseconds (an int beyond any float too).
+    """
+    if isinstance(instant, bool) or not isinstance(instant, (int, float)):
+        raise TypeError(f"{name} must be seconds on the clock's timeline, got {type(instant).__name__}")
+    try:
+        ns = instant * 1e9
+    except OverflowError:  # an int beyond any float
+        ns = math.inf
+    if not math.isfinite(ns):
+        raise ValueError(f"{name} must be a finite number of seconds, got {_show(instant)}")
+    return round(ns)
+
+
 def _show(value: object) -> str:
     if isinstance(value, timedelta):  # (its repr is long, and says nothing once cut short)
         return f"a timedelta of {value.total_seconds()!r} seconds"

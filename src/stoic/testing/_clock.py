@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from .._clock import TimerHandle
-from .._durations import Seconds, to_ns
+from .._durations import Seconds, instant_to_ns, to_ns
 
 T = TypeVar("T")
 
@@ -259,8 +259,11 @@ class VirtualClock:
 
     async def advance_to(self, instant: float) -> None:
         """Move time forward to ``instant`` seconds (no-op if already past), landing exactly on
-        ``round(instant * 1e9)`` ns, the instant a ``deadline(instant)`` or timer set there has."""
-        target = round(instant * 1e9)
+        ``round(instant * 1e9)`` ns, the instant a ``deadline(instant)`` or timer set there has.
+
+        Raises ``TypeError`` for an ``instant`` that is not a number, ``ValueError`` naming it
+        when it is not finite, as :func:`stoic.deadline` does."""
+        target = instant_to_ns(instant)
         if target > self._now_ns:
             await self._advance_to_ns(target)  # (in ns: a float of seconds between could miss by 1 ns)
 
