@@ -604,3 +604,10 @@ async def test_a_policys_timed_wait_that_no_one_could_end_fails_instead_of_hangi
                                    timeout=30)
     assert done.stdout.count("no other thread to move time") == 2, done.stderr
     assert "at rest 0 0 1" in done.stdout
+
+
+@pytest.mark.parametrize("failures", [-1, 1.5, True, "2"])
+def test_fail_times_refuses_a_count_that_is_not_a_whole_number_naming_it(failures: object) -> None:
+    # Only a negative count was refused: fail_times(1.5) failed once, fail_times(True) once.
+    with pytest.raises(ValueError, match="failures must be"):
+        fail_times(failures)  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from .._clock import current_clock
-from .._durations import Seconds, to_ns
+from .._durations import Seconds, check_int, to_ns
 
 T = TypeVar("T")
 
@@ -54,9 +54,7 @@ class FaultyOperation(Generic[T]):
 
     def __init__(self, failures: int | None, error: ErrorSpec, result: T, *, takes: Seconds = 0,
                  hang: bool = False) -> None:
-        if failures is not None and failures < 0:
-            raise ValueError(f"failures must be >= 0, got {failures!r}")
-        self.failures = failures
+        self.failures = None if failures is None else check_int(failures, "failures", minimum=0)
         self.error = error
         self.result = result
         self.takes_ns = to_ns(takes, "takes", allow_zero=True)
