@@ -158,6 +158,18 @@ def test_parse_criticality_and_configuration():
         LoadShedding(Backend(), bulkhead=Bulkhead(1, label="b"), limiter=object())
 
 
+def test_a_policy_that_would_fail_every_request_is_refused_at_construction() -> None:
+    # Each was accepted and made every request a 500: a Hedge or a Keyed family as the bulkhead
+    # ("missing 1 required positional argument: 'fn'"), a BlockingRateLimiter as the limiter
+    # (its acquire blocks the event loop, then "NoneType can't be used in 'await' expression").
+    for wrong in (stoic.Hedge(0.1, label="h"), stoic.Keyed(Bulkhead, label="k", max_concurrent=2)):
+        with pytest.raises(TypeError, match="not a Policy"):
+            LoadShedding(Backend(), bulkhead=wrong)
+    with pytest.raises(TypeError, match="limiter"):
+        LoadShedding(Backend(), bulkhead=Bulkhead(1, label="b"), limiter=stoic.BlockingRateLimiter(5, label="l"))
+    LoadShedding(Backend(), bulkhead=stoic.Pipeline(Bulkhead(1, label="b")), limiter=RateLimiter(5, label="l"))
+
+
 async def test_a_deadline_header_longer_than_any_deadline_is_ignored_not_a_server_error():
     # A client's header, whatever it says, never fails the request: stoic.timeout refuses
     # durations over MAX_SECONDS, so such a value is no deadline, as an unparsable one is.

@@ -20,6 +20,7 @@ from ._criticality import Criticality, bind_criticality
 from ._deadline import timeout
 from ._durations import MAX_SECONDS
 from ._errors import DeadlineExceeded, RateLimited, Rejected, is_rejection, leaves
+from ._policy import is_async_callable, not_a_policy
 
 __all__ = ["LoadShedding", "parse_criticality"]
 
@@ -65,7 +66,9 @@ class LoadShedding:
       (for example ``"x-request-timeout"``); the request runs under ``stoic.timeout`` of it
       (unparsable, or over ``MAX_SECONDS``: ignored; 0 or less: 504 at once).
 
-    Raises ``TypeError`` when ``bulkhead`` has no ``execute`` or ``limiter`` no ``acquire``, or
+    Raises ``TypeError`` when ``bulkhead`` has no ``execute`` (or is a :class:`stoic.Hedge` or a
+    :class:`stoic.Keyed` family, whose ``execute`` takes something else first), ``limiter`` has
+    no async ``acquire`` (a :class:`stoic.BlockingRateLimiter` would block the event loop), or
     a header name is not a ``str``; ``ValueError`` naming the parameter for an empty or
     non-ASCII header name (it could never match a request's header).
     """
@@ -83,8 +86,12 @@ class LoadShedding:
     ) -> None:
         if not callable(getattr(bulkhead, "execute", None)):
             raise TypeError(f"bulkhead must be a policy with execute(), got {type(bulkhead).__name__}")
-        if limiter is not None and not callable(getattr(limiter, "acquire", None)):
-            raise TypeError(f"limiter must be a stoic.RateLimiter (with acquire()), got {type(limiter).__name__}")
+        if (why := not_a_policy(bulkhead)) is not None:
+            raise TypeError(f"bulkhead: {why}, got {bulkhead!r}")
+        if limiter is not None and not is_async_callable(getattr(limiter, "acquire", None)):
+            # (a BlockingRateLimiter's acquire would block the event loop, then fail every request)
+            raise TypeError(f"limiter must be a stoic.RateLimiter (with an async acquire()), "
+                            f"got {type(limiter).__name__}")
         for name, header in (("criticality_header", criticality_header), ("deadline_header", deadline_header)):
             if header is not None and not isinstance(header, str):
                 raise TypeError(f"{name} must be a str (a header name) or None, got {type(header).__name__}")
