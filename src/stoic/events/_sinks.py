@@ -290,7 +290,16 @@ def _deliver(sink: Sink, event: Event) -> None:
 
 
 def emit(name: str, label: str, level: Level, time_ns: int, attributes: Mapping[str, AttributeValue]) -> None:
-    """Build an event and hand it to every ambient sink that wants its level.
+    """Build an event and hand it to every ambient sink that wants its level (and its name).
+
+    ``name`` is a catalog name (:data:`stoic.CATALOG`), ``label`` the emitting policy's label,
+    ``level`` a :class:`Level`, ``time_ns`` the instant on the policy's clock in integer
+    nanoseconds, ``attributes`` the catalog's keys mapped to primitives (durations in float
+    seconds, errors by :func:`error_type`). Note the order: ``time_ns`` comes before
+    ``attributes`` here, after them in :class:`Event`. Nothing is checked against the catalog
+    (``stoic.testing.RecordingSink`` does that in tests). Never raises for a sink: a sink that
+    raises is skipped and reported once (the ``"stoic.events"`` logger), and a sink is not fed
+    the events it causes itself.
 
     Callers on a hot path check :func:`enabled` first so the attribute dict is never built
     when nobody listens.
