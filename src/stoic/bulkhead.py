@@ -433,13 +433,15 @@ class BlockingBulkhead(_Compartment):
         self._lock = threading.Lock()
 
     def acquire(self, timeout: Seconds | None = None) -> None:
-        """Take a slot, waiting (FIFO, if the queue allows) at most ``timeout`` seconds.
+        """Take a slot, waiting (FIFO, if the queue allows) at most ``timeout`` (seconds as a
+        float or ``timedelta``, >= 0; ``None``: no limit but the ambient deadline).
 
         Raises ``BulkheadFull`` when every slot and queue place is taken; ``DeadlineExceeded``
         when the ambient deadline already passed, or ``timeout`` (measured on the bulkhead's
         clock) or the ambient deadline ran out while waiting (the waiter left without a slot,
         also when one was handed to it as its time ran out); ``Shed`` when queue management
-        dropped the waiter; ``ValueError`` for a negative ``timeout``. Pair every successful
+        dropped the waiter; ``ValueError`` for a ``timeout`` outside ``[0, MAX_SECONDS]``,
+        ``TypeError`` for one that is not a number or ``timedelta``. Pair every successful
         ``acquire`` with one :meth:`release`.
         """
         limit = None if timeout is None else to_ns(timeout, "timeout", allow_zero=True)

@@ -583,14 +583,16 @@ class BlockingRateLimiter(_TokenBucket):
             lock.release()
 
     def acquire(self, permits: int = 1, timeout: Seconds | None = None) -> None:
-        """Take ``permits`` (an int >= 1), blocking in FIFO order for at most ``timeout`` seconds.
+        """Take ``permits`` (an int >= 1), blocking in FIFO order for at most ``timeout`` (seconds
+        as a float or ``timedelta``, >= 0; ``None``: no limit but the ambient deadline).
 
         Decides before waiting, like :meth:`RateLimiter.acquire`: ``RateLimited`` (with
         ``retry_after``) when the wait would exceed ``timeout`` (or reach the ambient deadline)
         or the queue is full; ``RateLimited`` (``retry_after`` None) when ``permits`` exceeds
         ``burst``; ``DeadlineExceeded`` when the ambient deadline already passed, or when a
         waiter is still unserved at its timeout (possible only if earlier waiters' threads were
-        not scheduled in time). ``ValueError`` for ``permits`` < 1 or a negative ``timeout``.
+        not scheduled in time). ``ValueError`` for ``permits`` < 1 or a ``timeout`` outside
+        ``[0, MAX_SECONDS]``; ``TypeError`` for a ``timeout`` that is not a number or ``timedelta``.
         """
         if permits is not _ONE:  # 1.0, True and int subclasses are checked (1.0 and True are refused)
             self._check_permits(permits)
