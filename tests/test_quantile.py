@@ -6,6 +6,7 @@ import bisect
 import math
 import random
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 from hypothesis import given
@@ -138,3 +139,18 @@ def test_windowed_parameters_are_validated() -> None:
         WindowedQuantile(0.5, window=100, warmup=101)
     with pytest.raises(ValueError, match="warmup"):
         WindowedQuantile(0.5, window=100, warmup=4)
+
+
+@pytest.mark.parametrize("cap", [0, -5, float("nan"), float("inf"), True, "1", timedelta(seconds=1)])
+def test_a_cap_that_is_not_a_positive_number_is_refused_where_it_is_given(cap: object) -> None:
+    # It was taken unchecked: a timedelta or a str failed later, in add() on a policy's
+    # latency path ("'<=' not supported"), and -5 or NaN became the estimate. The public
+    # way in is stoic.fleet.SharedLatency.estimator(..., cap=), in the samples' unit (ns).
+    with pytest.raises(ValueError, match="cap"):
+        WindowedQuantile(0.5, window=100, cap=cap)  # type: ignore[arg-type]
+    import stoic.fleet
+
+    digest = stoic.fleet.SharedLatency(store=stoic.fleet.RedisStore("redis://127.0.0.1:1/0"), label="lat")
+    with pytest.raises(ValueError, match="cap"):
+        digest.estimator(0.5, window=100, cap=cap)  # type: ignore[arg-type]
+    assert WindowedQuantile(0.5, window=100, cap=5).cap == 5.0

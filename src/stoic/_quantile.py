@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 
+from ._durations import _finite
+
 
 def _check_quantile(p: float, name: str = "quantile") -> float:
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0.0 < p < 1.0):
@@ -126,7 +128,8 @@ class WindowedQuantile:
     never leaves a gap. ``ValueError`` for ``p`` outside (0, 1), ``window`` < 5, or ``warmup``
     outside [5, window].
 
-    ``cap`` (a number, or None): a value above it is taken as ``cap``, for an owner that only asks
+    ``cap`` (a finite number > 0 in the samples' unit, or None; ``ValueError`` otherwise): a
+    value above it is taken as ``cap``, for an owner that only asks
     whether the quantile is above some bound below ``cap``. The answer is the same for the true
     quantile, and the estimate no longer depends on how far above the rest an outlier is: the
     P-squared markers move by interpolating towards their neighbours, the largest value seen
@@ -146,7 +149,10 @@ class WindowedQuantile:
         elif isinstance(warmup, bool) or not isinstance(warmup, int) or not 5 <= warmup <= window:
             raise ValueError(f"warmup must be an integer in [5, window={window}], got {warmup!r}")
         self.warmup = warmup
-        self.cap = cap
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float))
+                                or not _finite(cap) or cap <= 0):
+            raise ValueError(f"cap must be None or a finite number > 0 (in the samples' unit), got {cap!r}")
+        self.cap = None if cap is None else float(cap)
         self._current = P2Quantile(self.p)
         self._previous: float | None = None
 

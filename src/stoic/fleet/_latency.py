@@ -133,8 +133,10 @@ class SharedLatency:
                   cap: float | None = None) -> SharedQuantile:
         """A quantile estimator for a policy: the fleet's ``quantile`` of this sketch, or its own
         :class:`WindowedQuantile` (``window``, ``warmup``, ``cap``: the local estimate only, the
-        sketch takes every latency as it is) when the fleet's is unknown.
-        ``ValueError`` as ``WindowedQuantile``'s."""
+        sketch takes every latency as it is) when the fleet's is unknown. Latencies, ``cap``
+        and the estimate are nanoseconds. ``ValueError`` as ``WindowedQuantile``'s: ``quantile``
+        outside (0, 1), ``window`` < 5, ``warmup`` outside [5, window], ``cap`` not a finite
+        number > 0 (or None)."""
         return SharedQuantile(self, quantile, window, warmup, cap)
 
     def quantile(self, p: float) -> float | None:
