@@ -148,8 +148,11 @@ class OpenDuration:
     shortens, so the cap holds). The trip count resets once the breaker has stayed closed for
     ``reset_after`` (default: ``maximum``); closing alone does not reset it.
 
-    Build with :meth:`fixed` or :meth:`exponential`. Attributes are seconds (floats) except
-    ``factor`` and ``jitter``. ``OpenDuration.standard`` is ``exponential()``.
+    Build with :meth:`fixed` or :meth:`exponential`. :attr:`initial`, :attr:`maximum` and
+    :attr:`reset_after` are seconds (floats), ``initial_ns``, ``maximum_ns`` and
+    ``reset_after_ns`` the same in integer nanoseconds; ``factor`` and ``jitter`` are plain
+    numbers. Immutable, hashable, compared by value. ``OpenDuration.standard`` is
+    ``exponential()``.
     """
 
     __slots__ = ("factor", "initial_ns", "jitter", "maximum_ns", "reset_after_ns")
