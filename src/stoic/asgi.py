@@ -86,8 +86,8 @@ class LoadShedding:
     ) -> None:
         if not callable(getattr(bulkhead, "execute", None)):
             raise TypeError(f"bulkhead must be a policy with execute(), got {type(bulkhead).__name__}")
-        if (why := not_a_policy(bulkhead)) is not None:
-            raise TypeError(f"bulkhead: {why}, got {bulkhead!r}")
+        if (why := not_a_policy(bulkhead, "hedge inside the application, per call, not around it")) is not None:
+            raise TypeError(f"bulkhead: {why}")
         if limiter is not None and not is_async_callable(getattr(limiter, "acquire", None)):
             # (a BlockingRateLimiter's acquire would block the event loop, then fail every request)
             raise TypeError(f"limiter must be a stoic.RateLimiter (with an async acquire()), "
