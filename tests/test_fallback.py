@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from _cancels import swallow_a_cancel
 
 import stoic
 from stoic import (
@@ -435,20 +436,11 @@ async def test_an_error_made_of_the_callers_cancellation_is_not_substituted(grou
 
 async def test_a_failure_after_a_cancel_swallowed_earlier_is_still_substituted() -> None:
     # (Field report 17's shape: the task's cancel count stays raised, but nothing cancels this call.)
-    async def swallow() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        task.cancel()
-        try:
-            await asyncio.sleep(0)
-        except asyncio.CancelledError:
-            pass  # no uncancel(): the count stays at 1
-
     async def fails() -> str:
         raise ConnectionError("down")
 
     async def main() -> str:
-        await swallow()
+        await swallow_a_cancel()
         return await stoic.with_fallback(stoic.Pipeline(), fails, label="fb", fallback=lambda e: "cached")
 
     assert await asyncio.ensure_future(main()) == "cached"

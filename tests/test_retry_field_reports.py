@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
+from _cancels import swallow_a_cancel
 
 import stoic
 from stoic import (
@@ -83,17 +84,6 @@ def test_a_plain_operation_returning_a_generator_is_refused_and_never_retried(ma
 
 # --- case 17: a cancel request swallowed earlier in the task ----------------------------------------
 
-async def _swallow_a_cancel() -> None:
-    task = asyncio.current_task()
-    assert task is not None
-    task.cancel()
-    try:
-        await asyncio.sleep(0)
-    except asyncio.CancelledError:
-        pass  # swallowed without uncancel(), as a 3.11 TaskGroup or a careless library does
-    assert task.cancelling() == 1
-
-
 def _coroutine_function(op: Callable[[], Any]) -> Callable[[], Any]:
     async def call() -> Any:
         return await op()
@@ -118,7 +108,7 @@ async def test_a_cancel_swallowed_earlier_in_the_task_does_not_stop_retrying(clo
     op = fail_times(2, then="ok")
 
     async def scenario() -> str:
-        await _swallow_a_cancel()
+        await swallow_a_cancel()
         result: str = await run(op)
         return result
 
@@ -139,7 +129,7 @@ async def test_a_cancel_arriving_during_an_attempt_still_stops_retrying(clock: V
             raise ConnectionError("cancelled mid-call") from None  # turned into an ordinary error
 
     async def scenario() -> None:
-        await _swallow_a_cancel()  # a stale count first: only a new request may stop the retry
+        await swallow_a_cancel()  # a stale count first: only a new request may stop the retry
         await run(op)
 
     task = asyncio.ensure_future(scenario())
@@ -558,7 +548,7 @@ def test_a_swallowed_cancel_is_judged_per_task_with_loops_running_in_several_thr
     barrier = threading.Barrier(4)
 
     async def scenario() -> None:
-        await _swallow_a_cancel()
+        await swallow_a_cancel()
         for _ in range(20):
             calls: list[int] = []
 
