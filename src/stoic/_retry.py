@@ -30,7 +30,7 @@ from ._errors import Defect, failed_await, is_defect
 from ._policy import is_async_callable, through_method_decorators
 from .events import Level, emit, error_type
 from .events._sinks import kind_floor
-from .schedule import BoundedSchedule, Schedule
+from .schedule import MAX_NS, BoundedSchedule, Schedule
 
 if TYPE_CHECKING:
     import asyncio
@@ -95,7 +95,6 @@ _site_at = _registry.frames.get  # the dict is cleared in place by reset_budgets
 _PER_SITE = RetryBudget.PER_CALL_SITE
 _getframe = sys._getframe
 _get_ident = threading.get_ident
-_MAX_NS = 2**63 - 1  # durations saturate here (about 292 years), as schedules do
 
 
 def _attempt_mark(mark: _Mark, number: int) -> _Mark:
@@ -796,7 +795,7 @@ def retry(
 
 
 def _attempt_ns(attempt_timeout: Seconds) -> int:
-    return min(_MAX_NS, to_ns(attempt_timeout, "attempt_timeout"))
+    return min(MAX_NS, to_ns(attempt_timeout, "attempt_timeout"))  # (saturating as schedules do)
 
 
 def retry_sync(
