@@ -12,6 +12,8 @@ breaker may count quick successes without taking its lock and fold them in later
 
 from __future__ import annotations
 
+from array import array
+
 FAILED = 1
 """Outcome bit: recorded as a failure."""
 SLOW = 2
@@ -23,6 +25,7 @@ PPM = 1_000_000
 NEVER = -(1 << 100)  # an instant before any clock reading
 FOREVER = 1 << 100  # an instant after any clock reading
 _EMPTY = 255  # a count-window slot that has never held a call
+_NO_COUNTS = array("q", bytes(8 * 3 * 10))  # TimeBuckets' counts, all 0 (three per bucket, ten buckets)
 
 
 def judge(calls: int, failures: int, slow: int, minimum: int, failure_ppm: int, slow_ppm: int) -> str | None:
@@ -128,11 +131,15 @@ class TimeBuckets:
     bucket lengths. The current bucket's counts are plain integers (one increment per call);
     the nine before it are summed once, when time reaches a new bucket. A completion stamped
     earlier than the current bucket (a slower thread finishing late) counts in the current one.
+
+    The buckets' counts are one ``array('q')`` of calls, failures and slow calls (ten slots
+    each): three lists held an int object per slot once counts passed 256, about 690 B a busy
+    breaker against 304 B (a breaker per tenant pays this for every tenant).
     """
 
     __slots__ = (
-        "_bucket_ns", "_cur_calls", "_cur_failures", "_cur_slow", "_fppm", "_head", "_head_end", "_judge_at",
-        "_minimum", "_old_calls", "_old_failures", "_old_slow", "_rc", "_rf", "_rs", "_sppm",
+        "_bucket_ns", "_counts", "_cur_calls", "_cur_failures", "_cur_slow", "_fppm", "_head", "_head_end",
+        "_judge_at", "_minimum", "_old_calls", "_old_failures", "_old_slow", "_sppm",
     )
 
     _N = 10
@@ -145,10 +152,9 @@ class TimeBuckets:
         self.clear()
 
     def clear(self) -> None:
-        n = self._N
-        self._rc = [0] * n  # per-bucket calls, failures, slow calls (the current slot kept at 0)
-        self._rf = [0] * n
-        self._rs = [0] * n
+        # Per bucket j: calls at j, failures at N + j, slow calls at 2N + j (the current bucket's
+        # slots kept at 0: its counts are the _cur_ integers).
+        self._counts = array("q", _NO_COUNTS)
         self._head: int | None = None  # the current bucket's number (end_ns // bucket_ns)
         self._head_end = NEVER  # first instant past the current bucket; NEVER: judge in full next
         self._cur_calls = self._cur_failures = self._cur_slow = 0
@@ -158,25 +164,27 @@ class TimeBuckets:
     def _roll(self, now_ns: int) -> None:
         """Make the bucket of ``now_ns`` current (or re-derive the sums for the same bucket)."""
         n = self._N
-        rc, rf, rs = self._rc, self._rf, self._rs
+        counts = self._counts
         epoch = now_ns // self._bucket_ns
         head = self._head
         if head is not None:
             if epoch < head:
                 epoch = head  # a late completion from before the current bucket
             j = head % n
-            rc[j], rf[j], rs[j] = self._cur_calls, self._cur_failures, self._cur_slow
-        if head is None or epoch - head >= n:
-            for j in range(n):
-                rc[j] = rf[j] = rs[j] = 0
+            counts[j], counts[n + j], counts[2 * n + j] = self._cur_calls, self._cur_failures, self._cur_slow
+        if head is None:
+            pass  # (cleared: every slot is 0)
+        elif epoch - head >= n:
+            counts[:] = _NO_COUNTS  # (in place: no new array)
         else:
             for k in range(head + 1, epoch + 1):
                 j = k % n
-                rc[j] = rf[j] = rs[j] = 0
+                counts[j] = counts[n + j] = counts[2 * n + j] = 0
         j = epoch % n
-        self._cur_calls, self._cur_failures, self._cur_slow = rc[j], rf[j], rs[j]
-        rc[j] = rf[j] = rs[j] = 0
-        self._old_calls, self._old_failures, self._old_slow = sum(rc), sum(rf), sum(rs)
+        self._cur_calls, self._cur_failures, self._cur_slow = counts[j], counts[n + j], counts[2 * n + j]
+        counts[j] = counts[n + j] = counts[2 * n + j] = 0
+        self._old_calls, self._old_failures, self._old_slow = (
+            sum(counts[:n]), sum(counts[n:2 * n]), sum(counts[2 * n:]))
         self._head = epoch
         self._head_end = (epoch + 1) * self._bucket_ns
         self._judge_at = self._minimum - self._old_calls
