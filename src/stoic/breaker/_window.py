@@ -163,18 +163,19 @@ class TimeBuckets:
 
     def _roll(self, now_ns: int) -> None:
         """Make the bucket of ``now_ns`` current (or re-derive the sums for the same bucket)."""
-        n = self._N
-        counts = self._counts
         epoch = now_ns // self._bucket_ns
         head = self._head
-        if head is not None:
-            if epoch < head:
-                epoch = head  # a late completion from before the current bucket
-            j = head % n
-            counts[j], counts[n + j], counts[2 * n + j] = self._cur_calls, self._cur_failures, self._cur_slow
-        if head is None:
-            pass  # (cleared: every slot is 0)
-        elif epoch - head >= n:
+        if head is None:  # cleared: every slot, count and sum is already 0
+            self._head = epoch
+            self._head_end = (epoch + 1) * self._bucket_ns
+            return
+        n = self._N
+        counts = self._counts
+        if epoch < head:
+            epoch = head  # a late completion from before the current bucket
+        j = head % n
+        counts[j], counts[n + j], counts[2 * n + j] = self._cur_calls, self._cur_failures, self._cur_slow
+        if epoch - head >= n:
             counts[:] = _NO_COUNTS  # (in place: no new array)
         else:
             for k in range(head + 1, epoch + 1):
