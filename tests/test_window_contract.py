@@ -198,3 +198,21 @@ def test_a_success_bringing_time_buckets_to_minimum_calls_is_judged() -> None:
     assert not quiet.success(t + 2)  # 1 of 3
     assert not quiet.success(t + 3)
     assert quiet.counts(t + 3) == (4, 1, 0)
+
+
+def test_a_bucket_past_32_bit_counts_keeps_every_count_as_it_ages() -> None:
+    # The buckets' counts start 32-bit (stoic.breaker._window); one bucket of more calls widens
+    # them, and the window's totals stay exact through the rolls that follow.
+    window = TimeBuckets(BUCKET, 1, 500_000, PPM)
+    t = 10**12
+    big = 2**32 + 5
+    assert not window.success(t)
+    window.successes(big - 1)
+    assert not window.add(t + 1, FAILED)
+    assert window.counts(t + BUCKET) == (big + 1, 1, 0)  # rolled: the big bucket is stored
+    assert not window.success(t + BUCKET)
+    assert window.counts(t + 3 * BUCKET) == (big + 2, 1, 0)
+    assert window.counts(t + 10 * BUCKET) == (1, 0, 0)  # the big bucket aged out
+    assert window.counts(t + 30 * BUCKET) == (0, 0, 0)
+    assert not window.add(t + 30 * BUCKET, 0)  # after the whole window aged out at once
+    assert window.counts(t + 31 * BUCKET) == (1, 0, 0)

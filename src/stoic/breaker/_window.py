@@ -25,7 +25,9 @@ PPM = 1_000_000
 NEVER = -(1 << 100)  # an instant before any clock reading
 FOREVER = 1 << 100  # an instant after any clock reading
 _EMPTY = 255  # a count-window slot that has never held a call
-_NO_COUNTS = array("q", bytes(8 * 3 * 10))  # TimeBuckets' counts, all 0 (three per bucket, ten buckets)
+# TimeBuckets' counts, all 0 (three per bucket, ten buckets): 32-bit, since a bucket that holds
+# 2**32 calls is one of hours at millions of calls a second; past that they widen to 64 bits.
+_NO_COUNTS = array("I", bytes(array("I").itemsize * 3 * 10))
 
 
 def judge(calls: int, failures: int, slow: int, minimum: int, failure_ppm: int, slow_ppm: int) -> str | None:
@@ -132,9 +134,10 @@ class TimeBuckets:
     the nine before it are summed once, when time reaches a new bucket. A completion stamped
     earlier than the current bucket (a slower thread finishing late) counts in the current one.
 
-    The buckets' counts are one ``array('q')`` of calls, failures and slow calls (ten slots
-    each): three lists held an int object per slot once counts passed 256, about 690 B a busy
-    breaker against 304 B (a breaker per tenant pays this for every tenant).
+    The buckets' counts are one 32-bit ``array`` of calls, failures and slow calls (ten slots
+    each), widened to 64 bits by the first count past 2**32 - 1: three lists held an int
+    object per slot once counts passed 256, about 690 B a busy breaker against 184 B (a
+    breaker per tenant pays this for every tenant).
     """
 
     __slots__ = (
@@ -154,7 +157,7 @@ class TimeBuckets:
     def clear(self) -> None:
         # Per bucket j: calls at j, failures at N + j, slow calls at 2N + j (the current bucket's
         # slots kept at 0: its counts are the _cur_ integers).
-        self._counts = array("q", _NO_COUNTS)
+        self._counts = array("I", _NO_COUNTS)
         self._head: int | None = None  # the current bucket's number (end_ns // bucket_ns)
         self._head_end = NEVER  # first instant past the current bucket; NEVER: judge in full next
         self._cur_calls = self._cur_failures = self._cur_slow = 0
@@ -174,9 +177,13 @@ class TimeBuckets:
         if epoch < head:
             epoch = head  # a late completion from before the current bucket
         j = head % n
-        counts[j], counts[n + j], counts[2 * n + j] = self._cur_calls, self._cur_failures, self._cur_slow
+        try:
+            counts[j], counts[n + j], counts[2 * n + j] = self._cur_calls, self._cur_failures, self._cur_slow
+        except OverflowError:  # a bucket of more than 2**32 - 1 calls: widen, once
+            counts = self._counts = array("q", counts)
+            counts[j], counts[n + j], counts[2 * n + j] = self._cur_calls, self._cur_failures, self._cur_slow
         if epoch - head >= n:
-            counts[:] = _NO_COUNTS  # (in place: no new array)
+            counts = self._counts = array("I", _NO_COUNTS)  # (every bucket has aged out)
         else:
             for k in range(head + 1, epoch + 1):
                 j = k % n
