@@ -292,3 +292,39 @@ def test_time_spent_waiting_for_the_lock_counts_against_the_waiters_time_limit(b
         requester.join(5)
     assert len(outcome) == 1 and isinstance(outcome[0], RateLimited)
     assert outcome[0].retry_after == 0.5
+
+
+@pytest.mark.parametrize("bucket", ["full", "empty"])
+@pytest.mark.parametrize("instant", [600_000_000, 700_000_000], ids=["at-the-deadline", "past-it"])
+def test_a_deadline_that_runs_out_while_waiting_for_the_lock_raises_deadline_exceeded(
+        bucket: str, instant: int, sink: RecordingSink) -> None:
+    # Seen failing before the fix: a deadline that ran out while the caller waited for the
+    # limiter's lock was not seen as passed. An empty bucket refused with RateLimited (as if the
+    # deadline were merely too close, retry_after 0.3 s), a full one granted the permit after
+    # the deadline (spent on a call that cannot finish in time), where a deadline found passed
+    # a moment earlier, at the call, raises DeadlineExceeded and takes nothing.
+    clock = VirtualClock()
+    limiter = BlockingRateLimiter(1, per=1.0, burst=1, label="lock-deadline", clock=clock)
+    if bucket == "empty":
+        limiter.acquire()  # the next permit comes at 1 s
+    gate = GateLock(limiter._lock)
+    limiter._lock = gate  # type: ignore[assignment]
+    outcome: list[BaseException | None] = []
+
+    def request() -> None:
+        gate.hook = lambda: clock._set_now(instant)  # the deadline (0.6 s) runs out before it holds the lock
+        try:
+            under_deadline(clock, 0.6, limiter.acquire)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    requester = threading.Thread(target=request, daemon=True)
+    requester.start()
+    requester.join(5)
+    assert not requester.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], DeadlineExceeded)
+    assert limiter.waiter_count == 0
+    assert limiter.available_permits == (1 if bucket == "full" else 0)  # nothing taken
+    assert [dict(e.attributes) for e in sink.of("ratelimiter.rejected")] == [
+        {"reason": "deadline_exceeded", "permits": 1}]

@@ -589,7 +589,8 @@ class BlockingRateLimiter(_TokenBucket):
         Decides before waiting, like :meth:`RateLimiter.acquire`: ``RateLimited`` (with
         ``retry_after``) when the wait would exceed ``timeout`` (or reach the ambient deadline)
         or the queue is full; ``RateLimited`` (``retry_after`` None) when ``permits`` exceeds
-        ``burst``; ``DeadlineExceeded`` when the ambient deadline already passed, or when a
+        ``burst``; ``DeadlineExceeded`` when the ambient deadline already passed (at the call,
+        or by the time the limiter's lock is taken: nothing is taken then), or when a
         waiter is still unserved at its timeout (possible only if earlier waiters' threads were
         not scheduled in time). ``ValueError`` for ``permits`` < 1 or a ``timeout`` outside
         ``[0, MAX_SECONDS]``; ``TypeError`` for a ``timeout`` that is not a number or ``timedelta``.
@@ -618,6 +619,10 @@ class BlockingRateLimiter(_TokenBucket):
             # have changed them since the check above.
             if permits > self._burst:
                 reason = "oversized"
+            elif ambient is not None and ambient <= 0:
+                # The deadline ran out while this caller waited for the lock: refused as one found
+                # passed at the call is, taking nothing (not granted after it, nor RateLimited).
+                reason = "deadline_exceeded"
             elif self._take(now, 0 if waiters else permits * self._cost) and not waiters:
                 return
             else:
@@ -630,6 +635,9 @@ class BlockingRateLimiter(_TokenBucket):
                     served = self._wait_locked(permits, now, limit, ambient)
         if reason == "oversized":
             raise self._oversized(permits)
+        if reason == "deadline_exceeded":
+            self._reject(reason, permits, None)
+            raise DeadlineExceeded(f"deadline exceeded before acquiring ({self._label})", label=self._label)
         if reason:
             self._reject(reason, permits, wait)
             raise RateLimited(label=self._label, retry_after=wait / 1e9)
