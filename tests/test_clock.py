@@ -137,6 +137,48 @@ async def test_a_timer_runs_in_the_context_it_was_set_in_not_that_of_whoever_mov
     assert where.get() == "the advancer's"
 
 
+@pytest.mark.parametrize("clock", [VirtualClock(), SYSTEM_CLOCK], ids=["virtual", "system"])
+@pytest.mark.parametrize("due", [False, True], ids=["later", "already-due"])
+async def test_a_raising_timer_is_reported_to_the_loop_and_the_others_still_fire(clock: Clock, due: bool) -> None:
+    # Seen failing before the fix (virtual): the callback's error escaped advance() (or the
+    # loop callback running the due timers), so time stopped at its instant, the timers after
+    # it never fired, and the test saw an error from an unrelated callback. The real loop,
+    # which the virtual clock stands in for, reports it to its exception handler and goes on:
+    # both clocks keep that rule, with the same context keys.
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    fired: list[str] = []
+    error = KeyError("boom")
+
+    def boom() -> None:
+        fired.append("boom")
+        raise error
+
+    try:
+        base = clock.now_ns() - (1_000_000 if due else 0)  # (already due: set in the past)
+        clock.call_at(base + 1_000_000, lambda: fired.append("first"))
+        handle = clock.call_at(base + 2_000_000, boom)
+        clock.call_at(base + 3_000_000, lambda: fired.append("last"))
+        if isinstance(clock, VirtualClock):
+            start = clock.now_ns()
+            await clock.advance(0.005)  # (raised here before the fix)
+            assert clock.now_ns() == start + 5_000_000  # all the way: not stopped at boom's instant
+        else:
+            for _ in range(500):
+                if len(fired) == 3:
+                    break
+                await asyncio.sleep(0.002)
+        await settle()
+    finally:
+        loop.set_exception_handler(None)
+    assert fired == ["first", "boom", "last"]
+    assert len(reported) == 1
+    context = reported[0]
+    assert context["exception"] is error and context["handle"] is handle
+    assert isinstance(context["message"], str) and context["message"].startswith("Exception in callback")
+
+
 async def test_sleepers_wake_at_their_instant_and_can_sleep_again_within_one_advance():
     clock = VirtualClock()
     woke: list[tuple[str, float]] = []

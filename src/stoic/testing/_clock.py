@@ -68,6 +68,25 @@ class _VirtualTimer:
     def __lt__(self, other: _VirtualTimer) -> bool:
         return (self.when_ns, self.seq) < (other.when_ns, other.seq)
 
+    def __repr__(self) -> str:
+        state = " cancelled" if self.cancelled else ""
+        return f"<VirtualTimer{state} when_ns={self.when_ns} {self.callback!r}>"
+
+    def run(self) -> None:
+        """Run the callback in its context as the event loop runs a handle (``Handle._run``):
+        an exception it raises (``SystemExit`` and ``KeyboardInterrupt`` aside, which propagate)
+        goes to the running loop's ``call_exception_handler`` with the keys asyncio gives it
+        (``message``, ``exception``, ``handle``: this timer, what ``call_at`` returned), and the
+        caller carries on."""
+        callback = self.callback
+        try:
+            self.context.run(callback)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": f"Exception in callback {callback!r}", "exception": exc, "handle": self})
+
 
 async def settle(limit: int = 10_000) -> None:
     """Let every runnable task and callback run until the event loop has nothing ready.
@@ -91,7 +110,9 @@ class VirtualClock:
 
     Timers and sleeps registered on it fire in instant order as time is moved, each followed by
     a :func:`settle` so the tasks they wake run before the clock moves on, and each in a copy of
-    the context it was set in (as asyncio's timers run), not in that of the code moving time. ``start`` is the
+    the context it was set in (as asyncio's timers run), not in that of the code moving time. A
+    callback that raises is reported to the running loop's exception handler and the others
+    still fire, as on the loop (see :meth:`advance`). ``start`` is the
     initial instant in seconds. Thread-safe for ``now_ns`` and blocking sleeps; advance it from
     the event loop's thread.
     """
@@ -220,7 +241,7 @@ class VirtualClock:
 
     def _run_due(self) -> None:
         while (timer := self._pop_due(self._now_ns)) is not None:
-            timer.context.run(timer.callback)
+            timer.run()  # (one that raises is reported to the loop; the others still run)
 
     def _set_now(self, ns: int) -> None:
         with self._cond:
@@ -245,6 +266,14 @@ class VirtualClock:
 
         Runnable tasks are settled before the move, and after each timer fires, so a task woken
         at instant t runs (and may register new timers) before time passes t.
+
+        A timer callback that raises does not stop the move, as on a real event loop: its
+        exception goes to the running loop's exception handler (``loop.call_exception_handler``
+        with ``message``, ``exception`` and ``handle``, the timer ``call_at`` returned; by
+        default it is logged), and the later timers still fire. ``SystemExit`` and
+        ``KeyboardInterrupt`` propagate, as from the loop, leaving time at that timer's instant.
+        Raises ``ValueError`` for a negative ``seconds``, ``TypeError`` for one that is not a
+        number or ``timedelta``.
         """
         await self._advance_to_ns(self._now_ns + to_ns(seconds, "seconds", allow_zero=True))
 
@@ -252,7 +281,7 @@ class VirtualClock:
         await settle()
         while (timer := self._pop_due(target)) is not None:
             self._set_now(timer.when_ns)
-            timer.context.run(timer.callback)
+            timer.run()  # (one that raises is reported to the loop; time moves on)
             await settle()
         self._set_now(target)
         await settle()
