@@ -13,6 +13,7 @@ import gc
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
+from _threads import eventually
 from redis_harness import RedisServer, fresh
 
 import stoic
@@ -956,3 +958,100 @@ def test_a_thread_pushes_inline_on_a_sync_store(server: RedisServer) -> None:
     assert digest.flush_blocking()
     value = estimate.value
     assert value is not None and 18e6 < value < 22e6
+
+
+def _waiting_in(thread: threading.Thread, function: str) -> bool:
+    """Whether ``thread`` is blocked on a ``threading`` primitive inside a call of ``function``."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None or not frame.f_code.co_filename.endswith("threading.py"):
+        return False
+    while frame is not None:
+        if frame.f_code.co_name == function:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_blocking_flushes_at_once_from_many_threads_share_one_push(server: RedisServer) -> None:
+    # Seen failing before the fix: flush_blocking did not wait for a push under way, as flush()
+    # does, so each of the threads below pushed on its own, while the first push (held here)
+    # was still carrying the 50 samples: their reads came back without them (0 samples) and
+    # they returned True all the same, the first to end cleared the busy mark of the ones
+    # still pushing, and every flush cost a round trip. Now a flush arriving while a push is
+    # under way waits for it, then pushes only if counts were recorded after that push took
+    # its batch: one push, every flusher sees the 50 samples, none sent twice or lost.
+    from stoic.fleet import SharedLatency
+
+    store = RedisStore(redis.Redis.from_url(server.url), budget=0.25)
+    digest = SharedLatency(store=store, label=fresh("flush-threads"), interval=3600.0, half_life=3600.0,
+                           clock=VirtualClock())
+    estimate = digest.estimator(0.5)
+    assert digest.flush_blocking()  # the first contact, with nothing to push
+    pushes: list[int] = []
+    first_push_holds = threading.Event()
+    release = threading.Event()
+    call_blocking = store.call_blocking
+
+    def counted(script: str, keys: Any, args: Any) -> Any:
+        if script == "latency_push":
+            pushes.append(len(args))
+            if len(pushes) == 1:
+                first_push_holds.set()
+                assert release.wait(10)
+        return call_blocking(script, keys, args)
+
+    store.call_blocking = counted  # type: ignore[method-assign]
+    for _ in range(50):
+        estimate.add(80e6)  # not due (interval 1 h on a still clock): counted locally
+    seen: dict[int, tuple[bool, float]] = {}
+
+    def flush(n: int) -> None:
+        seen[n] = (digest.flush_blocking(), digest.samples)
+
+    first = threading.Thread(target=flush, args=(0,), daemon=True)
+    first.start()
+    assert first_push_holds.wait(10)  # its push has taken the 50 samples and is under way
+    others = [threading.Thread(target=flush, args=(n,), daemon=True) for n in range(1, 9)]
+    for thread in others:
+        thread.start()
+    try:
+        # Until every other flush has either returned or is waiting for the first one's push.
+        eventually(lambda: all(not t.is_alive() or _waiting_in(t, "flush_blocking") for t in others))
+    finally:
+        release.set()
+        for thread in [first, *others]:
+            thread.join(10)
+    assert all(not t.is_alive() for t in [first, *others])
+    assert len(pushes) == 1 and pushes[0] == 4, pushes  # one push: one bucket (2 + 2 arguments)
+    assert sorted(seen) == list(range(9))
+    assert all(answered and abs(samples - 50) < 1 for answered, samples in seen.values()), seen
+    assert abs(digest.samples - 50) < 1
+
+
+def test_threads_recording_and_flushing_at_once_send_every_count_once(server: RedisServer) -> None:
+    # Inline pushes (a sample finding the interval due) and flushes from many threads at once:
+    # whichever push carries a count, the fleet's sketch ends up with every count exactly once.
+    from stoic.fleet import SharedLatency
+
+    store = RedisStore(redis.Redis.from_url(server.url), budget=0.25)
+    digest = SharedLatency(store=store, label=fresh("record-threads"), interval=0.002, half_life=3600.0)
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            for i in range(200):
+                digest.record(float(1_000_000 * (1 + n)))  # (the sketch's side of estimator.add)
+                if i % 50 == n % 50:
+                    digest.flush_blocking()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,), daemon=True) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == [] and all(not t.is_alive() for t in threads)
+    assert digest.flush_blocking()
+    assert not digest.degraded
+    assert abs(digest.samples - 1600) < 1, digest.samples  # (half-life 1 h: a few seconds decay ~0.3)

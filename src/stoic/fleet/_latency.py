@@ -106,7 +106,13 @@ class SharedLatency:
         self._lock = threading.Lock()
         self._pending: dict[int, int] = {}
         self._due = 0  # the first sample pushes at once (and learns the fleet's sketch)
-        self._busy = False
+        self._busy = False  # a push task is being started or running (asyncio)
+        # A push on the sync client is under way in some thread (one at a time: a record() due
+        # meanwhile leaves its sample for a later push, a flush_blocking() waits for it on
+        # _pushed); _answered: whether the store answered the last one to end.
+        self._inline = False
+        self._answered = False
+        self._pushed = threading.Condition(self._lock)
         self._task: asyncio.Task[bool] | None = None
         self._weights: dict[int, float] | None = None  # the fleet's sketch at the last read
         self._total = 0.0  # its effective samples (weights scaled to now)
@@ -163,20 +169,25 @@ class SharedLatency:
                 return
             task = self._task
             # Busy unless the push task is over (one whose loop closed before it ran never clears it).
-            if self._busy and (task is None or not task.done()):
+            if self._inline or (self._busy and (task is None or not task.done())):
                 return
             self._due = now + self._interval_ns
-            self._busy = True
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is not None and self._store.client is not None:
+            # Which push is decided under the lock, so that no other thread starts one meanwhile.
+            try:
+                loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            if loop is not None and self._store.client is not None:
+                self._busy = True
+            elif self._store.sync_client is not None:
+                loop = None
+                self._inline = True
+            else:
+                return  # no way to reach the store from here: the local estimate decides
+        if loop is not None:
             self._task = loop.create_task(self._push())
-        elif self._store.sync_client is not None:
-            self._push_blocking()
         else:
-            self._busy = False  # no way to reach the store from here: the local estimate decides
+            self._push_blocking()
 
     def _batch(self) -> tuple[int, ...]:
         with self._lock:
@@ -206,9 +217,24 @@ class SharedLatency:
         return await asyncio.shield(task)
 
     def flush_blocking(self) -> bool:
-        """:meth:`flush` on the store's sync client."""
+        """:meth:`flush` on the store's sync client, from any thread: push this replica's counts
+        and read the fleet's sketch now; True when the store answered.
+
+        One push on the sync client runs at a time. A flush arriving while one is under way (a
+        sample's inline push, another thread's flush) waits for it (a wait bounded by the
+        store's budget per push), then pushes only if counts were recorded after it took its
+        batch, else returns whether the store answered it: flushes at once share one push, and
+        every count is sent once (a failed push's counts are dropped, as a background push's
+        are). A store error (unreachable, over the budget, resting, a reply of the wrong shape)
+        is a ``False``, never raised; the local estimates decide meanwhile."""
         with self._lock:
-            self._busy = True
+            waited = False
+            while self._inline:
+                waited = True
+                self._pushed.wait()
+            if waited and not self._pending:
+                return self._answered
+            self._inline = True
             self._due = self._clock.now_ns() + self._interval_ns
         return self._push_blocking()
 
@@ -222,13 +248,23 @@ class SharedLatency:
         return self._read(reply)
 
     def _push_blocking(self) -> bool:
+        """The push on the sync client, by the thread that set ``_inline`` (under the lock)."""
+        answered = False
         try:
-            reply = self._store.call_blocking("latency_push", self._keys, self._batch())
-        except StoreError:
-            return self._failed()
+            try:
+                reply = self._store.call_blocking("latency_push", self._keys, self._batch())
+            except StoreError:
+                answered = self._failed()
+            else:
+                answered = self._read(reply)
+            return answered
         finally:
-            self._busy = False
-        return self._read(reply)
+            # Read before it ends (a waiting flush returns what it read), and ended however the
+            # call went (an error other than StoreError, an interrupt): no flush waits for ever.
+            with self._lock:
+                self._inline = False
+                self._answered = answered
+                self._pushed.notify_all()
 
     def _failed(self) -> bool:
         # The counts of a failed push are dropped: they live on in each policy's own estimate.
