@@ -125,6 +125,43 @@ def test_a_policy_class_or_a_keyed_family_is_refused_as_a_stage_at_construction(
     assert len(Pipeline(family.get("k"))) == 1  # (its policies are)
 
 
+def test_the_same_stage_twice_is_refused_at_construction_naming_its_positions() -> None:
+    # Accepted, and every call then went through it twice: a breaker counted each call twice,
+    # a Bulkhead(1, queue_limit=0) refused every call with its own slot, a Retrying retried
+    # inside itself. Refused when the pipeline is built, at the positions of the flat stages.
+    breaker = CircuitBreaker(label="b")
+    bulkhead = stoic.Bulkhead(1, queue_limit=0, label="bh")
+    retrying = Retrying(Schedule.fixed(0).attempts(2), label="r")
+    with pytest.raises(ValueError, match=r"stages: .*CircuitBreaker\(label='b'.* at positions 0 and 1"):
+        Pipeline(breaker, breaker)
+    with pytest.raises(ValueError, match=r"Bulkhead.* at positions 1 and 3"):
+        Pipeline(retrying, bulkhead, breaker, bulkhead)
+    with pytest.raises(ValueError, match=r"Retrying.* at positions 0 and 2"):
+        Pipeline(retrying, [breaker], Pipeline(retrying))  # (found after flattening)
+    with pytest.raises(ValueError, match=r"CircuitBreaker.* at positions 1 and 2"):
+        Pipeline(retrying, [breaker, (breaker,)])  # (positions in the whole pipeline, not in the list)
+    inner = Pipeline(breaker, bulkhead)
+    with pytest.raises(ValueError, match=r"CircuitBreaker.* at positions 0 and 2.*Bulkhead.* at positions 1 and 3"):
+        Pipeline(inner, inner)
+    family = stoic.Keyed(stoic.Bulkhead, label="fam3", max_concurrent=1)
+    with pytest.raises(ValueError, match=r"at positions 0, 1 and 2"):
+        Pipeline(family.get("k"), family.get("k"), family.get("k"))
+    # Distinct objects, however alike, are distinct stages; a stage may be in several pipelines.
+    assert len(Pipeline(family.get("k"), family.get("j"), CircuitBreaker(label="b"), breaker)) == 4
+    assert len(Pipeline(breaker, bulkhead)) == len(Pipeline(bulkhead, breaker)) == 2
+
+
+async def test_a_one_slot_bulkhead_twice_is_refused_rather_than_refusing_every_call(clock: VirtualClock) -> None:
+    bulkhead = stoic.Bulkhead(1, queue_limit=0, label="bh")
+    with pytest.raises(ValueError, match="more than once"):
+        Pipeline(bulkhead, bulkhead)
+
+    async def op() -> str:
+        return "ok"
+
+    assert await clock.run(Pipeline(bulkhead).execute(op)) == "ok"  # (it used to refuse itself: BulkheadFull)
+
+
 async def test_a_class_whose_execute_is_a_static_or_class_method_is_a_policy() -> None:
     class Stateless:
         @staticmethod

@@ -164,22 +164,23 @@ async def test_a_fused_pipeline_refuses_and_releases_like_its_stages(clock: Virt
 
 def test_fused_equals_nested_with_keywords_a_repeated_stage_a_deadline_and_metrics_on(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # What the property above leaves out: keyword arguments, one stage object twice, an ambient
-    # deadline, and the metrics the stages record (the breaker's locked path on every call).
+    # What the property above leaves out: keyword arguments, two stages of one kind (one object
+    # twice is refused: tests/test_pipeline.py), an ambient deadline, and the metrics the stages
+    # record (the breaker's locked path on every call).
     from stoic import _metrics
 
     monkeypatch.setattr(_metrics.state, "enabled", True)
 
     def run(fused: bool) -> tuple[object, ...]:
         clock = VirtualClock()
-        breaker = _make("breaker", 0, clock)
+        breaker, inner_breaker = _make("breaker", 0, clock), _make("breaker", 3, clock)
         limiter, bulkhead = _make("limiter", 1, clock), _make("bulkhead", 2, clock)
-        stages = (breaker, limiter, breaker, bulkhead)
+        stages = (breaker, limiter, inner_breaker, bulkhead)
         if fused:
             execute: Callable[..., Awaitable[Any]] = Pipeline(*stages).execute
         else:
             def execute(fn: Callable[..., Awaitable[Any]], /, *args: Any, **kwargs: Any) -> Awaitable[Any]:
-                return breaker.execute(limiter.execute, breaker.execute, bulkhead.execute, fn, *args, **kwargs)
+                return breaker.execute(limiter.execute, inner_breaker.execute, bulkhead.execute, fn, *args, **kwargs)
         sink = RecordingSink()
 
         async def op(x: int, *, fn: int, fails: bool) -> tuple[int, int]:
@@ -202,13 +203,13 @@ def test_fused_equals_nested_with_keywords_a_repeated_stage_a_deadline_and_metri
         with stoic.use_sinks(sink):
             outcomes = asyncio.run(clock.run(main()))
         recorded = []
-        for stage in (breaker, limiter, bulkhead):
+        for stage in stages:
             recorder = getattr(stage, "_recorder", None) or getattr(stage, "_rec", None)
             recorded.append(None if recorder is None else (
                 dict(recorder.counters),
                 {key: (h.count, h.sum_ns, list(h.counts)) for key, h in recorder.histograms.items()}))
         events = [(e.name, e.label, e.time_ns, tuple(sorted(e.attributes.items()))) for e in sink.events]
-        return outcomes, events, recorded, [_state(stage) for stage in (breaker, limiter, bulkhead)]
+        return outcomes, events, recorded, [_state(stage) for stage in stages]
 
     fused = run(True)
     assert {"DeadlineExceeded", "ConnectionError", "BulkheadFull", "(4, -4)"} <= set(map(str, fused[0]))

@@ -6,8 +6,9 @@ fused runs (adjacent CircuitBreaker/RateLimiter/Bulkhead), the Retrying runs bet
 forwarding of keywords and of the innermost Retrying's Attempt. Where tests/test_pipeline_fused.py
 compares the fused kinds in the chain form, this one mixes in Retrying (jittered, seeded),
 adaptive bulkheads, the throttle, a Keyed family's policy, a caller's own stage, a breaker in
-every state (half-open probes included), the same object twice in one pipeline and one object
-shared by two pipelines, with every outcome: success, each error kind, an exception group, an
+every state (half-open probes included), two stages of one kind in one pipeline and one object
+shared by two pipelines (one object twice in one pipeline is refused when it is built:
+tests/test_pipeline.py), with every outcome: success, each error kind, an exception group, an
 inner cancellation, a BaseException, deadlines around the call and inside the operation, and the
 caller cancelled at any moment. Each scenario runs twice on virtual time (fresh twin stages) and
 must give the same outcomes, the same Attempts seen by the operation, the same events (name,
@@ -62,11 +63,8 @@ class Own:
             raise
 
 
-# Kinds a pipeline may hold twice (a bulkhead nested in itself waits for its own slot for ever,
-# however it is composed).
-REUSABLE = ("retry", "breaker", "limiter", "throttle", "keyed", "own")
-KINDS = (*REUSABLE, "retry_fixed", "breaker_deadline", "limiter_shed", "bulkhead", "bulkhead_shed", "adaptive",
-         "gradient")
+KINDS = ("retry", "breaker", "limiter", "throttle", "keyed", "own", "retry_fixed", "breaker_deadline", "limiter_shed",
+         "bulkhead", "bulkhead_shed", "adaptive", "gradient")
 
 
 def _make(kind: str, index: int, clock: VirtualClock) -> Any:
@@ -140,11 +138,8 @@ CALLER = st.tuples(st.sampled_from([0.0, 0.0, 0.05, 0.2, 0.5, 1.0]), st.sampled_
 
 
 def _build(spec: tuple[str, ...], clock: VirtualClock) -> list[Any]:
-    """``spec`` entries are kinds, or ``"@i"``: the stage object made for entry ``i`` again."""
-    stages: list[Any] = []
-    for index, kind in enumerate(spec):
-        stages.append(stages[int(kind[1:])] if kind.startswith("@") else _make(kind, index, clock))
-    return stages
+    """One fresh stage per ``spec`` entry, a kind."""
+    return [_make(kind, index, clock) for index, kind in enumerate(spec)]
 
 
 def _run(spec: tuple[str, ...], callers: list[Caller], fused: bool, level: Level, metrics: bool) -> tuple[object, ...]:
@@ -242,24 +237,12 @@ def _run(spec: tuple[str, ...], callers: list[Caller], fused: bool, level: Level
         _metrics.state.enabled = False
     events = [(e.name, e.label, e.level, e.time_ns, tuple(sorted((k, repr(v)) for k, v in e.attributes.items())))
               for e in sink.events]
-    distinct = list({id(stage): stage for stage in stages}.values())
-    return outcomes, events, [_state(stage) for stage in distinct], clock.now_ns()
-
-
-@st.composite
-def _specs(draw: st.DrawFn) -> tuple[str, ...]:
-    spec: list[str] = []
-    for _ in range(draw(st.integers(1, 5))):
-        reusable = [i for i, kind in enumerate(spec) if not kind.startswith("@") and kind in REUSABLE]
-        if reusable and draw(st.integers(0, 6)) == 0:
-            spec.append(f"@{draw(st.sampled_from(reusable))}")
-        else:
-            spec.append(draw(st.sampled_from(KINDS)))
-    return tuple(spec)
+    return outcomes, events, [_state(stage) for stage in stages], clock.now_ns()
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spec=_specs(), callers=st.lists(CALLER, min_size=1, max_size=12),
+@given(spec=st.lists(st.sampled_from(KINDS), min_size=1, max_size=5).map(tuple),
+       callers=st.lists(CALLER, min_size=1, max_size=12),
        level=st.sampled_from([Level.DEBUG, Level.INFO, Level.WARNING]), metrics=st.booleans())
 def test_a_pipeline_does_what_its_stages_nested_by_hand_do(
         spec: tuple[str, ...], callers: list[Caller], level: Level, metrics: bool) -> None:
@@ -267,10 +250,10 @@ def test_a_pipeline_does_what_its_stages_nested_by_hand_do(
 
 
 def test_hundreds_of_callers_through_every_kind_and_a_shared_stage() -> None:
-    # The recommended order, a caller's own stage splitting the fused run, a breaker twice, and
+    # The recommended order, a caller's own stage splitting the fused run, a second breaker, and
     # 240 contending callers of every outcome (half of them through the second pipeline),
     # arriving over 12 s so that the breaker opens, probes and closes again.
-    spec = ("retry", "breaker", "limiter", "own", "throttle", "@1", "bulkhead", "adaptive")
+    spec = ("retry", "breaker", "limiter", "own", "breaker", "throttle", "bulkhead", "adaptive")
     callers: list[Caller] = [
         (0.05 * n, (0.0, 0.1, 0.4, 1.5)[n % 4], OUTCOMES[n % len(OUTCOMES)],
          (None, None, 0.0, 0.3)[n % 4 if n % 5 else 0], (None, 0.6, 3.0)[n % 3], n % 2 == 0, n % 3 == 0, n % 4 < 2)

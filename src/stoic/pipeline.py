@@ -241,6 +241,41 @@ def _runs(stages: tuple[Policy, ...]) -> tuple[Callable[..., Any], ...]:
     return tuple(runs)
 
 
+def _flatten(stages: Sequence[object], flat: list[Policy]) -> None:
+    """Append ``stages`` to ``flat``, pipelines and lists or tuples of stages flattened;
+    ``TypeError`` for anything that is not a Policy (see :class:`Pipeline`)."""
+    for stage in stages:
+        if isinstance(stage, Pipeline):
+            flat.extend(stage._stages)
+        elif isinstance(stage, (list, tuple)):
+            _flatten(stage, flat)
+        elif (refused := not_a_policy(stage, "put the pipeline inside the hedge, hedge.execute(stoic.IDEMPOTENT, "
+                                             "pipeline.execute, fn), or hedge.execute(stoic.IDEMPOTENT, "
+                                             "pipeline(fn)) when fn declares attempt (pipeline.execute "
+                                             "takes none: fn would get Attempt(1) on every hedge)")) is not None:
+            raise TypeError(refused)
+        elif callable(getattr(stage, "execute", None)):
+            flat.append(stage)  # type: ignore[arg-type]
+        else:
+            raise TypeError(f"a pipeline stage must be a Policy (with an execute method), got {stage!r}")
+
+
+def _repeated(stages: list[Policy]) -> str:
+    """The ``ValueError`` message for flat ``stages`` holding one object more than once."""
+    positions: dict[int, list[int]] = {}
+    for index, stage in enumerate(stages):
+        positions.setdefault(id(stage), []).append(index)
+    repeated = []
+    for indices in positions.values():
+        if len(indices) > 1:
+            where = f"{', '.join(map(str, indices[:-1]))} and {indices[-1]}"
+            repeated.append(f"{stages[indices[0]]!r} at positions {where}")
+    return (f"stages: each stage must be a distinct object, got more than once {'; '.join(repeated)} "
+            "(positions from 0, outermost first, nested pipelines and lists flattened): a stage given twice "
+            "applies twice to every call (a breaker counts it twice, a bulkhead holds two of its slots); "
+            "construct one policy per position, or drop the repeat")
+
+
 class Pipeline:
     """Policies composed outermost first; itself a :class:`stoic.Policy` (seed 000, "Pipeline").
 
@@ -255,7 +290,12 @@ class Pipeline:
     Raises ``TypeError`` for a stage without an ``execute`` method, for a :class:`stoic.Hedge`
     (not a Policy: it wraps a pipeline from the outside), for a :class:`stoic.Keyed` family (its
     ``execute`` takes a key first: use ``family.get(key)``) and for a policy class in place of an
-    instance.
+    instance. Raises ``ValueError`` (naming ``stages``, each repeated stage and its positions,
+    0-based, outermost first, after flattening) when one object is a stage more than once: it
+    would apply twice to every call (a breaker counting each call twice, a one-slot bulkhead
+    refusing every call with its own slot, a ``Retrying`` collapsing inside itself). Stages are
+    compared by identity, so distinct policies alike in every setting are distinct stages, and
+    one policy may be a stage of several pipelines.
     """
 
     __slots__ = ("_first", "_runs", "_stages", "op")
@@ -263,20 +303,9 @@ class Pipeline:
 
     def __init__(self, *stages: Policy | Sequence[Policy]) -> None:
         flat: list[Policy] = []
-        for stage in stages:
-            if isinstance(stage, Pipeline):
-                flat.extend(stage._stages)
-            elif isinstance(stage, (list, tuple)):
-                flat.extend(Pipeline(*stage)._stages)
-            elif (refused := not_a_policy(stage, "put the pipeline inside the hedge, hedge.execute(stoic.IDEMPOTENT, "
-                                                 "pipeline.execute, fn), or hedge.execute(stoic.IDEMPOTENT, "
-                                                 "pipeline(fn)) when fn declares attempt (pipeline.execute "
-                                                 "takes none: fn would get Attempt(1) on every hedge)")) is not None:
-                raise TypeError(refused)
-            elif callable(getattr(stage, "execute", None)):
-                flat.append(stage)  # type: ignore[arg-type]
-            else:
-                raise TypeError(f"a pipeline stage must be a Policy (with an execute method), got {stage!r}")
+        _flatten(stages, flat)
+        if len({id(stage) for stage in flat}) != len(flat):
+            raise ValueError(_repeated(flat))
         self._stages = tuple(flat)
         self._runs = runs = _runs(self._stages)
         # The chain, bound once: the outer run gets the next runs as leading positional
