@@ -499,3 +499,60 @@ def test_more_threads_deciding_at_once_than_the_sync_pool_has_connections_wait_f
     assert results == [True] * 150
     assert not sink.of("fleet.store_error") and not sink.of("fleet.fail_open")
     assert store.health.state is BreakerState.CLOSED
+
+
+@pytest.mark.parametrize("operation", ["force_open", "force_closed", "reset"])
+async def test_a_manual_control_that_could_not_reach_the_store_changes_nothing_on_this_replica(
+    server: RedisServer, operation: str,
+) -> None:
+    # force_open changed the fallback breaker before asking the store: when the store could not
+    # be reached it raised StoreError, yet this replica's fallback stayed forced open (refusing
+    # every call through the outage) without the switch being this replica's to throw again.
+    # force_closed and reset likewise closed the fallback and dropped the switch this replica
+    # throws again on an emptied store. A failed call must leave this replica as it was.
+    import redis
+
+    from stoic.fleet import StoreError
+    from stoic.testing import VirtualClock
+
+    label = fresh(f"control-lost-{operation}")
+    clock = VirtualClock()
+    store = RedisStore(server.url, budget=0.5, probe_interval=1.0, clock=clock)
+    shared = breaker(store, label, clock=clock)
+    assert await shared.execute(ok) == "ok"
+    switched = operation != "force_open"  # force_closed and reset are tried on a thrown switch
+    if switched:
+        await shared.force_open()
+    fallback_before = shared.fallback.snapshot
+    failed = fail_once(store, "breaker_force")
+    with pytest.raises(StoreError):
+        await getattr(shared, operation)()
+    assert failed and shared.degraded
+    assert shared.fallback.snapshot == fallback_before  # the fallback as it was
+    if switched:
+        with pytest.raises(CircuitOpen) as info:
+            await shared.execute(ok)  # through the outage, the switch still holds here
+        assert info.value.retry_after is None
+    else:
+        assert await shared.execute(ok) == "ok"  # the fallback, not forced open, decides
+    await clock.advance(1.0)  # the store's rest is over
+    raw = redis.Redis.from_url(server.url)
+    raw.delete(f"{{stoic:{label}}}:breaker")  # a Redis restarted without its data
+    raw.close()
+    await shared.refresh()  # the replica that threw the switch throws it again
+    assert not shared.degraded
+    other_store = RedisStore(server.url, budget=0.5)
+    other = breaker(other_store, label)
+    if switched:
+        with pytest.raises(CircuitOpen):
+            await other.execute(ok)
+        await shared.force_closed()
+    else:
+        assert await other.execute(ok) == "ok"
+        await trip(breaker(other_store, label))  # (a third replica: a window of its own)
+        await shared.refresh()
+        # A trip made elsewhere carries no evidence of this replica's window (the forced open
+        # that would have kept it never happened).
+        assert shared.state is BreakerState.OPEN and shared.snapshot.calls == 0
+    await store.aclose()
+    await other_store.aclose()

@@ -841,28 +841,50 @@ class SharedCircuitBreaker:
     async def force_open(self) -> None:
         """Open the breaker for the whole fleet with no end (a kill switch) until
         :meth:`force_closed` or :meth:`reset` on any replica. Other replicas refuse within
-        ``refresh_interval``. The fallback breaker is forced open too, so the switch holds here
-        through a store outage, and this replica throws it again when it finds the shared state
-        empty (a Redis restarted without its data, a flushed or expired key). Raises
-        :class:`StoreError` when the store cannot be reached."""
-        self._local.force_open()
+        ``refresh_interval``. Once the store has taken it, the fallback breaker is forced open
+        too, so the switch holds here through a store outage, and this replica throws it again
+        when it finds the shared state empty (a Redis restarted without its data, a flushed or
+        expired key). Raises :class:`StoreError` when the store cannot be reached; this replica
+        is then left as it was (its fallback and the switch it throws again untouched), as it is
+        when the call is cancelled. A request whose answer was lost (the budget ran out) may
+        still have reached the store: call again."""
+        before = self._counts, self._counted_gen
         self._forcing()
-        await self._force("open")
+        forcing = self._counts, self._counted_gen
+        try:
+            await self._force("open")
+        except BaseException:
+            if (self._counts, self._counted_gen) == forcing:  # (unless a trip here kept its own since)
+                self._counts, self._counted_gen = before  # no forced open of ours to explain
+            raise
+        self._local.force_open()
         self._switched = True
 
     async def force_closed(self) -> None:
-        """Close the breaker fleet-wide (the trip count is kept). Raises :class:`StoreError`
-        when the store cannot be reached."""
-        self._switched = False
-        self._local.force_closed()
-        await self._force("closed")
+        """Close the breaker fleet-wide (the trip count is kept), and the fallback breaker with
+        it once the store has taken it. Raises :class:`StoreError` when the store cannot be
+        reached; this replica is then left as it was, as :meth:`force_open` says."""
+        await self._lift("closed", self._local.force_closed)
 
     async def reset(self) -> None:
-        """Close the breaker fleet-wide and forget the trip count. Raises :class:`StoreError`
-        when the store cannot be reached."""
+        """Close the breaker fleet-wide and forget the trip count, the fallback breaker's too,
+        once the store has taken it. Raises :class:`StoreError` when the store cannot be
+        reached; this replica is then left as it was, as :meth:`force_open` says."""
+        await self._lift("reset", self._local.reset)
+
+    async def _lift(self, mode: str, local: Callable[[], None]) -> None:
+        """Lift the switch fleet-wide (``mode`` closed or reset), then ``local`` on the fallback."""
+        switched = self._switched
+        # Cleared before the reply is applied: an empty shared state in it is this lifting, not
+        # the switch lost with the store's data (see _apply).
         self._switched = False
-        self._local.reset()
-        await self._force("reset")
+        try:
+            await self._force(mode)
+        except BaseException:
+            if not self._switched:  # (unless a force_open here was taken meanwhile)
+                self._switched = switched
+            raise
+        local()
 
 
 __all__ = ["SharedCircuitBreaker"]
