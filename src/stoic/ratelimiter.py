@@ -330,6 +330,11 @@ class _TokenBucket:
             label=self._label,
         )
 
+    def _past_deadline(self, permits: int) -> DeadlineExceeded:
+        """Report a caller found past its ambient deadline before it took anything."""
+        self._reject("deadline_exceeded", permits, None)
+        return DeadlineExceeded(f"deadline exceeded before acquiring ({self._label})", label=self._label)
+
     def _reject(self, reason: str, permits: int, wait_ns: int | None) -> None:
         if _metrics.state.enabled:
             self._rec.count_locked(("stoic.ratelimiter.rejections", reason))
@@ -440,8 +445,7 @@ class RateLimiter(_TokenBucket):
     async def _acquire_slow(self, permits: int) -> None:
         left = remaining_ns(self._clock)
         if left is not None and left <= 0:
-            self._reject("deadline_exceeded", permits, None)
-            raise DeadlineExceeded(f"deadline exceeded before acquiring ({self._label})", label=self._label)
+            raise self._past_deadline(permits)
         cost = permits * self._cost
         loop = asyncio.get_running_loop()
         reason = ""
@@ -602,8 +606,7 @@ class BlockingRateLimiter(_TokenBucket):
         limit = None if timeout is None else to_ns(timeout, "timeout", allow_zero=True)
         ambient = remaining_ns(self._clock)
         if ambient is not None and ambient <= 0:
-            self._reject("deadline_exceeded", permits, None)
-            raise DeadlineExceeded(f"deadline exceeded before acquiring ({self._label})", label=self._label)
+            raise self._past_deadline(permits)
         reason = ""
         served = wait = -1
         called = None if limit is None and ambient is None else self._now()
@@ -636,8 +639,7 @@ class BlockingRateLimiter(_TokenBucket):
         if reason == "oversized":
             raise self._oversized(permits)
         if reason == "deadline_exceeded":
-            self._reject(reason, permits, None)
-            raise DeadlineExceeded(f"deadline exceeded before acquiring ({self._label})", label=self._label)
+            raise self._past_deadline(permits)
         if reason:
             self._reject(reason, permits, wait)
             raise RateLimited(label=self._label, retry_after=wait / 1e9)
