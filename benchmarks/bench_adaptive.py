@@ -21,16 +21,14 @@ of the calls at high rates.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from typing import Any
 
-from benchmarks._harness import Result, report, verdict
+from benchmarks._harness import SMOKE, Result, report, verdict
 from benchmarks.bench_limits import CALLS, _op, _rows
 from stoic import AdaptiveBulkhead, AdaptiveThrottle, Bulkhead, GradientBulkhead
 
 TARGET = 1.5
-SMOKE = os.environ.get("STOIC_BENCH_SMOKE") == "1"
 
 
 def bench() -> list[Result]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import os
 import re
 import subprocess
 import sys
@@ -35,10 +34,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._harness import Result, have, not_installed, report, skipped, verdict
+from benchmarks._harness import SMOKE, Result, have, not_installed, report, skipped, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
-SMOKE = os.environ.get("STOIC_BENCH_SMOKE") == "1"
 DECISIONS = 50 if SMOKE else 4000
 ROUNDS = 1 if SMOKE else 3
 BREAKER_CALLS = 500 if SMOKE else 20_000

@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
 import time
 import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from benchmarks._harness import Result, have, not_installed, report, skipped, time_async, time_sync, verdict
+from benchmarks._harness import SMOKE, Result, have, not_installed, report, skipped, time_async, time_sync, verdict
 from stoic import BlockingBulkhead, BlockingRateLimiter, Bulkhead, RateLimiter
 
-SMOKE = os.environ.get("STOIC_BENCH_SMOKE") == "1"
 HUGE = 10**12  # permits per second: never waits
 CALLS = 400 if SMOKE else 100_000
 SHORT = 100 if SMOKE else 20_000  # rows whose peer keeps every hit in memory

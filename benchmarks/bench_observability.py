@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -42,12 +41,11 @@ from stoic_opentelemetry import LogEventSink, SpanEventSink, instrument
 from stoic_structlog import StructlogSink
 
 import stoic
-from benchmarks._harness import verdict
+from benchmarks._harness import SMOKE, verdict
 from stoic import _metrics
 from stoic.events import Event, Level, LoggingSink, Sink, emit, min_level, use_sinks
 from stoic.testing import RecordingSink
 
-SMOKE = os.environ.get("STOIC_BENCH_SMOKE") == "1"
 ROUNDS = 2 if SMOKE else 15
 CALLS = 20 if SMOKE else 10_000
 WARMUP = 10 if SMOKE else 1_000

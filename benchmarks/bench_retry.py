@@ -43,9 +43,8 @@ from typing import Any
 import stoic
 from stoic import Pipeline, Retrying, Schedule, _retry, retry, retry_sync, retrying
 
-from ._harness import Result, have, report, skipped, time_async, time_sync, verdict
+from ._harness import SMOKE, Result, have, report, skipped, time_async, time_sync, verdict
 
-SMOKE = os.environ.get("STOIC_BENCH_SMOKE") == "1"  # tiny counts: does the script run at all
 CALLS = 20 if SMOKE else int(os.environ.get("STOIC_BENCH_CALLS", "20000"))  # at most, per run
 SCHEDULE = Schedule.exponential(0.1).jittered().attempts(3)
 ROUNDS = 1 if SMOKE else int(os.environ.get("STOIC_BENCH_REPEATS", "21"))
