@@ -401,6 +401,44 @@ async def test_nested_retrying_stages_collapse_to_the_outer_one(clock: VirtualCl
     assert len(sink.of("retry.nested")) == 3
 
 
+async def test_two_retrying_stages_hand_the_operation_the_outer_stages_attempt(clock: VirtualClock) -> None:
+    # The inner Retrying, collapsed to one attempt inside the outer's, handed the operation its
+    # own fresh Attempt(1) on every try: the outer's retries reached it as first attempts, each
+    # with a new call_id (an idempotency key changing between a request and its retry), while the
+    # same stages composed through @pipeline (or with the attempt passed by hand) said 1, 2, 3.
+    seen: list[tuple[int, str]] = []
+
+    async def op(x: int, *, attempt: Attempt) -> int:
+        seen.append((attempt.number, attempt.call_id))
+        if len(seen) < 3:
+            raise ConnectionError("down")
+        return x
+
+    def stages() -> tuple[Retrying, CircuitBreaker, Retrying]:
+        return (Retrying(Schedule.fixed(0.1).attempts(3), label="outer"), CircuitBreaker(label="b"),
+                Retrying(Schedule.fixed(0.1).attempts(3), label="inner"))
+
+    outer, breaker, inner = stages()
+    assert await clock.run(outer.execute(Pipeline(breaker, inner)(op), 5)) == 5  # (composed by decoration)
+    by_decoration = [number for number, _ in seen]
+    assert by_decoration == [1, 2, 3] and len({call_id for _, call_id in seen}) == 1
+    for pipeline in (Pipeline(*stages()), Pipeline(stages()[0], Pipeline(*stages()[1:]))):
+        seen.clear()
+        assert await clock.run(pipeline.execute(op, 5)) == 5
+        assert [number for number, _ in seen] == by_decoration
+        assert len({call_id for _, call_id in seen}) == 1
+        seen.clear()
+
+        @pipeline
+        async def decorated(x: int, *, attempt: Attempt | None = None) -> int:
+            assert attempt is not None
+            return await op(x, attempt=attempt)
+
+        assert await clock.run(decorated(5)) == 5
+        assert [number for number, _ in seen] == by_decoration
+        assert len({call_id for _, call_id in seen}) == 1
+
+
 def test_every_public_member_of_pipeline_and_retrying_is_documented() -> None:
     # Retrying.schedule and Retrying.label had no docstring (help() and the API docs showed none).
     for cls in (Pipeline, Retrying):

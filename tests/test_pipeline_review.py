@@ -155,13 +155,14 @@ def _run(spec: tuple[str, ...], callers: list[Caller], fused: bool, level: Level
     def nested(chain: list[Any], op: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any],
                wants: bool) -> Awaitable[Any]:
         # s0.execute(lambda: s1.execute(lambda: ... op(*args, **kwargs))), the operation handed
-        # the innermost Retrying's Attempt (Attempt(1) without one) when it declares attempt.
+        # the outermost Retrying's Attempt (Attempt(1) without one) when it declares attempt: a
+        # Retrying further in is handed it, as a retry given attempt= is.
         def level_from(index: int, attempt: Attempt | None) -> Callable[[], Awaitable[Any]]:
             if index == len(chain):
                 given = {**kwargs, "attempt": attempt or Attempt(1)} if wants else kwargs
                 return lambda: op(*args, **given)
             stage = chain[index]
-            if isinstance(stage, Retrying) and wants:
+            if isinstance(stage, Retrying) and wants and attempt is None:
                 def attempted(attempt: Attempt) -> Awaitable[Any]:
                     return level_from(index + 1, attempt)()
                 return lambda: stage.execute(attempted)

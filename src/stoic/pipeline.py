@@ -156,8 +156,13 @@ class _Rest:
         return str(getattr(self.fn, "__qualname__", None) or type(self.fn).__qualname__)
 
     def __call__(self, **attempt: Any) -> Any:
-        kwargs = {**self.kwargs, **attempt} if attempt else self.kwargs
-        return _enter(self.runs, self.index, self.fn, self.args, kwargs, self.wants_attempt)
+        if not attempt:
+            return _enter(self.runs, self.index, self.fn, self.args, self.kwargs, self.wants_attempt)
+        # Handed an Attempt (by a Retrying stage): it goes down to the operation as it is, so a
+        # Retrying stage further in (collapsed to one attempt inside this one's) passes it on, as
+        # a retry given attempt= does, rather than telling every try it is a fresh first attempt.
+        return _enter(self.runs, self.index, self.fn, self.args, {**self.kwargs, **attempt},
+                      self.wants_attempt and "attempt" not in attempt)
 
 
 def _enter(runs: tuple[Callable[..., Any], ...], index: int, fn: Callable[..., Awaitable[Any]],
@@ -284,8 +289,9 @@ class Pipeline:
     operation's own exception or the refusing stage's :class:`stoic.Rejected`, never a wrapper,
     and each stage sees an inner stage's refusal as its operation's error (so a breaker can
     decline to count it and ``Retrying`` can honour its ``retry_after``). An operation that
-    declares ``attempt`` receives the innermost ``Retrying``'s :class:`stoic.Attempt` (with no
-    ``Retrying`` stage, ``Attempt(1)``).
+    declares ``attempt`` receives the outermost ``Retrying``'s :class:`stoic.Attempt` (with no
+    ``Retrying`` stage, ``Attempt(1)``): a ``Retrying`` stage further in passes that one on, as
+    a retry given ``attempt=`` does, so every try of one call shares its ``call_id``.
 
     Raises ``TypeError`` for a stage without an ``execute`` method, for a :class:`stoic.Hedge`
     (not a Policy: it wraps a pipeline from the outside), for a :class:`stoic.Keyed` family (its
