@@ -255,3 +255,73 @@ class TestRecur:
     def test_recur_needs_a_schedule(self) -> None:
         with pytest.raises(TypeError):
             recur(3, fail_times(0))  # type: ignore[arg-type]
+
+
+async def test_a_collapsed_nested_retry_deposits_nothing_into_the_budget(clock: VirtualClock) -> None:
+    # A nested SINGLE_ATTEMPT retry deposited as a first attempt: its one attempt is the outer
+    # retry's (one request to the dependency), so with both on one budget (a named budget per
+    # dependency, two Retrying stages, a retry inside a Retrying stage's operation) each request
+    # deposited twice and each retry earned a token itself. With ratio 0.5 and no reserve, one
+    # failing call earned a retry the documented bound (ratio x first attempts) does not allow.
+    def budget() -> RetryBudget:
+        return RetryBudget(ratio=0.5, reserve_per_second=0, reserve_capacity=0, clock=clock)
+
+    five = Schedule.fixed(0).attempts(5)
+
+    async def pipeline_form(shared: RetryBudget, op: Callable[[], Awaitable[None]]) -> None:
+        pipeline = stoic.Pipeline(stoic.Retrying(five, label="outer", budget=shared),
+                                  stoic.CircuitBreaker(label="b"), stoic.Retrying(five, label="inner", budget=shared))
+        await pipeline.execute(op)
+
+    async def retry_form(shared: RetryBudget, op: Callable[[], Awaitable[None]]) -> None:
+        async def layer() -> None:
+            await retry(five, op, label="inner", budget=shared)
+        await retry(five, layer, label="outer", budget=shared)
+
+    async def timed_form(shared: RetryBudget, op: Callable[[], Awaitable[None]]) -> None:
+        async def layer() -> None:
+            await retry(five, op, label="inner", budget=shared, attempt_timeout=1)
+        await retry(five, layer, label="outer", budget=shared)
+
+    async def decorated_form(shared: RetryBudget, op: Callable[[], Awaitable[None]]) -> None:
+        inner = stoic.retrying(five, label="inner", budget=shared)(op)
+        await stoic.Retrying(five, label="outer", budget=shared).execute(inner)
+
+    def sync_form(shared: RetryBudget, op: Callable[[], None]) -> None:
+        stoic.retry_sync(five, lambda: stoic.retry_sync(five, op, label="inner", budget=shared), label="outer",
+                         budget=shared)
+
+    for form in (pipeline_form, retry_form, timed_form, decorated_form):
+        failing = fail_with(ConnectionError())
+        with pytest.raises(ConnectionError):
+            await clock.run(form(budget(), failing))
+        assert failing.calls == 1, form.__name__  # 0.5 earned: no token for a retry
+
+    calls = 0
+
+    def plain() -> None:
+        nonlocal calls
+        calls += 1
+        raise ConnectionError
+
+    with pytest.raises(ConnectionError):
+        sync_form(budget(), plain)
+    assert calls == 1
+
+    # Alone, or nested with ALLOW (a layer retrying on its own), a first attempt still deposits.
+    shared = budget()
+    alone = fail_with(ConnectionError())
+    with pytest.raises(ConnectionError):
+        await clock.run(retry(five, alone, label="alone", budget=shared))
+    with pytest.raises(ConnectionError):
+        await clock.run(retry(five, alone, label="alone", budget=shared))
+    assert alone.calls == 3  # the second call's deposit made a whole token: one retry
+    allowing = fail_with(ConnectionError())
+    spent = budget()
+
+    async def allowed() -> None:
+        await retry(five, allowing, label="inner", budget=spent, nesting=RetryNesting.ALLOW)
+
+    with pytest.raises(ConnectionError):
+        await clock.run(retry(five, allowed, label="outer", budget=spent))
+    assert allowing.calls == 2  # outer 0.5 + inner 0.5: the inner retries once

@@ -403,6 +403,10 @@ def _cancelled_since(cancels: int, error: BaseException) -> bool:
 #
 # Check (1) compares with the task's cancel count read here, at entry: a cancel swallowed earlier
 # in the task (a TaskGroup on 3.11, a library without uncancel()) must not stop this retry.
+#
+# A retry nested in another's attempt with SINGLE_ATTEMPT deposits nothing: its one attempt is
+# the outer retry's (one request, already deposited or paid for there), and with both on one
+# budget a deposit here would count each request twice and let each retry earn a token itself.
 _FIRST_ATTEMPT = """\
 running = _RUNNING
 task = None
@@ -418,19 +422,25 @@ else:
     except RuntimeError:  # (3.12+) driven by hand (send), outside any loop: no task to cancel
         task = None
 cancels = 0 if task is None else task.cancelling()
-next(bucket._deposits)  # the first attempt's deposit (RetryBudget.deposit, inlined)
 scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
 if scope is not None:
     _deadline.check_deadline_clocks(scope, clock)
 if {attempt_ns} is not None:
+    mark = _new_mark()
+    if mark[1] is None or {nesting} is not _SINGLE:
+        next(bucket._deposits)
     return await _loop_async({schedule}, fn, args, kwargs, {site}, bucket, {classify}, {nesting}, {label},
-                             {attempt_ns}, clock, _new_mark(), None, -1, cancels, None, {before_backoff})
+                             {attempt_ns}, clock, mark, None, -1, cancels, None, {before_backoff})
 # Only the deadline check (5) and up_to use the start: without them, success reads no time.
 started = clock.now_ns() if {schedule}._timed or scope is not None else -1
 mark = [1, None]  # (_new_mark, inlined, the first attempt counted as running)
 old = _set_marks(mark).old_value
 if old is not _NO_MARK and (old[0] or (old[1] is not None and _running(old[1]))):
     mark[1] = old
+    if {nesting} is not _SINGLE:  # (a collapsed retry deposits nothing: see above)
+        next(bucket._deposits)
+else:
+    next(bucket._deposits)  # the first attempt's deposit (RetryBudget.deposit, inlined)
 try:
     if wants:  # (``first`` is bound exactly when ``wants``)
         return await fn(*args, **kwargs, attempt=(first := first_attempt()))
@@ -597,7 +607,6 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     """The first attempt of a plain function, inline; the rest in :func:`_loop_sync`.
 
     (Every sync form runs this.) ``before_backoff``: as :func:`_run_async`'s, called."""
-    next(bucket._deposits)
     scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
     if scope is not None:
         _deadline.check_deadline_clocks(scope, clock)
@@ -606,6 +615,10 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     old = _set_marks(mark).old_value
     if old is not _NO_MARK and (old[0] or (old[1] is not None and _running(old[1]))):
         mark[1] = old
+        if nesting is not _SINGLE:  # (see _FIRST_ATTEMPT: a collapsed retry deposits nothing)
+            next(bucket._deposits)
+    else:
+        next(bucket._deposits)
     try:
         if wants:  # (``first`` is bound exactly when ``wants``)
             result = fn(*args, **kwargs, attempt=(first := first_attempt()))
