@@ -158,10 +158,17 @@ def _fib_delay(base: int, cap: int, n: int) -> int:
 
 # --- stepping --------------------------------------------------------------------------------
 
+_Waited: TypeAlias = Callable[[int], int]
+
+
 class _Step(ABC):
     """A stateful interpreter of one node: ``next(elapsed_ns)`` is the delay before the next
     attempt, or ``None`` to stop (and ``None`` for ever after). ``elapsed_ns`` is the time since
-    this node started stepping. ``rng`` is ``None`` in maximal mode (jitter never shortens)."""
+    this node started stepping. ``rng`` is ``None`` in maximal mode (jitter never shortens).
+
+    ``waited`` (``None``: the delay itself) maps a delay this node returns to the one actually
+    waited, as the jitters written above it will shorten it (each with this step's one draw): an
+    ``up_to`` judges that, never a delay no one waits."""
 
     __slots__ = ("n",)
 
@@ -169,7 +176,7 @@ class _Step(ABC):
         self.n = 0
 
     @abstractmethod
-    def next(self, elapsed_ns: int) -> int | None: ...
+    def next(self, elapsed_ns: int, waited: _Waited | None = None) -> int | None: ...
 
     def allows(self, elapsed_ns: int) -> bool:
         """Whether the elapsed-time limits (``up_to``) that allowed the last step also allow the
@@ -186,7 +193,7 @@ class _FixedStep(_Step):
         super().__init__()
         self.d = d
 
-    def next(self, elapsed_ns: int) -> int | None:
+    def next(self, elapsed_ns: int, waited: _Waited | None = None) -> int | None:
         return self.d
 
 
@@ -197,7 +204,7 @@ class _LinearStep(_Step):
         super().__init__()
         self.d = d
 
-    def next(self, elapsed_ns: int) -> int | None:
+    def next(self, elapsed_ns: int, waited: _Waited | None = None) -> int | None:
         self.n += 1
         return min(MAX_NS, self.d * self.n)
 
@@ -210,7 +217,7 @@ class _ExpStep(_Step):
         self.node = node
         self.last = -1
 
-    def next(self, elapsed_ns: int) -> int | None:
+    def next(self, elapsed_ns: int, waited: _Waited | None = None) -> int | None:
         node = self.node
         if self.last == node.cap:  # saturated: no more arithmetic, however many attempts follow
             return self.last
@@ -227,7 +234,7 @@ class _FibStep(_Step):
         self.base, self.cap = node.base, node.cap
         self.a, self.b = 1, 1
 
-    def next(self, elapsed_ns: int) -> int | None:
+    def next(self, elapsed_ns: int, waited: _Waited | None = None) -> int | None:
         value = min(self.cap, self.base * self.a)
         if value < self.cap and self.base:  # a zero base never reaches the cap: stop growing fib(n)
             self.a, self.b = self.b, self.a + self.b
@@ -241,7 +248,7 @@ class _DecorrelatedStep(_Step):
         super().__init__()
         self.base, self.cap, self.prev, self.rng = node.base, node.cap, node.base, rng
 
-    def next(self, elapsed_ns: int) -> int | None:
+    def next(self, elapsed_ns: int, waited: _Waited | None = None) -> int | None:
         high = min(self.cap, self.prev * 3)
         if self.rng is None or high <= self.base:
             value = high
@@ -258,7 +265,7 @@ class _DelaysStep(_Step):
         super().__init__()
         self.delays = delays
 
-    def next(self, elapsed_ns: int) -> int | None:
+    def next(self, elapsed_ns: int, waited: _Waited | None = None) -> int | None:
         if self.n >= len(self.delays):
             return None
         self.n += 1
@@ -272,27 +279,41 @@ class _CappedStep(_Step):
         super().__init__()
         self.inner, self.cap = inner, cap
 
-    def next(self, elapsed_ns: int) -> int | None:
-        d = self.inner.next(elapsed_ns)
-        return d if d is None or d <= self.cap else self.cap
+    def next(self, elapsed_ns: int, waited: _Waited | None = None) -> int | None:
+        cap = self.cap
+        d = self.inner.next(elapsed_ns, None if waited is None else lambda x: waited(x if x <= cap else cap))
+        return d if d is None or d <= cap else cap
 
     def allows(self, elapsed_ns: int) -> bool:
         return self.inner.allows(elapsed_ns)
 
 
 class _JitterStep(_Step):
-    __slots__ = ("inner", "fraction", "rng")
+    __slots__ = ("inner", "fraction", "rng", "draw")
 
     def __init__(self, inner: _Step, fraction: float, rng: random.Random | None) -> None:
         super().__init__()
-        self.inner, self.fraction, self.rng = inner, fraction, rng
+        self.inner, self.fraction, self.rng, self.draw = inner, fraction, rng, -1.0
 
-    def next(self, elapsed_ns: int) -> int | None:
-        d = self.inner.next(elapsed_ns)
-        if d is None or d == 0 or self.rng is None:
+    def next(self, elapsed_ns: int, waited: _Waited | None = None) -> int | None:
+        if self.rng is None:
+            return self.inner.next(elapsed_ns, waited)
+        # One draw per step, made when first needed: by an up_to below judging the wait this
+        # jitter makes of its delay (the delay actually waited, Schedule.up_to), or here.
+        self.draw = -1.0
+        shorten = self._shorten
+        d = self.inner.next(elapsed_ns, shorten if waited is None else lambda x: waited(shorten(x)))
+        return None if d is None else shorten(d)
+
+    def _shorten(self, d: int) -> int:
+        # Jitter only ever shortens, so whatever cap the inner delay respected still holds; and it
+        # is monotone in d for one draw (to float precision, a few ns past 2**53 ns), so it
+        # commutes with a union's min and an intersection's max.
+        if d == 0 or self.rng is None:
             return d
-        # Jitter only ever shortens, so whatever cap the inner delay respected still holds.
-        cut = int(d * self.fraction * self.rng.random())
+        if self.draw < 0:
+            self.draw = self.rng.random()
+        cut = int(d * self.fraction * self.draw)
         return d - (cut if cut <= d else d)
 
     def allows(self, elapsed_ns: int) -> bool:
@@ -306,12 +327,13 @@ class _UpToStep(_Step):
         super().__init__()
         self.inner, self.limit, self.done = inner, limit, False
 
-    def next(self, elapsed_ns: int) -> int | None:
+    def next(self, elapsed_ns: int, waited: _Waited | None = None) -> int | None:
         if self.done:
             return None
-        d = self.inner.next(elapsed_ns)
-        # No attempt may start after the limit: stop when the wait would carry us past it.
-        if d is None or elapsed_ns + d > self.limit:
+        d = self.inner.next(elapsed_ns, waited)
+        # No attempt may start after the limit: stop when the wait would carry us past it (the
+        # wait actually made, after any jitter written above this up_to).
+        if d is None or elapsed_ns + (d if waited is None else waited(d)) > self.limit:
             self.done = True
             return None
         return d
@@ -327,9 +349,9 @@ class _UnionStep(_Step):
         super().__init__()
         self.a, self.b, self.a_done, self.b_done = a, b, False, False
 
-    def next(self, elapsed_ns: int) -> int | None:
-        da = None if self.a_done else self.a.next(elapsed_ns)
-        db = None if self.b_done else self.b.next(elapsed_ns)
+    def next(self, elapsed_ns: int, waited: _Waited | None = None) -> int | None:
+        da = None if self.a_done else self.a.next(elapsed_ns, waited)
+        db = None if self.b_done else self.b.next(elapsed_ns, waited)
         self.a_done, self.b_done = da is None, db is None
         if da is None:
             return db
@@ -349,18 +371,18 @@ class _IntersectionStep(_Step):
         super().__init__()
         self.a, self.b, self.done = a, b, False
 
-    def next(self, elapsed_ns: int) -> int | None:
+    def next(self, elapsed_ns: int, waited: _Waited | None = None) -> int | None:
         if self.done:
             return None
-        da = self.a.next(elapsed_ns)
-        db = self.b.next(elapsed_ns)
+        da = self.a.next(elapsed_ns, waited)
+        db = self.b.next(elapsed_ns, waited)
         if da is None or db is None:
             self.done = True
             return None
         # The side with the shorter delay judged its limits (up_to) on that one: waiting the
         # longer instead must still start the next attempt within them, or that side stops.
         d, shorter = (da, self.b) if da >= db else (db, self.a)
-        if not shorter.allows(elapsed_ns + d):
+        if not shorter.allows(elapsed_ns + (d if waited is None else waited(d))):
             self.done = True
             return None
         return d
@@ -376,13 +398,13 @@ class _AndThenStep(_Step):
         super().__init__()
         self.a, self.b, self.offset = a, b, -1
 
-    def next(self, elapsed_ns: int) -> int | None:
+    def next(self, elapsed_ns: int, waited: _Waited | None = None) -> int | None:
         if self.offset < 0:
-            d = self.a.next(elapsed_ns)
+            d = self.a.next(elapsed_ns, waited)
             if d is not None:
                 return d
             self.offset = elapsed_ns  # the second schedule starts its own clock now
-        return self.b.next(elapsed_ns - self.offset)
+        return self.b.next(elapsed_ns - self.offset, waited)
 
     def allows(self, elapsed_ns: int) -> bool:
         # Past the first schedule's limits, the second takes over from its own start.
@@ -396,10 +418,10 @@ class _AttemptsStep(_Step):
         super().__init__()
         self.inner, self.retries = inner, count - 1
 
-    def next(self, elapsed_ns: int) -> int | None:
+    def next(self, elapsed_ns: int, waited: _Waited | None = None) -> int | None:
         if self.n >= self.retries:
             return None
-        d = self.inner.next(elapsed_ns)
+        d = self.inner.next(elapsed_ns, waited)
         if d is None:
             self.n = self.retries
             return None
@@ -919,7 +941,8 @@ class Schedule:
         """Shorten each delay by a random part: ``"full"`` draws from ``(0, d]``, ``"equal"``
         from ``(d/2, d]``, a number ``f`` in [0, 1] from ``(d x (1 - f), d]``. Jitter never
         lengthens a delay, so every cap holds, and it is applied after any cap, so delays at the
-        cap still spread out. Randomness comes from the retry's call-site stream
+        cap still spread out. An ``up_to`` written before it judges the jittered delay, the one
+        actually waited, as one written after it does. Randomness comes from the retry's call-site stream
         (reproducible under ``stoic.testing.seeded``). ``ValueError`` for another kind or a
         fraction outside [0, 1]."""
         if kind == "full":
@@ -934,7 +957,8 @@ class Schedule:
 
     def up_to(self: _S, elapsed: Seconds) -> _S:
         """Also stop once another attempt would start more than ``elapsed`` seconds after the
-        first began. An extra stop condition, not a bound: it does not make a schedule bounded
+        first began, judged on the delay actually waited (capped and jittered, wherever the cap or
+        the jitter is written). An extra stop condition, not a bound: it does not make a schedule bounded
         (a zero-delay schedule under a time limit could spin)."""
         return _wrap(_UpTo(self._node, _ns(elapsed, "elapsed", allow_zero=True)))  # type: ignore[return-value]
 
