@@ -897,6 +897,12 @@ class Schedule:
         base_ns = _ns(base, "base", allow_zero=True)
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not _finite(factor) or factor < 1:
             raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
+        # One number, one value: 3.0 is kept as 3 (exact powers), an integer beyond 2**53 (all
+        # floats there are integers) as its float, so equal schedules print alike and step alike.
+        if isinstance(factor, float) and factor.is_integer() and factor <= 2**53:
+            factor = int(factor)
+        elif isinstance(factor, int) and factor > 2**53 and float(factor) == factor:
+            factor = float(factor)
         return Schedule(_Exponential(base_ns, factor, DEFAULT_CAP_NS, False))
 
     @staticmethod

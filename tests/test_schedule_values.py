@@ -1,0 +1,41 @@
+"""Schedules as values: equal schedules print alike and step alike; refusals name the parameter
+(seed 001, "Schedules are data"; docs/retry.md, "Validation")."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_schedule_properties import run
+
+from stoic import Schedule
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 10**6), st.integers(1, 60))
+def test_an_integral_float_factor_is_the_same_schedule_as_the_int(factor: int, base_ns: int, n: int) -> None:
+    as_int = Schedule.exponential(base_ns / 1e9, factor=factor).capped(10**9).attempts(n)
+    as_float = Schedule.exponential(base_ns / 1e9, factor=float(factor)).capped(10**9).attempts(n)
+    assert as_int == as_float and hash(as_int) == hash(as_float)
+    assert repr(as_int) == repr(as_float)  # equal values print alike
+    assert as_int.maximal_delays() == as_float.maximal_delays()
+    assert run(as_int, None, [0]) == run(as_float, None, [0])
+    assert as_int.maximum_total_delay == as_float.maximum_total_delay
+
+
+def test_factor_three_and_three_point_zero_step_alike_at_nanosecond_precision() -> None:
+    # 3.0**34 is exact but 3.0**35 is not: the float power drifted from the int one at attempt 35.
+    as_int = Schedule.exponential(1e-9, factor=3).capped(10**9).attempts(40)
+    as_float = Schedule.exponential(1e-9, factor=3.0).capped(10**9).attempts(40)
+    assert repr(as_float) == "Schedule.exponential(1e-09, factor=3).capped(1000000000).attempts(40)"
+    assert as_float.maximal_delays()[35] == 3**35 / 1e9
+    assert as_float.maximal_delays() == as_int.maximal_delays()
+
+
+@pytest.mark.parametrize("factor", [1, 2, 3, 10, 2**53, 2**60, 10**300])
+def test_equal_factors_make_equal_schedules_that_print_alike(factor: int) -> None:
+    as_int, as_float = Schedule.exponential(1, factor=factor), Schedule.exponential(1, factor=float(factor))
+    if float(factor) == factor:
+        assert as_int == as_float and repr(as_int) == repr(as_float)
+        assert eval(repr(as_float), {"Schedule": Schedule}) == as_float
+    assert len(repr(as_float)) < 60
