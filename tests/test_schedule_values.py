@@ -39,3 +39,11 @@ def test_equal_factors_make_equal_schedules_that_print_alike(factor: int) -> Non
         assert as_int == as_float and repr(as_int) == repr(as_float)
         assert eval(repr(as_float), {"Schedule": Schedule}) == as_float
     assert len(repr(as_float)) < 60
+
+
+@pytest.mark.parametrize(("digits", "sign"), [(400, 1), (5000, 1), (5000, -1)])
+def test_a_huge_int_factor_is_refused_naming_factor_and_its_range(digits: int, sign: int) -> None:
+    # repr() of an int past 4,300 digits raises its own ValueError, naming neither.
+    with pytest.raises(ValueError, match=r"^factor must be a finite number >= 1, got ") as caught:
+        Schedule.exponential(1, factor=sign * 10**digits)
+    assert len(str(caught.value)) < 100

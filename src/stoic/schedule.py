@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal, TypeAlias, TypeVar, overload
 
-from ._durations import Seconds, _finite, check_fraction, check_int, to_ns
+from ._durations import Seconds, _finite, _show, check_fraction, check_int, to_ns
 
 __all__ = ["BoundedSchedule", "Schedule"]
 
@@ -896,7 +896,7 @@ class Schedule:
         Raises ``ValueError`` for a negative or non-finite ``base`` or ``factor`` below 1."""
         base_ns = _ns(base, "base", allow_zero=True)
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not _finite(factor) or factor < 1:
-            raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
+            raise ValueError(f"factor must be a finite number >= 1, got {_show(factor)}")
         # One number, one value: 3.0 is kept as 3 (exact powers), an integer beyond 2**53 (all
         # floats there are integers) as its float, so equal schedules print alike and step alike.
         if isinstance(factor, float) and factor.is_integer() and factor <= 2**53:
