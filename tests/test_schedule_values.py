@@ -47,3 +47,10 @@ def test_a_huge_int_factor_is_refused_naming_factor_and_its_range(digits: int, s
     with pytest.raises(ValueError, match=r"^factor must be a finite number >= 1, got ") as caught:
         Schedule.exponential(1, factor=sign * 10**digits)
     assert len(str(caught.value)) < 100
+
+
+@pytest.mark.parametrize("method", ["union", "intersection", "and_then"])
+@pytest.mark.parametrize("start", [Schedule.fixed(1), Schedule.fixed(1).attempts(3)])
+def test_a_combinator_given_no_schedule_names_other(method: str, start: Schedule) -> None:
+    with pytest.raises(TypeError, match=r"^other must be a Schedule \(or BoundedSchedule\), got int$"):
+        getattr(start, method)(3)

@@ -1046,7 +1046,7 @@ class Schedule:
 
 def _node_of(schedule: Schedule) -> _Node:
     if not isinstance(schedule, Schedule):
-        raise TypeError(f"expected a Schedule, got {type(schedule).__name__}")
+        raise TypeError(f"other must be a Schedule (or BoundedSchedule), got {type(schedule).__name__}")
     return schedule._node
 
 
