@@ -268,6 +268,28 @@ class TestRetryAfter:
         assert await clock.run(retry(Schedule.fixed(1).up_to(10).attempts(5), short, label="op")) == "ok"
         assert short.started_at == [start, start + 8.0]
 
+    async def test_a_retry_after_shorter_than_the_schedules_delay_is_what_up_to_judges(
+        self, clock: VirtualClock, sink: RecordingSink
+    ) -> None:
+        # The attempt fails at 32 s asking for 5 s: the next would start at 37 s, within the 40 s
+        # limit. The schedule's own 30 s (to 62 s) is no one's wait, so it must not stop the retry.
+        op = fail_times(1, After(5), then="ok", takes=32)
+        assert await clock.run(retry(Schedule.fixed(30).up_to(40).attempts(5), op, label="op")) == "ok"
+        assert op.started_at == [0.0, 37.0]
+        assert "retry.exhausted" not in sink.names
+        # Under jitter, in a combination and past a cap too; and one that would start past it still stops.
+        for schedule in (Schedule.fixed(30).up_to(40).jittered().attempts(5),
+                         Schedule.fixed(30).up_to(40).intersection(Schedule.fixed(1).attempts(5)),
+                         Schedule.fixed(30).up_to(40).attempts(3).and_then(Schedule.fixed(1).attempts(1)).capped(35)):
+            for after, started in ((5, [0.0, 37.0]), (9, [0.0])):
+                again = fail_times(1, After(after), then="ok", takes=32)
+                start = clock.now()
+                try:
+                    await clock.run(retry(schedule, again, label="op"))
+                except After:
+                    pass
+                assert [t - start for t in again.started_at] == started, (schedule, after)
+
     def test_retry_after_keeps_the_up_to_of_each_side_of_a_combination(self, jumping_clock: VirtualClock) -> None:
         # A union goes on while either side does: one without a limit carries it past the other's.
         union = Schedule.fixed(1).up_to(10).union(Schedule.fixed(50).attempts(3))

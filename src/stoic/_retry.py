@@ -263,13 +263,20 @@ class _Run:
                 self._event("retry.permanent", Level.INFO, {"attempt": number, "error.type": error_type(error)})
             return False
         now = self.clock.now_ns()
-        delay = self.step.next(now - self.start_ns)
+        after = decision._after_ns
+        if after is None or not self.timed:
+            delay = self.step.next(now - self.start_ns)
+        else:
+            # The schedule's up_to limits judge the wait actually made: a Retry-After shorter
+            # than the schedule's own delay starts the next attempt sooner, so a limit that
+            # delay would overshoot may still allow it (a longer one is judged below).
+            wait = after if after <= RETRY_AFTER_CAP_NS else RETRY_AFTER_CAP_NS
+            delay = self.step.next(now - self.start_ns, lambda d: d if d <= wait else wait)
         if delay is None:
             self._count("stoic.retry.outcomes", "exhausted")
             if _SINKS.wants(Level.WARNING):
                 self._event("retry.exhausted", Level.WARNING, {"attempts": number, "error.type": error_type(error)})
             return False
-        after = decision._after_ns
         if after is not None:
             # Retry-After replaces the schedule's delay, not its bound (stepped above), budget or deadline.
             if after > RETRY_AFTER_CAP_NS:
@@ -279,8 +286,9 @@ class _Run:
                 after = RETRY_AFTER_CAP_NS
             delay = after
             if self.timed and not self.step.allows(now - self.start_ns + delay):
-                # The schedule's up_to judged its own delay: waiting the Retry-After instead
-                # would start the next attempt past the limit, which no attempt may.
+                # The schedule's up_to judged the shorter of its own delay and this wait: a
+                # Retry-After longer than its delay would start the next attempt past the
+                # limit, which no attempt may.
                 self._count("stoic.retry.outcomes", "exhausted")
                 if _SINKS.wants(Level.WARNING):
                     self._event("retry.exhausted", Level.WARNING, {"attempts": number, "error.type": error_type(error)})
