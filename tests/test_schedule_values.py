@@ -54,3 +54,9 @@ def test_a_huge_int_factor_is_refused_naming_factor_and_its_range(digits: int, s
 def test_a_combinator_given_no_schedule_names_other(method: str, start: Schedule) -> None:
     with pytest.raises(TypeError, match=r"^other must be a Schedule \(or BoundedSchedule\), got int$"):
         getattr(start, method)(3)
+
+
+def test_a_negative_zero_jitter_is_the_zero_jitter_and_prints_so() -> None:
+    zero = Schedule.fixed(1).jittered(0.0)
+    assert Schedule.fixed(1).jittered(-0.0) == zero
+    assert repr(Schedule.fixed(1).jittered(-0.0)) == repr(zero) == "Schedule.fixed(1).jittered(0.0)"

@@ -958,7 +958,8 @@ class Schedule:
         elif isinstance(kind, str):
             raise ValueError(f'jitter kind must be "full", "equal" or a fraction in [0, 1], got {kind!r}')
         else:
-            fraction = check_fraction(kind, "kind (the jitter fraction)", low_open=False)
+            # (+ 0.0: a -0.0 is the 0.0 it equals, and prints so)
+            fraction = check_fraction(kind, "kind (the jitter fraction)", low_open=False) + 0.0
         return _wrap(_Jittered(self._node, fraction))  # type: ignore[return-value]
 
     def up_to(self: _S, elapsed: Seconds) -> _S:
