@@ -556,3 +556,51 @@ async def test_a_manual_control_that_could_not_reach_the_store_changes_nothing_o
         assert shared.state is BreakerState.OPEN and shared.snapshot.calls == 0
     await store.aclose()
     await other_store.aclose()
+
+
+@pytest.mark.parametrize(("left", "lifting"), [("reset", "force_closed"), ("force_closed", "reset")])
+async def test_two_manual_controls_at_once_leave_this_replica_as_the_store_was_left(
+    server: RedisServer, left: str, lifting: str,
+) -> None:
+    # Two lifts of this replica's switch at once, the first called left before it reached the
+    # store (cancelled), the second taken by the store: each cleared the switch this replica
+    # throws again on an emptied store, and the first, ending last, put back the value it had
+    # seen (thrown), though the second had lifted the switch fleet-wide. An emptied store then
+    # got the lifted switch thrown again. Manual controls run one at a time, in call order.
+    import redis
+
+    label = fresh(f"controls-{left}")
+    store = RedisStore(server.url, budget=0.5)
+    shared = breaker(store, label)
+    assert await shared.execute(ok) == "ok"
+    await shared.force_open()
+    sha = store._scripts["breaker_force"].sha
+    roundtrip = store._roundtrip
+    held = asyncio.Event()
+
+    async def stalled(command: tuple[Any, ...], repeat: bool) -> Any:
+        if command[1] == sha and not held.is_set():
+            held.set()
+            await asyncio.Event().wait()  # the first control never leaves this replica
+        return await roundtrip(command, repeat)
+
+    store._roundtrip = stalled  # type: ignore[method-assign]
+    first = asyncio.create_task(getattr(shared, left)())
+    await held.wait()
+    second = asyncio.create_task(getattr(shared, lifting)())
+    await asyncio.wait({second}, timeout=0.2)  # (it waits for the first, or it has run)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await second  # taken by the store
+    assert shared.state is BreakerState.CLOSED
+    assert shared.fallback.state is BreakerState.CLOSED
+    raw = redis.Redis.from_url(server.url)
+    raw.delete(f"{{stoic:{label}}}:breaker")  # a Redis restarted without its data
+    raw.close()
+    await shared.refresh()  # the switch was lifted: nobody throws it again
+    other_store = RedisStore(server.url, budget=0.5)
+    assert await breaker(other_store, label).execute(ok) == "ok"
+    assert shared.state is BreakerState.CLOSED
+    await store.aclose()
+    await other_store.aclose()

@@ -197,6 +197,9 @@ class SharedCircuitBreaker:
         # a shared state found empty (a restarted or flushed Redis, an expired key) gets it again.
         self._switched = False
         self._reforce = False
+        # Manual controls (force_open, force_closed, reset) run one at a time, in call order:
+        # the lock of the loop they run on (a later loop gets a new one).
+        self._controls: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         # Probe leases whose request or report got no answer (the store timed out or failed),
         # as (token, outcome): the lease may be held, so each is given back ("none": the request
         # was not answered) or reported at the next contact, long before half_open_timeout would
@@ -823,6 +826,14 @@ class SharedCircuitBreaker:
         return guarded
 
     # ------------------------------------------------------------------ manual control
+    def _control(self) -> asyncio.Lock:
+        """The lock the manual controls of this replica take, on the running loop."""
+        loop = asyncio.get_running_loop()
+        controls = self._controls
+        if controls is None or controls[0] is not loop:
+            controls = self._controls = (loop, asyncio.Lock())
+        return controls[1]
+
     async def _force(self, mode: str) -> None:
         if await self._call("breaker_force", mode) is None:
             raise StoreError(f"force {mode} of {self._label!r} could not reach the store", operation="breaker_force",
@@ -847,44 +858,51 @@ class SharedCircuitBreaker:
         expired key). Raises :class:`StoreError` when the store cannot be reached; this replica
         is then left as it was (its fallback and the switch it throws again untouched), as it is
         when the call is cancelled. A request whose answer was lost (the budget ran out) may
-        still have reached the store: call again."""
-        before = self._counts, self._counted_gen
-        self._forcing()
-        forcing = self._counts, self._counted_gen
-        try:
-            await self._force("open")
-        except BaseException:
-            if (self._counts, self._counted_gen) == forcing:  # (unless a trip here kept its own since)
-                self._counts, self._counted_gen = before  # no forced open of ours to explain
-            raise
-        self._local.force_open()
-        self._switched = True
+        still have reached the store: call again. The manual controls of one replica
+        (``force_open``, ``force_closed``, ``reset``) run one at a time, in the order called:
+        each waits for those called before it to end (one cancelled while it waits leaves the
+        queue), so each starts from what the one before left and one that fails puts back only
+        its own change: this replica ends as the last control the store took left it."""
+        async with self._control():
+            before = self._counts, self._counted_gen
+            self._forcing()
+            forcing = self._counts, self._counted_gen
+            try:
+                await self._force("open")
+            except BaseException:
+                if (self._counts, self._counted_gen) == forcing:  # (unless a trip here kept its own since)
+                    self._counts, self._counted_gen = before  # no forced open of ours to explain
+                raise
+            self._local.force_open()
+            self._switched = True
 
     async def force_closed(self) -> None:
         """Close the breaker fleet-wide (the trip count is kept), and the fallback breaker with
         it once the store has taken it. Raises :class:`StoreError` when the store cannot be
-        reached; this replica is then left as it was, as :meth:`force_open` says."""
+        reached; this replica is then left as it was, as :meth:`force_open` says (and runs in
+        turn with this replica's other manual controls)."""
         await self._lift("closed", self._local.force_closed)
 
     async def reset(self) -> None:
         """Close the breaker fleet-wide and forget the trip count, the fallback breaker's too,
         once the store has taken it. Raises :class:`StoreError` when the store cannot be
-        reached; this replica is then left as it was, as :meth:`force_open` says."""
+        reached; this replica is then left as it was, as :meth:`force_open` says (and runs in
+        turn with this replica's other manual controls)."""
         await self._lift("reset", self._local.reset)
 
     async def _lift(self, mode: str, local: Callable[[], None]) -> None:
         """Lift the switch fleet-wide (``mode`` closed or reset), then ``local`` on the fallback."""
-        switched = self._switched
-        # Cleared before the reply is applied: an empty shared state in it is this lifting, not
-        # the switch lost with the store's data (see _apply).
-        self._switched = False
-        try:
-            await self._force(mode)
-        except BaseException:
-            if not self._switched:  # (unless a force_open here was taken meanwhile)
+        async with self._control():
+            switched = self._switched
+            # Cleared before the reply is applied: an empty shared state in it is this lifting,
+            # not the switch lost with the store's data (see _apply).
+            self._switched = False
+            try:
+                await self._force(mode)
+            except BaseException:
                 self._switched = switched
-            raise
-        local()
+                raise
+            local()
 
 
 __all__ = ["SharedCircuitBreaker"]
