@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import stoic
 from stoic import CircuitOpen, RateLimited
+from stoic.breaker import BreakerState
 from stoic.fleet import (
     BlockingSharedRateLimiter,
     RedisStore,
@@ -467,3 +468,61 @@ async def test_first_calls_waiting_for_a_read_of_a_corrupted_generation_are_not_
 
     assert await asyncio.wait_for(asyncio.gather(*(breaker.execute(ok) for _ in range(200))), 5.0) == [1] * 200
     assert breaker.degraded and len(calls) <= 2
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["execute", "call"])
+async def test_a_contact_throws_a_lost_switch_again_and_gives_orphaned_leases_back_on_both_paths(
+    clock: VirtualClock, blocking: bool,
+) -> None:
+    # One set of rules for a contact with the store (refresh, the switch thrown again on an
+    # emptied store, then the orphaned probe leases, each kept until answered), on execute()'s
+    # path and call()'s alike: the same requests, in the same order, with the same outcomes.
+    store = RedisStore(URL, probe_interval=1.0, clock=clock)
+    half_open, forced, empty = [2, 1, -1, 5, 0, 0], [3, 1, -1, 6, 0, 0], [0, 0, -1, 0, 0, 0]
+    lost = StoreError("timed out", operation="breaker", unavailable=True)
+    script: list[Any] = [half_open, lost, forced, empty, forced, lost, forced, forced, forced]
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+
+    def answer(name: str, args: Any) -> Any:
+        sent.append((name, tuple(args[9:])))
+        reply = script.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    async def timed(s: _Script, keys: Any, args: Any, *rest: Any) -> Any:
+        return answer(s.name, args)
+
+    store._timed = timed  # type: ignore[method-assign]
+    store._timed_blocking = lambda s, keys, args: answer(s.name, args)  # type: ignore[method-assign]
+    breaker = SharedCircuitBreaker(label="contact", store=store, clock=clock)
+
+    async def run() -> str:
+        return "ran"
+
+    async def through() -> str:
+        if blocking:
+            return breaker.call(lambda: "ran")
+        return await breaker.execute(run)
+
+    assert await through() == "ran"  # half-open; the lease request got no answer: the fallback ran
+    token = sent[1][1][0]
+    await clock.advance(1.0)  # the store's rest is over
+    await breaker.force_open()  # this replica throws the switch
+    await clock.advance(1.0)
+    with pytest.raises(CircuitOpen):
+        await through()  # an emptied store: the switch again; the give-back got no answer
+    assert breaker.degraded and breaker.fallback.state is BreakerState.OPEN
+    await clock.advance(1.0)
+    with pytest.raises(CircuitOpen):
+        await through()  # forced (no second throw); the lease goes back now
+    await clock.advance(1.0)
+    with pytest.raises(CircuitOpen):
+        await through()  # nothing left to give back
+    assert sent == [
+        ("breaker_refresh", ()), ("breaker_probe", (token,)), ("breaker_force", ("open",)),
+        ("breaker_refresh", ()), ("breaker_force", ("open",)), ("breaker_done", (token, "none")),
+        ("breaker_refresh", ()), ("breaker_done", (token, "none")),
+        ("breaker_refresh", ()),
+    ]
+    assert not script

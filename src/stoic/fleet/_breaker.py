@@ -25,7 +25,7 @@ import threading
 import time
 import types
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Final, ParamSpec, TypeVar
 
 from .. import _admission, _deadline, _random
@@ -77,6 +77,16 @@ def _refuse_generator(exc: BaseException, awaitable: object) -> None:
                 else "execute takes an async function; use call() for a plain one")
         raise TypeError(f"SharedCircuitBreaker.execute got a {type(awaitable).__name__}, which cannot be awaited: "
                         f"{hint}") from Defect(f"a {type(awaitable).__name__} was passed to execute")
+
+
+def _next(contact: Generator[tuple[str, ...], list[Any] | None, None], reply: list[Any] | None,
+          ) -> tuple[str, ...] | None:
+    """The next request of ``contact`` (SharedCircuitBreaker._contact), sent the reply to the
+    last one (None to start); None when the contact is over."""
+    try:
+        return contact.send(reply)
+    except StopIteration:
+        return None
 
 
 def _text(value: object) -> str | None:
@@ -394,27 +404,40 @@ class SharedCircuitBreaker:
         elif name == "reset" and _SINKS.wants(Level.INFO):  # reset() of a closed breaker
             emit("breaker.reset", self._label, Level.INFO, now, {})
 
+    def _contact(self) -> Generator[tuple[str, ...], list[Any] | None, None]:
+        """The requests of a contact with the store, in order, for :meth:`refresh` (awaited) and
+        :meth:`call` (on the sync client) alike: each step yields a request (the script and its
+        arguments) and is sent the reply it got applied (None: the store could not be used).
+        Read the shared state; throw again the switch of this replica that the reply found lost
+        with the store's data (see _apply); then, while the store answers, give back or report
+        each orphaned probe lease, dropped only once answered (a contact interrupted meanwhile
+        leaves it for the next)."""
+        answered = (yield ("breaker_refresh",)) is not None
+        if self._reforce:
+            self._reforce = False
+            yield ("breaker_force", "open")
+        while answered and self._orphans:
+            orphan = self._orphans[-1]
+            answered = (yield ("breaker_done", *orphan)) is not None
+            if answered and orphan in self._orphans:
+                self._orphans.remove(orphan)
+
     async def refresh(self) -> None:
         """Read the shared state into this replica's copy now (one round trip)."""
         self._refreshing = True
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._refreshed = done
         cancelled = False
+        contact = self._contact()
         try:
-            answered = await self._call("breaker_refresh") is not None
-            if self._reforce:
-                self._reforce = False
-                await self._call("breaker_force", "open")
-            while answered and self._orphans:
-                # Dropped once answered: a refresh cancelled meanwhile leaves it for the next.
-                orphan = self._orphans[-1]
-                answered = await self._call("breaker_done", *orphan) is not None
-                if answered and orphan in self._orphans:
-                    self._orphans.remove(orphan)
+            step = _next(contact, None)
+            while step is not None:
+                step = _next(contact, await self._call(*step))
         except asyncio.CancelledError:
             cancelled = True  # no answer, no failure: the next call reads (a reply kept its _due)
             raise
         finally:
+            contact.close()
             self._refreshing = False
             self._refreshed = None
             if not cancelled:
@@ -720,15 +743,13 @@ class SharedCircuitBreaker:
         with self._sync:
             start = now()
             if start >= self._due or self._gen < 0:
-                answered = self._call_blocking("breaker_refresh") is not None
-                if self._reforce:
-                    self._reforce = False
-                    self._call_blocking("breaker_force", "open")
-                while answered and self._orphans:
-                    orphan = self._orphans.pop()
-                    answered = self._call_blocking("breaker_done", *orphan) is not None
-                    if not answered:
-                        self._orphans.append(orphan)
+                contact = self._contact()
+                try:
+                    step = _next(contact, None)
+                    while step is not None:
+                        step = _next(contact, self._call_blocking(*step))
+                finally:
+                    contact.close()
                 self._due = now() + self._refresh_ns
             st, gen, degraded = self._st, self._gen, self._degraded
             if not degraded and st != _CLOSED and (st == _FORCED or now() < self._until or self._leases_taken()):
