@@ -526,3 +526,35 @@ async def test_a_contact_throws_a_lost_switch_again_and_gives_orphaned_leases_ba
         ("breaker_refresh", ()),
     ]
     assert not script
+
+
+async def test_an_async_flush_cancelled_while_it_waits_for_a_sync_push_leaves_nothing_behind() -> None:
+    import threading
+
+    store = RedisStore(URL)
+    holds, release = threading.Event(), threading.Event()
+
+    def timed_blocking(script: _Script, keys: Any, args: Any) -> Any:
+        holds.set()
+        assert release.wait(10)
+        return [0]
+
+    async def timed(script: _Script, keys: Any, args: Any, *rest: Any) -> Any:
+        return [0, "3", "2.0"]
+
+    store._timed_blocking = timed_blocking  # type: ignore[method-assign]
+    store._timed = timed  # type: ignore[method-assign]
+    digest = SharedLatency(store=store, label="mixed", interval=3600.0, clock=VirtualClock())
+    pusher = threading.Thread(target=digest.flush_blocking, daemon=True)
+    pusher.start()
+    assert await asyncio.to_thread(holds.wait, 10)
+    flushing = asyncio.create_task(digest.flush())
+    await asyncio.sleep(0)
+    assert not flushing.done()  # waiting for the push on the sync client
+    flushing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await flushing
+    release.set()
+    await asyncio.to_thread(pusher.join, 10)
+    assert not pusher.is_alive() and not digest._waiting  # the cancelled waiter left the queue
+    assert await digest.flush() and digest.samples == 2.0  # (the async client's canned read)

@@ -1055,3 +1055,47 @@ def test_threads_recording_and_flushing_at_once_send_every_count_once(server: Re
     assert digest.flush_blocking()
     assert not digest.degraded
     assert abs(digest.samples - 1600) < 1, digest.samples  # (half-life 1 h: a few seconds decay ~0.3)
+
+
+async def test_an_async_flush_waits_for_a_push_under_way_on_the_sync_client(server: RedisServer) -> None:
+    # Seen failing before the fix: on a store built from a URL (both clients), flush() waited
+    # only for a push task of its own loop, not for a push on the sync client in another thread
+    # (a flush_blocking, a sample's inline push) still carrying counts recorded before the
+    # flush was called: it pushed nothing new, read a sketch without them and returned True.
+    # Now it waits for that push, as flush_blocking does, and returns what it read.
+    from stoic.fleet import SharedLatency
+
+    store = RedisStore(server.url, budget=0.25)
+    digest = SharedLatency(store=store, label=fresh("flush-mixed"), interval=3600.0, half_life=3600.0,
+                           clock=VirtualClock())
+    assert await digest.flush()  # the first contact, with nothing to push
+    holds, release = threading.Event(), threading.Event()
+    call_blocking = store.call_blocking
+    pushes: list[str] = []
+
+    def held(script: str, keys: Any, args: Any) -> Any:
+        pushes.append(script)
+        holds.set()
+        assert release.wait(10)
+        return call_blocking(script, keys, args)
+
+    store.call_blocking = held  # type: ignore[method-assign]
+    for _ in range(50):
+        digest.record(80e6)  # not due (interval 1 h on a still clock): counted locally
+    pusher = threading.Thread(target=digest.flush_blocking, daemon=True)
+    pusher.start()
+    assert await asyncio.to_thread(holds.wait, 10)  # its push has taken the 50 samples
+
+    async def flush() -> tuple[bool, float]:
+        return await digest.flush(), digest.samples
+
+    flushing = asyncio.create_task(flush())
+    try:
+        await asyncio.wait({flushing}, timeout=0.2)  # (it waits for the sync push, or it has read)
+    finally:
+        release.set()
+    answered, samples = await flushing
+    await asyncio.to_thread(pusher.join, 10)
+    assert not pusher.is_alive() and pushes == ["latency_push"]
+    assert answered and abs(samples - 50) < 1, (answered, samples)
+    await store.aclose()

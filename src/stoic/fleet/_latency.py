@@ -113,6 +113,8 @@ class SharedLatency:
         self._inline = False
         self._answered = False
         self._pushed = threading.Condition(self._lock)
+        # flush() calls waiting for that push (on their own loops): each is sent _answered.
+        self._waiting: list[asyncio.Future[bool]] = []
         self._task: asyncio.Task[bool] | None = None
         self._weights: dict[int, float] | None = None  # the fleet's sketch at the last read
         self._total = 0.0  # its effective samples (weights scaled to now)
@@ -199,20 +201,36 @@ class SharedLatency:
 
     async def flush(self) -> bool:
         """Push this replica's counts and read the fleet's sketch now (one round trip); True when
-        the store answered. Waits for a push already under way (a background one or another
-        flush's), then pushes the counts recorded after it took its batch, if any. The push runs
-        as a task: a flush cancelled while it waits still delivers the batch it took."""
+        the store answered. Waits for a push already under way (a background one, another
+        flush's, or one on the sync client in another thread: a ``flush_blocking()``, a sample's
+        inline push), then pushes the counts recorded after it took its batch, if any, else
+        returns whether the store answered it. The push runs as a task: a flush cancelled while
+        it waits still delivers the batch it took."""
         loop = asyncio.get_running_loop()
-        while (task := self._task) is not None and not task.done() and task.get_loop() is loop:
-            answered = await asyncio.shield(task)
+        while True:
+            with self._lock:
+                task = self._task
+                if self._inline:  # a push on the sync client: woken by its end (_push_blocking)
+                    waited: asyncio.Future[bool] = loop.create_future()
+                    self._waiting.append(waited)
+                elif task is not None and not task.done() and task.get_loop() is loop:
+                    waited = asyncio.shield(task)
+                else:
+                    self._busy = True
+                    self._due = self._clock.now_ns() + self._interval_ns
+                    break
+            try:
+                answered = await waited
+            except BaseException:
+                with self._lock:
+                    if waited in self._waiting:
+                        self._waiting.remove(waited)
+                raise
             # A push takes its batch in its first step (inside create_task under an eager task
             # factory): samples recorded since are still pending.
             with self._lock:
                 if not self._pending:
                     return answered
-        with self._lock:
-            self._busy = True
-            self._due = self._clock.now_ns() + self._interval_ns
         task = self._task = loop.create_task(self._push())
         return await asyncio.shield(task)
 
@@ -265,6 +283,12 @@ class SharedLatency:
                 self._inline = False
                 self._answered = answered
                 self._pushed.notify_all()
+                waiting, self._waiting = self._waiting, []
+            for inline in waiting:
+                try:
+                    inline.get_loop().call_soon_threadsafe(_wake, inline, answered)
+                except RuntimeError:
+                    pass  # its loop is closed: nobody awaits it any more
 
     def _failed(self) -> bool:
         # The counts of a failed push are dropped: they live on in each policy's own estimate.
@@ -306,6 +330,12 @@ class SharedLatency:
 
     def __repr__(self) -> str:
         return f"SharedLatency(label={self._label!r}, samples={self.samples:.0f}, store={self._store!r})"
+
+
+def _wake(waiter: asyncio.Future[bool], answered: bool) -> None:
+    """Give a flush() waiting for a push on the sync client that push's answer (on its loop)."""
+    if not waiter.done():
+        waiter.set_result(answered)
 
 
 def check_digest(digest: object, name: str) -> SharedLatency:
