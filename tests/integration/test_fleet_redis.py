@@ -1099,3 +1099,49 @@ async def test_an_async_flush_waits_for_a_push_under_way_on_the_sync_client(serv
     assert not pusher.is_alive() and pushes == ["latency_push"]
     assert answered and abs(samples - 50) < 1, (answered, samples)
     await store.aclose()
+
+
+def test_a_blocking_flush_waits_for_a_push_task_under_way_on_another_threads_loop(server: RedisServer) -> None:
+    # Seen failing before the fix: flush_blocking() waited only for a push on the sync client,
+    # not for a push task under way on an event loop in another thread (a flush(), a sample's
+    # background push) still carrying counts recorded before it was called: it pushed nothing
+    # new on the sync client, read a sketch without them and returned True all the same.
+    from stoic.fleet import SharedLatency
+
+    store = RedisStore(server.url, budget=0.25)
+    digest = SharedLatency(store=store, label=fresh("flush-blocking-mixed"), interval=3600.0, half_life=3600.0,
+                           clock=VirtualClock())
+    holds, release = threading.Event(), threading.Event()
+    call = store.call
+    pushes: list[str] = []
+
+    async def held(script: str, keys: Any, args: Any, **kwargs: Any) -> Any:
+        pushes.append(script)
+        holds.set()
+        assert await asyncio.to_thread(release.wait, 10)
+        return await call(script, keys, args, **kwargs)
+
+    for _ in range(50):
+        digest.record(80e6)  # no loop and the interval not due: counted locally (one inline contact first)
+    store.call = held  # type: ignore[method-assign]
+    flushed: list[bool] = []
+
+    async def flush() -> None:
+        flushed.append(await digest.flush())
+        await store.aclose()
+
+    looping = threading.Thread(target=asyncio.run, args=(flush(),), daemon=True)
+    looping.start()
+    assert holds.wait(10)  # the loop's push task has taken the 50 samples
+    seen: list[tuple[bool, float]] = []
+    blocking = threading.Thread(target=lambda: seen.append((digest.flush_blocking(), digest.samples)), daemon=True)
+    blocking.start()
+    try:
+        blocking.join(0.2)  # (it waits for the push task, or it has read)
+    finally:
+        release.set()
+    blocking.join(10)
+    looping.join(10)
+    assert not blocking.is_alive() and not looping.is_alive()
+    assert flushed == [True] and pushes == ["latency_push"]
+    assert seen and seen[0][0] and abs(seen[0][1] - 50) < 1, seen

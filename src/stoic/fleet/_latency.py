@@ -239,31 +239,63 @@ class SharedLatency:
         and read the fleet's sketch now; True when the store answered.
 
         One push on the sync client runs at a time. A flush arriving while one is under way (a
-        sample's inline push, another thread's flush) waits for it (a wait bounded by the
-        store's budget per push), then pushes only if counts were recorded after it took its
+        sample's inline push, another thread's flush), or while a push task runs on an event
+        loop in another thread (a ``flush()``, a sample's background push), waits for it (a wait
+        bounded by the store's budget per push; never for a task of this thread's own loop, nor
+        of a loop that has stopped), then pushes only if counts were recorded after it took its
         batch, else returns whether the store answered it: flushes at once share one push, and
         every count is sent once (a failed push's counts are dropped, as a background push's
         are). A store error (unreachable, over the budget, resting, a reply of the wrong shape)
         is a ``False``, never raised; the local estimates decide meanwhile."""
         with self._lock:
             waited = False
-            while self._inline:
+            while True:
+                if self._inline:
+                    self._pushed.wait()
+                elif self._task_elsewhere():
+                    # Re-checked at least every budget: a loop stopped meanwhile never ends it.
+                    self._pushed.wait(self._store.budget)
+                else:
+                    break
                 waited = True
-                self._pushed.wait()
             if waited and not self._pending:
                 return self._answered
             self._inline = True
             self._due = self._clock.now_ns() + self._interval_ns
         return self._push_blocking()
 
-    async def _push(self) -> bool:
+    def _task_elsewhere(self) -> bool:
+        """Whether a push task is under way on an event loop running in another thread (under
+        the lock): one a blocking flush can wait for (never its own thread's loop, which cannot
+        run while it waits, nor a loop stopped or closed)."""
+        task = self._task
+        if not self._busy or task is None or task.done():
+            return False
+        loop = task.get_loop()
+        if loop.is_closed() or not loop.is_running():
+            return False
         try:
-            reply = await self._store.call("latency_push", self._keys, self._batch())
-        except StoreError:
-            return self._failed()
+            return asyncio.get_running_loop() is not loop
+        except RuntimeError:
+            return True
+
+    async def _push(self) -> bool:
+        answered = False
+        try:
+            try:
+                reply = await self._store.call("latency_push", self._keys, self._batch())
+            except StoreError:
+                answered = self._failed()
+            else:
+                answered = self._read(reply)
+            return answered
         finally:
-            self._busy = False
-        return self._read(reply)
+            # Read before it ends (a waiting blocking flush returns what it read), ended however
+            # the call went.
+            with self._lock:
+                self._busy = False
+                self._answered = answered
+                self._pushed.notify_all()
 
     def _push_blocking(self) -> bool:
         """The push on the sync client, by the thread that set ``_inline`` (under the lock)."""
