@@ -604,3 +604,45 @@ async def test_two_manual_controls_at_once_leave_this_replica_as_the_store_was_l
     assert shared.state is BreakerState.CLOSED
     await store.aclose()
     await other_store.aclose()
+
+
+async def test_a_switch_thrown_again_waits_its_turn_with_a_lift_on_this_replica(server: RedisServer) -> None:
+    # The switch this replica threw, found lost with the store's data by a refresh, is thrown
+    # again; force_closed() on this replica meanwhile was taken by the store first, then the
+    # throw landed on top: force_closed() returned, the fallback closed and the switch was no
+    # longer this replica's, yet the whole fleet stayed forced open. The throw now runs in turn
+    # with this replica's manual controls, and only while the switch is still thrown.
+    import redis
+
+    label = fresh("rethrow-lift")
+    store = RedisStore(server.url, budget=0.5)
+    shared = breaker(store, label)
+    assert await shared.execute(ok) == "ok"
+    await shared.force_open()
+    raw = redis.Redis.from_url(server.url)
+    raw.delete(f"{{stoic:{label}}}:breaker")  # a Redis restarted without its data
+    sha = store._scripts["breaker_force"].sha
+    roundtrip = store._roundtrip
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(command: tuple[Any, ...], repeat: bool) -> Any:
+        if command[1] == sha and not held.is_set():
+            held.set()
+            await release.wait()  # the throw is slow to leave this replica
+        return await roundtrip(command, repeat)
+
+    store._roundtrip = slow  # type: ignore[method-assign]
+    refreshing = asyncio.create_task(shared.refresh())  # finds the state empty: throws again
+    await held.wait()
+    lifting = asyncio.create_task(shared.force_closed())
+    await asyncio.wait({lifting}, timeout=0.2)  # (it waits for the throw, or it has run)
+    release.set()
+    await refreshing
+    await lifting
+    await shared.refresh()
+    assert shared.state is BreakerState.CLOSED and shared.fallback.state is BreakerState.CLOSED
+    other_store = RedisStore(server.url, budget=0.5)
+    assert await breaker(other_store, label).execute(ok) == "ok"  # the fleet is not forced open
+    raw.close()
+    await store.aclose()
+    await other_store.aclose()

@@ -422,6 +422,16 @@ class SharedCircuitBreaker:
             if answered and orphan in self._orphans:
                 self._orphans.remove(orphan)
 
+    async def _contact_step(self, step: tuple[str, ...]) -> list[Any] | None:
+        """One request of :meth:`_contact`, awaited. The switch thrown again runs in turn with
+        this replica's manual controls, and only while it is still thrown: a lift called
+        meanwhile is never taken by the store before it and undone by it. (Threads through
+        :meth:`call` need no such turn: the manual controls are asyncio only.)"""
+        if step[0] != "breaker_force":
+            return await self._call(*step)
+        async with self._control():
+            return await self._call(*step) if self._switched else None
+
     async def refresh(self) -> None:
         """Read the shared state into this replica's copy now (one round trip)."""
         self._refreshing = True
@@ -432,7 +442,7 @@ class SharedCircuitBreaker:
         try:
             step = _next(contact, None)
             while step is not None:
-                step = _next(contact, await self._call(*step))
+                step = _next(contact, await self._contact_step(step))
         except asyncio.CancelledError:
             cancelled = True  # no answer, no failure: the next call reads (a reply kept its _due)
             raise
