@@ -646,3 +646,31 @@ async def test_a_switch_thrown_again_waits_its_turn_with_a_lift_on_this_replica(
     raw.close()
     await store.aclose()
     await other_store.aclose()
+
+
+async def test_a_switch_lifted_on_another_replica_no_longer_holds_here_through_an_outage(
+    server: RedisServer,
+) -> None:
+    # The replica that threw the switch forced its fallback open with it (so the switch holds
+    # here through an outage); when another replica lifted the switch, this one's next read
+    # dropped the switch as no longer its own, but left the fallback forced open: through the
+    # next store outage it refused every call, long after the fleet's breaker had closed.
+    from stoic.testing import VirtualClock
+
+    label = fresh("lifted-elsewhere")
+    clock = VirtualClock()
+    store = RedisStore(server.url, budget=0.5, probe_interval=1.0, clock=clock)
+    other_store = RedisStore(server.url, budget=0.5)
+    shared, other = breaker(store, label, clock=clock), breaker(other_store, label)
+    assert await shared.execute(ok) == "ok"
+    await shared.force_open()
+    await other.force_closed()  # lifted on another replica
+    await shared.refresh()
+    assert shared.state is BreakerState.CLOSED
+    assert shared.fallback.state is BreakerState.CLOSED
+    await clock.advance(0.1)  # the copy is due
+    failed = fail_once(store, "breaker_refresh")
+    assert await shared.execute(ok) == "ok"  # the store cannot be used: the fallback decides
+    assert failed and shared.degraded
+    await store.aclose()
+    await other_store.aclose()

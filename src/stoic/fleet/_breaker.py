@@ -365,7 +365,12 @@ class SharedCircuitBreaker:
             if gen == 0:  # an empty state: the switch was lost with it, not lifted
                 self._reforce = True
             else:
-                self._switched = False  # lifted by force_closed()/reset() on another replica
+                # Lifted by force_closed()/reset() on another replica: the fallback, forced open
+                # with the switch, no longer holds it here either (as the lift does locally).
+                self._switched = False
+                local = self._local.snapshot
+                if local.state is BreakerState.OPEN and local.retry_after is None:
+                    self._local.force_closed()
         self._st = st
         self._trips = trips
         self._until = now + remaining * 1000 if remaining >= 0 else 0
@@ -884,7 +889,8 @@ class SharedCircuitBreaker:
         """Open the breaker for the whole fleet with no end (a kill switch) until
         :meth:`force_closed` or :meth:`reset` on any replica. Other replicas refuse within
         ``refresh_interval``. Once the store has taken it, the fallback breaker is forced open
-        too, so the switch holds here through a store outage, and this replica throws it again
+        too, so the switch holds here through a store outage (until it is lifted: here, or on
+        another replica, as this one's next read finds), and this replica throws it again
         when it finds the shared state empty (a Redis restarted without its data, a flushed or
         expired key). Raises :class:`StoreError` when the store cannot be reached; this replica
         is then left as it was (its fallback and the switch it throws again untouched), as it is
