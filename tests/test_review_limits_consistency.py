@@ -254,6 +254,23 @@ async def test_the_asyncio_limiter_and_bulkhead_report_admission_only_after_a_wa
     assert _admission.state.waits == waits + 2
 
 
+def test_a_wait_that_encloses_an_inner_stages_wait_is_left_out_once() -> None:
+    """A stage whose admission waited on another stage inside it (a shared limiter whose store
+    failed, admitting through its local bucket after that bucket queued) records a wait that
+    encloses the inner one: the breaker outside leaves the time out once, not twice."""
+    import contextvars
+
+    def run() -> tuple[int, int]:
+        clock = VirtualClock()
+        _admission.admitted_after_wait(clock, 5 * S, 2 * S)  # the local bucket: queued 2 s to 5 s
+        _admission.admitted_after_wait(clock, 6 * S, 1 * S)  # the shared limiter: 1 s to 6 s
+        enclosing = _admission.admitted_since(clock, 0)
+        _admission.admitted_after_wait(clock, 9 * S, 8 * S)  # a later stage, queued 8 s to 9 s
+        return enclosing, _admission.admitted_since(clock, 0)
+
+    assert contextvars.copy_context().run(run) == (5 * S, 6 * S)
+
+
 async def test_execute_reports_the_admission_instant_to_the_breaker_outside(clock: VirtualClock) -> None:
     limiter = RateLimiter(1, burst=1, label="adm")
     assert limiter.try_acquire()

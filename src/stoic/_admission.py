@@ -3,17 +3,19 @@
 Seed 000, "Pipeline": local load-shedding must never reach the breaker's window. A breaker
 outside a queued bulkhead or rate limiter would otherwise count the time a call waited for a
 slot or a permit as call duration, and open on slow calls when only the local queue was long
-(field report 20). So a stage that made a call *wait* before admitting it records when the wait
-began and the instant it admitted the call (on its own clock) in the current context, and a
-breaker whose call started earlier leaves out the time spent waiting: only the waiting, so a
+(field report 20). So a stage that made a call *wait* before admitting it (in a queue, for a
+permit, or for a store's decision) records when the wait began and the instant it admitted the
+call (on its own clock) in the current context, and a breaker whose call started earlier leaves
+out the time spent waiting: only the waiting, so a
 local sub-step that queues *after* the operation has already spent 1.5 s on its dependency does
 not hide those 1.5 s (the breaker's duration is measured from its start shifted by the waits).
 The latest few waits of the context are kept (a call rarely waits more than once or twice).
 
-The breaker's success path pays one integer comparison: :data:`state.waits` counts admissions
-after a wait, process-wide, and only when it changed during a call does the breaker read the
-context variable. Stages nested by hand, stacked as decorators or held in a ``Pipeline`` all run
-in the caller's task (and context), so all three are covered.
+The breaker's success path pays at most one integer comparison: :data:`state.waits` counts
+admissions after a wait, process-wide, and only once it is non-zero does a breaker read the
+context variable (one ``get``) to time a call it records in full. Stages nested by hand,
+stacked as decorators or held in a ``Pipeline`` all run in the caller's task (and context), so
+all three are covered.
 """
 
 from __future__ import annotations
@@ -45,9 +47,16 @@ def admitted_after_wait(clock: Clock, now_ns: int, since_ns: int) -> None:
     with its clock, the admission instant on it and the instant the call began waiting."""
     _admitted_at.set((clock, now_ns))
     at_clock, kept = _waits.get()
-    pair = (min(since_ns, now_ns), now_ns)
-    same = at_clock is clock or (at_clock is not None and same_clock(at_clock, clock))
-    _waits.set((clock, kept[2 - _KEPT:] + pair if same else pair))
+    since = min(since_ns, now_ns)
+    if at_clock is clock or (at_clock is not None and same_clock(at_clock, clock)):
+        # A wait that began before the latest ones encloses them (a stage admitting through an
+        # inner one, as a shared limiter through its local bucket): they are part of it.
+        while kept and kept[-2] >= since:
+            kept = kept[:-2]
+        kept = kept[2 - _KEPT:] + (since, now_ns)
+    else:
+        kept = (since, now_ns)
+    _waits.set((clock, kept))
     state.waits += 1  # (a lost increment under threads only costs one context-variable read)
 
 
