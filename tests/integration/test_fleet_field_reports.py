@@ -311,6 +311,113 @@ def test_threads_waiting_for_a_blocking_shared_rate_limiter_are_not_slow_calls(s
     assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 14, 0)
 
 
+STORE_DELAY = 0.3  # seconds: each reply of the limiter's script arrives this late, over SLOW
+
+
+def limiter_replies_late(store: RedisStore, *, blocking: bool, then_fail: bool) -> list[float]:
+    """Hold each reply of the shared limiter's script back STORE_DELAY (a slow network between
+    Redis and this process), or fail it after that long (``then_fail``: the store gave up).
+    Other scripts answer at once. Returns the list of delays made."""
+    import redis
+
+    sha = store._scripts["limiter_take"].sha
+    delayed: list[float] = []
+
+    def late() -> None:
+        delayed.append(STORE_DELAY)
+        if then_fail:
+            raise redis.exceptions.TimeoutError("the network dropped the reply")
+
+    if not blocking:
+        roundtrip = store._roundtrip
+
+        async def slow(command: tuple[Any, ...], repeat: bool) -> Any:
+            reply = await roundtrip(command, repeat)
+            if command[1] == sha:
+                await asyncio.sleep(STORE_DELAY)
+                late()
+            return reply
+
+        store._roundtrip = slow  # type: ignore[method-assign]
+    else:
+        roundtrip_blocking = store._roundtrip_blocking
+
+        def slow_blocking(give_up: float, *command: Any) -> Any:
+            reply = roundtrip_blocking(give_up, *command)
+            if command[1] == sha:
+                time.sleep(STORE_DELAY)
+                late()
+            return reply
+
+        store._roundtrip_blocking = slow_blocking  # type: ignore[method-assign]
+    return delayed
+
+
+LATE_STORE_CASES = {
+    # how the limiter admits: (rate, burst, whether the store's reply fails after its delay)
+    "granted at once": (1000, 100, False),
+    "queued for a permit": (20, 1, False),
+    "the store gave up, the local bucket admitted": (1000, 100, True),
+}
+
+
+@pytest.mark.parametrize("case", LATE_STORE_CASES)
+async def test_a_shared_rate_limiters_slow_store_is_not_a_slow_call(server: RedisServer, case: str) -> None:
+    """The time the limiter spends getting its store's decision is the limiter's, not the
+    dependency's: a breaker outside judges only the dependency (its own store answers at once)."""
+    rate, burst, then_fail = LATE_STORE_CASES[case]
+    breaker_store = RedisStore(server.url, budget=2.0)
+    limiter_store = RedisStore(server.url, budget=2.0)
+    try:
+        delayed = limiter_replies_late(limiter_store, blocking=False, then_fail=then_fail)
+        breaker = shared_breaker(breaker_store, window=TimeWindow(60.0), minimum_calls=3, slow_call_duration=SLOW,
+                                 slow_call_rate_threshold=0.5)
+        limiter = SharedRateLimiter(rate, per=1.0, burst=burst, queue_limit=100, store=limiter_store,
+                                    label=fresh("late-rl"))
+        assert await run_together(lambda: breaker.execute(limiter.execute, dependency), 3) == ["ok"] * 3
+        # Every call met the slow store (one that failed rests the store: the others skip it).
+        assert len(delayed) >= (1 if then_fail else 3)
+        snap = breaker.snapshot
+        assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 3, 0)
+    finally:
+        await breaker_store.aclose()
+        await limiter_store.aclose()
+
+
+@pytest.mark.parametrize("case", LATE_STORE_CASES)
+def test_a_blocking_shared_rate_limiters_slow_store_is_not_a_slow_call(server: RedisServer, case: str) -> None:
+    import threading
+
+    from stoic.fleet import BlockingSharedRateLimiter
+
+    rate, burst, then_fail = LATE_STORE_CASES[case]
+    breaker_store = RedisStore(server.url, budget=2.0)
+    limiter_store = RedisStore(server.url, budget=2.0)
+    delayed = limiter_replies_late(limiter_store, blocking=True, then_fail=then_fail)
+    breaker = shared_breaker(breaker_store, window=TimeWindow(60.0), minimum_calls=3, slow_call_duration=SLOW,
+                             slow_call_rate_threshold=0.5)
+    limiter = BlockingSharedRateLimiter(rate, per=1.0, burst=burst, queue_limit=100, store=limiter_store,
+                                        label=fresh("late-brl"))
+    results: list[str] = []
+
+    def answer() -> str:
+        time.sleep(DEPENDENCY)
+        return "ok"
+
+    def worker() -> None:
+        results.append(breaker.call(limiter.call, answer))
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert results == ["ok"] * 3
+    assert len(delayed) >= (1 if then_fail else 3)
+    snap = breaker.snapshot
+    assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 3, 0)
+
+
 # ---------------------------------------------------------------- 1 and 3: sinks that raise, a herd of failures
 
 class RaisingSink:

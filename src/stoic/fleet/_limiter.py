@@ -280,18 +280,26 @@ class SharedRateLimiter(_SharedBucket):
         A waiter cancelled while it waits locally leaves without consuming anything; one cancelled
         while its request is at the store may find the server granted it (the script ran, the
         reply was lost with the caller): those permits are spent, as any lost reply's are.
+        The whole time until admission (round trips and waiting) is reported as this stage's, so
+        a breaker outside leaves it out of the call's duration (seed 000, "Pipeline").
         """
         self._check(permits)
         left = remaining_ns()
         if left is not None and left <= 0:
             raise self._deadline(permits)
+        clock = self._clock
+        start = clock.now_ns()
         if not self._waiters:
             answer = await self._ask(permits)
             if isinstance(answer, StoreError):
                 self._without_store(answer)
                 await self._local.acquire(permits)
+                admitted_after_wait(clock, clock.now_ns(), start)  # (the store's failed contact too)
                 return
             if answer == 0:
+                # The round trip for the store's decision is this stage's time, not the
+                # dependency's: a breaker outside leaves it out (a slow store is no slow call).
+                admitted_after_wait(clock, clock.now_ns(), start)
                 return
             wait = answer
         else:
@@ -301,16 +309,17 @@ class SharedRateLimiter(_SharedBucket):
             raise self._reject("would_exceed_deadline", permits, wait)
         if self._queue_limit is not None and len(self._waiters) >= self._queue_limit:
             raise self._reject("queue_full", permits, wait if wait else None)
-        await self._wait(permits, wait)
+        await self._wait(permits, wait, start)
 
-    async def _wait(self, permits: int, wait: int) -> None:
+    async def _wait(self, permits: int, wait: int, start: int) -> None:
+        """Queue here, then wait ``wait`` ns (the store's answer to the first ask, 0 when it was not
+        asked) and ask again at the head; ``start`` is when :meth:`acquire` was called."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         waiters = self._waiters
         head = not waiters
         waiters.append(future)
         clock = self._clock
-        start = clock.now_ns()
         try:
             if not head:
                 await future  # woken when it reaches the head
@@ -464,7 +473,7 @@ class BlockingSharedRateLimiter(_SharedBucket):
                     self._without_store(answer)
                     left = None if give_up is None else max(0, give_up - clock.now_ns()) / 1e9
                     self._local.acquire(permits, timeout=left)
-                    return
+                    break
                 if answer == 0:
                     break
                 now = clock.now_ns()
@@ -486,10 +495,11 @@ class BlockingSharedRateLimiter(_SharedBucket):
                         waiters.remove(ticket)
                     except ValueError:
                         pass
-        if not (head and first):  # it waited: a breaker outside times the call from here
-            admitted_after_wait(clock, clock.now_ns(), start)
-        if _SINKS.wants(Level.DEBUG):
-            now = clock.now_ns()
+        # Queued or not, a breaker outside times the call from here: the store's decision (its
+        # round trips, a failed one included) is this stage's time, not the dependency's.
+        now = clock.now_ns()
+        admitted_after_wait(clock, now, start)
+        if not (head and first) and _SINKS.wants(Level.DEBUG):  # (a queued acquire was served)
             emit("ratelimiter.waited", self._label, Level.DEBUG, now,
                  {"permits": permits, "waited": (now - start) / 1e9})
 
