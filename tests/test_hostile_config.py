@@ -178,3 +178,15 @@ def test_a_hostile_value_is_refused_naming_the_parameter_or_works(data: st.DataO
         return
     # Accepted: it must then work.
     case.use(built, clock)
+
+
+def test_a_fraction_refused_for_its_type_or_its_range_names_one_range() -> None:
+    # The same parameter, the same allowed range, however the value was wrong.
+    messages = []
+    for value in ("x", float("nan"), 1.5, -0.5):
+        try:
+            stoic.CircuitBreaker(failure_rate_threshold=value, label="fraction")  # type: ignore[arg-type]
+        except ValueError as exc:
+            messages.append(str(exc).split(", got")[0])
+    assert messages == ["failure_rate_threshold must be a number in (0, 1]"] * 2 + [
+        "failure_rate_threshold must be in (0, 1]"] * 2

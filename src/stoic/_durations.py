@@ -104,7 +104,7 @@ def _finite(value: float) -> bool:
 def check_fraction(value: float, name: str, *, low_open: bool, high: float = 1.0) -> float:
     """Validate a fraction in ``(0, high]`` (``low_open``) or ``[0, high]``; return it as float."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
-        raise ValueError(f"{name} must be a number in {'(0' if low_open else '[0'}, {high}], got {_show(value)}")
+        raise ValueError(f"{name} must be a number in {'(0' if low_open else '[0'}, {high:g}], got {_show(value)}")
     if (value <= 0 if low_open else value < 0) or value > high:
         raise ValueError(f"{name} must be in {'(0' if low_open else '[0'}, {high:g}], got {_show(value)}")
     return float(value)
