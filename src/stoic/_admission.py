@@ -53,7 +53,7 @@ def admitted_after_wait(clock: Clock, now_ns: int, since_ns: int) -> None:
         # inner one, as a shared limiter through its local bucket): they are part of it.
         while kept and kept[-2] >= since:
             kept = kept[:-2]
-        kept = kept[2 - _KEPT:] + (since, now_ns)
+        kept = (*kept[2 - _KEPT:], since, now_ns)
     else:
         kept = (since, now_ns)
     _waits.set((clock, kept))
