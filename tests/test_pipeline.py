@@ -391,6 +391,21 @@ async def test_an_operation_decorated_by_a_pipeline_receives_the_attempt_of_a_re
     assert [(number, hedged) for number, hedged, _ in seen] == [(1, False)]
 
 
+async def test_an_explicit_attempt_none_reaches_a_pipeline_decorated_operation_as_through_execute(
+        clock: VirtualClock) -> None:
+    # The wrapper took attempt=None as "no attempt given" and handed the operation the
+    # pipeline's own Attempt, where execute(op, attempt=None) passes the None the caller wrote.
+    pipeline = Pipeline(CircuitBreaker(label="b", clock=clock))
+
+    async def op(attempt: Attempt | None = None) -> object:
+        return attempt
+
+    assert await clock.run(pipeline.execute(op, attempt=None)) is None
+    assert await clock.run(pipeline(op)(attempt=None)) is None
+    given = await clock.run(pipeline(op)())
+    assert isinstance(given, Attempt) and given.number == 1  # (none given: the pipeline's own)
+
+
 async def test_nested_retrying_stages_collapse_to_the_outer_one(clock: VirtualClock, sink: RecordingSink) -> None:
     op = fail_with(ConnectionError())
     pipeline = Pipeline(Retrying(Schedule.fixed(0).attempts(3), label="op"), Retrying(Schedule.fixed(0).attempts(3),

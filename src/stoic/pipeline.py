@@ -135,6 +135,10 @@ class Retrying:
                 f"nesting={r.nesting})")
 
 
+_NOT_GIVEN: Any = object()
+"""The decorated wrapper's ``attempt`` default: told apart from an explicit ``attempt=None``."""
+
+
 class _Rest:
     """The rest of a pipeline from run ``index`` on: what run ``index - 1`` runs as its
     operation. Forwards an ``attempt`` keyword to the user's operation when it wants one."""
@@ -357,13 +361,13 @@ class Pipeline:
 
         if wants_attempt(fn):
             @functools.wraps(fn)
-            async def attempted(*args: Any, attempt: Attempt | None = None, **kwargs: Any) -> R:
-                if attempt is not None:
+            async def attempted(*args: Any, attempt: Any = _NOT_GIVEN, **kwargs: Any) -> R:
+                if attempt is not _NOT_GIVEN:  # (an explicit None reaches fn, as through execute)
                     kwargs["attempt"] = attempt
                 result: R = await execute(fn, *args, **kwargs)
                 return result
 
-            return attempted  # type: ignore[return-value]
+            return attempted
 
         @functools.wraps(fn)
         async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
