@@ -4,6 +4,7 @@ what a hostile caller found: every form (``execute``, ``call``, ``@breaker``), s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import types
@@ -437,6 +438,89 @@ async def test_a_queued_sub_step_inside_the_operation_does_not_hide_a_slow_depen
     assert results == ["ok"] * 20  # all admitted while closed
     assert breaker.snapshot.state is stoic.BreakerState.OPEN  # every call slow: 1.5 s and more
     assert breaker.snapshot.trips == 1
+
+
+@pytest.mark.parametrize("kind", ["codel bulkhead shed", "bulkhead cut by a timeout",
+                                  "prioritized bulkhead cut by a timeout", "limiter cancelled"])
+async def test_a_sub_step_refused_after_queueing_is_not_a_slow_call(clock: VirtualClock, kind: str) -> None:
+    """Report 20 for a wait that ends without admission: an operation whose own dependency
+    answers in 0.1 s, then runs an optional local step that queues and is shed (CoDel), cut by
+    the step's own timeout, or given up by the operation, and catches that. The time it queued
+    is local load-shedding (seed 000: it never reaches the breaker's window), so no call is slow."""
+    breaker = _queued_breaker()
+    inner: Any
+    if kind == "codel bulkhead shed":
+        inner = Bulkhead(1, queue_limit=50, queue_target=0.2, queue_interval=0.5, label="cache")
+    elif kind == "limiter cancelled":
+        inner = RateLimiter(1, burst=1, queue_limit=50, label="cache")  # one a second: callers queue
+    else:
+        inner = Bulkhead(1, queue_limit=50, prioritized=kind.startswith("prioritized"), label="cache")
+
+    async def write() -> None:
+        await clock.sleep_until(clock.now_ns() + SECOND // 2)
+
+    async def optional_step() -> None:
+        if kind == "codel bulkhead shed":
+            with contextlib.suppress(stoic.Shed):
+                await inner.execute(write)
+        elif kind == "limiter cancelled":
+            # The operation gives the step up after 2 s (its own timer; the limiter never knew).
+            task = asyncio.current_task()
+            assert task is not None
+            timer = clock.call_at(clock.now_ns() + 2 * SECOND, task.cancel)
+            try:
+                await inner.acquire()
+            except asyncio.CancelledError:
+                task.uncancel()
+            finally:
+                timer.cancel()
+        else:
+            with contextlib.suppress(stoic.DeadlineExceeded):
+                async with stoic.timeout(2.0):
+                    await inner.execute(write)
+
+    async def handler() -> str:
+        await clock.sleep_until(clock.now_ns() + SECOND // 10)  # the dependency: 0.1 s
+        await optional_step()
+        return "ok"
+
+    results = await _run_queued(clock, lambda: breaker.execute(handler), callers=20)
+    assert results == ["ok"] * 20
+    snap = breaker.snapshot
+    assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 20, 0)
+
+
+@pytest.mark.parametrize("prioritized", [False, True], ids=["fifo", "managed"])
+async def test_a_thread_timed_out_in_a_blocking_bulkheads_queue_is_not_a_slow_call(
+    clock: VirtualClock, prioritized: bool,
+) -> None:
+    """The blocking form of the test above: a thread whose optional step gives up after
+    ``acquire(timeout=2)`` in a full BlockingBulkhead (FIFO, or queue management) and carries on
+    queued 2 s locally, which the breaker (slow from 1 s) leaves out."""
+    breaker = _queued_breaker()
+    inner = stoic.BlockingBulkhead(1, queue_limit=5, prioritized=prioritized, label="cache")
+    inner.acquire()  # the only slot, held by someone else throughout
+
+    def handler() -> str:
+        try:
+            inner.acquire(timeout=2.0)
+        except stoic.DeadlineExceeded:
+            return "without the step"
+        inner.release()
+        return "with the step"
+
+    results = [asyncio.create_task(asyncio.to_thread(breaker.call, handler)) for _ in range(10)]
+    for _ in range(2000):  # (real time: until every thread waits in the queue)
+        if inner.queued_count == 5 and sum(task.done() for task in results) == 5:
+            break
+        await asyncio.sleep(0.001)
+    assert inner.queued_count == 5  # five more were refused at once: BulkheadFull, never counted
+    await clock.advance(2.0)
+    outcomes = await asyncio.gather(*results, return_exceptions=True)
+    assert sorted(map(str, outcomes)) == sorted(["without the step"] * 5 + [str(BulkheadFull(label="cache"))] * 5)
+    inner.release()
+    snap = breaker.snapshot
+    assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 5, 0)
 
 
 @pytest.mark.parametrize("kind", ["adaptive", "gradient", "prioritized", "keyed bulkhead", "keyed limiter"])

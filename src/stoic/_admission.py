@@ -5,10 +5,12 @@ outside a queued bulkhead or rate limiter would otherwise count the time a call 
 slot or a permit as call duration, and open on slow calls when only the local queue was long
 (field report 20). So a stage that made a call *wait* before admitting it (in a queue, for a
 permit, or for a store's decision) records when the wait began and the instant it admitted the
-call (on its own clock) in the current context, and a breaker whose call started earlier leaves
-out the time spent waiting: only the waiting, so a
-local sub-step that queues *after* the operation has already spent 1.5 s on its dependency does
-not hide those 1.5 s (the breaker's duration is measured from its start shifted by the waits).
+call, or let it go unadmitted (on its own clock), in the current context, and a breaker whose
+call started earlier leaves out the time spent waiting: only the waiting, so a local sub-step
+that queues *after* the operation has already spent 1.5 s on its dependency does not hide those
+1.5 s (the breaker's duration is measured from its start shifted by the waits). A wait that
+ends unadmitted (shed, out of time, cancelled) is local queueing too: the refusal is never
+counted, and an operation that catches it is not slow for the time it queued.
 The latest few waits of the context are kept (a call rarely waits more than once or twice).
 
 The breaker's success path pays at most one integer comparison: :data:`state.waits` counts
@@ -46,6 +48,15 @@ def admitted_after_wait(clock: Clock, now_ns: int, since_ns: int) -> None:
     """Called by a stage (bulkhead, rate limiter, ...) that admits a call after making it wait,
     with its clock, the admission instant on it and the instant the call began waiting."""
     _admitted_at.set((clock, now_ns))
+    refused_after_wait(clock, now_ns, since_ns)
+
+
+def refused_after_wait(clock: Clock, now_ns: int, since_ns: int) -> None:
+    """Called by a stage that made a call wait and then did not admit it (shed it, refused it
+    at its timeout, or saw it cancelled), with its clock, the instant the wait ended and the
+    instant it began: the wait is local queueing all the same. The refusal itself is never
+    counted by a breaker; but an operation that catches it (an optional sub-step shed after a
+    while in a queue) must not be a slow call for the time it queued (field report 20)."""
     at_clock, kept = _waits.get()
     since = min(since_ns, now_ns)
     if at_clock is clock or (at_clock is not None and same_clock(at_clock, clock)):

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from . import _metrics
-from ._admission import admitted_after_wait
+from ._admission import admitted_after_wait, refused_after_wait
 from ._criticality import Criticality, current_criticality
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, to_ns, to_seconds
@@ -323,6 +323,9 @@ class ManagedQueue(QueueRules):
                 waiters.remove(waiter)
                 self.drained(waiters, clock.now_ns())
             self.parked.pop(id(waiter), None)
+            # Left the queue unadmitted: the wait was local queueing all the same (an operation
+            # catching this, a sub-step's own timeout, is not slow for it).
+            refused_after_wait(clock, clock.now_ns(), parked.since_ns)
             if parked.error is not None:  # dropped by the rules, then interrupted before it ran
                 self._dropped(bulkhead, parked)
             elif isinstance(exc, asyncio.CancelledError):
@@ -332,11 +335,13 @@ class ManagedQueue(QueueRules):
             raise
         self.parked.pop(id(waiter), None)
         if parked.error is not None:
+            refused_after_wait(clock, clock.now_ns(), parked.since_ns)  # (shed: local queueing still)
             self._dropped(bulkhead, parked)
             raise parked.error
         if parked.deadline_ns != NO_DEADLINE and clock.now_ns() >= parked.deadline_ns:
             # Woken with a slot after its deadline (the release ran first in that instant).
             bulkhead._release()
+            refused_after_wait(clock, clock.now_ns(), parked.since_ns)
             shed_event(bulkhead, "deadline_exceeded", clock.now_ns() - parked.since_ns, parked.tier)
             raise shed_error("deadline_exceeded", bulkhead._label)
         # Admitted after waiting: an outer breaker leaves the wait out of the call's duration.

@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _deadline, _metrics, _source
-from ._admission import admitted_after_wait
+from ._admission import admitted_after_wait, refused_after_wait
 from ._clock import Clock, resolve_clock, wait_until
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
@@ -292,10 +292,14 @@ class Bulkhead(_Compartment):
                 waiters.remove(waiter)
             if isinstance(exc, asyncio.CancelledError):
                 self._left("deadline_exceeded" if cancelled_by_deadline() else "cancelled")
+            # Left the queue unadmitted: the wait was local queueing all the same (an operation
+            # catching this, a sub-step's own timeout, is not slow for it).
+            refused_after_wait(self._clock, self._clock.now_ns(), since)
             raise
         if left is not None and (now_left := remaining_ns(self._clock)) is not None and now_left <= 0:
             # Handed a slot in the instant its deadline passed: fail at wake, pass the slot on.
             self._release()
+            refused_after_wait(self._clock, self._clock.now_ns(), since)
             raise self._late()
         # Admitted after waiting: an outer breaker leaves the wait out of the call's duration.
         admitted_after_wait(self._clock, self._clock.now_ns(), since)
@@ -477,6 +481,8 @@ class BlockingBulkhead(_Compartment):
         # Events are emitted outside the lock: a sink never runs inside the critical section.
         if waiting >= self._queue_limit:
             raise self._full(waiting)
+        # Out of time in the queue: the wait was local queueing all the same.
+        refused_after_wait(self._clock, self._clock.now_ns(), since)
         raise self._late()
 
     def _wait_locked(self, give_up: int | None) -> bool:
@@ -574,6 +580,8 @@ class BlockingBulkhead(_Compartment):
             return
         if parked is None:
             raise self._full(waiting) if waiting >= self._queue_limit else self._late()
+        # Dropped or out of time in the queue: the wait was local queueing all the same.
+        refused_after_wait(clock, clock.now_ns(), parked.since_ns)
         if parked.error is not None:
             shed_event(self, self._reason(parked.error), parked.dropped_ns - parked.since_ns, parked.tier)
             raise parked.error

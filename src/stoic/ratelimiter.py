@@ -31,7 +31,7 @@ from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from . import _deadline, _metrics, _source
-from ._admission import admitted_after_wait
+from ._admission import admitted_after_wait, refused_after_wait
 from ._clock import Clock, SystemClock, resolve_clock, wait_on_clock, wait_until
 from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
@@ -495,6 +495,9 @@ class RateLimiter(_TokenBucket):
                 self._leave(waiter)
             if isinstance(exc, asyncio.CancelledError):
                 self._reject("deadline_exceeded" if cancelled_by_deadline() else "cancelled", permits, None)
+            # Left the queue unadmitted: the wait was local queueing all the same (an operation
+            # catching this, a sub-step's own timeout, is not slow for it).
+            refused_after_wait(self._clock, self._now(), start)
             raise
         admitted_after_wait(self._clock, now, start)  # the breaker outside leaves the wait out
         self._waited(permits, start)
