@@ -384,6 +384,69 @@ async def test_a_shared_rate_limiters_slow_store_is_not_a_slow_call(server: Redi
         await limiter_store.aclose()
 
 
+REFUSED_CASES = {
+    # why the limiter refuses after its slow round trip: (queue_limit, whether the reply fails)
+    "refused: no queue for the wait": (0, False),
+    "refused: the store gave up, failing closed": (100, True),
+}
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["asyncio", "threads"])
+@pytest.mark.parametrize("case", REFUSED_CASES)
+async def test_a_shared_rate_limiters_slow_refusal_caught_by_the_operation_is_not_a_slow_call(
+    server: RedisServer, case: str, blocking: bool,
+) -> None:
+    """An operation that asks a shared limiter for an optional step after its dependency
+    answered, and carries on without the step when refused: the refusal came after a round trip
+    to a slow store (0.3 s, over the breaker's 0.25 s slow line), which is the limiter's time
+    and never the dependency's, whether the limiter then admits or refuses."""
+    from stoic.fleet import BlockingSharedRateLimiter
+
+    queue_limit, then_fail = REFUSED_CASES[case]
+    breaker_store = RedisStore(server.url, budget=2.0)
+    limiter_store = RedisStore(server.url, budget=2.0)
+    try:
+        breaker = shared_breaker(breaker_store, window=TimeWindow(60.0), minimum_calls=3, slow_call_duration=SLOW,
+                                 slow_call_rate_threshold=0.5)
+        kind = BlockingSharedRateLimiter if blocking else SharedRateLimiter
+        limiter: Any = kind(1, per=60.0, burst=1, queue_limit=queue_limit, store=limiter_store,
+                            label=fresh("refusing-rl"), fail_open_on_store_error=False)
+        if blocking:
+            assert await asyncio.to_thread(limiter.try_acquire)  # the one permit of the minute, gone
+        else:
+            assert await limiter.try_acquire()
+        delayed = limiter_replies_late(limiter_store, blocking=blocking, then_fail=then_fail)
+
+        def step_blocking() -> str:
+            time.sleep(DEPENDENCY)
+            try:
+                limiter.acquire()
+            except stoic.RateLimited:
+                return "without the step"
+            return "with the step"
+
+        async def step() -> str:
+            await asyncio.sleep(DEPENDENCY)
+            try:
+                await limiter.acquire()
+            except stoic.RateLimited:
+                return "without the step"
+            return "with the step"
+
+        for _ in range(3):  # one after another: each meets the slow store (a failed one, its rest)
+            if blocking:
+                outcome = await asyncio.to_thread(breaker.call, step_blocking)
+            else:
+                outcome = await breaker.execute(step)
+            assert outcome == "without the step"
+        assert len(delayed) >= 1
+        snap = breaker.snapshot
+        assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 3, 0)
+    finally:
+        await breaker_store.aclose()
+        await limiter_store.aclose()
+
+
 @pytest.mark.parametrize("case", LATE_STORE_CASES)
 def test_a_blocking_shared_rate_limiters_slow_store_is_not_a_slow_call(server: RedisServer, case: str) -> None:
     import threading

@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import Any, Final, ParamSpec, TypeVar
 
 from .. import _metrics
-from .._admission import admitted_after_wait
+from .._admission import admitted_after_wait, refused_after_wait
 from .._clock import Clock, current_clock
 from .._deadline import cancelled_by_deadline, remaining_ns
 from .._durations import Seconds, to_ns
@@ -281,7 +281,8 @@ class SharedRateLimiter(_SharedBucket):
         while its request is at the store may find the server granted it (the script ran, the
         reply was lost with the caller): those permits are spent, as any lost reply's are.
         The whole time until admission (round trips and waiting) is reported as this stage's, so
-        a breaker outside leaves it out of the call's duration (seed 000, "Pipeline").
+        a breaker outside leaves it out of the call's duration (seed 000, "Pipeline"); so is the
+        time until a refusal or a cancellation, for an operation that catches it.
         """
         self._check(permits)
         left = remaining_ns()
@@ -289,27 +290,33 @@ class SharedRateLimiter(_SharedBucket):
             raise self._deadline(permits)
         clock = self._clock
         start = clock.now_ns()
-        if not self._waiters:
-            answer = await self._ask(permits)
-            if isinstance(answer, StoreError):
-                self._without_store(answer)
-                await self._local.acquire(permits)
-                admitted_after_wait(clock, clock.now_ns(), start)  # (the store's failed contact too)
-                return
-            if answer == 0:
-                # The round trip for the store's decision is this stage's time, not the
-                # dependency's: a breaker outside leaves it out (a slow store is no slow call).
-                admitted_after_wait(clock, clock.now_ns(), start)
-                return
-            wait = answer
-        else:
-            wait = 0
-        left = remaining_ns()
-        if left is not None and wait >= left:
-            raise self._reject("would_exceed_deadline", permits, wait)
-        if self._queue_limit is not None and len(self._waiters) >= self._queue_limit:
-            raise self._reject("queue_full", permits, wait if wait else None)
-        await self._wait(permits, wait, start)
+        try:
+            if not self._waiters:
+                answer = await self._ask(permits)
+                if isinstance(answer, StoreError):
+                    self._without_store(answer)
+                    await self._local.acquire(permits)
+                    admitted_after_wait(clock, clock.now_ns(), start)  # (the store's failed contact too)
+                    return
+                if answer == 0:
+                    # The round trip for the store's decision is this stage's time, not the
+                    # dependency's: a breaker outside leaves it out (a slow store is no slow call).
+                    admitted_after_wait(clock, clock.now_ns(), start)
+                    return
+                wait = answer
+            else:
+                wait = 0
+            left = remaining_ns()
+            if left is not None and wait >= left:
+                raise self._reject("would_exceed_deadline", permits, wait)
+            if self._queue_limit is not None and len(self._waiters) >= self._queue_limit:
+                raise self._reject("queue_full", permits, wait if wait else None)
+            await self._wait(permits, wait, start)
+        except BaseException:
+            # Refused (or cancelled) after its round trips and waits: this stage's time all the
+            # same, which an operation catching the refusal must not be slow for.
+            refused_after_wait(clock, clock.now_ns(), start)
+            raise
 
     async def _wait(self, permits: int, wait: int, start: int) -> None:
         """Queue here, then wait ``wait`` ns (the store's answer to the first ask, 0 when it was not
@@ -483,6 +490,11 @@ class BlockingSharedRateLimiter(_SharedBucket):
                     raise self._reject("queue_full", permits, answer)
                 first = False
                 clock.sleep_until_blocking(now + answer)
+        except BaseException:
+            # Refused after its round trips and waits: this stage's time all the same, which an
+            # operation catching the refusal must not be slow for.
+            refused_after_wait(clock, clock.now_ns(), start)
+            raise
         finally:
             with self._lock:
                 waiters = self._waiters
