@@ -490,6 +490,30 @@ async def test_a_sub_step_refused_after_queueing_is_not_a_slow_call(clock: Virtu
     assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 20, 0)
 
 
+async def test_a_wait_on_another_clock_does_not_lose_the_breakers_own_stages_waits(clock: VirtualClock) -> None:
+    """The breaker and its bulkhead share a clock; a local step inside the operation queues in
+    a bulkhead on a clock of its own (made with another clock in scope). That wait cannot be
+    compared with the breaker's clock, but it must not make the breaker forget the outer
+    bulkhead's queueing (kept per clock): 40 callers of a 0.5 s dependency behind
+    Bulkhead(2, queue_limit=50) are no slow calls."""
+    breaker = _queued_breaker()
+    bulkhead = Bulkhead(2, queue_limit=50, label="api")
+    other = Bulkhead(1, queue_limit=50, label="cache", clock=VirtualClock())  # (its time never moves)
+
+    async def write() -> None:
+        await clock.sleep_until(clock.now_ns() + SECOND // 100)
+
+    async def handler() -> str:
+        result = await _dependency(clock)
+        await other.execute(write)  # the two admitted at once still queue behind each other here
+        return result
+
+    results = await _run_queued(clock, lambda: breaker.execute(bulkhead.execute, handler))
+    assert results == ["ok"] * 40
+    snap = breaker.snapshot
+    assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 40, 0)
+
+
 @pytest.mark.parametrize("prioritized", [False, True], ids=["fifo", "managed"])
 async def test_a_thread_timed_out_in_a_blocking_bulkheads_queue_is_not_a_slow_call(
     clock: VirtualClock, prioritized: bool,

@@ -11,7 +11,8 @@ that queues *after* the operation has already spent 1.5 s on its dependency does
 1.5 s (the breaker's duration is measured from its start shifted by the waits). A wait that
 ends unadmitted (shed, out of time, cancelled) is local queueing too: the refusal is never
 counted, and an operation that catches it is not slow for the time it queued.
-The latest few waits of the context are kept (a call rarely waits more than once or twice).
+The latest few waits of the context are kept, per clock (a call rarely waits more than once or
+twice).
 
 The breaker's success path pays at most one integer comparison: :data:`state.waits` counts
 admissions after a wait, process-wide, and only once it is non-zero does a breaker read the
@@ -39,9 +40,12 @@ state: Final = _State()
 """``state.waits``: admissions that followed a wait, in the whole process (only ever grows)."""
 
 _admitted_at: ContextVar[tuple[Clock | None, int]] = ContextVar("stoic.admitted_at", default=(None, -1))
-# The latest waits of this context on one clock: (clock, (since, admitted, since, admitted, ...)).
-_waits: ContextVar[tuple[Clock | None, tuple[int, ...]]] = ContextVar("stoic.admission_waits", default=(None, ()))
-_KEPT: Final = 2 * 8  # eight waits
+# The latest waits of this context, per clock, the clock waited on last first:
+# ((clock, (since, admitted, since, admitted, ...)), ...). Waits on different clocks cannot be
+# compared, and one on another clock must not drop the waits a breaker on this one needs.
+_waits: ContextVar[tuple[tuple[Clock, tuple[int, ...]], ...]] = ContextVar("stoic.admission_waits", default=())
+_KEPT: Final = 2 * 8  # eight waits a clock
+_CLOCKS: Final = 4  # clocks kept (a process rarely mixes more than two)
 
 
 def admitted_after_wait(clock: Clock, now_ns: int, since_ns: int) -> None:
@@ -57,17 +61,20 @@ def refused_after_wait(clock: Clock, now_ns: int, since_ns: int) -> None:
     instant it began: the wait is local queueing all the same. The refusal itself is never
     counted by a breaker; but an operation that catches it (an optional sub-step shed after a
     while in a queue) must not be a slow call for the time it queued (field report 20)."""
-    at_clock, kept = _waits.get()
+    entries = others = _waits.get()
+    kept: tuple[int, ...] = ()
+    for index, (at_clock, at_kept) in enumerate(entries):
+        if at_clock is clock or same_clock(at_clock, clock):
+            kept = at_kept
+            others = entries[:index] + entries[index + 1:]
+            break
     since = min(since_ns, now_ns)
-    if at_clock is clock or (at_clock is not None and same_clock(at_clock, clock)):
-        # A wait that began before the latest ones encloses them (a stage admitting through an
-        # inner one, as a shared limiter through its local bucket): they are part of it.
-        while kept and kept[-2] >= since:
-            kept = kept[:-2]
-        kept = (*kept[2 - _KEPT:], since, now_ns)
-    else:
-        kept = (since, now_ns)
-    _waits.set((clock, kept))
+    # A wait that began before the latest ones encloses them (a stage admitting through an
+    # inner one, as a shared limiter through its local bucket): they are part of it.
+    while kept and kept[-2] >= since:
+        kept = kept[:-2]
+    kept = (*kept[2 - _KEPT:], since, now_ns)
+    _waits.set(((clock, kept), *others[:_CLOCKS - 1]))
     state.waits += 1  # (a lost increment under threads only costs one context-variable read)
 
 
@@ -76,14 +83,14 @@ def admitted_since(clock: Clock, start_ns: int) -> int:
     the time the call has since spent waiting in inner stages on that clock: the call's
     duration without local queueing is ``end - admitted_since(clock, start_ns)``. Waits on
     another clock cannot be compared and are ignored (two ``SystemClock`` instances are one
-    timeline: ``stoic._clock.same_clock``)."""
-    at_clock, kept = _waits.get()
-    if at_clock is not clock and (at_clock is None or not same_clock(at_clock, clock)):
-        return start_ns
-    queued = 0
-    for i in range(0, len(kept), 2):
-        admitted = kept[i + 1]
-        if admitted > start_ns:
-            since = kept[i]
-            queued += admitted - (since if since > start_ns else start_ns)
-    return start_ns + queued
+    timeline: ``stoic._clock.same_clock``); they never hide the waits on ``clock``."""
+    for at_clock, kept in _waits.get():
+        if at_clock is clock or same_clock(at_clock, clock):
+            queued = 0
+            for i in range(0, len(kept), 2):
+                admitted = kept[i + 1]
+                if admitted > start_ns:
+                    since = kept[i]
+                    queued += admitted - (since if since > start_ns else start_ns)
+            return start_ns + queued
+    return start_ns
