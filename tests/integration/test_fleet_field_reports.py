@@ -447,6 +447,47 @@ async def test_a_shared_rate_limiters_slow_refusal_caught_by_the_operation_is_no
         await limiter_store.aclose()
 
 
+@pytest.mark.parametrize("granted", [True, False], ids=["granted", "refused"])
+@pytest.mark.parametrize("blocking", [False, True], ids=["asyncio", "threads"])
+async def test_a_shared_rate_limiters_slow_try_acquire_is_not_a_slow_call(
+    server: RedisServer, blocking: bool, granted: bool,
+) -> None:
+    """``try_acquire`` never waits for a permit, but it asks the store: that round trip is the
+    limiter's time, as an acquire's is. An operation that asks for an optional step after its
+    dependency answered, through a store replying 0.3 s late, is not a slow call."""
+    from stoic.fleet import BlockingSharedRateLimiter
+
+    breaker_store = RedisStore(server.url, budget=2.0)
+    limiter_store = RedisStore(server.url, budget=2.0)
+    try:
+        breaker = shared_breaker(breaker_store, window=TimeWindow(60.0), minimum_calls=3, slow_call_duration=SLOW,
+                                 slow_call_rate_threshold=0.5)
+        kind = BlockingSharedRateLimiter if blocking else SharedRateLimiter
+        limiter: Any = kind(1000 if granted else 1, per=60.0, burst=100 if granted else 1, store=limiter_store,
+                            label=fresh("try-rl"))
+        if not granted:  # the one permit of the minute, gone
+            assert await (asyncio.to_thread(limiter.try_acquire) if blocking else limiter.try_acquire())
+        delayed = limiter_replies_late(limiter_store, blocking=blocking, then_fail=False)
+
+        def step_blocking() -> bool:
+            time.sleep(DEPENDENCY)
+            return bool(limiter.try_acquire())
+
+        async def step() -> bool:
+            await asyncio.sleep(DEPENDENCY)
+            return bool(await limiter.try_acquire())
+
+        for _ in range(3):
+            took = await (asyncio.to_thread(breaker.call, step_blocking) if blocking else breaker.execute(step))
+            assert took is granted
+        assert len(delayed) == 3
+        snap = breaker.snapshot
+        assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 3, 0)
+    finally:
+        await breaker_store.aclose()
+        await limiter_store.aclose()
+
+
 @pytest.mark.parametrize("case", LATE_STORE_CASES)
 def test_a_blocking_shared_rate_limiters_slow_store_is_not_a_slow_call(server: RedisServer, case: str) -> None:
     import threading

@@ -247,7 +247,8 @@ class SharedRateLimiter(_SharedBucket):
     async def try_acquire(self, permits: int = 1) -> bool:
         """Take ``permits`` now if the shared bucket holds them and nobody here is queued.
 
-        One round trip. Returns False when refused (a request above ``burst`` too, with a
+        One round trip, reported as this stage's time (a breaker outside leaves it out of the
+        call's duration). Returns False when refused (a request above ``burst`` too, with a
         ``ratelimiter.oversized`` event). When the store cannot decide: the local bucket decides
         (fail open), or False (fail closed). Raises ``ValueError`` for ``permits`` < 1.
         """
@@ -257,7 +258,11 @@ class SharedRateLimiter(_SharedBucket):
             return False
         if self._waiters:
             return False
+        clock = self._clock
+        start = clock.now_ns()
         answer = await self._ask(permits)
+        # The round trip is this stage's time, granted or not: a breaker outside leaves it out.
+        (admitted_after_wait if answer == 0 else refused_after_wait)(clock, clock.now_ns(), start)
         if isinstance(answer, StoreError):
             try:
                 self._without_store(answer)
@@ -433,7 +438,11 @@ class BlockingSharedRateLimiter(_SharedBucket):
             return False
         if self._waiters:
             return False
+        clock = self._clock
+        start = clock.now_ns()
         answer = self._ask(permits)
+        # The round trip is this stage's time, granted or not: a breaker outside leaves it out.
+        (admitted_after_wait if answer == 0 else refused_after_wait)(clock, clock.now_ns(), start)
         if isinstance(answer, StoreError):
             try:
                 self._without_store(answer)
