@@ -328,3 +328,42 @@ def test_a_deadline_that_runs_out_while_waiting_for_the_lock_raises_deadline_exc
     assert limiter.available_permits == (1 if bucket == "full" else 0)  # nothing taken
     assert [dict(e.attributes) for e in sink.of("ratelimiter.rejected")] == [
         {"reason": "deadline_exceeded", "permits": 1}]
+
+
+def test_a_waiter_out_of_time_in_the_queue_is_not_a_slow_call_for_a_breaker_outside() -> None:
+    """Field report 20 for a blocking waiter that leaves unserved (here: a retune to a far slower
+    rate after it was admitted, so its 2 s timeout runs out behind the head): an operation that
+    catches the DeadlineExceeded and carries on queued 2 s locally, which a breaker outside
+    (slow from 1 s) leaves out of the call's duration."""
+    clock = VirtualClock()
+    breaker = stoic.CircuitBreaker(label="api", window=stoic.CountWindow(1), minimum_calls=1,
+                                   slow_call_duration=1.0, slow_call_rate_threshold=0.5, clock=clock)
+    limiter = BlockingRateLimiter(1, per=1.0, burst=1, label="queued-step", clock=clock)
+    log: list[tuple[str, float]] = []
+    limiter.acquire()
+    head = Worker(limiter, clock, "head", log)
+    head.start()
+    eventually(lambda: limiter.waiter_count == 1)
+    outcome: list[str] = []
+
+    def step() -> str:
+        try:
+            limiter.acquire(timeout=2.0)  # admitted: served at 2 s
+        except DeadlineExceeded:
+            return "without the step"
+        return "with the step"
+
+    late = threading.Thread(target=lambda: outcome.append(breaker.call(step)), daemon=True)
+    late.start()
+    eventually(lambda: limiter.waiter_count == 2)
+    limiter._retune(rate=1, per=100_000.0)  # the head now waits ~100,000 s
+    try:
+        clock._set_now(2_000_000_000)
+        late.join(5)
+        assert outcome == ["without the step"]
+    finally:
+        limiter._retune(rate=1_000_000, per=1.0)  # (serves the head)
+        advance(clock, 1.0)
+        head.join(5)
+    snap = breaker.snapshot
+    assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 1, 0)

@@ -647,6 +647,8 @@ class BlockingRateLimiter(_TokenBucket):
             self._reject(reason, permits, wait)
             raise RateLimited(label=self._label, retry_after=wait / 1e9)
         if served < 0:
+            # Out of time in the queue: the wait was local queueing all the same.
+            refused_after_wait(self._clock, self._now(), now)
             self._reject("deadline_exceeded", permits, None)
             raise DeadlineExceeded(f"timed out waiting for permits ({self._label})", label=self._label)
         # Served after waiting: an outer breaker leaves the wait out of the call's duration.
