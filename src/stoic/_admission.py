@@ -15,7 +15,7 @@ The latest few waits of the context are kept, per clock (a call rarely waits mor
 twice).
 
 The breaker's success path pays at most one integer comparison: :data:`state.waits` counts
-admissions after a wait, process-wide, and only once it is non-zero does a breaker read the
+waits recorded, process-wide, and only once it is non-zero does a breaker read the
 context variable (one ``get``) to time a call it records in full. Stages nested by hand,
 stacked as decorators or held in a ``Pipeline`` all run in the caller's task (and context), so
 all three are covered.
@@ -37,7 +37,7 @@ class _State:
 
 
 state: Final = _State()
-"""``state.waits``: admissions that followed a wait, in the whole process (only ever grows)."""
+"""``state.waits``: waits recorded (admitted or not), in the whole process (only ever grows)."""
 
 _admitted_at: ContextVar[tuple[Clock | None, int]] = ContextVar("stoic.admitted_at", default=(None, -1))
 # The latest waits of this context, per clock, the clock waited on last first:
