@@ -183,6 +183,124 @@ async def test_each_hedge_spends_a_token_and_each_call_deposits(clock: VirtualCl
     assert budget.tokens == pytest.approx(0.5)
 
 
+async def test_a_retry_in_a_hedged_attempt_on_the_hedges_budget_deposits_nothing(clock: VirtualClock) -> None:
+    # A retry inside the hedged operation deposited as a first attempt, though its first attempt
+    # is the hedge's request: the call's own (already deposited by the hedge) or a hedge (paid
+    # for with a token). With hedge and retry on one budget (a named budget per dependency)
+    # each call deposited twice and each hedge earned part of its token back, so hedges plus
+    # retries ran past ratio x first attempts (ratio 0.5, no reserve: 39 extra requests for 20
+    # calls, where 10 are allowed).
+    def budget() -> RetryBudget:
+        return RetryBudget(ratio=0.5, reserve_per_second=0, reserve_capacity=0, clock=clock)
+
+    five = stoic.Schedule.fixed(0).attempts(5)
+
+    def forms(shared: RetryBudget) -> list[Any]:
+        async def plain(dep: Any) -> None:
+            await stoic.retry(five, dep, label="r", budget=shared)
+
+        async def timed(dep: Any) -> None:
+            await stoic.retry(five, dep, label="r", budget=shared, attempt_timeout=10)
+
+        async def stage(dep: Any) -> None:
+            await stoic.Retrying(five, label="r", budget=shared).execute(dep)
+
+        async def decorated(dep: Any) -> None:
+            await stoic.retrying(five, label="r", budget=shared)(dep)()
+
+        return [plain, timed, stage, decorated]
+
+    for index in range(4):
+        for slow in (False, True):
+            shared = budget()
+            form = forms(shared)[index]
+            sent = 0
+
+            async def dependency(slow: bool = slow) -> None:
+                nonlocal sent
+                sent += 1
+                if slow:
+                    await clock.sleep(1)
+                raise ConnectionError
+
+            policy = Hedge(0.1, budget=shared, max_attempts=3, label="h", clock=clock)
+            for _ in range(20):
+                with pytest.raises(ConnectionError):
+                    await clock.run(policy.execute(IDEMPOTENT, form, dependency))
+            # 20 first requests earn 10 tokens: hedges and retries together send at most 10 more.
+            assert sent - 20 <= 10, (form.__name__, slow, sent)
+            assert sent - 20 >= 9, (form.__name__, slow, sent)  # (and the tokens are used)
+
+    # retry_sync in the first attempt (the caller's context) too.
+    shared = budget()
+    calls = 0
+
+    def blocking() -> None:
+        nonlocal calls
+        calls += 1
+        raise ConnectionError
+
+    async def sync_form() -> None:
+        stoic.retry_sync(five, blocking, label="r", budget=shared)
+
+    with pytest.raises(ConnectionError):
+        await clock.run(Hedge(0.1, budget=shared, label="h", clock=clock).execute(IDEMPOTENT, sync_form))
+    assert calls == 1  # the hedge's 0.5 alone: no token for a retry
+
+    # In a retry's attempt, a retry in the hedged operation still collapses to one attempt.
+    failing = stoic.testing.fail_with(ConnectionError())
+    generous = RetryBudget(ratio=1.0, reserve_per_second=0, reserve_capacity=10, clock=clock)
+    around = Hedge(0.1, budget=generous, label="h", clock=clock)
+
+    async def hedged() -> None:
+        await around.execute(IDEMPOTENT, lambda: stoic.retry(five, failing, label="inner", budget=generous))
+
+    with pytest.raises(ConnectionError):
+        await clock.run(stoic.retry(stoic.Schedule.fixed(0).attempts(2), hedged, label="outer", budget=generous))
+    assert failing.calls == 2  # the outer's two attempts, one each
+
+    # A retune keeps the rule: a hedge's budget swapped for a shared one, or its delay changed.
+    for retuned in (Hedge(0.1, label="h", clock=clock), Hedge(0.1, budget=budget(), label="h", clock=clock)):
+        shared = budget()
+        retuned._retune(budget=shared, delay=0.2)
+        calls = 0
+        with pytest.raises(ConnectionError):
+            await clock.run(retuned.execute(IDEMPOTENT, sync_form))
+        assert calls == 1
+
+    # Token by token (ratio 1): the call deposits 1, the hedge spends it; neither attempt's retry
+    # deposits on the shared budget. On a budget of its own each retry deposits as before, and
+    # a retry after the call, in the caller's task or in a task an attempt left behind, too.
+    whole = RetryBudget(ratio=1.0, reserve_per_second=0, reserve_capacity=0, clock=clock)
+    own = RetryBudget(ratio=0.5, reserve_per_second=0, reserve_capacity=0, clock=clock)
+    left: list[asyncio.Task[None]] = []
+
+    async def answer() -> str:
+        await clock.sleep(1)
+        return "ok"
+
+    async def later() -> None:
+        await clock.sleep(5)
+        await stoic.retry(five, answer, label="later", budget=whole)
+
+    async def op(attempt: stoic.Attempt) -> str:
+        if attempt.number == 1:
+            left.append(asyncio.get_running_loop().create_task(later()))
+        await stoic.retry(five, answer, label="own", budget=own)
+        return await stoic.retry(five, answer, label="r", budget=whole)
+
+    async def call_then_retry() -> None:
+        assert await Hedge(0.1, budget=whole, label="h", clock=clock).execute(IDEMPOTENT, op) == "ok"
+        assert whole.tokens == pytest.approx(0.0)
+        assert own.tokens == pytest.approx(1.0)  # both attempts' first requests, 0.5 each
+        await stoic.retry(five, answer, label="after", budget=whole)
+        assert whole.tokens == pytest.approx(1.0)
+        await left[0]
+        assert whole.tokens == pytest.approx(2.0)
+
+    await clock.run(call_then_retry())
+
+
 def test_the_default_budget_is_per_call_site() -> None:
     a = Hedge(0.1, label="h")
     b = Hedge(0.1, label="h")

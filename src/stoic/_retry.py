@@ -62,6 +62,15 @@ RETRY_AFTER_CAP_NS = 300 * 1_000_000_000
 # retry's later attempts included (_attempt_mark). One set and one small list per attempt, no
 # reset and no read of the task or thread (the set's token gives the mark it replaced): a
 # success costs what one context-variable write costs.
+#
+# A hedge on a budget it was given (one a retry may share: stoic.hedge._race_marked) sets a mark
+# of its own for the length of a call, ``[0, parent, budget]``: never running
+# (a retry in a hedged attempt still retries), ``parent`` the mark it replaced (or _IDLE), so a
+# retry in the hedged operation sees any retry attempt the hedge runs in; ``budget`` the budget
+# the hedge spends from, None once the call has ended. A retry starting on that very budget
+# deposits nothing (see _FIRST_ATTEMPT); a retry mark is two long, so ``len`` tells them apart.
+# A retry started in the hedged attempt takes the hedge's mark as its parent (_hedged), so
+# every retry the attempt runs, not only the first, finds it.
 _Mark = list[Any]
 _marks: ContextVar[_Mark | None] = ContextVar("stoic.retry.attempts", default=None)
 _get_marks = _marks.get
@@ -69,6 +78,8 @@ _set_marks = _marks.set
 # What a set's token says it replaced where no retry set a mark before: the variable only ever
 # holds marks (never None), so this is the one other value a mark test meets.
 _NO_MARK = Token.MISSING
+_IDLE: _Mark = [0, None]  # a hedge mark's parent where it replaced no mark (never running)
+_reset_marks = _marks.reset
 
 
 def _running(mark: _Mark | None) -> bool:
@@ -78,6 +89,29 @@ def _running(mark: _Mark | None) -> bool:
             return True
         mark = mark[1]
     return False
+
+
+def _hedged(old: _Mark, mark: _Mark, bucket: RetryBudget) -> bool:
+    """Whether a retry whose mark ``mark`` replaced ``old`` (a mark not running, nor any up its
+    chain) starts in an attempt of a hedge spending from ``bucket``: ``old``, or one up its
+    chain, is that hedge's mark, its call still running. The hedge's mark (on any budget) becomes
+    ``mark``'s parent, so a later retry in the same attempt, finding this one's mark, sees it."""
+    hedge: _Mark | None = old
+    while hedge is not None and len(hedge) < 3:
+        hedge = hedge[1]
+    if hedge is None or hedge[2] is None:  # (no hedge, or its call has ended: not linked)
+        return False
+    mark[1] = hedge
+    return hedge[2] is bucket
+
+
+def _nested(mark: _Mark) -> bool:
+    """Whether the retry of ``mark`` started inside another's attempt. Its parent is that
+    attempt's mark, or a hedge's (_hedged) when it started in a hedged attempt and no retry
+    attempt: a hedge's mark makes it nested only when its chain is running (a hedge running in a
+    retry's attempt; marks never run again, so one not running at the start is not now)."""
+    parent = mark[1]
+    return parent is not None and (len(parent) < 3 or _running(parent))
 
 
 def _new_mark() -> _Mark:
@@ -415,6 +449,10 @@ def _cancelled_since(cancels: int, error: BaseException) -> bool:
 # A retry nested in another's attempt with SINGLE_ATTEMPT deposits nothing: its one attempt is
 # the outer retry's (one request, already deposited or paid for there), and with both on one
 # budget a deposit here would count each request twice and let each retry earn a token itself.
+# Likewise a retry started in a hedge's attempt on the budget that hedge spends from (the
+# hedge's mark, three long, holds that budget): its first attempt is the hedge's request, the
+# call's own (the hedge deposited for it) or a hedge (paid for with a token). The tests are
+# ordered so that no mark, or a plain retry's left in the task, costs no more than before.
 _FIRST_ATTEMPT = """\
 running = _RUNNING
 task = None
@@ -434,8 +472,15 @@ scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see 
 if scope is not None:
     _deadline.check_deadline_clocks(scope, clock)
 if {attempt_ns} is not None:
-    mark = _new_mark()
-    if mark[1] is None or {nesting} is not _SINGLE:
+    mark = [0, None]  # (_new_mark, inlined: it would not say what it replaced)
+    old = _set_marks(mark).old_value
+    if old is _NO_MARK:
+        next(bucket._deposits)
+    elif _running(old):
+        mark[1] = old
+        if {nesting} is not _SINGLE and (len(old) < 3 or old[2] is not bucket):
+            next(bucket._deposits)
+    elif not _hedged(old, mark, bucket):
         next(bucket._deposits)
     return await _loop_async({schedule}, fn, args, kwargs, {site}, bucket, {classify}, {nesting}, {label},
                              {attempt_ns}, clock, mark, None, -1, cancels, None, {before_backoff})
@@ -443,12 +488,20 @@ if {attempt_ns} is not None:
 started = clock.now_ns() if {schedule}._timed or scope is not None else -1
 mark = [1, None]  # (_new_mark, inlined, the first attempt counted as running)
 old = _set_marks(mark).old_value
-if old is not _NO_MARK and (old[0] or (old[1] is not None and _running(old[1]))):
+if old is _NO_MARK:
+    next(bucket._deposits)  # the first attempt's deposit (RetryBudget.deposit, inlined)
+elif old[0]:
     mark[1] = old
     if {nesting} is not _SINGLE:  # (a collapsed retry deposits nothing: see above)
         next(bucket._deposits)
-else:
-    next(bucket._deposits)  # the first attempt's deposit (RetryBudget.deposit, inlined)
+elif (parent := old[1]) is None:
+    next(bucket._deposits)
+elif _running(parent):
+    mark[1] = old
+    if {nesting} is not _SINGLE and (len(old) < 3 or old[2] is not bucket):
+        next(bucket._deposits)
+elif not _hedged(old, mark, bucket):  # (in a hedge's attempt on this budget: see above)
+    next(bucket._deposits)
 try:
     if wants:  # (``first`` is bound exactly when ``wants``)
         return await fn(*args, **kwargs, attempt=(first := first_attempt()))
@@ -537,7 +590,7 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
     """Every attempt after a failed first one (``error``, which was handed ``attempt`` if not
     None), or all of them (``error`` None). ``mark``: this retry's (see :func:`_new_mark`);
     ``before_backoff``: see :func:`_run_async`."""
-    nested = mark[1] is not None
+    nested = _nested(mark)
     if error is None and "attempt" not in kwargs and wants_attempt(fn):
         attempt = first_attempt()
     if attempt is not None:
@@ -621,11 +674,19 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     started = clock.now_ns() if schedule._timed or scope is not None else -1
     mark: _Mark = [1, None]  # (_new_mark, inlined, the first attempt counted as running)
     old = _set_marks(mark).old_value
-    if old is not _NO_MARK and (old[0] or (old[1] is not None and _running(old[1]))):
+    if old is _NO_MARK:
+        next(bucket._deposits)
+    elif old[0]:
         mark[1] = old
         if nesting is not _SINGLE:  # (see _FIRST_ATTEMPT: a collapsed retry deposits nothing)
             next(bucket._deposits)
-    else:
+    elif (parent := old[1]) is None:
+        next(bucket._deposits)
+    elif _running(parent):
+        mark[1] = old
+        if nesting is not _SINGLE and (len(old) < 3 or old[2] is not bucket):
+            next(bucket._deposits)
+    elif not _hedged(old, mark, bucket):  # (see _FIRST_ATTEMPT: in a hedge's attempt)
         next(bucket._deposits)
     try:
         if wants:  # (``first`` is bound exactly when ``wants``)
@@ -650,7 +711,7 @@ def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any,
                attempt: Attempt | None, before_backoff: Callable[[], object] | None = None) -> R:
     """Every attempt after the failed first one (``error``; it was handed ``attempt``, if not
     None). ``mark``: this retry's (see :func:`_new_mark`)."""
-    nested = mark[1] is not None
+    nested = _nested(mark)
     if attempt is not None:
         kwargs = {**kwargs, "attempt": attempt}
     run: _Run | None = None

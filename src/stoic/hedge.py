@@ -38,7 +38,7 @@ from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import DeadlineExceeded, leaves
 from ._quantile import WindowedQuantile, _check_quantile, default_warmup
 from ._random import call_site
-from ._retry import _caller_task, _getframe, _learn_op, _site
+from ._retry import _IDLE, _NO_MARK, _caller_task, _getframe, _learn_op, _reset_marks, _set_marks, _site
 from ._retune import validated
 from .events import Level, emit, error_type
 from .events._sinks import kind_floor
@@ -178,7 +178,7 @@ class Hedge:
 
     __slots__ = (
         "__weakref__", "_budget", "_clock", "_delay_ns", "_digest", "_estimate", "_fixed_ns", "_lock", "_max_ns",
-        "_label", "_max_attempts", "_min_ns", "_quantile", "_rec", "_site", "_window", "op",
+        "_label", "_max_attempts", "_min_ns", "_quantile", "_rec", "_run", "_site", "_window", "op",
     )
 
     def __init__(
@@ -219,6 +219,10 @@ class Hedge:
         if not isinstance(budget, RetryBudget):
             raise TypeError(f"budget must be a stoic.RetryBudget, got {type(budget).__name__}")
         self._budget = budget.resolve(site) if site and budget is RetryBudget.PER_CALL_SITE else budget
+        # A budget given (named, or an instance) may be a retry's too: such a hedge marks its
+        # attempts, so that a retry in them on this budget makes no deposit (_race_marked). Its
+        # own per-call-site budget is no retry's: that hedge pays nothing for the mark.
+        self._run = _race if budget is RetryBudget.PER_CALL_SITE or budget is RetryBudget.UNLIMITED else _race_marked
         self._clock = resolve_clock(clock)
         self._min_ns = None if delay_min is None else to_ns(delay_min, "delay_min", allow_zero=True)
         self._max_ns = None if delay_max is None else to_ns(delay_max, "delay_max", allow_zero=True)
@@ -291,6 +295,10 @@ class Hedge:
         (``ValueError`` naming the parameter; the hedge unchanged). The adaptive delay's estimate
         starts afresh (the delay is ``delay`` until it has warmed up again); calls in flight
         read the new delay and attempt count at their next decision."""
+        # Marking follows the budget: kept, or back to the hedge's own per-call-site one (which
+        # the fresh policy below receives resolved, as if given) means as before, or none.
+        own = changes.get("budget", self._budget) is RetryBudget.PER_CALL_SITE or (
+            "budget" not in changes and self._run is _race)
         if changes.get("budget") is RetryBudget.PER_CALL_SITE and self._site:
             # The site is this hedge's construction, not the retune's (as the constructor resolves it).
             changes = {**changes, "budget": RetryBudget.PER_CALL_SITE.resolve(self._site)}
@@ -304,6 +312,7 @@ class Hedge:
         lock = self._lock = self._lock or fresh._lock
         with lock if lock is not None else contextlib.nullcontext():
             self._fixed_ns, self._max_attempts, self._budget = fresh._fixed_ns, fresh._max_attempts, fresh._budget
+            self._run = _race if own else fresh._run
             self._min_ns, self._max_ns, self._window = fresh._min_ns, fresh._max_ns, fresh._window
             self._quantile, self._estimate, self._delay_ns = fresh._quantile, fresh._estimate, fresh._delay_ns
 
@@ -357,7 +366,7 @@ class Hedge:
         A plain method returning the coroutine (one coroutine frame per call, not two).
         """
         _check_idempotency(idempotency)
-        return _race(self, fn, args, kwargs)
+        return self._run(self, fn, args, kwargs)
 
     def __repr__(self) -> str:
         adaptive = f", quantile={self._quantile}" if self._quantile is not None else ""
@@ -405,7 +414,8 @@ def hedge(
         policy._setup(delay, max_attempts, budget, label, None, None, None, 1000, clock,
                       site.name if budget is RetryBudget.PER_CALL_SITE else "")
         made = site.made = (delay, label, max_attempts, budget, clock, policy)
-    return _race(made[5], fn, (), {})
+    kept: Hedge = made[5]
+    return kept._run(kept, fn, (), {})
 
 
 # --- the engine ---------------------------------------------------------------------------------
@@ -714,6 +724,30 @@ async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: 
             policy._observe(clock.now_ns() - start)
         return result
     return await _after_primary(call, cancels, result, None)
+
+
+async def _race_marked(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: tuple[Any, ...],
+                       kwargs: dict[str, Any]) -> R:
+    """:func:`_race` for a hedge on a budget that was given, which a retry may share: the call's
+    attempts are marked (stoic._retry, "A hedge on a budget it was given") so that a retry
+    started in one on this budget makes no deposit, its first attempt being this call's request
+    (the hedge deposits for it) or a hedge (paid for with a token). The mark is set in the caller's
+    context before the hedge timer copies it, so the hedges' tasks hold it too; when the call
+    ends it is taken back and its budget cleared (a task an attempt left behind still holds it).
+    One context-variable write and a coroutine frame per call: a hedge on its own per-call-site
+    budget (the default) does without."""
+    mark = [0, _IDLE, policy._budget]
+    token = _set_marks(mark)
+    if token.old_value is not _NO_MARK:
+        mark[1] = token.old_value
+    try:
+        return await _race(policy, fn, args, kwargs)
+    finally:
+        mark[2] = None
+        try:
+            _reset_marks(token)
+        except ValueError:  # (closed from another context: nothing of ours is set there)
+            pass
 
 
 def _take_fatal(call: _Call) -> BaseException:
