@@ -67,13 +67,13 @@ def _metrics_as_found() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _no_admission_mark() -> Iterator[None]:
-    """A blocking stage's admission mark lives in the main thread's context, which every later
-    test's context copies: start each test without one (stoic._admission)."""
+    """A blocking stage's recorded waits live in the main thread's context, which every later
+    test's context copies: start each test without any (stoic._admission)."""
     from stoic import _admission
 
-    token = _admission._admitted_at.set((None, -1))
+    token = _admission._waits.set(())
     yield
-    _admission._admitted_at.reset(token)
+    _admission._waits.reset(token)
 
 
 if os.environ.get("STOIC_EAGER_TASKS"):  # (3.12+) every test's loop starts tasks eagerly

@@ -222,7 +222,11 @@ async def test_a_group_with_a_real_error_passes_through_a_fired_deadline(clock: 
 # ------------------------------------------------------------------ case 20: admission after a wait
 
 def _admitted(clock: object) -> tuple[object, int]:
-    return _admission._admitted_at.get()
+    """The clock and instant of the latest wait this context recorded on ``clock``, or (None, -1)."""
+    for at_clock, kept in _admission._waits.get():
+        if at_clock is clock:
+            return at_clock, kept[-1]
+    return None, -1
 
 
 async def test_the_asyncio_limiter_and_bulkhead_report_admission_only_after_a_wait(clock: VirtualClock) -> None:

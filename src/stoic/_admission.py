@@ -39,7 +39,6 @@ class _State:
 state: Final = _State()
 """``state.waits``: waits recorded (admitted or not), in the whole process (only ever grows)."""
 
-_admitted_at: ContextVar[tuple[Clock | None, int]] = ContextVar("stoic.admitted_at", default=(None, -1))
 # The latest waits of this context, per clock, the clock waited on last first:
 # ((clock, (since, admitted, since, admitted, ...)), ...). Waits on different clocks cannot be
 # compared, and one on another clock must not drop the waits a breaker on this one needs.
@@ -50,17 +49,12 @@ _CLOCKS: Final = 4  # clocks kept (a process rarely mixes more than two)
 
 def admitted_after_wait(clock: Clock, now_ns: int, since_ns: int) -> None:
     """Called by a stage (bulkhead, rate limiter, ...) that admits a call after making it wait,
-    with its clock, the admission instant on it and the instant the call began waiting."""
-    _admitted_at.set((clock, now_ns))
-    refused_after_wait(clock, now_ns, since_ns)
-
-
-def refused_after_wait(clock: Clock, now_ns: int, since_ns: int) -> None:
-    """Called by a stage that made a call wait and then did not admit it (shed it, refused it
-    at its timeout, or saw it cancelled), with its clock, the instant the wait ended and the
-    instant it began: the wait is local queueing all the same. The refusal itself is never
-    counted by a breaker; but an operation that catches it (an optional sub-step shed after a
-    while in a queue) must not be a slow call for the time it queued (field report 20)."""
+    with its clock, the admission instant on it and the instant the call began waiting; or, as
+    :data:`refused_after_wait`, by one that made it wait and then did not admit it (shed it,
+    refused it at its timeout, or saw it cancelled), with the instant the wait ended. Either way
+    the wait is local queueing, and one record of it is all a breaker needs: the refusal itself
+    is never counted, but an operation that catches it (an optional sub-step shed after a while
+    in a queue) must not be a slow call for the time it queued (field report 20)."""
     entries = others = _waits.get()
     kept: tuple[int, ...] = ()
     for index, (at_clock, at_kept) in enumerate(entries):
@@ -76,6 +70,10 @@ def refused_after_wait(clock: Clock, now_ns: int, since_ns: int) -> None:
     kept = (*kept[2 - _KEPT:], since, now_ns)
     _waits.set(((clock, kept), *others[:_CLOCKS - 1]))
     state.waits += 1  # (a lost increment under threads only costs one context-variable read)
+
+
+refused_after_wait: Final = admitted_after_wait
+"""The same record, named for the call sites where the wait ended without admission."""
 
 
 def admitted_since(clock: Clock, start_ns: int) -> int:
