@@ -301,6 +301,46 @@ async def test_a_retry_in_a_hedged_attempt_on_the_hedges_budget_deposits_nothing
     await clock.run(call_then_retry())
 
 
+async def test_every_retry_in_a_hedged_attempt_inside_a_retry_attempt_skips_its_deposit(clock: VirtualClock) -> None:
+    # A hedge running in a retry's attempt, and retries nested with ALLOW in the hedged
+    # operation on the hedge's budget: only the first of them found the hedge's mark. The next
+    # found the first's finished mark, whose chain runs (through the outer attempt), and
+    # deposited as a retry nested in a retry attempt does, though its first attempt is the
+    # hedge's request too.
+    allow = stoic.RetryNesting.ALLOW
+    five = stoic.Schedule.fixed(0).attempts(5)
+
+    async def answer() -> str:
+        return "ok"
+
+    def blocking() -> str:
+        return "ok"
+
+    for form in ("plain", "timed", "sync"):
+        shared = RetryBudget(ratio=1.0, reserve_per_second=0, reserve_capacity=0, clock=clock)
+        other = RetryBudget(ratio=1.0, reserve_per_second=0, reserve_capacity=0, clock=clock)
+
+        async def one(form: str = form, shared: RetryBudget = shared) -> str:
+            if form == "sync":
+                return stoic.retry_sync(five, blocking, label="r", budget=shared, nesting=allow)
+            timeout = 10 if form == "timed" else None
+            return await stoic.retry(five, answer, label="r", budget=shared, nesting=allow, attempt_timeout=timeout)
+
+        async def op(one: Any = one) -> str:
+            for _ in range(3):
+                assert await one() == "ok"
+            return "ok"
+
+        policy = Hedge(0.1, budget=shared, label="h", clock=clock)
+
+        async def hedged(policy: Hedge = policy, op: Any = op) -> str:
+            return await policy.execute(IDEMPOTENT, op)
+
+        assert await clock.run(stoic.retry(five, hedged, label="outer", budget=other)) == "ok"
+        assert shared.tokens == pytest.approx(1.0), form  # the hedge's deposit for the call, alone
+        assert other.tokens == pytest.approx(1.0), form  # (the outer retry's first attempt)
+
+
 def test_the_default_budget_is_per_call_site() -> None:
     a = Hedge(0.1, label="h")
     b = Hedge(0.1, label="h")

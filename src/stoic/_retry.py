@@ -105,6 +105,19 @@ def _hedged(old: _Mark, mark: _Mark, bucket: RetryBudget) -> bool:
     return hedge[2] is bucket
 
 
+def _in_hedge_on(mark: _Mark, bucket: RetryBudget) -> bool:
+    """Whether ``mark`` (not running itself, its chain running: an attempt of some retry runs
+    around it) lies in a call of a hedge spending from ``bucket`` that runs inside that attempt:
+    the first hedge mark up the chain before a running retry mark holds that budget. ``mark``
+    may be the hedge's own, or the finished mark of a retry the hedged attempt ran before (its
+    parent is the hedge's: _hedged, or the running branch of _FIRST_ATTEMPT)."""
+    while mark is not None and not mark[0]:
+        if len(mark) > 2:
+            return mark[2] is bucket  # (None once the hedge's call has ended)
+        mark = mark[1]
+    return False
+
+
 def _nested(mark: _Mark) -> bool:
     """Whether the retry of ``mark`` started inside another's attempt. Its parent is that
     attempt's mark, or a hedge's (_hedged) when it started in a hedged attempt and no retry
@@ -478,7 +491,7 @@ if {attempt_ns} is not None:
         next(bucket._deposits)
     elif _running(old):
         mark[1] = old
-        if {nesting} is not _SINGLE and (len(old) < 3 or old[2] is not bucket):
+        if {nesting} is not _SINGLE and not _in_hedge_on(old, bucket):
             next(bucket._deposits)
     elif not _hedged(old, mark, bucket):
         next(bucket._deposits)
@@ -498,7 +511,7 @@ elif (parent := old[1]) is None:
     next(bucket._deposits)
 elif _running(parent):
     mark[1] = old
-    if {nesting} is not _SINGLE and (len(old) < 3 or old[2] is not bucket):
+    if {nesting} is not _SINGLE and not _in_hedge_on(old, bucket):
         next(bucket._deposits)
 elif not _hedged(old, mark, bucket):  # (in a hedge's attempt on this budget: see above)
     next(bucket._deposits)
@@ -684,7 +697,7 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
         next(bucket._deposits)
     elif _running(parent):
         mark[1] = old
-        if nesting is not _SINGLE and (len(old) < 3 or old[2] is not bucket):
+        if nesting is not _SINGLE and not _in_hedge_on(old, bucket):
             next(bucket._deposits)
     elif not _hedged(old, mark, bucket):  # (see _FIRST_ATTEMPT: in a hedge's attempt)
         next(bucket._deposits)
