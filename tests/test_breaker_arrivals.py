@@ -798,3 +798,75 @@ def test_a_clock_without_now_ns_is_a_type_error_naming_clock() -> None:
         CircuitBreaker(label="clock", clock=NoNow())  # type: ignore[arg-type]
 
 
+
+
+@pytest.mark.parametrize("primary", ["admitted as the hedge wins", "superseded in the queue"])
+async def test_a_hedge_on_a_slow_dependency_while_the_first_attempt_queues_is_a_slow_call(
+    clock: VirtualClock, primary: str,
+) -> None:
+    """Report 20 must not hide a slow dependency behind a hedge: a breaker outside a hedge
+    whose attempts go to two replicas, each behind its own bulkhead. The first attempt queues
+    at a busy replica (admitted at 2 s, or still queued when the hedge wins); the hedge, started
+    at 0.1 s, goes to the free replica, whose dependency answers in 2 s. A request was on the
+    dependency for 2 s of the call: a slow call. The first attempt's wait, recorded in the
+    caller's context, was left out of the call's duration whole (0.1 s, or nothing, remained)."""
+    breaker = _queued_breaker()
+    busy = Bulkhead(1, queue_limit=50, label="replica-a")
+    free = Bulkhead(1, queue_limit=50, label="replica-b")
+    policy = stoic.Hedge(0.1, budget=stoic.RetryBudget.UNLIMITED, label="h")
+    hold = 2.0 if primary == "admitted as the hedge wins" else 100.0
+
+    async def occupy() -> None:
+        await clock.sleep(hold)
+
+    async def answer(seconds: float) -> str:
+        await clock.sleep(seconds)
+        return "ok"
+
+    async def op(attempt: stoic.Attempt) -> str:
+        if attempt.number == 1:
+            return await busy.execute(answer, 0.3)
+        return await free.execute(answer, 2.0)
+
+    async def main() -> str:
+        holder = asyncio.create_task(busy.execute(occupy))
+        await asyncio.sleep(0)
+        try:
+            return await breaker.execute(policy.execute, stoic.IDEMPOTENT, op)
+        finally:
+            holder.cancel()
+
+    assert await clock.run(main()) == "ok"
+    snap = breaker.snapshot
+    assert (snap.calls, snap.slow_calls) == (1, 1)
+
+
+async def test_hedged_attempts_all_queueing_locally_are_no_slow_call(clock: VirtualClock) -> None:
+    """The other side: both attempts of a hedged call queue in one bulkhead (3 s, both at
+    once), then the first answers in 0.2 s. No request was on the dependency for more than
+    0.2 s of the call: no slow call."""
+    breaker = _queued_breaker()
+    bulkhead = Bulkhead(1, queue_limit=50, label="api")
+    policy = stoic.Hedge(0.1, budget=stoic.RetryBudget.UNLIMITED, label="h")
+
+    async def occupy() -> None:
+        await clock.sleep(3.0)
+
+    async def answer() -> str:
+        await clock.sleep(0.2)
+        return "ok"
+
+    async def op() -> str:
+        return await bulkhead.execute(answer)
+
+    async def main() -> str:
+        holder = asyncio.create_task(bulkhead.execute(occupy))
+        await asyncio.sleep(0)
+        try:
+            return await breaker.execute(policy.execute, stoic.IDEMPOTENT, op)
+        finally:
+            await holder
+
+    assert await clock.run(main()) == "ok"
+    snap = breaker.snapshot
+    assert (snap.calls, snap.slow_calls) == (1, 0)

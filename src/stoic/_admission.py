@@ -92,3 +92,31 @@ def admitted_since(clock: Clock, start_ns: int) -> int:
                     queued += admitted - (since if since > start_ns else start_ns)
             return start_ns + queued
     return start_ns
+
+
+def waits_after(clock: Clock, start_ns: int) -> list[tuple[int, int]]:
+    """This context's waits on ``clock`` (or one of its timeline) that ended after ``start_ns``,
+    as ``(since, admitted)`` pairs, oldest first (empty when none)."""
+    for at_clock, kept in _waits.get():
+        if at_clock is clock or same_clock(at_clock, clock):
+            return [(kept[i], kept[i + 1]) for i in range(0, len(kept), 2) if kept[i + 1] > start_ns]
+    return []
+
+
+def replace_waits_after(clock: Clock, start_ns: int, waits: list[tuple[int, int]]) -> None:
+    """Put ``waits`` (``(since, admitted)`` pairs after ``start_ns``, oldest first) in place of this
+    context's waits on ``clock`` that ended after ``start_ns``: a policy that ran several
+    attempts at once (a hedge) says which of the call's time was local waiting for all of them."""
+    entries = others = _waits.get()
+    kept: tuple[int, ...] = ()
+    for index, (at_clock, at_kept) in enumerate(entries):
+        if at_clock is clock or same_clock(at_clock, clock):
+            kept = at_kept
+            others = entries[:index] + entries[index + 1:]
+            break
+    kept = tuple(v for i in range(0, len(kept), 2) if kept[i + 1] <= start_ns for v in kept[i:i + 2])
+    kept = (*kept, *(v for pair in waits for v in pair))[-_KEPT:]
+    if kept or entries is not others:
+        _waits.set(((clock, kept), *others[:_CLOCKS - 1]) if kept else others)
+    if waits:
+        state.waits += 1

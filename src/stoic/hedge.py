@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from . import _deadline, _metrics
+from . import _admission, _deadline, _metrics
 from ._attempt import Attempt, _First
 from ._budget import _NO_OP, RetryBudget
 from ._clock import Clock, SystemClock, TimerHandle, current_clock, resolve_clock
@@ -437,7 +437,7 @@ class _Call:
 
     __slots__ = (
         "args", "call_id", "decided", "end", "error", "fatal", "fn", "handle", "hedges", "kwargs",
-        "policy", "primary_running", "start", "superseded", "task", "waiter", "wants", "winner", "finished",
+        "policy", "primary_running", "spans", "start", "superseded", "task", "waiter", "wants", "winner", "finished",
     )
 
     handle: TimerHandle | None  # the pending hedge timer (set by _race before the first await)
@@ -465,6 +465,10 @@ class _Call:
     def _begin(self) -> None:
         # The rest of the state, created when the first hedge starts.
         self.hedges = []
+        # Per hedge, [start, end (-1 until it has run), its local waits (None: none known), its
+        # coroutine until it starts]: a breaker outside the hedge leaves out only the time when
+        # no attempt was on the dependency (_attribute_waits).
+        self.spans: list[list[Any]] = []
         self.finished = 0  # attempts finished (the first attempt included)
         self.primary_running = True
         self.decided = False
@@ -517,8 +521,10 @@ class _Call:
         hedges = self.hedges
         assert hedges is not None
         now = clock.now_ns()
-        task = self.task.get_loop().create_task(coro)
+        span: list[Any] = [now, -1, None, coro]
+        task = self.task.get_loop().create_task(_tracked(span, clock, coro))
         hedges.append(task)
+        self.spans.append(span)
         task.add_done_callback(self.on_done)
         if _metrics.state.enabled:
             policy._rec.count_locked(("stoic.hedge.attempts",))
@@ -531,6 +537,12 @@ class _Call:
     def on_done(self, task: asyncio.Task[Any]) -> None:
         """A hedge task finished (runs in a copy of the context it was started in)."""
         self.finished += 1
+        hedges = self.hedges
+        assert hedges is not None
+        span = self.spans[hedges.index(task)]
+        if span[3] is not None:  # cancelled before it ran: the attempt's coroutine never started
+            span[3].close()
+            span[3] = None
         error = _error_of(task)  # (also marks its exception retrieved, so asyncio does not log it)
         if error is not None and _stops_everything(error):
             # As for the first attempt: the whole call stops, even after a decision (a loser
@@ -539,8 +551,6 @@ class _Call:
             if self.fatal is None:
                 self._stop(error)
         elif not self.decided:
-            hedges = self.hedges
-            assert hedges is not None
             number = hedges.index(task) + 2
             if error is None:
                 self._win(number)
@@ -634,6 +644,60 @@ class _Call:
                 self.abandon()
                 raise
         return cancelled
+
+
+async def _tracked(span: list[Any], clock: Clock, coro: Coroutine[Any, Any, Any]) -> Any:
+    """A hedge's coroutine, noting in ``span`` (see _Call.spans) that it started, when it ended
+    and the local waits its task recorded (in its own context) while it ran."""
+    span[3] = None
+    try:
+        return await coro
+    finally:
+        span[1] = clock.now_ns()
+        if _admission.state.waits:
+            span[2] = _admission.waits_after(clock, span[0])
+
+
+def _busy(start: int, end: int, waits: list[tuple[int, int]] | None, into: list[tuple[int, int]]) -> None:
+    """Append to ``into`` the parts of ``[start, end]`` outside ``waits`` (an attempt's time on
+    the dependency)."""
+    at = start
+    for since, admitted in sorted(waits or ()):
+        since, admitted = max(since, start), min(admitted, end)
+        if since > at:
+            into.append((at, since))
+        at = max(at, admitted)
+    if end > at:
+        into.append((at, end))
+
+
+def _attribute_waits(call: _Call, primary_end: int) -> None:
+    """Field report 20 for a hedged call: the first attempt's waits were recorded in the
+    caller's context as the call's local queueing, though a hedge may have been on the dependency
+    meanwhile (a first attempt queued at a busy replica, or superseded in the queue, while a
+    hedge waited 2 s for the dependency elsewhere: a breaker outside saw a quick call). Only the
+    time when no attempt was on the dependency is left out: the caller's waits after the call's
+    start are replaced by the gaps between the attempts' busy times."""
+    clock = call.policy._clock
+    start = call.start
+    now = clock.now_ns()
+    busy: list[tuple[int, int]] = []
+    _busy(start, primary_end, _admission.waits_after(clock, start), busy)
+    hedges = call.hedges or ()
+    for task, span in zip(hedges, call.spans, strict=True):  # (appended together)
+        if span[1] >= 0:
+            _busy(span[0], span[1], span[2], busy)
+        elif span[3] is None and not task.done():  # (still running: on the dependency until now)
+            busy.append((span[0], now))
+    idle: list[tuple[int, int]] = []
+    at = start
+    for since, until in sorted(busy):
+        if since > at:
+            idle.append((at, since))
+        at = max(at, until)
+    if now > at:
+        idle.append((at, now))
+    _admission.replace_waits_after(clock, start, idle)
 
 
 async def _raising(error: Exception) -> Any:
@@ -759,6 +823,16 @@ def _take_fatal(call: _Call) -> BaseException:
 
 async def _after_primary(call: _Call, cancels: int, result: R | None, exc: BaseException | None) -> R:
     """The first attempt has finished (``result`` or ``exc``) and at least one hedge started."""
+    primary_end = call.policy._clock.now_ns()
+    try:
+        return await _after_first(call, cancels, result, exc)
+    finally:
+        if _admission.state.waits and not isinstance(exc, GeneratorExit):
+            _attribute_waits(call, primary_end)
+
+
+async def _after_first(call: _Call, cancels: int, result: R | None, exc: BaseException | None) -> R:
+    """:func:`_after_primary`'s decisions."""
     call.primary_running = False
     call.finished += 1
     policy = call.policy
