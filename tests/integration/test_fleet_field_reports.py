@@ -283,15 +283,11 @@ async def test_a_slow_dependency_behind_a_queue_is_still_slow_for_a_shared_break
     assert breaker.snapshot.state is stoic.BreakerState.OPEN  # every call slow, measured from admission
 
 
-def test_threads_waiting_for_a_blocking_shared_rate_limiter_are_not_slow_calls(server: RedisServer) -> None:
+def call_from_threads(breaker: SharedCircuitBreaker, limiter: Any, threads: int) -> list[str]:
+    """``threads`` threads at once, each calling the dependency (sleeping DEPENDENCY) through
+    ``breaker.call(limiter.call, ...)``; their results."""
     import threading
 
-    from stoic.fleet import BlockingSharedRateLimiter
-
-    store = RedisStore(server.url, budget=0.5)
-    breaker = shared_breaker(store, window=TimeWindow(60.0), minimum_calls=10, slow_call_duration=SLOW,
-                             slow_call_rate_threshold=0.5)
-    limiter = BlockingSharedRateLimiter(20, per=1.0, burst=1, queue_limit=100, store=store, label=fresh("brl"))
     results: list[str] = []
 
     def answer() -> str:
@@ -301,12 +297,23 @@ def test_threads_waiting_for_a_blocking_shared_rate_limiter_are_not_slow_calls(s
     def worker() -> None:
         results.append(breaker.call(limiter.call, answer))
 
-    threads = [threading.Thread(target=worker) for _ in range(14)]  # the last waits about 0.65 s
-    for thread in threads:
+    started = [threading.Thread(target=worker) for _ in range(threads)]
+    for thread in started:
         thread.start()
-    for thread in threads:
+    for thread in started:
         thread.join(10)
-    assert results == ["ok"] * 14
+    return results
+
+
+def test_threads_waiting_for_a_blocking_shared_rate_limiter_are_not_slow_calls(server: RedisServer) -> None:
+
+    from stoic.fleet import BlockingSharedRateLimiter
+
+    store = RedisStore(server.url, budget=0.5)
+    breaker = shared_breaker(store, window=TimeWindow(60.0), minimum_calls=10, slow_call_duration=SLOW,
+                             slow_call_rate_threshold=0.5)
+    limiter = BlockingSharedRateLimiter(20, per=1.0, burst=1, queue_limit=100, store=store, label=fresh("brl"))
+    assert call_from_threads(breaker, limiter, 14) == ["ok"] * 14  # the last waits about 0.65 s
     snap = breaker.snapshot
     assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 14, 0)
 
@@ -490,7 +497,6 @@ async def test_a_shared_rate_limiters_slow_try_acquire_is_not_a_slow_call(
 
 @pytest.mark.parametrize("case", LATE_STORE_CASES)
 def test_a_blocking_shared_rate_limiters_slow_store_is_not_a_slow_call(server: RedisServer, case: str) -> None:
-    import threading
 
     from stoic.fleet import BlockingSharedRateLimiter
 
@@ -502,21 +508,7 @@ def test_a_blocking_shared_rate_limiters_slow_store_is_not_a_slow_call(server: R
                              slow_call_rate_threshold=0.5)
     limiter = BlockingSharedRateLimiter(rate, per=1.0, burst=burst, queue_limit=100, store=limiter_store,
                                         label=fresh("late-brl"))
-    results: list[str] = []
-
-    def answer() -> str:
-        time.sleep(DEPENDENCY)
-        return "ok"
-
-    def worker() -> None:
-        results.append(breaker.call(limiter.call, answer))
-
-    threads = [threading.Thread(target=worker) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
-    assert results == ["ok"] * 3
+    assert call_from_threads(breaker, limiter, 3) == ["ok"] * 3
     assert len(delayed) >= (1 if then_fail else 3)
     snap = breaker.snapshot
     assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 3, 0)
