@@ -47,6 +47,16 @@ _KEPT: Final = 2 * 8  # eight waits a clock
 _CLOCKS: Final = 4  # clocks kept (a process rarely mixes more than two)
 
 
+def _split(entries: tuple[tuple[Clock, tuple[int, ...]], ...], clock: Clock,
+           ) -> tuple[tuple[int, ...], tuple[tuple[Clock, tuple[int, ...]], ...]]:
+    """The waits kept for ``clock``'s timeline in ``entries`` (empty if none), and the other
+    clocks' entries."""
+    for index, (at_clock, at_kept) in enumerate(entries):
+        if at_clock is clock or same_clock(at_clock, clock):
+            return at_kept, entries[:index] + entries[index + 1:]
+    return (), entries
+
+
 def admitted_after_wait(clock: Clock, now_ns: int, since_ns: int) -> None:
     """Called by a stage (bulkhead, rate limiter, ...) that admits a call after making it wait,
     with its clock, the admission instant on it and the instant the call began waiting; or, as
@@ -55,13 +65,8 @@ def admitted_after_wait(clock: Clock, now_ns: int, since_ns: int) -> None:
     the wait is local queueing, and one record of it is all a breaker needs: the refusal itself
     is never counted, but an operation that catches it (an optional sub-step shed after a while
     in a queue) must not be a slow call for the time it queued (field report 20)."""
-    entries = others = _waits.get()
-    kept: tuple[int, ...] = ()
-    for index, (at_clock, at_kept) in enumerate(entries):
-        if at_clock is clock or same_clock(at_clock, clock):
-            kept = at_kept
-            others = entries[:index] + entries[index + 1:]
-            break
+    entries = _waits.get()
+    kept, others = _split(entries, clock)
     since = min(since_ns, now_ns)
     # A wait that began before the latest ones encloses them (a stage admitting through an
     # inner one, as a shared limiter through its local bucket): they are part of it.
@@ -107,13 +112,8 @@ def replace_waits_after(clock: Clock, start_ns: int, waits: list[tuple[int, int]
     """Put ``waits`` (``(since, admitted)`` pairs after ``start_ns``, oldest first) in place of this
     context's waits on ``clock`` that ended after ``start_ns``: a policy that ran several
     attempts at once (a hedge) says which of the call's time was local waiting for all of them."""
-    entries = others = _waits.get()
-    kept: tuple[int, ...] = ()
-    for index, (at_clock, at_kept) in enumerate(entries):
-        if at_clock is clock or same_clock(at_clock, clock):
-            kept = at_kept
-            others = entries[:index] + entries[index + 1:]
-            break
+    entries = _waits.get()
+    kept, others = _split(entries, clock)
     kept = tuple(v for i in range(0, len(kept), 2) if kept[i + 1] <= start_ns for v in kept[i:i + 2])
     kept = (*kept, *(v for pair in waits for v in pair))[-_KEPT:]
     if kept or entries is not others:
