@@ -91,14 +91,22 @@ def _running(mark: _Mark | None) -> bool:
     return False
 
 
+def _hedge_mark(mark: _Mark | None) -> _Mark | None:
+    """The first hedge's mark (three long) up ``mark``'s chain, itself included, before a
+    running retry mark; None when there is none."""
+    while mark is not None and not mark[0]:
+        if len(mark) > 2:
+            return mark
+        mark = mark[1]
+    return None
+
+
 def _hedged(old: _Mark, mark: _Mark, bucket: RetryBudget) -> bool:
     """Whether a retry whose mark ``mark`` replaced ``old`` (a mark not running, nor any up its
     chain) starts in an attempt of a hedge spending from ``bucket``: ``old``, or one up its
     chain, is that hedge's mark, its call still running. The hedge's mark (on any budget) becomes
     ``mark``'s parent, so a later retry in the same attempt, finding this one's mark, sees it."""
-    hedge: _Mark | None = old
-    while hedge is not None and len(hedge) < 3:
-        hedge = hedge[1]
+    hedge = _hedge_mark(old)
     if hedge is None or hedge[2] is None:  # (no hedge, or its call has ended: not linked)
         return False
     mark[1] = hedge
@@ -111,11 +119,8 @@ def _in_hedge_on(mark: _Mark, bucket: RetryBudget) -> bool:
     the first hedge mark up the chain before a running retry mark holds that budget. ``mark``
     may be the hedge's own, or the finished mark of a retry the hedged attempt ran before (its
     parent is the hedge's: _hedged, or the running branch of _FIRST_ATTEMPT)."""
-    while mark is not None and not mark[0]:
-        if len(mark) > 2:
-            return mark[2] is bucket  # (None once the hedge's call has ended)
-        mark = mark[1]
-    return False
+    hedge = _hedge_mark(mark)
+    return hedge is not None and hedge[2] is bucket  # (None once the hedge's call has ended)
 
 
 def _nested(mark: _Mark) -> bool:
