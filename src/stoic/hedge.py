@@ -539,7 +539,8 @@ class _Call:
         self.finished += 1
         hedges = self.hedges
         assert hedges is not None
-        span = self.spans[hedges.index(task)]
+        index = hedges.index(task)
+        span = self.spans[index]
         if span[3] is not None:  # cancelled before it ran: the attempt's coroutine never started
             span[3].close()
             span[3] = None
@@ -551,7 +552,7 @@ class _Call:
             if self.fatal is None:
                 self._stop(error)
         elif not self.decided:
-            number = hedges.index(task) + 2
+            number = index + 2
             if error is None:
                 self._win(number)
             else:
@@ -658,15 +659,16 @@ async def _tracked(span: list[Any], clock: Clock, coro: Coroutine[Any, Any, Any]
             span[2] = _admission.waits_after(clock, span[0])
 
 
-def _busy(start: int, end: int, waits: list[tuple[int, int]] | None, into: list[tuple[int, int]]) -> None:
-    """Append to ``into`` the parts of ``[start, end]`` outside ``waits`` (an attempt's time on
-    the dependency)."""
+def _outside(start: int, end: int, spans: list[tuple[int, int]] | None, into: list[tuple[int, int]]) -> None:
+    """Append to ``into`` the parts of ``[start, end]`` outside ``spans`` (``(since, until)``
+    pairs, overlapping or not, in any order): an attempt's time on the dependency outside its
+    waits, or the call's idle time outside every attempt's busy time."""
     at = start
-    for since, admitted in sorted(waits or ()):
-        since, admitted = max(since, start), min(admitted, end)
+    for since, until in sorted(spans or ()):
+        since, until = max(since, start), min(until, end)
         if since > at:
             into.append((at, since))
-        at = max(at, admitted)
+        at = max(at, until)
     if end > at:
         into.append((at, end))
 
@@ -682,21 +684,15 @@ def _attribute_waits(call: _Call, primary_end: int) -> None:
     start = call.start
     now = clock.now_ns()
     busy: list[tuple[int, int]] = []
-    _busy(start, primary_end, _admission.waits_after(clock, start), busy)
+    _outside(start, primary_end, _admission.waits_after(clock, start), busy)
     hedges = call.hedges or ()
     for task, span in zip(hedges, call.spans, strict=True):  # (appended together)
         if span[1] >= 0:
-            _busy(span[0], span[1], span[2], busy)
+            _outside(span[0], span[1], span[2], busy)
         elif span[3] is None and not task.done():  # (still running: on the dependency until now)
             busy.append((span[0], now))
     idle: list[tuple[int, int]] = []
-    at = start
-    for since, until in sorted(busy):
-        if since > at:
-            idle.append((at, since))
-        at = max(at, until)
-    if now > at:
-        idle.append((at, now))
+    _outside(start, now, busy, idle)
     _admission.replace_waits_after(clock, start, idle)
 
 
