@@ -341,6 +341,93 @@ async def test_every_retry_in_a_hedged_attempt_inside_a_retry_attempt_skips_its_
         assert other.tokens == pytest.approx(1.0), form  # (the outer retry's first attempt)
 
 
+async def test_a_hedge_in_a_retry_attempt_or_a_hedge_call_on_its_budget_deposits_nothing(clock: VirtualClock) -> None:
+    # The other way round from the test above: a retry around a hedge, both on one budget. The
+    # retry deposited for its first attempt and the hedge deposited again for the same request,
+    # and a retry's later attempts (paid for with a token) each earned part of it back through
+    # the hedge's deposit. Likewise a hedge inside another hedge on one budget, and a retry on x
+    # inside hedge(y) inside hedge(x).
+    def budget() -> RetryBudget:
+        return RetryBudget(ratio=0.5, reserve_per_second=0, reserve_capacity=0, clock=clock)
+
+    five = stoic.Schedule.fixed(0).attempts(5)
+
+    def forms(shared: RetryBudget, inner: Hedge) -> list[Any]:
+        async def plain(dep: Any) -> None:
+            await stoic.retry(five, lambda: inner.execute(IDEMPOTENT, dep), label="r", budget=shared)
+
+        async def timed(dep: Any) -> None:
+            await stoic.retry(five, lambda: inner.execute(IDEMPOTENT, dep), label="r", budget=shared,
+                              attempt_timeout=10)
+
+        async def stage(dep: Any) -> None:
+            await stoic.Retrying(five, label="r", budget=shared).execute(inner.execute, IDEMPOTENT, dep)
+
+        async def decorated(dep: Any) -> None:
+            @stoic.retrying(five, label="r", budget=shared)
+            async def call() -> None:
+                await inner.execute(IDEMPOTENT, dep)
+
+            await call()
+
+        async def in_hedge(dep: Any) -> None:
+            outer = Hedge(0.1, budget=shared, max_attempts=3, label="outer", clock=clock)
+            await outer.execute(IDEMPOTENT, inner.execute, IDEMPOTENT, dep)
+
+        async def across_budgets(dep: Any) -> None:
+            # hedge(x) -> hedge(y) -> retry on x: the retry's first attempt is hedge x's request.
+            # (Hedge y's delay is past the dependency's answer: its own hedges, paid from y, would
+            # be requests x does not bound.)
+            other = Hedge(100, budget=budget(), max_attempts=3, label="other", clock=clock)
+            outer = Hedge(0.1, budget=shared, max_attempts=3, label="outer", clock=clock)
+            await outer.execute(IDEMPOTENT, other.execute, IDEMPOTENT,
+                                lambda: stoic.retry(five, dep, label="r", budget=shared))
+
+        return [plain, timed, stage, decorated, in_hedge, across_budgets]
+
+    for index in range(6):
+        for slow in (False, True):
+            shared = budget()
+            inner = Hedge(0.1, budget=shared, max_attempts=3, label="h", clock=clock)
+            form = forms(shared, inner)[index]
+            sent = 0
+
+            async def dependency(slow: bool = slow) -> None:
+                nonlocal sent
+                sent += 1
+                if slow:
+                    await clock.sleep(1)
+                raise ConnectionError
+
+            for _ in range(20):
+                with pytest.raises(ConnectionError):
+                    await clock.run(form(dependency))
+            # 20 first requests earn 10 tokens: hedges and retries together send at most 10 more.
+            assert sent - 20 <= 10, (form.__name__, slow, sent)
+            if form.__name__ == "in_hedge" and not slow:
+                assert sent == 20  # (a quick failure starts no hedge)
+            else:
+                assert sent - 20 >= 9, (form.__name__, slow, sent)  # (and the tokens are used)
+
+    # On another budget the retry and the hedge each deposit: 20 calls earn 10 retries, and the
+    # 30 hedged calls they make (20 first attempts, 10 retries) earn 15 hedges.
+    retries, hedges = budget(), budget()
+    inner = Hedge(0.1, budget=hedges, max_attempts=3, label="h", clock=clock)
+    sent = 0
+
+    async def slow_failure() -> None:
+        nonlocal sent
+        sent += 1
+        await clock.sleep(1)
+        raise ConnectionError
+
+    for _ in range(20):
+        with pytest.raises(ConnectionError):
+            await clock.run(stoic.retry(five, lambda: inner.execute(IDEMPOTENT, slow_failure), label="r",
+                                        budget=retries))
+    assert sent == 20 + 10 + 15, sent
+
+
 def test_the_default_budget_is_per_call_site() -> None:
     a = Hedge(0.1, label="h")
     b = Hedge(0.1, label="h")

@@ -49,10 +49,11 @@ R = TypeVar("R")
 RETRY_AFTER_CAP_NS = 300 * 1_000_000_000
 """A Retry-After longer than five minutes is capped (retry.after_capped)."""
 
-# One mark per attempt of a retry call, ``[running, parent]``: ``running`` is 1 while that
-# attempt runs; ``parent`` is the mark that was running where the retry started (the attempt it
-# is nested in), else None. A retry starts inside an attempt when the mark it finds, or one up
-# that mark's parent chain, is running (seed 001, "Nesting").
+# One mark per attempt of a retry call, ``[running, parent, budget]``: ``running`` is 1 while
+# that attempt runs; ``parent`` is the mark that was running where the retry started (the attempt
+# it is nested in), else None; ``budget`` the retry's RetryBudget (a hedge started in the attempt
+# reads it: see below). A retry starts inside an attempt when the mark it finds, or one up that
+# mark's parent chain, is running (seed 001, "Nesting").
 #
 # Each attempt sets its own fresh mark in a context variable and it is never reset; only the
 # retry that made a mark changes it. So a task or thread whose context was copied during an
@@ -64,13 +65,15 @@ RETRY_AFTER_CAP_NS = 300 * 1_000_000_000
 # success costs what one context-variable write costs.
 #
 # A hedge on a budget it was given (one a retry may share: stoic.hedge._race_marked) sets a mark
-# of its own for the length of a call, ``[0, parent, budget]``: never running
+# of its own for the length of a call, ``[0, parent, budget, 1]``: never running
 # (a retry in a hedged attempt still retries), ``parent`` the mark it replaced (or _IDLE), so a
 # retry in the hedged operation sees any retry attempt the hedge runs in; ``budget`` the budget
 # the hedge spends from, None once the call has ended. A retry starting on that very budget
-# deposits nothing (see _FIRST_ATTEMPT); a retry mark is two long, so ``len`` tells them apart.
+# deposits nothing (see _FIRST_ATTEMPT); a retry mark is three long, so ``len`` tells them apart.
 # A retry started in the hedged attempt takes the hedge's mark as its parent (_hedged), so
-# every retry the attempt runs, not only the first, finds it.
+# every retry the attempt runs, not only the first, finds it. The other way round, a hedge
+# started in a running retry attempt, or in another hedge's call, on its own budget deposits
+# nothing either (_counted_on): its first attempt is that request.
 _Mark = list[Any]
 _marks: ContextVar[_Mark | None] = ContextVar("stoic.retry.attempts", default=None)
 _get_marks = _marks.get
@@ -78,7 +81,7 @@ _set_marks = _marks.set
 # What a set's token says it replaced where no retry set a mark before: the variable only ever
 # holds marks (never None), so this is the one other value a mark test meets.
 _NO_MARK = Token.MISSING
-_IDLE: _Mark = [0, None]  # a hedge mark's parent where it replaced no mark (never running)
+_IDLE: _Mark = [0, None, None]  # a hedge mark's parent where it replaced no mark (never running)
 _reset_marks = _marks.reset
 
 
@@ -91,11 +94,11 @@ def _running(mark: _Mark | None) -> bool:
     return False
 
 
-def _hedge_mark(mark: _Mark | None) -> _Mark | None:
-    """The first hedge's mark (three long) up ``mark``'s chain, itself included, before a
-    running retry mark; None when there is none."""
+def _live_hedge(mark: _Mark | None) -> _Mark | None:
+    """The first hedge mark (four long) up ``mark``'s chain, itself included, whose call still
+    runs, before a running retry mark; None when there is none."""
     while mark is not None and not mark[0]:
-        if len(mark) > 2:
+        if len(mark) > 3 and mark[2] is not None:
             return mark
         mark = mark[1]
     return None
@@ -103,24 +106,42 @@ def _hedge_mark(mark: _Mark | None) -> _Mark | None:
 
 def _hedged(old: _Mark, mark: _Mark, bucket: RetryBudget) -> bool:
     """Whether a retry whose mark ``mark`` replaced ``old`` (a mark not running, nor any up its
-    chain) starts in an attempt of a hedge spending from ``bucket``: ``old``, or one up its
-    chain, is that hedge's mark, its call still running. The hedge's mark (on any budget) becomes
-    ``mark``'s parent, so a later retry in the same attempt, finding this one's mark, sees it."""
-    hedge = _hedge_mark(old)
-    if hedge is None or hedge[2] is None:  # (no hedge, or its call has ended: not linked)
+    chain) starts in an attempt of a hedge spending from ``bucket``: a hedge mark up ``old``'s
+    chain, itself included, holds that budget, its call still running. The first such hedge's
+    mark (on any budget) becomes ``mark``'s parent, so a later retry in the same attempt,
+    finding this one's mark, sees it."""
+    hedge = _live_hedge(old)
+    if hedge is None:  # (no hedge, or its call has ended: not linked)
         return False
     mark[1] = hedge
-    return hedge[2] is bucket
+    return _in_hedge_on(hedge, bucket)
 
 
-def _in_hedge_on(mark: _Mark, bucket: RetryBudget) -> bool:
-    """Whether ``mark`` (not running itself, its chain running: an attempt of some retry runs
-    around it) lies in a call of a hedge spending from ``bucket`` that runs inside that attempt:
-    the first hedge mark up the chain before a running retry mark holds that budget. ``mark``
-    may be the hedge's own, or the finished mark of a retry the hedged attempt ran before (its
-    parent is the hedge's: _hedged, or the running branch of _FIRST_ATTEMPT)."""
-    hedge = _hedge_mark(mark)
-    return hedge is not None and hedge[2] is bucket  # (None once the hedge's call has ended)
+def _in_hedge_on(mark: _Mark | None, bucket: RetryBudget) -> bool:
+    """Whether ``mark`` lies in a call of a hedge spending from ``bucket`` that runs inside the
+    innermost running retry attempt around it (if any): a hedge mark up the chain before a
+    running retry mark holds that budget (an outer hedge's, past a hedge on another budget, too).
+    ``mark`` may be the hedge's own, or the finished mark of a retry the hedged attempt ran
+    before (its parent is the hedge's: _hedged, or the running branch of _FIRST_ATTEMPT)."""
+    while mark is not None and not mark[0]:
+        if len(mark) > 3 and mark[2] is bucket:  # (None once the hedge's call has ended)
+            return True
+        mark = mark[1]
+    return False
+
+
+def _counted_on(mark: _Mark | None, bucket: RetryBudget) -> bool:
+    """Whether a hedge spending from ``bucket``, starting where ``mark`` is set, runs in a request
+    already counted on that budget: in a call of a hedge on it (_in_hedge_on), or in the running
+    attempt of a retry on it (the innermost running retry decides: a retry on another budget
+    between them retries, and deposits, on its own)."""
+    while mark is not None:
+        if mark[0]:
+            return mark[2] is bucket
+        if len(mark) > 3 and mark[2] is bucket:
+            return True
+        mark = mark[1]
+    return False
 
 
 def _nested(mark: _Mark) -> bool:
@@ -129,17 +150,7 @@ def _nested(mark: _Mark) -> bool:
     attempt: a hedge's mark makes it nested only when its chain is running (a hedge running in a
     retry's attempt; marks never run again, so one not running at the start is not now)."""
     parent = mark[1]
-    return parent is not None and (len(parent) < 3 or _running(parent))
-
-
-def _new_mark() -> _Mark:
-    """Set a fresh mark for a retry starting here, not running yet (its loop counts its
-    attempts); its parent is the running mark it replaced, if any."""
-    mine: _Mark = [0, None]
-    old = _set_marks(mine).old_value
-    if old is not _NO_MARK and _running(old):
-        mine[1] = old
-    return mine
+    return parent is not None and (len(parent) < 4 or _running(parent))
 
 
 _SINGLE = RetryNesting.SINGLE_ATTEMPT
@@ -157,7 +168,7 @@ def _attempt_mark(mark: _Mark, number: int) -> _Mark:
     if number == 1:
         mark[0] = 1
         return mark
-    fresh: _Mark = [1, mark[1]]
+    fresh: _Mark = [1, mark[1], mark[2]]
     _set_marks(fresh)
     return fresh
 
@@ -490,7 +501,7 @@ scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see 
 if scope is not None:
     _deadline.check_deadline_clocks(scope, clock)
 if {attempt_ns} is not None:
-    mark = [0, None]  # (_new_mark, inlined: it would not say what it replaced)
+    mark = [0, None, bucket]  # (this retry's mark, not running yet: its loop counts the attempts)
     old = _set_marks(mark).old_value
     if old is _NO_MARK:
         next(bucket._deposits)
@@ -504,7 +515,7 @@ if {attempt_ns} is not None:
                              {attempt_ns}, clock, mark, None, -1, cancels, None, {before_backoff})
 # Only the deadline check (5) and up_to use the start: without them, success reads no time.
 started = clock.now_ns() if {schedule}._timed or scope is not None else -1
-mark = [1, None]  # (_new_mark, inlined, the first attempt counted as running)
+mark = [1, None, bucket]  # (this retry's mark, the first attempt counted as running)
 old = _set_marks(mark).old_value
 if old is _NO_MARK:
     next(bucket._deposits)  # the first attempt's deposit (RetryBudget.deposit, inlined)
@@ -606,7 +617,7 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
                       mark: _Mark, error: Exception | None, started: int, cancels: int,
                       attempt: Attempt | None, before_backoff: Callable[[], Awaitable[object]] | None = None) -> R:
     """Every attempt after a failed first one (``error``, which was handed ``attempt`` if not
-    None), or all of them (``error`` None). ``mark``: this retry's (see :func:`_new_mark`);
+    None), or all of them (``error`` None). ``mark``: this retry's (see the marks, above);
     ``before_backoff``: see :func:`_run_async`."""
     nested = _nested(mark)
     if error is None and "attempt" not in kwargs and wants_attempt(fn):
@@ -690,7 +701,7 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     if scope is not None:
         _deadline.check_deadline_clocks(scope, clock)
     started = clock.now_ns() if schedule._timed or scope is not None else -1
-    mark: _Mark = [1, None]  # (_new_mark, inlined, the first attempt counted as running)
+    mark: _Mark = [1, None, bucket]  # (this retry's mark, the first attempt counted as running)
     old = _set_marks(mark).old_value
     if old is _NO_MARK:
         next(bucket._deposits)
@@ -728,7 +739,7 @@ def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any,
                label: str, clock: Clock, mark: _Mark, error: Exception | None, started: int,
                attempt: Attempt | None, before_backoff: Callable[[], object] | None = None) -> R:
     """Every attempt after the failed first one (``error``; it was handed ``attempt``, if not
-    None). ``mark``: this retry's (see :func:`_new_mark`)."""
+    None). ``mark``: this retry's (see the marks, above)."""
     nested = _nested(mark)
     if attempt is not None:
         kwargs = {**kwargs, "attempt": attempt}

@@ -38,7 +38,7 @@ from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import DeadlineExceeded, leaves
 from ._quantile import WindowedQuantile, _check_quantile, default_warmup
 from ._random import call_site
-from ._retry import _IDLE, _NO_MARK, _caller_task, _getframe, _learn_op, _reset_marks, _set_marks, _site
+from ._retry import _IDLE, _NO_MARK, _caller_task, _counted_on, _getframe, _learn_op, _reset_marks, _set_marks, _site
 from ._retune import validated
 from .events import Level, emit, error_type
 from .events._sinks import kind_floor
@@ -725,7 +725,9 @@ def _stops_everything(error: BaseException) -> bool:
 
 
 async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: tuple[Any, ...],
-                kwargs: dict[str, Any]) -> R:
+                kwargs: dict[str, Any], deposit: bool = True) -> R:
+    """One hedged call. ``deposit``: the call's request is to be deposited for (False where it
+    is already counted on the hedge's budget: :func:`_race_marked`)."""
     clock = policy._clock
     if _deadline.ever_set and _deadline_scope.get() is not None:
         left = remaining_ns(clock)
@@ -740,7 +742,8 @@ async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: 
         if task is None:
             raise RuntimeError("hedge must run inside an asyncio task")
     loop = task.get_loop()
-    next(policy._budget._deposits)  # the call's deposit (RetryBudget.deposit, inlined)
+    if deposit:
+        next(policy._budget._deposits)  # the call's deposit (RetryBudget.deposit, inlined)
     system = type(clock) is SystemClock
     start = clock.now_ns()
     op = policy.op
@@ -791,17 +794,22 @@ async def _race_marked(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]],
     """:func:`_race` for a hedge on a budget that was given, which a retry may share: the call's
     attempts are marked (stoic._retry, "A hedge on a budget it was given") so that a retry
     started in one on this budget makes no deposit, its first attempt being this call's request
-    (the hedge deposits for it) or a hedge (paid for with a token). The mark is set in the caller's
+    (the hedge deposits for it) or a hedge (paid for with a token). The other way round, a call
+    started in a running retry attempt, or another hedge's call, on this budget deposits nothing:
+    its first attempt is that request, already counted (stoic._retry._counted_on). The mark is set in the caller's
     context before the hedge timer copies it, so the hedges' tasks hold it too; when the call
     ends it is taken back and its budget cleared (a task an attempt left behind still holds it).
     One context-variable write and a coroutine frame per call: a hedge on its own per-call-site
     budget (the default) does without."""
-    mark = [0, _IDLE, policy._budget]
+    budget = policy._budget
+    mark = [0, _IDLE, budget, 1]
     token = _set_marks(mark)
-    if token.old_value is not _NO_MARK:
-        mark[1] = token.old_value
+    old = token.old_value
     try:
-        return await _race(policy, fn, args, kwargs)
+        if old is _NO_MARK:
+            return await _race(policy, fn, args, kwargs)
+        mark[1] = old
+        return await _race(policy, fn, args, kwargs, not _counted_on(old, budget))
     finally:
         mark[2] = None
         try:
