@@ -3,7 +3,8 @@
 Each first attempt deposits ``ratio`` earned tokens (capped, so a long success streak cannot
 bank a burst for the next outage; a retry collapsed inside another's attempt deposits nothing,
 its attempt being the outer's, and so does a retry in a hedge's attempt on the hedge's budget,
-its attempt being the hedge's request); a reserve refills at ``reserve_per_second`` up to
+its attempt being the hedge's request, and a hedge in a retry's attempt or another hedge's
+call on its budget, its call being that request); a reserve refills at ``reserve_per_second`` up to
 ``reserve_capacity`` so a quiet caller can still retry; every retry or hedge spends one token,
 earned tokens first. Under a full outage retries add at most ``ratio`` x first attempts plus the
 reserve's trickle. Arithmetic is exact integers: one token is 10**15 units.
