@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Final, ParamSpec, TypeVar
 
-from .. import _admission, _deadline, _random
+from .. import _admission, _deadline, _metrics, _random
 from .._callbacks import callback_failed
 from .._clock import Clock, SystemClock, current_clock
 from .._deadline import caller_cancelled
@@ -62,6 +62,11 @@ _STATES: Final = (BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
 
 
 _admission_state: Final = _admission.state
+_metrics_state: Final = _metrics.state
+# The recorder keys of CircuitBreaker's metrics (stoic._metrics.METRICS), recorded alike.
+_DURATION: Final = "stoic.breaker.call.duration"
+_SUCCESS_DURATION: Final = (_DURATION, "success", "")
+_NEW_RECORDER: Final = threading.Lock()  # (see SharedCircuitBreaker._new_recorder)
 _deadline_get: Final = _deadline._current.get
 
 
@@ -215,6 +220,9 @@ class SharedCircuitBreaker:
         # was not answered) or reported at the next contact, long before half_open_timeout would
         # expire it as a failed probe.
         self._orphans: list[tuple[str, str]] = []
+        # This replica's stoic.breaker.* figures, made with its first call or decision once metrics
+        # are on (as CircuitBreaker's); the fallback has its own, under "<label>.fallback".
+        self._recorder: _metrics.Recorder | None = None
 
     # ------------------------------------------------------------------ observation
     @property
@@ -489,19 +497,23 @@ class SharedCircuitBreaker:
             _refuse_generator(exc, awaitable)
             verdict = self._judge(exc, True)
             if verdict is not None:
-                await self._record(gen, self._since(start), now(), verdict)
+                await self._record(gen, self._since(start), now(), exc if verdict else None)
             raise
         end = now()
         if _admission_state.waits:
             start = self._since(start)
         if end - start > self._slow_ns:
-            await self._record(gen, start, end, False)  # (its breaker.recorded says slow)
+            await self._record(gen, start, end, None)  # (its breaker.recorded says slow)
             return result
         if end < self._defer_until and gen == self._gen:
             # A quick success that cannot change a decision: counted now, folded in later.
+            # (Never while metrics are on: see _success.)
             self._quick += 1
-        elif gen == self._gen and self._success(end):
-            await self._trip(end)
+        elif gen == self._gen:
+            if self._success(start, end):
+                await self._trip(end)
+        elif _metrics_state.enabled:
+            self._measure(start, end, None)  # stale, and counted as CircuitBreaker counts it
         if _SINKS.floor <= _DEBUG_INT and _SINKS.wants(_DEBUG_INT):
             self._recorded("success", False, start, end)
         return result
@@ -552,6 +564,27 @@ class SharedCircuitBreaker:
     def _recorded(self, outcome: str, slow: bool, start: int, end: int) -> None:
         emit("breaker.recorded", self._label, Level.DEBUG, end,
              {"outcome": outcome, "slow": slow, "state": "closed", "duration": (end - start) / 1e9})
+
+    def _new_recorder(self) -> _metrics.Recorder:
+        # One per breaker even when threads race to make it (see CircuitBreaker._new_recorder);
+        # it holds the breaker weakly for the state gauge, and has the success series from the start.
+        with _NEW_RECORDER:
+            recorder = self._recorder
+            if recorder is None:
+                recorder = _metrics.recorder("breaker", self._label, self)
+                recorder.histograms[_SUCCESS_DURATION] = _metrics.Histogram()
+                self._recorder = recorder
+        return recorder
+
+    def _measure(self, start: int, end: int, error: BaseException | None) -> None:
+        """Count a call with a verdict in ``stoic.breaker.calls`` / ``.call.duration`` (metrics on;
+        ``error``: the failure, None for a success), as ``CircuitBreaker`` counts it: window
+        evidence, stale or not, and probes. On the event loop, or under ``self._sync``."""
+        recorder = self._recorder or self._new_recorder()
+        if error is None:
+            recorder.observe(_SUCCESS_DURATION, end - start)
+        else:
+            recorder.observe((_DURATION, "failure", error_type(error)), end - start)
 
     async def _without_store(self, fn: Callable[..., Awaitable[R]], args: Any, kwargs: Any) -> R:
         fail_event(self._label, "breaker", self._fail_open, self._why, self._now())
@@ -604,16 +637,19 @@ class SharedCircuitBreaker:
             _refuse_generator(exc, awaitable)
             verdict = self._judge(exc, True)
             if verdict is not None:
-                await self._record(gen, self._since(start), now(), verdict)
+                await self._record(gen, self._since(start), now(), exc if verdict else None)
             raise
         end = now()
         start = self._since(start)
         # The success path: no store round trip unless this success trips the window (slow calls).
         if end - start > self._slow_ns:
-            await self._record(gen, start, end, False)  # (its breaker.recorded says slow)
+            await self._record(gen, start, end, None)  # (its breaker.recorded says slow)
             return result
-        if gen == self._gen and self._st == _CLOSED and self._success(end):
-            await self._trip(end)
+        if gen == self._gen and self._st == _CLOSED:
+            if self._success(start, end):
+                await self._trip(end)
+        elif _metrics_state.enabled:
+            self._measure(start, end, None)  # stale
         if _SINKS.wants(_DEBUG_INT):
             self._recorded("success", False, start, end)
         return result
@@ -627,26 +663,36 @@ class SharedCircuitBreaker:
             return self._window.successes(quick)
         return False
 
-    def _success(self, end: int) -> bool:
+    def _success(self, start: int, end: int) -> bool:
+        """Put a quick success in the window (and in the metrics when on); True when that trips it."""
         window = self._window
         tripped = self._fold() | window.success(end)
-        # Successes may skip the window until its current bucket ends (once it holds
-        # minimum_calls), and at least every millisecond they are folded in.
-        self._defer_until = min(window.defer_until(), end + 1_000_000)
+        if _metrics_state.enabled:
+            # Every success is measured: none skips the window (the quick path stays closed).
+            self._measure(start, end, None)
+            self._defer_until = NEVER
+        else:
+            # Successes may skip the window until its current bucket ends (once it holds
+            # minimum_calls), and at least every millisecond they are folded in.
+            self._defer_until = min(window.defer_until(), end + 1_000_000)
         return tripped
 
-    def _note(self, gen: int, start: int, end: int, failed: bool) -> bool:
-        """Put an outcome in the window; True when that trips it."""
+    def _note(self, gen: int, start: int, end: int, error: BaseException | None) -> bool:
+        """Put an outcome in the window (``error``: the failure, None for a success); True when
+        that trips it."""
+        if _metrics_state.enabled:
+            self._measure(start, end, error)
         if gen != self._gen or self._st != _CLOSED:
             return False  # stale: the shared state moved on while it ran
+        failed = error is not None
         slow = end - start > self._slow_ns
         if _SINKS.wants(_DEBUG_INT):
             self._recorded("failure" if failed else "success", slow, start, end)
         self._defer_until = NEVER
         return self._fold() | self._window.add(end, (FAILED if failed else 0) | (SLOW if slow else 0))
 
-    async def _record(self, gen: int, start: int, end: int, failed: bool) -> None:
-        if self._note(gen, start, end, failed):
+    async def _record(self, gen: int, start: int, end: int, error: BaseException | None) -> None:
+        if self._note(gen, start, end, error):
             await self._trip(end)
 
     def _tripping(self, now: int) -> str:
@@ -704,19 +750,22 @@ class SharedCircuitBreaker:
             # instead of expiring after half_open_timeout.
             done = await self._done(token, outcome)
             if verdict is not None:
-                self._probed(done, verdict, start, end)
+                self._probed(done, exc if verdict else None, start, end)
             if refusal is not None:
                 raise refusal from refusal.__cause__
             raise
         end, start = self._now(), self._since(start)
-        self._probed(await self._done(token, "slow" if end - start > self._slow_ns else "ok"), False, start, end)
+        self._probed(await self._done(token, "slow" if end - start > self._slow_ns else "ok"), None, start, end)
         return result
 
-    def _probed(self, reply: list[Any] | None, failed: bool, start: int, end: int) -> None:
-        """``breaker.recorded`` for a probe whose outcome the store counted (its lease was held)."""
+    def _probed(self, reply: list[Any] | None, error: BaseException | None, start: int, end: int) -> None:
+        """A probe with a verdict (``error``: its failure, None for a success): measured (metrics
+        on), and ``breaker.recorded`` when the store counted it (its lease was held)."""
+        if _metrics_state.enabled:
+            self._measure(start, end, error)
         if reply is not None and reply[4] and _SINKS.wants(_DEBUG_INT):
             emit("breaker.recorded", self._label, Level.DEBUG, end,
-                 {"outcome": "failure" if failed else "success", "slow": end - start > self._slow_ns,
+                 {"outcome": "success" if error is None else "failure", "slow": end - start > self._slow_ns,
                   "state": "half_open", "duration": (end - start) / 1e9})
 
     def _orphan(self, token: str, outcome: str) -> None:
@@ -785,7 +834,7 @@ class SharedCircuitBreaker:
             verdict = self._judge(exc, False)
             if verdict is not None:
                 with self._sync:
-                    if self._note(gen, self._since(start), now(), verdict):
+                    if self._note(gen, self._since(start), now(), exc if verdict else None):
                         self._call_blocking("breaker_trip", self._tripping(now()))
             raise
         end = now()
@@ -793,9 +842,13 @@ class SharedCircuitBreaker:
         slow = end - start > self._slow_ns
         with self._sync:
             if slow:
-                tripped = self._note(gen, start, end, False)  # (its breaker.recorded says slow)
+                tripped = self._note(gen, start, end, None)  # (its breaker.recorded says slow)
+            elif gen == self._gen and self._st == _CLOSED:
+                tripped = self._success(start, end)
             else:
-                tripped = gen == self._gen and self._st == _CLOSED and self._success(end)
+                tripped = False
+                if _metrics_state.enabled:
+                    self._measure(start, end, None)  # stale
             if tripped:
                 self._call_blocking("breaker_trip", self._tripping(end))
         if not slow and _SINKS.wants(_DEBUG_INT):
@@ -830,15 +883,15 @@ class SharedCircuitBreaker:
             outcome = "none" if verdict is None else ("failed" if verdict else "ok")
             if outcome == "ok" and end - start > self._slow_ns:
                 outcome = "slow"
-            with self._sync:
+            with self._sync:  # (the figures are updated under it)
                 done = self._done_blocking(token, outcome)
-            if verdict is not None:
-                self._probed(done, verdict, start, end)
+                if verdict is not None:
+                    self._probed(done, exc if verdict else None, start, end)
             raise
         end, start = self._now(), self._since(start)
         with self._sync:
             done = self._done_blocking(token, "slow" if end - start > self._slow_ns else "ok")
-        self._probed(done, False, start, end)
+            self._probed(done, None, start, end)
         return result
 
     def _done_blocking(self, token: str, outcome: str) -> list[Any] | None:
