@@ -19,6 +19,7 @@ import pytest
 from _breaker_helpers import StepClock
 from redis_harness import RedisServer, fresh
 
+import stoic
 from stoic import CircuitBreaker, CircuitOpen, Defect, OpenDuration, _metrics
 from stoic.breaker import BreakerState, CountWindow
 from stoic.fleet import RedisStore, SharedCircuitBreaker
@@ -216,3 +217,91 @@ async def test_while_the_store_is_down_the_fallback_and_the_fallbacks_counter_re
         await store.aclose()
     finally:
         redis_server.stop()
+
+
+async def _refusals(breaker: SharedCircuitBreaker | CircuitBreaker) -> None:
+    """Trip it (a 0.2 s open period); two calls refused open and one for its passed deadline; then
+    a probe in flight and a call refused half-open (every probe taken); the probe closes it."""
+
+    async def fails() -> None:
+        raise ConnectionError("down")
+
+    async def ok() -> str:
+        return "ok"
+
+    for _ in range(4):
+        with pytest.raises(ConnectionError):
+            await breaker.execute(fails)
+    for _ in range(2):
+        with pytest.raises(CircuitOpen):
+            await breaker.execute(ok)
+    async with stoic.deadline(stoic.SYSTEM_CLOCK.now() - 1):
+        with pytest.raises(stoic.DeadlineExceeded):
+            await breaker.execute(ok)
+    await asyncio.sleep(0.25)
+    gate = asyncio.Event()
+
+    async def held() -> str:
+        await gate.wait()
+        return "ok"
+
+    probe = asyncio.create_task(breaker.execute(held))
+    for _ in range(100):
+        await asyncio.sleep(0.005)
+        if probe.done() or breaker.state is BreakerState.HALF_OPEN:
+            break
+    await asyncio.sleep(0.05)  # the probe's lease is taken
+    with pytest.raises(CircuitOpen):
+        await breaker.execute(ok)
+    gate.set()
+    assert await probe == "ok"
+    assert breaker.state is BreakerState.CLOSED
+
+
+async def test_shared_breaker_counts_its_rejections_by_state_as_the_local_breaker_does(
+    server: RedisServer, metrics_on: None,
+) -> None:
+    store = RedisStore(server.url, budget=2.0)
+    config: dict[str, Any] = {"window": CountWindow(4), "minimum_calls": 4,
+                              "open_duration": OpenDuration.fixed(0.2, jitter=0.0)}
+    shared = shared_of(store, **config)
+    local = local_of(**config)
+    for breaker in (local, shared):
+        await _refusals(breaker)
+    rejections = {b.label: breaker_figures(b.label).get("stoic.breaker.rejections") for b in (local, shared)}
+    expected = {("open",): 3, ("half_open",): 1}
+    assert rejections == {local.label: expected, shared.label: expected}
+    await store.aclose()
+
+
+async def test_a_replica_counts_the_calls_it_refuses_for_a_trip_or_a_switch_made_elsewhere(
+    server: RedisServer, metrics_on: None,
+) -> None:
+    label = fresh("metrics-remote")
+    a_store, b_store = RedisStore(server.url, budget=2.0), RedisStore(server.url, budget=2.0)
+    config: dict[str, Any] = {"window": CountWindow(4), "minimum_calls": 4, "refresh_interval": 0.05,
+                              "open_duration": OpenDuration.fixed(0.2, jitter=0.0)}
+    a = SharedCircuitBreaker(label=label, store=a_store, **config)
+    b = SharedCircuitBreaker(label=label, store=b_store, **config)
+
+    async def fails() -> None:
+        raise ConnectionError("down")
+
+    async def ok() -> str:
+        return "ok"
+
+    assert await b.execute(ok) == "ok"
+    for _ in range(4):
+        with pytest.raises(ConnectionError):
+            await a.execute(fails)
+    await asyncio.sleep(0.06)
+    with pytest.raises(CircuitOpen):
+        await b.execute(ok)  # a's trip
+    await a.force_open()
+    await asyncio.sleep(0.3)  # the trip's open period is over: the switch holds
+    with pytest.raises(CircuitOpen):
+        await b.execute(ok)  # a's switch
+    assert figures(label)["stoic.breaker.rejections"] == {("open",): 2}  # (every refusal was b's)
+    await a.reset()
+    for s in (a_store, b_store):
+        await s.aclose()

@@ -554,7 +554,9 @@ class SharedCircuitBreaker:
     def _refuse_if_late(self) -> None:
         left = _deadline.remaining_ns()
         if left is not None and left <= 0:
-            raise late(self.label, self.state, self._now())
+            state = self.state
+            self._rejected(state)
+            raise late(self.label, state, self._now())
 
     def _since(self, start: int) -> int:
         """When the call was admitted by the stages inside this breaker: a call that waited in an
@@ -592,12 +594,20 @@ class SharedCircuitBreaker:
             raise CircuitOpen(f"circuit open ({self._label}): the store could not decide", label=self._label)
         return await self._local.execute(fn, *args, **kwargs)
 
+    def _rejected(self, state: BreakerState) -> None:
+        """Count a refusal in ``stoic.breaker.rejections`` by ``state`` (metrics on), as
+        ``CircuitBreaker`` counts its own: under the module's lock (from the loop or a thread)."""
+        if _metrics_state.enabled:
+            (self._recorder or self._new_recorder()).count_locked(("stoic.breaker.rejections", state.value))
+
     def _reject(self, now: int) -> CircuitOpen:
         retry_after = None
         if self._st == _OPEN and self._until > now:
             retry_after = (self._until - now) / 1e9
+        state = self.state
+        self._rejected(state)
         if _SINKS.wants(Level.DEBUG):
-            attrs: dict[str, Any] = {"state": self.state.value}
+            attrs: dict[str, Any] = {"state": state.value}
             if retry_after is not None:
                 attrs["retry_after"] = retry_after
             emit("breaker.rejected", self._label, Level.DEBUG, now, attrs)
