@@ -274,7 +274,8 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
     _m("stoic.breaker.rejections", "counter", "{call}", "breaker", ("state",), "every call the breaker refused",
        "Calls the breaker refused without running them, by the state it was in."),
     _m("stoic.breaker.transitions", "counter", "{transition}", "breaker", ("state",), "every state transition",
-       "State transitions, by the new state."),
+       "State transitions, by the new state. A shared breaker (stoic.fleet) counts, on each replica, the "
+       "transitions that replica observes, made there or elsewhere in the fleet."),
     _m("stoic.breaker.call.duration", "histogram", "s", "breaker", ("outcome", "error.type"),
        "every call the breaker recorded",
        "Duration of the calls the breaker recorded, in seconds on the breaker's clock, by outcome; `error.type` "

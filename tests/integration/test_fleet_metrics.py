@@ -305,3 +305,65 @@ async def test_a_replica_counts_the_calls_it_refuses_for_a_trip_or_a_switch_made
     await a.reset()
     for s in (a_store, b_store):
         await s.aclose()
+
+
+async def test_shared_breaker_counts_its_transitions_as_the_local_breaker_does(
+    server: RedisServer, metrics_on: None,
+) -> None:
+    store = RedisStore(server.url, budget=2.0)
+    config: dict[str, Any] = {"window": CountWindow(4), "minimum_calls": 4,
+                              "open_duration": OpenDuration.fixed(0.1, jitter=0.0)}
+    shared = shared_of(store, **config)
+    local = local_of(**config)
+    for breaker in (local, shared):
+        await _probe_sequence(breaker)  # open, half-open, open (the failed probe), half-open, closed
+    transitions = {b.label: breaker_figures(b.label).get("stoic.breaker.transitions") for b in (local, shared)}
+    expected = {("open",): 2, ("half_open",): 1 + 1, ("closed",): 1}
+    assert transitions == {local.label: expected, shared.label: expected}
+    await store.aclose()
+
+
+def _transitions_of(breaker: SharedCircuitBreaker) -> dict[str, int]:
+    recorder = breaker._recorder
+    assert recorder is not None
+    return {key[1]: n for key, n in recorder.counters.items() if key[0] == "stoic.breaker.transitions"}
+
+
+async def test_a_replica_counts_the_transitions_the_fleet_makes_as_it_observes_them(
+    server: RedisServer, metrics_on: None,
+) -> None:
+    # Two replicas of one breaker (one label: their series sum in this process, so each is also
+    # read from its own recorder). A trip, a probe, a kill switch and its lift, each made by one
+    # replica and read by the other from the store.
+    label = fresh("metrics-fleet")
+    a_store, b_store = RedisStore(server.url, budget=2.0), RedisStore(server.url, budget=2.0)
+    config: dict[str, Any] = {"window": CountWindow(4), "minimum_calls": 4, "refresh_interval": 0.05,
+                              "open_duration": OpenDuration.fixed(0.2, jitter=0.0)}
+    a = SharedCircuitBreaker(label=label, store=a_store, **config)
+    b = SharedCircuitBreaker(label=label, store=b_store, **config)
+
+    async def fails() -> None:
+        raise ConnectionError("down")
+
+    async def ok() -> str:
+        return "ok"
+
+    await a.refresh()
+    assert await b.execute(ok) == "ok"
+    for _ in range(4):
+        with pytest.raises(ConnectionError):
+            await a.execute(fails)  # a opens it
+    await b.refresh()  # b reads the trip from the store
+    await asyncio.sleep(0.25)
+    assert await b.execute(ok) == "ok"  # b sees half-open, and its probe closes it
+    await a.refresh()  # a reads the close
+    await b.force_open()
+    await a.refresh()  # a reads b's switch
+    await a.force_closed()
+    await b.refresh()  # b reads a's lift
+    assert (a.state, b.state) == (BreakerState.CLOSED, BreakerState.CLOSED)
+    assert _transitions_of(a) == {"open": 2, "closed": 2}
+    assert _transitions_of(b) == {"open": 2, "half_open": 1, "closed": 2}
+    assert figures(label)["stoic.breaker.transitions"] == {("open",): 4, ("half_open",): 1, ("closed",): 4}
+    for s in (a_store, b_store):
+        await s.aclose()

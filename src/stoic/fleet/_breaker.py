@@ -240,11 +240,15 @@ class SharedCircuitBreaker:
         return self._observe(self._now())
 
     def _observe(self, now: int) -> BreakerState:
-        """The shared state as this replica sees it now, published to the streams on a change."""
+        """The shared state as this replica sees it now, published to the streams on a change and
+        counted in ``stoic.breaker.transitions`` (metrics on): every transition this replica
+        observes, made here or elsewhere in the fleet, as :meth:`state_changes` streams them."""
         st = self._st
         state = BreakerState.HALF_OPEN if st == _OPEN and now >= self._until else _STATES[st]
         if state is not self._seen:
             self._seen = state
+            if _metrics_state.enabled:  # (any thread may read the state: under the module's lock)
+                (self._recorder or self._new_recorder()).count_locked(("stoic.breaker.transitions", state.value))
             streams = self._streams
             if streams:
                 for stream in list(streams):
