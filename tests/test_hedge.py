@@ -428,6 +428,62 @@ async def test_a_hedge_in_a_retry_attempt_or_a_hedge_call_on_its_budget_deposits
     assert sent == 20 + 10 + 15, sent
 
 
+async def test_a_collapsed_retry_between_a_retry_and_a_hedge_is_not_the_hedge_s_request(clock: VirtualClock) -> None:
+    # A retry collapsed in another's attempt (SINGLE_ATTEMPT, the default) neither deposits nor
+    # retries: its one attempt is the outer attempt's request, counted on the outer's budget.
+    # A hedge inside it took the collapsed retry's budget for where its request was counted:
+    # retry(x) > retry(y) > hedge(x) deposited on x for requests retry(x) had already counted
+    # (20 extra requests for 20 calls where 10 are allowed), and retry(y) > retry(x) > hedge(x)
+    # deposited nothing at all on x (no request counted there: the hedge never hedged).
+    def budget() -> RetryBudget:
+        return RetryBudget(ratio=0.5, reserve_per_second=0, reserve_capacity=0, clock=clock)
+
+    five = stoic.Schedule.fixed(0).attempts(5)
+
+    def collapsed(inner: Hedge, on: RetryBudget, dep: Any, form: str) -> Any:
+        # The collapsed retry, in each async form.
+        if form == "plain":
+            return stoic.retry(five, lambda: inner.execute(IDEMPOTENT, dep), label="b", budget=on)
+        if form == "timed":
+            return stoic.retry(five, lambda: inner.execute(IDEMPOTENT, dep), label="b", budget=on, attempt_timeout=10)
+        if form == "stage":
+            return stoic.Retrying(five, label="b", budget=on).execute(inner.execute, IDEMPOTENT, dep)
+
+        @stoic.retrying(five, label="b", budget=on)
+        async def call() -> None:
+            await inner.execute(IDEMPOTENT, dep)
+
+        return call()
+
+    for form in ("plain", "timed", "stage", "decorated"):
+        for hedge_on_outer in (True, False):
+            x, y = budget(), budget()
+            inner = Hedge(0.1, budget=x, max_attempts=3, label="h", clock=clock)
+            outer, middle = (x, y) if hedge_on_outer else (y, x)
+            sent = 0
+
+            async def dependency() -> None:
+                nonlocal sent
+                sent += 1
+                await clock.sleep(1)
+                raise ConnectionError
+
+            def attempt(inner: Hedge = inner, middle: RetryBudget = middle, form: str = form) -> Any:
+                return collapsed(inner, middle, dependency, form)
+
+            for _ in range(20):
+                with pytest.raises(ConnectionError):
+                    await clock.run(stoic.retry(five, attempt, label="a", budget=outer))
+            if hedge_on_outer:
+                # As retry(x) > hedge(x): 20 first requests earn 10 tokens, for retries and hedges.
+                assert sent == 30, (form, sent)
+            else:
+                # As retry(y) > hedge(x): 20 calls earn 10 retries on y, and the 30 hedged calls
+                # they make (each a request counted on x by the hedge alone) earn 15 hedges.
+                assert sent == 20 + 10 + 15, (form, sent)
+            assert x.tokens == pytest.approx(0.0) and y.tokens == pytest.approx(0.0), form
+
+
 def test_the_default_budget_is_per_call_site() -> None:
     a = Hedge(0.1, label="h")
     b = Hedge(0.1, label="h")

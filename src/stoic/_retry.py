@@ -52,8 +52,10 @@ RETRY_AFTER_CAP_NS = 300 * 1_000_000_000
 # One mark per attempt of a retry call, ``[running, parent, budget]``: ``running`` is 1 while
 # that attempt runs; ``parent`` is the mark that was running where the retry started (the attempt
 # it is nested in), else None; ``budget`` the retry's RetryBudget (a hedge started in the attempt
-# reads it: see below). A retry starts inside an attempt when the mark it finds, or one up that
-# mark's parent chain, is running (seed 001, "Nesting").
+# reads it: see below), or None for a retry collapsed in another's attempt (SINGLE_ATTEMPT): its
+# one attempt is the outer attempt's request, counted where that one is, not on its own budget.
+# A retry starts inside an attempt when the mark it finds, or one up that mark's parent chain,
+# is running (seed 001, "Nesting").
 #
 # Each attempt sets its own fresh mark in a context variable and it is never reset; only the
 # retry that made a mark changes it. So a task or thread whose context was copied during an
@@ -134,9 +136,10 @@ def _counted_on(mark: _Mark | None, bucket: RetryBudget) -> bool:
     """Whether a hedge spending from ``bucket``, starting where ``mark`` is set, runs in a request
     already counted on that budget: in a call of a hedge on it (_in_hedge_on), or in the running
     attempt of a retry on it (the innermost running retry decides: a retry on another budget
-    between them retries, and deposits, on its own)."""
+    between them retries, and deposits, on its own). A collapsed retry's attempt (its budget
+    None) is the outer attempt's request: the walk goes on to where that one is counted."""
     while mark is not None:
-        if mark[0]:
+        if mark[0] and mark[2] is not None:
             return mark[2] is bucket
         if len(mark) > 3 and mark[2] is bucket:
             return True
@@ -507,7 +510,9 @@ if {attempt_ns} is not None:
         next(bucket._deposits)
     elif _running(old):
         mark[1] = old
-        if {nesting} is not _SINGLE and not _in_hedge_on(old, bucket):
+        if {nesting} is _SINGLE:
+            mark[2] = None  # (collapsed: its attempt is counted where the outer's is, not on bucket)
+        elif not _in_hedge_on(old, bucket):
             next(bucket._deposits)
     elif not _hedged(old, mark, bucket):
         next(bucket._deposits)
@@ -523,11 +528,15 @@ elif old[0]:
     mark[1] = old
     if {nesting} is not _SINGLE:  # (a collapsed retry deposits nothing: see above)
         next(bucket._deposits)
+    else:
+        mark[2] = None  # (nor is its attempt counted on bucket: see the marks)
 elif (parent := old[1]) is None:
     next(bucket._deposits)
 elif _running(parent):
     mark[1] = old
-    if {nesting} is not _SINGLE and not _in_hedge_on(old, bucket):
+    if {nesting} is _SINGLE:
+        mark[2] = None
+    elif not _in_hedge_on(old, bucket):
         next(bucket._deposits)
 elif not _hedged(old, mark, bucket):  # (in a hedge's attempt on this budget: see above)
     next(bucket._deposits)
@@ -709,11 +718,15 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
         mark[1] = old
         if nesting is not _SINGLE:  # (see _FIRST_ATTEMPT: a collapsed retry deposits nothing)
             next(bucket._deposits)
+        else:
+            mark[2] = None
     elif (parent := old[1]) is None:
         next(bucket._deposits)
     elif _running(parent):
         mark[1] = old
-        if nesting is not _SINGLE and not _in_hedge_on(old, bucket):
+        if nesting is _SINGLE:
+            mark[2] = None
+        elif not _in_hedge_on(old, bucket):
             next(bucket._deposits)
     elif not _hedged(old, mark, bucket):  # (see _FIRST_ATTEMPT: in a hedge's attempt)
         next(bucket._deposits)
