@@ -484,6 +484,78 @@ async def test_a_collapsed_retry_between_a_retry_and_a_hedge_is_not_the_hedge_s_
             assert x.tokens == pytest.approx(0.0) and y.tokens == pytest.approx(0.0), form
 
 
+async def test_a_hedge_in_the_first_attempt_of_a_retry_on_another_budget_is_the_outer_request(
+    clock: VirtualClock,
+) -> None:
+    # A retry's first attempt is the request of the attempt, or hedge call, it started in; only
+    # its later attempts are requests of its own (paid for on its budget). A hedge on x in the
+    # first attempt of a retry on y, inside a retry attempt or a hedge call on x, deposited on x
+    # again for a request x had already counted: retry(x) > retry(y, ALLOW, one attempt) >
+    # hedge(x) sent 40 requests for 20 calls where retry(x) > hedge(x) sends 30, and hedge(x) >
+    # retry(y, one attempt) > hedge(x) 59 where hedge(x) > hedge(x) sends 30.
+    def budget() -> RetryBudget:
+        return RetryBudget(ratio=0.5, reserve_per_second=0, reserve_capacity=0, clock=clock)
+
+    allow = stoic.RetryNesting.ALLOW
+    one, two, five = (stoic.Schedule.fixed(0).attempts(n) for n in (1, 2, 5))
+
+    def retried(schedule: stoic.BoundedSchedule, fn: Any, on: RetryBudget, form: str, nested: bool) -> Any:
+        nesting = allow if nested else stoic.RetryNesting.SINGLE_ATTEMPT
+        if form == "plain":
+            return stoic.retry(schedule, fn, label="b", budget=on, nesting=nesting)
+        if form == "timed":
+            return stoic.retry(schedule, fn, label="b", budget=on, nesting=nesting, attempt_timeout=10)
+        if form == "stage":
+            return stoic.Retrying(schedule, label="b", budget=on, nesting=nesting).execute(fn)
+
+        @stoic.retrying(schedule, label="b", budget=on, nesting=nesting)
+        async def decorated() -> None:
+            await fn()
+
+        return decorated()
+
+    for form in ("plain", "timed", "stage", "decorated"):
+        for shape in ("in a retry", "in a hedge", "retrying"):
+            x, y = budget(), budget()
+            sent = 0
+
+            async def dependency() -> None:
+                nonlocal sent
+                sent += 1
+                await clock.sleep(1)
+                raise ConnectionError
+
+            inner = Hedge(0.1, budget=x, max_attempts=3, label="h", clock=clock)
+            outer = Hedge(0.1, budget=x, max_attempts=3, label="outer", clock=clock)
+            late = Hedge(100, budget=x, max_attempts=3, label="late", clock=clock)  # (only its deposit counts)
+
+            def call(shape: str = shape, form: str = form, inner: Hedge = inner, outer: Hedge = outer,
+                     late: Hedge = late, x: RetryBudget = x, y: RetryBudget = y) -> Any:
+                if shape == "in a retry":
+                    return stoic.retry(five, lambda: retried(
+                        one, lambda: inner.execute(IDEMPOTENT, dependency), y, form, True), label="a", budget=x)
+                if shape == "in a hedge":
+                    return outer.execute(IDEMPOTENT, lambda: retried(
+                        one, lambda: late.execute(IDEMPOTENT, dependency), y, form, False))
+                # The retry on y retries (ALLOW, two attempts): its second attempts are requests
+                # of its own, x counts them through the hedge's deposit alone.
+                return stoic.retry(five, lambda: retried(
+                    two, lambda: inner.execute(IDEMPOTENT, dependency), y, form, True), label="a", budget=x)
+
+            for _ in range(20):
+                with pytest.raises(ConnectionError):
+                    await clock.run(call())
+            if shape == "retrying":
+                # 20 calls make 20 first attempts of retry(x) (the hedges take x's tokens first),
+                # which earn 10 retries on y; x earns 10 for the calls and 5 for those retries.
+                assert sent == 20 + 10 + 15, (form, shape, sent)
+                assert x.tokens == pytest.approx(0.0) and y.tokens == pytest.approx(0.0), (form, shape)
+            else:
+                # As retry(x) > hedge(x) and hedge(x) > hedge(x): 20 first requests, 10 tokens.
+                assert sent == 30, (form, shape, sent)
+                assert x.tokens == pytest.approx(0.0), (form, shape)
+
+
 def test_the_default_budget_is_per_call_site() -> None:
     a = Hedge(0.1, label="h")
     b = Hedge(0.1, label="h")

@@ -50,10 +50,12 @@ RETRY_AFTER_CAP_NS = 300 * 1_000_000_000
 """A Retry-After longer than five minutes is capped (retry.after_capped)."""
 
 # One mark per attempt of a retry call, ``[running, parent, budget]``: ``running`` is 1 while
-# that attempt runs; ``parent`` is the mark that was running where the retry started (the attempt
-# it is nested in), else None; ``budget`` the retry's RetryBudget (a hedge started in the attempt
-# reads it: see below), or None for a retry collapsed in another's attempt (SINGLE_ATTEMPT): its
-# one attempt is the outer attempt's request, counted where that one is, not on its own budget.
+# the first attempt runs, 2 while a later one does (any true value is "running": only a hedge's
+# test, _counted_on, tells them apart), else 0; ``parent`` is the mark that was running where
+# the retry started (the attempt it is nested in), else None; ``budget`` the retry's RetryBudget
+# (a hedge started in the attempt reads it: see below), or None for a retry collapsed in
+# another's attempt (SINGLE_ATTEMPT): its one attempt is the outer attempt's request, counted
+# where that one is, not on its own budget.
 # A retry starts inside an attempt when the mark it finds, or one up that mark's parent chain,
 # is running (seed 001, "Nesting").
 #
@@ -135,13 +137,18 @@ def _in_hedge_on(mark: _Mark | None, bucket: RetryBudget) -> bool:
 def _counted_on(mark: _Mark | None, bucket: RetryBudget) -> bool:
     """Whether a hedge spending from ``bucket``, starting where ``mark`` is set, runs in a request
     already counted on that budget: in a call of a hedge on it (_in_hedge_on), or in the running
-    attempt of a retry on it (the innermost running retry decides: a retry on another budget
-    between them retries, and deposits, on its own). A collapsed retry's attempt (its budget
-    None) is the outer attempt's request: the walk goes on to where that one is counted."""
+    attempt of a retry on it. A later attempt of a retry on another budget is a request of its
+    own, paid for there: not counted on ``bucket``. A first attempt is the request of the attempt,
+    or hedge call, the retry started in (its parent; none at the top): on another budget, or
+    collapsed (its budget None), the walk goes on to where that request is counted."""
     while mark is not None:
-        if mark[0] and mark[2] is not None:
-            return mark[2] is bucket
-        if len(mark) > 3 and mark[2] is bucket:
+        running = mark[0]
+        if running:
+            if mark[2] is bucket:
+                return True
+            if running != 1:
+                return False
+        elif len(mark) > 3 and mark[2] is bucket:
             return True
         mark = mark[1]
     return False
@@ -165,13 +172,14 @@ _get_ident = threading.get_ident
 
 def _attempt_mark(mark: _Mark, number: int) -> _Mark:
     """The mark of attempt ``number`` of the retry whose first attempt ran under ``mark``, set
-    running: ``mark`` itself for the first, a fresh one with the same parent (set in the context)
-    for each later attempt, so that a task or thread an earlier attempt created, and which
-    outlived it, is not inside this one (it retries in full once its attempt has ended)."""
+    running: ``mark`` itself for the first, a fresh one with the same parent (set in the context;
+    running 2: a request of its own, see _counted_on) for each later attempt, so that a task or
+    thread an earlier attempt created, and which outlived it, is not inside this one (it retries
+    in full once its attempt has ended)."""
     if number == 1:
         mark[0] = 1
         return mark
-    fresh: _Mark = [1, mark[1], mark[2]]
+    fresh: _Mark = [2, mark[1], mark[2]]  # (never collapsed: its budget is the retry's)
     _set_marks(fresh)
     return fresh
 
