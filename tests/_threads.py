@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import stoic
-from stoic.testing import RecordingSink
+from stoic.testing import RecordingSink, VirtualClock
 
 
 @pytest.fixture(name="sink")
@@ -55,3 +55,24 @@ class GateLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+class InterruptingClock(VirtualClock):
+    """A virtual clock moved by :meth:`step` from the test's thread (no timer fires, so an
+    ambient deadline on it is only ever *seen* to pass: no task is cancelled); a thread marked
+    in ``interrupted`` gets a ``KeyboardInterrupt`` at its next reading of the clock (as from a
+    signal during its wait)."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        super().__init__(start)
+        self.interrupted: set[threading.Thread] = set()
+
+    def step(self, seconds: float) -> None:
+        self._set_now(self.now_ns() + round(seconds * 1e9))
+
+    def now_ns(self) -> int:
+        thread = threading.current_thread()
+        if thread in self.interrupted:
+            self.interrupted.discard(thread)
+            raise KeyboardInterrupt
+        return super().now_ns()

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import sys
+import threading
 import types
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 from _breaker_helpers import Boom, StepClock
+from _threads import InterruptingClock, eventually
 
 import stoic
 from stoic import (
@@ -545,6 +547,42 @@ async def test_a_thread_timed_out_in_a_blocking_bulkheads_queue_is_not_a_slow_ca
     inner.release()
     snap = breaker.snapshot
     assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 5, 0)
+
+
+@pytest.mark.parametrize("prioritized", [False, True], ids=["fifo", "managed"])
+def test_a_thread_interrupted_in_a_blocking_bulkheads_queue_is_not_a_slow_call(prioritized: bool) -> None:
+    """A wait that ends in a ``KeyboardInterrupt`` (any exception out of the wait, not only a
+    timeout) is local queueing too: a thread queued 2 s in a full BlockingBulkhead, interrupted
+    there and catching it, is no slow call for a breaker slow from 1 s; it leaves the queue
+    without a slot and without giving back one it did not hold."""
+    clock = InterruptingClock()
+    with stoic.use_clock(clock):
+        breaker = _queued_breaker()
+        inner = stoic.BlockingBulkhead(1, queue_limit=5, prioritized=prioritized, label="cache")
+    inner.acquire()  # the only slot, held by someone else throughout
+    results: list[str] = []
+
+    def handler() -> str:
+        try:
+            inner.acquire(timeout=5.0)
+        except KeyboardInterrupt:
+            return "interrupted"
+        inner.release()
+        return "admitted"
+
+    worker = threading.Thread(target=lambda: results.append(breaker.call(handler)), daemon=True)
+    worker.start()
+    eventually(lambda: inner.queued_count == 1)  # (real time: until the thread waits in the queue)
+    clock.step(2.0)
+    clock.interrupted.add(worker)
+    clock.step(0)  # wakes the waiter: it reads the clock and is interrupted, 2 s into its wait
+    worker.join(5)
+    assert results == ["interrupted"]
+    assert (inner.active_count, inner.queued_count) == (1, 0)
+    inner.release()
+    assert inner.active_count == 0
+    snap = breaker.snapshot
+    assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 1, 0)
 
 
 @pytest.mark.parametrize("kind", ["adaptive", "gradient", "prioritized", "keyed bulkhead", "keyed limiter"])

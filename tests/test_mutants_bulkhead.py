@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from _threads import eventually
+from _threads import InterruptingClock, eventually
 
 import stoic
 from stoic import BulkheadFull, DeadlineExceeded
@@ -26,24 +26,11 @@ from stoic.testing import RecordingSink, VirtualClock
 START = 1000.0  # a clock far from zero: an instant and a duration are never confused
 
 
-class SteppingClock(VirtualClock):
-    """A virtual clock moved by :meth:`step` from the test's thread; no timer fires, so an
-    ambient deadline on it is only ever *seen* to pass (no task is cancelled)."""
+class SteppingClock(InterruptingClock):
+    """An :class:`InterruptingClock` (moved by ``step``, interrupting marked threads) from START."""
 
     def __init__(self) -> None:
         super().__init__(START)
-        self.interrupted: set[threading.Thread] = set()
-
-    def step(self, seconds: float) -> None:
-        self._set_now(self.now_ns() + round(seconds * 1e9))
-
-    def now_ns(self) -> int:
-        # A thread marked for interruption gets a KeyboardInterrupt at its next clock reading.
-        thread = threading.current_thread()
-        if thread in self.interrupted:
-            self.interrupted.discard(thread)
-            raise KeyboardInterrupt
-        return super().now_ns()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from _threads import eventually
+from _threads import InterruptingClock, eventually
 
 import stoic
 from stoic import DeadlineExceeded, RateLimited
@@ -385,27 +385,10 @@ class Taker(threading.Thread):
             self.error = exc
 
 
-class InterruptingClock(VirtualClock):
-    """Moved by the test's thread; a thread marked in ``interrupted`` gets a KeyboardInterrupt
-    at its next reading of the clock."""
-
-    def __init__(self) -> None:
-        super().__init__(START)
-        self.interrupted: set[threading.Thread] = set()
-
-    def now_ns(self) -> int:
-        thread = threading.current_thread()
-        if thread in self.interrupted:
-            self.interrupted.discard(thread)
-            raise KeyboardInterrupt
-        return super().now_ns()
-
-    def step(self, seconds: float) -> None:
-        self._set_now(self.now_ns() + round(seconds * 1e9))
 
 
 def test_an_interrupted_blocking_waiter_behind_the_head_leaves_the_queue() -> None:
-    clock = InterruptingClock()
+    clock = InterruptingClock(START)
     limiter = BlockingRateLimiter(100, per=1.0, burst=1, queue_limit=None, label="behind", clock=clock)
     assert limiter.try_acquire()
     head = Taker(limiter, clock, 1)  # served at 10 ms
@@ -433,7 +416,7 @@ def test_an_interrupted_blocking_waiter_behind_the_head_leaves_the_queue() -> No
 
 
 def test_an_interrupted_blocking_head_hands_its_turn_and_credit_to_the_next() -> None:
-    clock = InterruptingClock()
+    clock = InterruptingClock(START)
     limiter = BlockingRateLimiter(10, per=1.0, burst=1, queue_limit=None, label="give-up", clock=clock)
     assert limiter.try_acquire()
 

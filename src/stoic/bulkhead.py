@@ -464,16 +464,25 @@ class BlockingBulkhead(_Compartment):
         rules = self._rules
         if rules is not None:
             return self._acquire_managed(rules, give_up)  # (releases the lock)
+        queued = False
         try:
-            waiters = self._waiters
-            if self._active < self._max and not waiters:
-                self._active += 1
-                return
-            waiting = len(waiters)
-            since = self._clock.now_ns()
-            admitted = waiting < self._queue_limit and self._wait_locked(give_up)
-        finally:
-            lock.release()
+            try:
+                waiters = self._waiters
+                if self._active < self._max and not waiters:
+                    self._active += 1
+                    return
+                waiting = len(waiters)
+                since = self._clock.now_ns()
+                queued = waiting < self._queue_limit
+                admitted = queued and self._wait_locked(give_up)
+            finally:
+                lock.release()
+        except BaseException:
+            if queued:
+                # Interrupted in the queue (a KeyboardInterrupt, any exception out of the wait):
+                # it left unadmitted, and the wait was local queueing all the same.
+                refused_after_wait(self._clock, self._clock.now_ns(), since)
+            raise
         if admitted:
             # Admitted after waiting: an outer breaker leaves the wait out of the call's duration.
             admitted_after_wait(self._clock, self._clock.now_ns(), since)
@@ -569,6 +578,10 @@ class BlockingBulkhead(_Compartment):
             finally:
                 self._lock.release()
         except BaseException:
+            if parked is not None:
+                # Left the queue on an exception out of the wait (a KeyboardInterrupt, ...):
+                # unadmitted, and the wait was local queueing all the same.
+                refused_after_wait(clock, clock.now_ns(), parked.since_ns)
             if parked is not None and parked.error is not None:
                 shed_event(self, self._reason(parked.error), parked.dropped_ns - parked.since_ns, parked.tier)
             raise
