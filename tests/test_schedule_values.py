@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,6 +32,32 @@ def test_factor_three_and_three_point_zero_step_alike_at_nanosecond_precision() 
     assert repr(as_float) == "Schedule.exponential(1e-09, factor=3).capped(1000000000).attempts(40)"
     assert as_float.maximal_delays()[35] == 3**35 / 1e9
     assert as_float.maximal_delays() == as_int.maximal_delays()
+
+
+@pytest.mark.parametrize("duration", [
+    datetime.timedelta(days=100, microseconds=3),  # a float of its seconds reads back 1 ns short
+    datetime.timedelta(days=1000, microseconds=123457),  # a float of its seconds is 8 ns off
+    datetime.timedelta(days=100_000, seconds=7, microseconds=999_999),
+])
+def test_a_timedelta_beyond_a_floats_nanoseconds_prints_as_the_timedelta(duration: datetime.timedelta) -> None:
+    # The float nearest a long timedelta's seconds need not read back as its nanoseconds (past
+    # 2**53 ns, about 104 days, no float holds every microsecond): the repr would rebuild a
+    # schedule some ns away. It prints the timedelta itself (datetime's own repr) instead.
+    for schedule in [Schedule.fixed(duration), Schedule.linear(duration).capped(duration),
+                     Schedule.exponential(1).up_to(duration), Schedule.delays([duration, 0.5]),
+                     Schedule.decorrelated(duration, duration)]:
+        text = repr(schedule)
+        assert "datetime.timedelta(" in text
+        rebuilt = eval(text, {"Schedule": Schedule, "datetime": datetime})
+        assert rebuilt == schedule and hash(rebuilt) == hash(schedule)
+
+
+@pytest.mark.parametrize("value", [0.1, 9072000.5, 86400000.123456, 3.5e11, 1e12,
+                                   datetime.timedelta(days=103, microseconds=1)])
+def test_a_duration_a_float_holds_still_prints_as_the_float(value: float | datetime.timedelta) -> None:
+    schedule = Schedule.fixed(value)
+    assert "timedelta" not in repr(schedule)
+    assert eval(repr(schedule), {"Schedule": Schedule}) == schedule
 
 
 @pytest.mark.parametrize("factor", [1, 2, 3, 10, 2**53, 2**60, 10**300])

@@ -18,6 +18,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Literal, TypeAlias, TypeVar, overload
 
 from ._durations import Seconds, _finite, _show, check_fraction, check_int, to_ns
@@ -748,9 +749,17 @@ def _total_delay(node: _Node, retries: int) -> int:
 # --- repr ------------------------------------------------------------------------------------
 
 def _sec(ns: int) -> str:
+    """Source text for a duration that :func:`_ns` reads back as exactly ``ns``: whole seconds
+    as an int, else the float of its seconds when that reads back (every duration given as a
+    float does), else the ``timedelta`` it was given as, in datetime's own repr: past a few
+    million seconds the float nearest a timedelta's seconds may read back some ns away (past
+    2**53 ns, about 104 days, no float holds every microsecond)."""
     if ns % 1_000_000_000 == 0:
         return str(ns // 1_000_000_000)
-    return repr(ns / 1e9)
+    seconds = ns / 1e9
+    if ns % 1000 or min(MAX_NS, round(seconds * 1_000_000_000)) == ns:
+        return repr(seconds)  # (off the microsecond grid: a float's, which reads back)
+    return repr(timedelta(microseconds=ns // 1000))
 
 
 def _fraction(fraction: float) -> str:
