@@ -838,6 +838,33 @@ def test_a_clock_without_now_ns_is_a_type_error_naming_clock() -> None:
 
 
 
+async def _hedged_call_while_held(
+    clock: VirtualClock, breaker: CircuitBreaker, op: Callable[..., Awaitable[str]], held: Bulkhead,
+    hold_for: float, *, cancel_holder: bool,
+) -> str:
+    """One call of ``op`` through ``breaker`` and a hedge (a second attempt after 0.1 s, on an
+    unlimited budget) while another task holds ``held``'s slot for ``hold_for`` seconds (taken
+    just before the call); after the call that task is cancelled (``cancel_holder``) or awaited.
+    The call's result, run on ``clock``."""
+    policy = stoic.Hedge(0.1, budget=stoic.RetryBudget.UNLIMITED, label="h")
+
+    async def occupy() -> None:
+        await clock.sleep(hold_for)
+
+    async def main() -> str:
+        holder = asyncio.create_task(held.execute(occupy))
+        await asyncio.sleep(0)
+        try:
+            return await breaker.execute(policy.execute, stoic.IDEMPOTENT, op)
+        finally:
+            if cancel_holder:
+                holder.cancel()
+            else:
+                await holder
+
+    return await clock.run(main())
+
+
 @pytest.mark.parametrize("primary", ["admitted as the hedge wins", "superseded in the queue"])
 async def test_a_hedge_on_a_slow_dependency_while_the_first_attempt_queues_is_a_slow_call(
     clock: VirtualClock, primary: str,
@@ -851,11 +878,7 @@ async def test_a_hedge_on_a_slow_dependency_while_the_first_attempt_queues_is_a_
     breaker = _queued_breaker()
     busy = Bulkhead(1, queue_limit=50, label="replica-a")
     free = Bulkhead(1, queue_limit=50, label="replica-b")
-    policy = stoic.Hedge(0.1, budget=stoic.RetryBudget.UNLIMITED, label="h")
     hold = 2.0 if primary == "admitted as the hedge wins" else 100.0
-
-    async def occupy() -> None:
-        await clock.sleep(hold)
 
     async def answer(seconds: float) -> str:
         await clock.sleep(seconds)
@@ -866,15 +889,7 @@ async def test_a_hedge_on_a_slow_dependency_while_the_first_attempt_queues_is_a_
             return await busy.execute(answer, 0.3)
         return await free.execute(answer, 2.0)
 
-    async def main() -> str:
-        holder = asyncio.create_task(busy.execute(occupy))
-        await asyncio.sleep(0)
-        try:
-            return await breaker.execute(policy.execute, stoic.IDEMPOTENT, op)
-        finally:
-            holder.cancel()
-
-    assert await clock.run(main()) == "ok"
+    assert await _hedged_call_while_held(clock, breaker, op, busy, hold, cancel_holder=True) == "ok"
     snap = breaker.snapshot
     assert (snap.calls, snap.slow_calls) == (1, 1)
 
@@ -885,10 +900,6 @@ async def test_hedged_attempts_all_queueing_locally_are_no_slow_call(clock: Virt
     0.2 s of the call: no slow call."""
     breaker = _queued_breaker()
     bulkhead = Bulkhead(1, queue_limit=50, label="api")
-    policy = stoic.Hedge(0.1, budget=stoic.RetryBudget.UNLIMITED, label="h")
-
-    async def occupy() -> None:
-        await clock.sleep(3.0)
 
     async def answer() -> str:
         await clock.sleep(0.2)
@@ -897,14 +908,6 @@ async def test_hedged_attempts_all_queueing_locally_are_no_slow_call(clock: Virt
     async def op() -> str:
         return await bulkhead.execute(answer)
 
-    async def main() -> str:
-        holder = asyncio.create_task(bulkhead.execute(occupy))
-        await asyncio.sleep(0)
-        try:
-            return await breaker.execute(policy.execute, stoic.IDEMPOTENT, op)
-        finally:
-            await holder
-
-    assert await clock.run(main()) == "ok"
+    assert await _hedged_call_while_held(clock, breaker, op, bulkhead, 3.0, cancel_holder=False) == "ok"
     snap = breaker.snapshot
     assert (snap.calls, snap.slow_calls) == (1, 0)

@@ -10,7 +10,7 @@ import asyncio
 import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from redis_harness import RedisServer, fresh
@@ -360,6 +360,30 @@ def limiter_replies_late(store: RedisStore, *, blocking: bool, then_fail: bool) 
     return delayed
 
 
+def slow_line_breaker(store: RedisStore) -> SharedCircuitBreaker:
+    """A shared breaker on ``store`` judging three calls or more, slow from SLOW."""
+    return shared_breaker(store, window=TimeWindow(60.0), minimum_calls=3, slow_call_duration=SLOW,
+                          slow_call_rate_threshold=0.5)
+
+
+class Judged(NamedTuple):
+    breaker: SharedCircuitBreaker  # a slow_line_breaker on a store of its own (answering at once)
+    limiter_store: RedisStore  # for the limiter under test (whose replies a test may hold back)
+
+
+@pytest.fixture
+async def judged(server: RedisServer) -> AsyncIterator[Judged]:
+    """A breaker judging a limiter's calls, and the limiter's own store: two stores (budget 2 s),
+    closed after the test."""
+    breaker_store = RedisStore(server.url, budget=2.0)
+    limiter_store = RedisStore(server.url, budget=2.0)
+    try:
+        yield Judged(slow_line_breaker(breaker_store), limiter_store)
+    finally:
+        await breaker_store.aclose()
+        await limiter_store.aclose()
+
+
 LATE_STORE_CASES = {
     # how the limiter admits: (rate, burst, whether the store's reply fails after its delay)
     "granted at once": (1000, 100, False),
@@ -369,26 +393,19 @@ LATE_STORE_CASES = {
 
 
 @pytest.mark.parametrize("case", LATE_STORE_CASES)
-async def test_a_shared_rate_limiters_slow_store_is_not_a_slow_call(server: RedisServer, case: str) -> None:
+async def test_a_shared_rate_limiters_slow_store_is_not_a_slow_call(judged: Judged, case: str) -> None:
     """The time the limiter spends getting its store's decision is the limiter's, not the
     dependency's: a breaker outside judges only the dependency (its own store answers at once)."""
     rate, burst, then_fail = LATE_STORE_CASES[case]
-    breaker_store = RedisStore(server.url, budget=2.0)
-    limiter_store = RedisStore(server.url, budget=2.0)
-    try:
-        delayed = limiter_replies_late(limiter_store, blocking=False, then_fail=then_fail)
-        breaker = shared_breaker(breaker_store, window=TimeWindow(60.0), minimum_calls=3, slow_call_duration=SLOW,
-                                 slow_call_rate_threshold=0.5)
-        limiter = SharedRateLimiter(rate, per=1.0, burst=burst, queue_limit=100, store=limiter_store,
-                                    label=fresh("late-rl"))
-        assert await run_together(lambda: breaker.execute(limiter.execute, dependency), 3) == ["ok"] * 3
-        # Every call met the slow store (one that failed rests the store: the others skip it).
-        assert len(delayed) >= (1 if then_fail else 3)
-        snap = breaker.snapshot
-        assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 3, 0)
-    finally:
-        await breaker_store.aclose()
-        await limiter_store.aclose()
+    breaker, limiter_store = judged
+    delayed = limiter_replies_late(limiter_store, blocking=False, then_fail=then_fail)
+    limiter = SharedRateLimiter(rate, per=1.0, burst=burst, queue_limit=100, store=limiter_store,
+                                label=fresh("late-rl"))
+    assert await run_together(lambda: breaker.execute(limiter.execute, dependency), 3) == ["ok"] * 3
+    # Every call met the slow store (one that failed rests the store: the others skip it).
+    assert len(delayed) >= (1 if then_fail else 3)
+    snap = breaker.snapshot
+    assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 3, 0)
 
 
 REFUSED_CASES = {
@@ -401,7 +418,7 @@ REFUSED_CASES = {
 @pytest.mark.parametrize("blocking", [False, True], ids=["asyncio", "threads"])
 @pytest.mark.parametrize("case", REFUSED_CASES)
 async def test_a_shared_rate_limiters_slow_refusal_caught_by_the_operation_is_not_a_slow_call(
-    server: RedisServer, case: str, blocking: bool,
+    judged: Judged, case: str, blocking: bool,
 ) -> None:
     """An operation that asks a shared limiter for an optional step after its dependency
     answered, and carries on without the step when refused: the refusal came after a round trip
@@ -410,89 +427,75 @@ async def test_a_shared_rate_limiters_slow_refusal_caught_by_the_operation_is_no
     from stoic.fleet import BlockingSharedRateLimiter
 
     queue_limit, then_fail = REFUSED_CASES[case]
-    breaker_store = RedisStore(server.url, budget=2.0)
-    limiter_store = RedisStore(server.url, budget=2.0)
-    try:
-        breaker = shared_breaker(breaker_store, window=TimeWindow(60.0), minimum_calls=3, slow_call_duration=SLOW,
-                                 slow_call_rate_threshold=0.5)
-        kind = BlockingSharedRateLimiter if blocking else SharedRateLimiter
-        limiter: Any = kind(1, per=60.0, burst=1, queue_limit=queue_limit, store=limiter_store,
-                            label=fresh("refusing-rl"), fail_open_on_store_error=False)
+    breaker, limiter_store = judged
+    kind = BlockingSharedRateLimiter if blocking else SharedRateLimiter
+    limiter: Any = kind(1, per=60.0, burst=1, queue_limit=queue_limit, store=limiter_store,
+                        label=fresh("refusing-rl"), fail_open_on_store_error=False)
+    if blocking:
+        assert await asyncio.to_thread(limiter.try_acquire)  # the one permit of the minute, gone
+    else:
+        assert await limiter.try_acquire()
+    delayed = limiter_replies_late(limiter_store, blocking=blocking, then_fail=then_fail)
+
+    def step_blocking() -> str:
+        time.sleep(DEPENDENCY)
+        try:
+            limiter.acquire()
+        except stoic.RateLimited:
+            return "without the step"
+        return "with the step"
+
+    async def step() -> str:
+        await asyncio.sleep(DEPENDENCY)
+        try:
+            await limiter.acquire()
+        except stoic.RateLimited:
+            return "without the step"
+        return "with the step"
+
+    for _ in range(3):  # one after another: each meets the slow store (a failed one, its rest)
         if blocking:
-            assert await asyncio.to_thread(limiter.try_acquire)  # the one permit of the minute, gone
+            outcome = await asyncio.to_thread(breaker.call, step_blocking)
         else:
-            assert await limiter.try_acquire()
-        delayed = limiter_replies_late(limiter_store, blocking=blocking, then_fail=then_fail)
-
-        def step_blocking() -> str:
-            time.sleep(DEPENDENCY)
-            try:
-                limiter.acquire()
-            except stoic.RateLimited:
-                return "without the step"
-            return "with the step"
-
-        async def step() -> str:
-            await asyncio.sleep(DEPENDENCY)
-            try:
-                await limiter.acquire()
-            except stoic.RateLimited:
-                return "without the step"
-            return "with the step"
-
-        for _ in range(3):  # one after another: each meets the slow store (a failed one, its rest)
-            if blocking:
-                outcome = await asyncio.to_thread(breaker.call, step_blocking)
-            else:
-                outcome = await breaker.execute(step)
-            assert outcome == "without the step"
-        assert len(delayed) >= 1
-        snap = breaker.snapshot
-        assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 3, 0)
-    finally:
-        await breaker_store.aclose()
-        await limiter_store.aclose()
+            outcome = await breaker.execute(step)
+        assert outcome == "without the step"
+    assert len(delayed) >= 1
+    snap = breaker.snapshot
+    assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 3, 0)
 
 
 @pytest.mark.parametrize("granted", [True, False], ids=["granted", "refused"])
 @pytest.mark.parametrize("blocking", [False, True], ids=["asyncio", "threads"])
 async def test_a_shared_rate_limiters_slow_try_acquire_is_not_a_slow_call(
-    server: RedisServer, blocking: bool, granted: bool,
+    judged: Judged, blocking: bool, granted: bool,
 ) -> None:
     """``try_acquire`` never waits for a permit, but it asks the store: that round trip is the
     limiter's time, as an acquire's is. An operation that asks for an optional step after its
     dependency answered, through a store replying 0.3 s late, is not a slow call."""
     from stoic.fleet import BlockingSharedRateLimiter
 
-    breaker_store = RedisStore(server.url, budget=2.0)
-    limiter_store = RedisStore(server.url, budget=2.0)
-    try:
-        breaker = shared_breaker(breaker_store, window=TimeWindow(60.0), minimum_calls=3, slow_call_duration=SLOW,
-                                 slow_call_rate_threshold=0.5)
-        kind = BlockingSharedRateLimiter if blocking else SharedRateLimiter
-        limiter: Any = kind(1000 if granted else 1, per=60.0, burst=100 if granted else 1, store=limiter_store,
-                            label=fresh("try-rl"))
-        if not granted:  # the one permit of the minute, gone
-            assert await (asyncio.to_thread(limiter.try_acquire) if blocking else limiter.try_acquire())
-        delayed = limiter_replies_late(limiter_store, blocking=blocking, then_fail=False)
+    breaker, limiter_store = judged
+    kind = BlockingSharedRateLimiter if blocking else SharedRateLimiter
+    limiter: Any = kind(1000 if granted else 1, per=60.0, burst=100 if granted else 1, store=limiter_store,
+                        label=fresh("try-rl"))
+    if not granted:  # the one permit of the minute, gone
+        assert await (asyncio.to_thread(limiter.try_acquire) if blocking else limiter.try_acquire())
+    delayed = limiter_replies_late(limiter_store, blocking=blocking, then_fail=False)
 
-        def step_blocking() -> bool:
-            time.sleep(DEPENDENCY)
-            return bool(limiter.try_acquire())
+    def step_blocking() -> bool:
+        time.sleep(DEPENDENCY)
+        return bool(limiter.try_acquire())
 
-        async def step() -> bool:
-            await asyncio.sleep(DEPENDENCY)
-            return bool(await limiter.try_acquire())
+    async def step() -> bool:
+        await asyncio.sleep(DEPENDENCY)
+        return bool(await limiter.try_acquire())
 
-        for _ in range(3):
-            took = await (asyncio.to_thread(breaker.call, step_blocking) if blocking else breaker.execute(step))
-            assert took is granted
-        assert len(delayed) == 3
-        snap = breaker.snapshot
-        assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 3, 0)
-    finally:
-        await breaker_store.aclose()
-        await limiter_store.aclose()
+    for _ in range(3):
+        took = await (asyncio.to_thread(breaker.call, step_blocking) if blocking else breaker.execute(step))
+        assert took is granted
+    assert len(delayed) == 3
+    snap = breaker.snapshot
+    assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 3, 0)
 
 
 @pytest.mark.parametrize("case", LATE_STORE_CASES)
@@ -504,8 +507,7 @@ def test_a_blocking_shared_rate_limiters_slow_store_is_not_a_slow_call(server: R
     breaker_store = RedisStore(server.url, budget=2.0)
     limiter_store = RedisStore(server.url, budget=2.0)
     delayed = limiter_replies_late(limiter_store, blocking=True, then_fail=then_fail)
-    breaker = shared_breaker(breaker_store, window=TimeWindow(60.0), minimum_calls=3, slow_call_duration=SLOW,
-                             slow_call_rate_threshold=0.5)
+    breaker = slow_line_breaker(breaker_store)
     limiter = BlockingSharedRateLimiter(rate, per=1.0, burst=burst, queue_limit=100, store=limiter_store,
                                         label=fresh("late-brl"))
     assert call_from_threads(breaker, limiter, 3) == ["ok"] * 3
