@@ -183,6 +183,29 @@ async def test_each_hedge_spends_a_token_and_each_call_deposits(clock: VirtualCl
     assert budget.tokens == pytest.approx(0.5)
 
 
+def _tight(clock: VirtualClock) -> RetryBudget:
+    """A budget of ratio 0.5 with no reserve: 20 first requests earn exactly 10 tokens."""
+    return RetryBudget(ratio=0.5, reserve_per_second=0, reserve_capacity=0, clock=clock)
+
+
+async def _requests_in_20_calls(clock: VirtualClock, call: Any, *, slow: bool = True) -> int:
+    """How many requests a dependency receives over 20 calls of ``call(dependency)``, each failing
+    with the dependency's ConnectionError (raised at once, or after 1 s on ``clock`` if ``slow``)."""
+    sent = 0
+
+    async def dependency() -> None:
+        nonlocal sent
+        sent += 1
+        if slow:
+            await clock.sleep(1)
+        raise ConnectionError
+
+    for _ in range(20):
+        with pytest.raises(ConnectionError):
+            await clock.run(call(dependency))
+    return sent
+
+
 async def test_a_retry_in_a_hedged_attempt_on_the_hedges_budget_deposits_nothing(clock: VirtualClock) -> None:
     # A retry inside the hedged operation deposited as a first attempt, though its first attempt
     # is the hedge's request: the call's own (already deposited by the hedge) or a hedge (paid
@@ -190,9 +213,6 @@ async def test_a_retry_in_a_hedged_attempt_on_the_hedges_budget_deposits_nothing
     # each call deposited twice and each hedge earned part of its token back, so hedges plus
     # retries ran past ratio x first attempts (ratio 0.5, no reserve: 39 extra requests for 20
     # calls, where 10 are allowed).
-    def budget() -> RetryBudget:
-        return RetryBudget(ratio=0.5, reserve_per_second=0, reserve_capacity=0, clock=clock)
-
     five = stoic.Schedule.fixed(0).attempts(5)
 
     def forms(shared: RetryBudget) -> list[Any]:
@@ -212,27 +232,17 @@ async def test_a_retry_in_a_hedged_attempt_on_the_hedges_budget_deposits_nothing
 
     for index in range(4):
         for slow in (False, True):
-            shared = budget()
+            shared = _tight(clock)
             form = forms(shared)[index]
-            sent = 0
-
-            async def dependency(slow: bool = slow) -> None:
-                nonlocal sent
-                sent += 1
-                if slow:
-                    await clock.sleep(1)
-                raise ConnectionError
-
             policy = Hedge(0.1, budget=shared, max_attempts=3, label="h", clock=clock)
-            for _ in range(20):
-                with pytest.raises(ConnectionError):
-                    await clock.run(policy.execute(IDEMPOTENT, form, dependency))
+            sent = await _requests_in_20_calls(
+                clock, lambda dep, policy=policy, form=form: policy.execute(IDEMPOTENT, form, dep), slow=slow)
             # 20 first requests earn 10 tokens: hedges and retries together send at most 10 more.
             assert sent - 20 <= 10, (form.__name__, slow, sent)
             assert sent - 20 >= 9, (form.__name__, slow, sent)  # (and the tokens are used)
 
     # retry_sync in the first attempt (the caller's context) too.
-    shared = budget()
+    shared = _tight(clock)
     calls = 0
 
     def blocking() -> None:
@@ -260,8 +270,8 @@ async def test_a_retry_in_a_hedged_attempt_on_the_hedges_budget_deposits_nothing
     assert failing.calls == 2  # the outer's two attempts, one each
 
     # A retune keeps the rule: a hedge's budget swapped for a shared one, or its delay changed.
-    for retuned in (Hedge(0.1, label="h", clock=clock), Hedge(0.1, budget=budget(), label="h", clock=clock)):
-        shared = budget()
+    for retuned in (Hedge(0.1, label="h", clock=clock), Hedge(0.1, budget=_tight(clock), label="h", clock=clock)):
+        shared = _tight(clock)
         retuned._retune(budget=shared, delay=0.2)
         calls = 0
         with pytest.raises(ConnectionError):
@@ -347,9 +357,6 @@ async def test_a_hedge_in_a_retry_attempt_or_a_hedge_call_on_its_budget_deposits
     # and a retry's later attempts (paid for with a token) each earned part of it back through
     # the hedge's deposit. Likewise a hedge inside another hedge on one budget, and a retry on x
     # inside hedge(y) inside hedge(x).
-    def budget() -> RetryBudget:
-        return RetryBudget(ratio=0.5, reserve_per_second=0, reserve_capacity=0, clock=clock)
-
     five = stoic.Schedule.fixed(0).attempts(5)
 
     def forms(shared: RetryBudget, inner: Hedge) -> list[Any]:
@@ -378,7 +385,7 @@ async def test_a_hedge_in_a_retry_attempt_or_a_hedge_call_on_its_budget_deposits
             # hedge(x) -> hedge(y) -> retry on x: the retry's first attempt is hedge x's request.
             # (Hedge y's delay is past the dependency's answer: its own hedges, paid from y, would
             # be requests x does not bound.)
-            other = Hedge(100, budget=budget(), max_attempts=3, label="other", clock=clock)
+            other = Hedge(100, budget=_tight(clock), max_attempts=3, label="other", clock=clock)
             outer = Hedge(0.1, budget=shared, max_attempts=3, label="outer", clock=clock)
             await outer.execute(IDEMPOTENT, other.execute, IDEMPOTENT,
                                 lambda: stoic.retry(five, dep, label="r", budget=shared))
@@ -387,21 +394,10 @@ async def test_a_hedge_in_a_retry_attempt_or_a_hedge_call_on_its_budget_deposits
 
     for index in range(6):
         for slow in (False, True):
-            shared = budget()
+            shared = _tight(clock)
             inner = Hedge(0.1, budget=shared, max_attempts=3, label="h", clock=clock)
             form = forms(shared, inner)[index]
-            sent = 0
-
-            async def dependency(slow: bool = slow) -> None:
-                nonlocal sent
-                sent += 1
-                if slow:
-                    await clock.sleep(1)
-                raise ConnectionError
-
-            for _ in range(20):
-                with pytest.raises(ConnectionError):
-                    await clock.run(form(dependency))
+            sent = await _requests_in_20_calls(clock, form, slow=slow)
             # 20 first requests earn 10 tokens: hedges and retries together send at most 10 more.
             assert sent - 20 <= 10, (form.__name__, slow, sent)
             if form.__name__ == "in_hedge" and not slow:
@@ -411,20 +407,10 @@ async def test_a_hedge_in_a_retry_attempt_or_a_hedge_call_on_its_budget_deposits
 
     # On another budget the retry and the hedge each deposit: 20 calls earn 10 retries, and the
     # 30 hedged calls they make (20 first attempts, 10 retries) earn 15 hedges.
-    retries, hedges = budget(), budget()
+    retries, hedges = _tight(clock), _tight(clock)
     inner = Hedge(0.1, budget=hedges, max_attempts=3, label="h", clock=clock)
-    sent = 0
-
-    async def slow_failure() -> None:
-        nonlocal sent
-        sent += 1
-        await clock.sleep(1)
-        raise ConnectionError
-
-    for _ in range(20):
-        with pytest.raises(ConnectionError):
-            await clock.run(stoic.retry(five, lambda: inner.execute(IDEMPOTENT, slow_failure), label="r",
-                                        budget=retries))
+    sent = await _requests_in_20_calls(
+        clock, lambda dep: stoic.retry(five, lambda: inner.execute(IDEMPOTENT, dep), label="r", budget=retries))
     assert sent == 20 + 10 + 15, sent
 
 
@@ -435,9 +421,6 @@ async def test_a_collapsed_retry_between_a_retry_and_a_hedge_is_not_the_hedge_s_
     # retry(x) > retry(y) > hedge(x) deposited on x for requests retry(x) had already counted
     # (20 extra requests for 20 calls where 10 are allowed), and retry(y) > retry(x) > hedge(x)
     # deposited nothing at all on x (no request counted there: the hedge never hedged).
-    def budget() -> RetryBudget:
-        return RetryBudget(ratio=0.5, reserve_per_second=0, reserve_capacity=0, clock=clock)
-
     five = stoic.Schedule.fixed(0).attempts(5)
 
     def collapsed(inner: Hedge, on: RetryBudget, dep: Any, form: str) -> Any:
@@ -457,23 +440,15 @@ async def test_a_collapsed_retry_between_a_retry_and_a_hedge_is_not_the_hedge_s_
 
     for form in ("plain", "timed", "stage", "decorated"):
         for hedge_on_outer in (True, False):
-            x, y = budget(), budget()
+            x, y = _tight(clock), _tight(clock)
             inner = Hedge(0.1, budget=x, max_attempts=3, label="h", clock=clock)
             outer, middle = (x, y) if hedge_on_outer else (y, x)
-            sent = 0
 
-            async def dependency() -> None:
-                nonlocal sent
-                sent += 1
-                await clock.sleep(1)
-                raise ConnectionError
+            def call(dep: Any, inner: Hedge = inner, middle: RetryBudget = middle, form: str = form,
+                     outer: RetryBudget = outer) -> Any:
+                return stoic.retry(five, lambda: collapsed(inner, middle, dep, form), label="a", budget=outer)
 
-            def attempt(inner: Hedge = inner, middle: RetryBudget = middle, form: str = form) -> Any:
-                return collapsed(inner, middle, dependency, form)
-
-            for _ in range(20):
-                with pytest.raises(ConnectionError):
-                    await clock.run(stoic.retry(five, attempt, label="a", budget=outer))
+            sent = await _requests_in_20_calls(clock, call)
             if hedge_on_outer:
                 # As retry(x) > hedge(x): 20 first requests earn 10 tokens, for retries and hedges.
                 assert sent == 30, (form, sent)
@@ -493,9 +468,6 @@ async def test_a_hedge_in_the_first_attempt_of_a_retry_on_another_budget_is_the_
     # again for a request x had already counted: retry(x) > retry(y, ALLOW, one attempt) >
     # hedge(x) sent 40 requests for 20 calls where retry(x) > hedge(x) sends 30, and hedge(x) >
     # retry(y, one attempt) > hedge(x) 59 where hedge(x) > hedge(x) sends 30.
-    def budget() -> RetryBudget:
-        return RetryBudget(ratio=0.5, reserve_per_second=0, reserve_capacity=0, clock=clock)
-
     allow = stoic.RetryNesting.ALLOW
     one, two, five = (stoic.Schedule.fixed(0).attempts(n) for n in (1, 2, 5))
 
@@ -516,21 +488,13 @@ async def test_a_hedge_in_the_first_attempt_of_a_retry_on_another_budget_is_the_
 
     for form in ("plain", "timed", "stage", "decorated"):
         for shape in ("in a retry", "in a hedge", "retrying"):
-            x, y = budget(), budget()
-            sent = 0
-
-            async def dependency() -> None:
-                nonlocal sent
-                sent += 1
-                await clock.sleep(1)
-                raise ConnectionError
-
+            x, y = _tight(clock), _tight(clock)
             inner = Hedge(0.1, budget=x, max_attempts=3, label="h", clock=clock)
             outer = Hedge(0.1, budget=x, max_attempts=3, label="outer", clock=clock)
             late = Hedge(100, budget=x, max_attempts=3, label="late", clock=clock)  # (only its deposit counts)
 
-            def call(shape: str = shape, form: str = form, inner: Hedge = inner, outer: Hedge = outer,
-                     late: Hedge = late, x: RetryBudget = x, y: RetryBudget = y) -> Any:
+            def call(dependency: Any, shape: str = shape, form: str = form, inner: Hedge = inner,
+                     outer: Hedge = outer, late: Hedge = late, x: RetryBudget = x, y: RetryBudget = y) -> Any:
                 if shape == "in a retry":
                     return stoic.retry(five, lambda: retried(
                         one, lambda: inner.execute(IDEMPOTENT, dependency), y, form, True), label="a", budget=x)
@@ -542,9 +506,7 @@ async def test_a_hedge_in_the_first_attempt_of_a_retry_on_another_budget_is_the_
                 return stoic.retry(five, lambda: retried(
                     two, lambda: inner.execute(IDEMPOTENT, dependency), y, form, True), label="a", budget=x)
 
-            for _ in range(20):
-                with pytest.raises(ConnectionError):
-                    await clock.run(call())
+            sent = await _requests_in_20_calls(clock, call)
             if shape == "retrying":
                 # 20 calls make 20 first attempts of retry(x) (the hedges take x's tokens first),
                 # which earn 10 retries on y; x earns 10 for the calls and 5 for those retries.
