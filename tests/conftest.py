@@ -54,6 +54,17 @@ def jumping_clock() -> Iterator[JumpingClock]:
         yield virtual
 
 
+@pytest.fixture
+def metrics_on() -> Iterator[None]:
+    """Metrics aggregation on for the test (as an exporter turns it on), as found afterwards."""
+    from stoic import _metrics
+
+    before = _metrics.state.enabled
+    _metrics.enable()
+    yield
+    _metrics.state.enabled = before
+
+
 @pytest.fixture(autouse=True)
 def _metrics_as_found() -> Iterator[None]:
     """Metrics aggregation is process-wide and, in a service, only ever turned on: a test that

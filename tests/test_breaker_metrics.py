@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,14 +13,6 @@ from _breaker_helpers import Boom, StepClock
 from stoic import BulkheadFull, CircuitBreaker, CountWindow, _metrics
 
 MS = 1_000_000
-
-
-@pytest.fixture
-def metrics_on() -> Iterator[None]:
-    before = _metrics.state.enabled
-    _metrics.enable()
-    yield
-    _metrics.state.enabled = before
 
 
 def _calls(recorder: Any) -> dict[tuple[str, ...], int]:

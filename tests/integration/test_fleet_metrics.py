@@ -11,7 +11,7 @@ module (``server`` in conftest.py); a fresh label per breaker keeps their keys a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +28,6 @@ pytestmark = pytest.mark.integration
 
 MS = 1_000_000
 _DURATION = "stoic.breaker.call.duration"
-
-
-@pytest.fixture
-def metrics_on() -> Iterator[None]:
-    before = _metrics.state.enabled
-    _metrics.enable()
-    yield
-    _metrics.state.enabled = before
 
 
 def figures(label: str) -> dict[str, dict[tuple[str, ...], Any]]:
@@ -149,15 +141,17 @@ def test_shared_breaker_counts_calls_from_threads_as_the_local_breaker_does(
     asyncio.run(store.aclose())
 
 
+async def fails() -> None:
+    raise ConnectionError("down")
+
+
+async def ok() -> str:
+    return "ok"
+
+
 async def _probe_sequence(breaker: SharedCircuitBreaker | CircuitBreaker) -> None:
     """Four failures trip it (a 0.1 s open period); a failed probe re-opens it; a probe that
     succeeds closes it."""
-
-    async def fails() -> None:
-        raise ConnectionError("down")
-
-    async def ok() -> str:
-        return "ok"
 
     for _ in range(4):
         with pytest.raises(ConnectionError):
@@ -223,12 +217,6 @@ async def _refusals(breaker: SharedCircuitBreaker | CircuitBreaker) -> None:
     """Trip it (a 0.2 s open period); two calls refused open and one for its passed deadline; then
     a probe in flight and a call refused half-open (every probe taken); the probe closes it."""
 
-    async def fails() -> None:
-        raise ConnectionError("down")
-
-    async def ok() -> str:
-        return "ok"
-
     for _ in range(4):
         with pytest.raises(ConnectionError):
             await breaker.execute(fails)
@@ -258,38 +246,46 @@ async def _refusals(breaker: SharedCircuitBreaker | CircuitBreaker) -> None:
     assert breaker.state is BreakerState.CLOSED
 
 
+async def _side_by_side(server: RedisServer, open_seconds: float, sequence: Any, metric: str) -> tuple[Any, Any]:
+    """Run ``sequence`` on a local CircuitBreaker and on a SharedCircuitBreaker of one configuration
+    (a count window of 4, open for ``open_seconds``): ``metric``'s figures of each, local's first."""
+    store = RedisStore(server.url, budget=2.0)
+    config: dict[str, Any] = {"window": CountWindow(4), "minimum_calls": 4,
+                              "open_duration": OpenDuration.fixed(open_seconds, jitter=0.0)}
+    try:
+        local, shared = local_of(**config), shared_of(store, **config)
+        for breaker in (local, shared):
+            await sequence(breaker)
+        return breaker_figures(local.label).get(metric), breaker_figures(shared.label).get(metric)
+    finally:
+        await store.aclose()
+
+
 async def test_shared_breaker_counts_its_rejections_by_state_as_the_local_breaker_does(
     server: RedisServer, metrics_on: None,
 ) -> None:
-    store = RedisStore(server.url, budget=2.0)
-    config: dict[str, Any] = {"window": CountWindow(4), "minimum_calls": 4,
-                              "open_duration": OpenDuration.fixed(0.2, jitter=0.0)}
-    shared = shared_of(store, **config)
-    local = local_of(**config)
-    for breaker in (local, shared):
-        await _refusals(breaker)
-    rejections = {b.label: breaker_figures(b.label).get("stoic.breaker.rejections") for b in (local, shared)}
-    expected = {("open",): 3, ("half_open",): 1}
-    assert rejections == {local.label: expected, shared.label: expected}
-    await store.aclose()
+    local, shared = await _side_by_side(server, 0.2, _refusals, "stoic.breaker.rejections")
+    assert local == shared == {("open",): 3, ("half_open",): 1}
+
+
+@pytest.fixture
+async def replicas(server: RedisServer) -> AsyncIterator[tuple[str, SharedCircuitBreaker, SharedCircuitBreaker]]:
+    """Two replicas of one fresh shared breaker, each on its own store (closed afterwards):
+    a count window of 4, refreshed every 50 ms, open for 0.2 s."""
+    label = fresh("metrics-replicas")
+    stores = RedisStore(server.url, budget=2.0), RedisStore(server.url, budget=2.0)
+    a, b = (SharedCircuitBreaker(label=label, store=store, window=CountWindow(4), minimum_calls=4,
+                                 refresh_interval=0.05, open_duration=OpenDuration.fixed(0.2, jitter=0.0))
+            for store in stores)
+    yield label, a, b
+    for store in stores:
+        await store.aclose()
 
 
 async def test_a_replica_counts_the_calls_it_refuses_for_a_trip_or_a_switch_made_elsewhere(
-    server: RedisServer, metrics_on: None,
+    replicas: tuple[str, SharedCircuitBreaker, SharedCircuitBreaker], metrics_on: None,
 ) -> None:
-    label = fresh("metrics-remote")
-    a_store, b_store = RedisStore(server.url, budget=2.0), RedisStore(server.url, budget=2.0)
-    config: dict[str, Any] = {"window": CountWindow(4), "minimum_calls": 4, "refresh_interval": 0.05,
-                              "open_duration": OpenDuration.fixed(0.2, jitter=0.0)}
-    a = SharedCircuitBreaker(label=label, store=a_store, **config)
-    b = SharedCircuitBreaker(label=label, store=b_store, **config)
-
-    async def fails() -> None:
-        raise ConnectionError("down")
-
-    async def ok() -> str:
-        return "ok"
-
+    label, a, b = replicas
     assert await b.execute(ok) == "ok"
     for _ in range(4):
         with pytest.raises(ConnectionError):
@@ -303,24 +299,14 @@ async def test_a_replica_counts_the_calls_it_refuses_for_a_trip_or_a_switch_made
         await b.execute(ok)  # a's switch
     assert figures(label)["stoic.breaker.rejections"] == {("open",): 2}  # (every refusal was b's)
     await a.reset()
-    for s in (a_store, b_store):
-        await s.aclose()
 
 
 async def test_shared_breaker_counts_its_transitions_as_the_local_breaker_does(
     server: RedisServer, metrics_on: None,
 ) -> None:
-    store = RedisStore(server.url, budget=2.0)
-    config: dict[str, Any] = {"window": CountWindow(4), "minimum_calls": 4,
-                              "open_duration": OpenDuration.fixed(0.1, jitter=0.0)}
-    shared = shared_of(store, **config)
-    local = local_of(**config)
-    for breaker in (local, shared):
-        await _probe_sequence(breaker)  # open, half-open, open (the failed probe), half-open, closed
-    transitions = {b.label: breaker_figures(b.label).get("stoic.breaker.transitions") for b in (local, shared)}
-    expected = {("open",): 2, ("half_open",): 1 + 1, ("closed",): 1}
-    assert transitions == {local.label: expected, shared.label: expected}
-    await store.aclose()
+    # open, half-open, open (the failed probe), half-open, closed
+    local, shared = await _side_by_side(server, 0.1, _probe_sequence, "stoic.breaker.transitions")
+    assert local == shared == {("open",): 2, ("half_open",): 1 + 1, ("closed",): 1}
 
 
 def _transitions_of(breaker: SharedCircuitBreaker) -> dict[str, int]:
@@ -330,24 +316,12 @@ def _transitions_of(breaker: SharedCircuitBreaker) -> dict[str, int]:
 
 
 async def test_a_replica_counts_the_transitions_the_fleet_makes_as_it_observes_them(
-    server: RedisServer, metrics_on: None,
+    replicas: tuple[str, SharedCircuitBreaker, SharedCircuitBreaker], metrics_on: None,
 ) -> None:
     # Two replicas of one breaker (one label: their series sum in this process, so each is also
     # read from its own recorder). A trip, a probe, a kill switch and its lift, each made by one
     # replica and read by the other from the store.
-    label = fresh("metrics-fleet")
-    a_store, b_store = RedisStore(server.url, budget=2.0), RedisStore(server.url, budget=2.0)
-    config: dict[str, Any] = {"window": CountWindow(4), "minimum_calls": 4, "refresh_interval": 0.05,
-                              "open_duration": OpenDuration.fixed(0.2, jitter=0.0)}
-    a = SharedCircuitBreaker(label=label, store=a_store, **config)
-    b = SharedCircuitBreaker(label=label, store=b_store, **config)
-
-    async def fails() -> None:
-        raise ConnectionError("down")
-
-    async def ok() -> str:
-        return "ok"
-
+    label, a, b = replicas
     await a.refresh()
     assert await b.execute(ok) == "ok"
     for _ in range(4):
@@ -365,5 +339,3 @@ async def test_a_replica_counts_the_transitions_the_fleet_makes_as_it_observes_t
     assert _transitions_of(a) == {"open": 2, "closed": 2}
     assert _transitions_of(b) == {"open": 2, "half_open": 1, "closed": 2}
     assert figures(label)["stoic.breaker.transitions"] == {("open",): 4, ("half_open",): 1, ("closed",): 4}
-    for s in (a_store, b_store):
-        await s.aclose()
