@@ -88,7 +88,22 @@ _SUCCESS_DURATION: Final = (_DURATION, "success", "")
 # Only the sinks that want breaker events count here (issue 11): a debug sink that wants none of
 # them leaves the fast path on.
 _sinks_registry: Final = kind_floor("breaker")
-_NEW_RECORDER: Final = threading.Lock()  # (see CircuitBreaker._new_recorder)
+_NEW_RECORDER: Final = threading.Lock()  # (see breaker_recorder)
+
+
+def breaker_recorder(breaker: Any) -> _metrics.Recorder:
+    """``breaker``'s metrics recorder (its ``_recorder``; a CircuitBreaker or a shared breaker),
+    made on first use with the success series from the start, kept at hand in the breaker's
+    ``_success_histogram`` (set before the recorder is published: a call that finds the recorder
+    finds it). One per breaker even when a rejection (counted outside the breaker's lock) and a
+    call race to make it; it holds the breaker weakly, for the state gauge."""
+    with _NEW_RECORDER:
+        recorder: _metrics.Recorder | None = breaker._recorder
+        if recorder is None:
+            recorder = _metrics.recorder("breaker", breaker._label, breaker)
+            recorder.histograms[_SUCCESS_DURATION] = breaker._success_histogram = _metrics.Histogram()
+            breaker._recorder = recorder
+    return recorder
 
 
 def min_level() -> int:
@@ -552,16 +567,8 @@ class CircuitBreaker:
 
     def _new_recorder(self) -> _metrics.Recorder:
         # Made on the first call or decision after metrics were enabled (not at construction: a
-        # breaker per route must stay small); it holds the breaker weakly for the state gauge.
-        # One per breaker even when a rejection (counted outside the breaker's lock) and a call
-        # race to make it: the success histogram kept at hand must be the recorder's own.
-        with _NEW_RECORDER:
-            recorder = self._recorder
-            if recorder is None:
-                recorder = _metrics.recorder("breaker", self._label, self)
-                recorder.histograms[_SUCCESS_DURATION] = self._success_histogram = _metrics.Histogram()
-                self._recorder = recorder
-        return recorder
+        # breaker per route must stay small).
+        return breaker_recorder(self)
 
     def _fold(self, now: int, pending: _Pending) -> None:
         """Fold the quick successes counted without the lock into the window (under the lock).

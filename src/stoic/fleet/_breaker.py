@@ -36,7 +36,7 @@ from .._durations import Seconds, check_int, to_ns
 from .._errors import CircuitOpen, Defect, failed_await, is_defect, is_rejection
 from .._policy import is_async_callable, through_method_decorators
 from ..breaker import BreakerSnapshot, BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
-from ..breaker._breaker import late
+from ..breaker._breaker import _DURATION, breaker_recorder, late
 from ..breaker._config import threshold_ppm
 from ..breaker._decorate import REFUSED_RESULTS
 from ..breaker._stream import StateStream
@@ -63,10 +63,6 @@ _STATES: Final = (BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
 
 _admission_state: Final = _admission.state
 _metrics_state: Final = _metrics.state
-# The recorder keys of CircuitBreaker's metrics (stoic._metrics.METRICS), recorded alike.
-_DURATION: Final = "stoic.breaker.call.duration"
-_SUCCESS_DURATION: Final = (_DURATION, "success", "")
-_NEW_RECORDER: Final = threading.Lock()  # (see SharedCircuitBreaker._new_recorder)
 _deadline_get: Final = _deadline._current.get
 
 
@@ -223,6 +219,7 @@ class SharedCircuitBreaker:
         # This replica's stoic.breaker.* figures, made with its first call or decision once metrics
         # are on (as CircuitBreaker's); the fallback has its own, under "<label>.fallback".
         self._recorder: _metrics.Recorder | None = None
+        self._success_histogram: _metrics.Histogram | None = None  # the recorder's success series
 
     # ------------------------------------------------------------------ observation
     @property
@@ -572,15 +569,7 @@ class SharedCircuitBreaker:
              {"outcome": outcome, "slow": slow, "state": "closed", "duration": (end - start) / 1e9})
 
     def _new_recorder(self) -> _metrics.Recorder:
-        # One per breaker even when threads race to make it (see CircuitBreaker._new_recorder);
-        # it holds the breaker weakly for the state gauge, and has the success series from the start.
-        with _NEW_RECORDER:
-            recorder = self._recorder
-            if recorder is None:
-                recorder = _metrics.recorder("breaker", self._label, self)
-                recorder.histograms[_SUCCESS_DURATION] = _metrics.Histogram()
-                self._recorder = recorder
-        return recorder
+        return breaker_recorder(self)  # (as CircuitBreaker's: made once even when threads race)
 
     def _measure(self, start: int, end: int, error: BaseException | None) -> None:
         """Count a call with a verdict in ``stoic.breaker.calls`` / ``.call.duration`` (metrics on;
@@ -588,8 +577,11 @@ class SharedCircuitBreaker:
         evidence, stale or not, and probes. On the event loop, or under ``self._sync``."""
         recorder = self._recorder or self._new_recorder()
         if error is None:
-            recorder.observe(_SUCCESS_DURATION, end - start)
+            histogram = self._success_histogram
+            assert histogram is not None  # (made with the recorder)
+            histogram.observe(end - start)
         else:
+            # (The recorder keys of CircuitBreaker's metrics, stoic._metrics.METRICS: recorded alike.)
             recorder.observe((_DURATION, "failure", error_type(error)), end - start)
 
     async def _without_store(self, fn: Callable[..., Awaitable[R]], args: Any, kwargs: Any) -> R:
