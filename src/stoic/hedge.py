@@ -796,20 +796,19 @@ async def _race_marked(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]],
     started in one on this budget makes no deposit, its first attempt being this call's request
     (the hedge deposits for it) or a hedge (paid for with a token). The other way round, a call
     started in a running retry attempt, or another hedge's call, on this budget deposits nothing:
-    its first attempt is that request, already counted (stoic._retry._counted_on). The mark is set in the caller's
-    context before the hedge timer copies it, so the hedges' tasks hold it too; when the call
-    ends it is taken back and its budget cleared (a task an attempt left behind still holds it).
-    One context-variable write and a coroutine frame per call: a hedge on its own per-call-site
-    budget (the default) does without."""
+    its first attempt is that request, already counted (stoic._retry._counted_on). The mark is
+    set in the caller's context before the hedge timer copies it, so the hedges' tasks hold it
+    too; when the call ends it is taken back and its budget cleared (a task an attempt left
+    behind still holds it). One context-variable write and a coroutine frame per call: a hedge on
+    its own per-call-site budget (the default) does without."""
     budget = policy._budget
     mark = [0, _IDLE, budget, 1]
     token = _set_marks(mark)
     old = token.old_value
-    try:
-        if old is _NO_MARK:
-            return await _race(policy, fn, args, kwargs)
+    if old is not _NO_MARK:
         mark[1] = old
-        return await _race(policy, fn, args, kwargs, not _counted_on(old, budget))
+    try:
+        return await _race(policy, fn, args, kwargs, old is _NO_MARK or not _counted_on(old, budget))
     finally:
         mark[2] = None
         try:
