@@ -757,7 +757,7 @@ def _sec(ns: int) -> str:
     if ns % 1_000_000_000 == 0:
         return str(ns // 1_000_000_000)
     seconds = ns / 1e9
-    if ns % 1000 or min(MAX_NS, round(seconds * 1_000_000_000)) == ns:
+    if ns % 1000 or _ns(seconds, "delay", allow_zero=True) == ns:
         return repr(seconds)  # (off the microsecond grid: a float's, which reads back)
     return repr(timedelta(microseconds=ns // 1000))
 
