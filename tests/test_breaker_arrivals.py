@@ -492,6 +492,42 @@ async def test_a_sub_step_refused_after_queueing_is_not_a_slow_call(clock: Virtu
     assert (snap.state, snap.calls, snap.slow_calls) == (stoic.BreakerState.CLOSED, 20, 0)
 
 
+@pytest.mark.parametrize("kind", ["bulkhead", "prioritized bulkhead", "codel bulkhead", "adaptive", "deadline"])
+async def test_a_timeout_that_cuts_a_wait_in_an_inner_queue_is_no_failure(clock: VirtualClock, kind: str) -> None:
+    """Report 20 for a timeout between the breaker and a queued stage (each call bounded,
+    queueing included). Two callers hold both slots for 3 s; 38 more, bounded to 1.75 s, are
+    cut while they queue. That is local load-shedding, not the dependency: their
+    DeadlineExceeded says ``timed_out`` False and the breaker ignores it, as any rejection, so
+    it does not open on the local queue and refuse the next request. The two slow holders are
+    the breaker's only evidence."""
+    breaker = _queued_breaker()
+    stage: Any
+    if kind == "adaptive":
+        stage = stoic.AdaptiveBulkhead(latency_threshold=5.0, max_concurrent=2, min_concurrent=2, queue_limit=50,
+                                       label="api")
+    else:
+        stage = Bulkhead(2, queue_limit=50, prioritized=kind.startswith("prioritized"),
+                         queue_target=10.0 if kind.startswith("codel") else None, queue_interval=20.0, label="api")
+
+    async def dependency(seconds: float) -> str:
+        await clock.sleep_until(clock.now_ns() + int(seconds * SECOND))
+        return "ok"
+
+    async def bounded(bound: float, seconds: float) -> str:
+        scope = stoic.deadline(clock.now_ns() / 1e9 + bound) if kind == "deadline" else stoic.timeout(bound)
+        async with scope:
+            return await stage.execute(dependency, seconds)
+
+    holders = [asyncio.create_task(breaker.execute(bounded, 5.0, 3.0)) for _ in range(2)]
+    await clock.advance(0)
+    results = await _run_queued(clock, lambda: breaker.execute(bounded, 1.75, 0.5), callers=38)
+    assert [type(r) for r in results] == [stoic.DeadlineExceeded] * 38
+    assert not any(r.timed_out for r in results if isinstance(r, stoic.DeadlineExceeded))
+    assert await asyncio.gather(*holders) == ["ok", "ok"]
+    snap = breaker.snapshot
+    assert (snap.state, snap.calls, snap.failures, snap.slow_calls) == (stoic.BreakerState.CLOSED, 2, 0, 2)
+
+
 async def test_a_wait_on_another_clock_does_not_lose_the_breakers_own_stages_waits(clock: VirtualClock) -> None:
     """The breaker and its bulkhead share a clock; a local step inside the operation queues in
     a bulkhead on a clock of its own (made with another clock in scope). That wait cannot be

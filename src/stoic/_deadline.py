@@ -19,6 +19,7 @@ from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from . import _admission
 from ._clock import Clock, TimerHandle, resolve_clock, same_clock
 from ._durations import Seconds, check_label, instant_to_ns, to_ns
 from ._errors import DeadlineExceeded, Defect, leaves
@@ -239,7 +240,7 @@ class Timeout:
     raises :class:`DeadlineExceeded` instead. A cancellation from anywhere else passes through.
     """
 
-    __slots__ = ("_clock", "_when_ns", "_label", "_scope", "_token", "_task", "_cancelling", "_handle")
+    __slots__ = ("_clock", "_when_ns", "_label", "_scope", "_token", "_task", "_cancelling", "_handle", "_fired_ns")
 
     def __init__(self, when_ns: int, clock: Clock, label: str | None) -> None:
         self._clock = clock
@@ -250,6 +251,7 @@ class Timeout:
         self._task: asyncio.Task[object] | None = None
         self._cancelling = 0
         self._handle: TimerHandle | None = None
+        self._fired_ns = 0
 
     @property
     def expired(self) -> bool:
@@ -277,9 +279,10 @@ class Timeout:
     def _fire(self) -> None:
         assert self._scope is not None and self._task is not None
         self._scope.fired = True
+        self._fired_ns = now = self._clock.now_ns()
         self._task.cancel(DEADLINE_CANCEL_MESSAGE)
         if _SINKS.wants(Level.INFO):
-            emit("timeout.expired", self._label or "timeout", Level.INFO, self._clock.now_ns(), {})
+            emit("timeout.expired", self._label or "timeout", Level.INFO, now, {})
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -304,9 +307,16 @@ class Timeout:
         if self._task.uncancel() <= self._cancelling and _is_cancellation(exc):
             raise DeadlineExceeded(
                     f"deadline exceeded{f' ({self._label})' if self._label else ''}", label=self._label,
-                    timed_out=True,
+                    timed_out=not self._cut_a_wait(),
                 ) from exc
         return None
+
+    def _cut_a_wait(self) -> bool:
+        """Whether the deadline fired while the block waited in a local stage's queue (a wait,
+        admitted or not, that ended after the firing: stoic._admission). Nothing of the
+        dependency was cut short then, only local queueing (field report 20): ``timed_out`` is
+        False, and the policies that count a hung call ignore it as the rejection it is."""
+        return _admission.state.waits > 0 and bool(_admission.waits_after(self._clock, self._fired_ns - 1))
 
 
 def timeout(seconds: Seconds, *, label: str | None = None, clock: Clock | None = None) -> Timeout:

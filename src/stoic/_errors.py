@@ -107,7 +107,9 @@ class DeadlineExceeded(Rejected, TimeoutError):
 
     ``timed_out`` is True when a ``stoic.timeout``/``stoic.deadline`` block cut running work
     short (the work ran and took too long: evidence about a dependency), False when a policy
-    refused to start or to keep waiting (nothing ran).
+    refused to start or to keep waiting (nothing ran), and when the block's deadline fired while
+    it waited in a local stage's queue (a bulkhead's slot, a limiter's permit): local queueing
+    was cut, not the dependency (field report 20).
     """
 
     reason = RejectionReason.DEADLINE_EXCEEDED
