@@ -4,11 +4,14 @@ cancellation from any other."""
 from __future__ import annotations
 
 import asyncio
+import sys
+from collections.abc import Callable
 
 import pytest
 
 import stoic
 from stoic import DeadlineExceeded, Rejected, RejectionReason, cancelled_by_deadline, time_remaining
+from stoic._clock import TimerHandle
 from stoic._deadline import DEADLINE_CANCEL_MESSAGE, remaining_ns
 from stoic.testing import VirtualClock, settle
 
@@ -355,3 +358,82 @@ async def test_a_block_whose_coroutine_is_closed_from_another_context_closes_cle
     coro.close()
     assert clock.pending_timers == 0
     assert time_remaining() is None
+
+
+async def _swallow_a_cancel(form: str) -> None:
+    """Leave this task's ``cancelling()`` raised by one request nobody takes back: a library
+    that swallows a cancel without ``uncancel()``, or a TaskGroup whose child fails while the
+    body waits in ``__aexit__`` (Python 3.11 and early 3.12 never take its request back)."""
+    task = asyncio.current_task()
+    assert task is not None
+    if form == "swallowed":
+        task.cancel()
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            pass
+        assert task.cancelling() == 1
+    else:
+        async def fails() -> None:
+            await asyncio.sleep(0)
+            raise ConnectionError("child")
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(fails())
+        except* ConnectionError:
+            pass
+
+
+@pytest.mark.parametrize("form", ["swallowed", "failed TaskGroup"])
+async def test_a_cancel_left_raised_inside_the_block_does_not_hide_its_deadline(clock, form):
+    """Field report 17 inside a timeout block: the count rose after the block was entered, and
+    the deadline's own cancellation must still end the block with DeadlineExceeded (a bare
+    CancelledError would cancel the whole task)."""
+    async def work() -> int:
+        with pytest.raises(DeadlineExceeded) as caught:
+            async with stoic.timeout(1):
+                await _swallow_a_cancel(form)
+                await sleep(clock, 100)
+        assert caught.value.timed_out
+        task = asyncio.current_task()
+        assert task is not None
+        return task.cancelling()
+
+    stale = await clock.run(work())
+    assert clock.now() == 1.0
+    assert stale == (1 if form == "swallowed" or sys.version_info < (3, 12) else 0)  # only ours was taken back
+
+
+class _HandFiredClock(VirtualClock):
+    """Keeps the callback of every timer set on it, for the test to run by hand at a moment of
+    its choosing (the timer itself never fires)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.callbacks: list[Callable[[], object]] = []
+
+    def call_at(self, when_ns: int, callback: Callable[[], object]) -> TimerHandle:
+        self.callbacks.append(callback)
+        return super().call_at(when_ns + 10**18, lambda: None)
+
+
+async def test_a_cancel_pending_when_the_deadline_fires_passes_through_even_with_a_stale_count():
+    """The other side: with the count left raised inside the block, an outside cancel request
+    still pending when the deadline fires (both reach the task as one CancelledError) is the
+    outside caller's, and passes through."""
+    clock = _HandFiredClock()
+    blocked = asyncio.Event()
+
+    async def work() -> None:
+        async with stoic.timeout(1, clock=clock):
+            await _swallow_a_cancel("swallowed")
+            await blocked.wait()
+
+    task = asyncio.create_task(work())
+    await settle()
+    task.cancel()  # someone else cancels ...
+    (fire,) = clock.callbacks
+    fire()  # ... and the deadline fires before the task runs again
+    with pytest.raises(asyncio.CancelledError):
+        await task

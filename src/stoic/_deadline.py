@@ -179,6 +179,16 @@ def _turned_from_cancel(error: BaseException) -> bool:
     return False
 
 
+def _cancel_pending(task: asyncio.Task[Any]) -> bool:
+    """Whether a cancel request has reached ``task`` and not yet been delivered (the task has
+    not run since): it is to be thrown in at its next step, or the future it awaits was
+    cancelled for it. (The pure-Python and C tasks both expose these two attributes.)"""
+    if getattr(task, "_must_cancel", False):
+        return True
+    waiter = getattr(task, "_fut_waiter", None)
+    return waiter is not None and waiter.cancelled()
+
+
 def cancelled_since(task: asyncio.Task[Any], cancels: int, error: BaseException) -> bool:
     """Whether ``task`` is being cancelled, judged when work a policy began while the task's
     ``cancelling()`` count was ``cancels`` ended with the exception ``error`` (field report
@@ -280,7 +290,14 @@ class Timeout:
         assert self._scope is not None and self._task is not None
         self._scope.fired = True
         self._fired_ns = now = self._clock.now_ns()
-        self._task.cancel(DEADLINE_CANCEL_MESSAGE)
+        task = self._task
+        if task.cancelling() > self._cancelling and not _cancel_pending(task):
+            # A request made inside the block and spent without uncancel() (a TaskGroup whose
+            # child failed, on 3.11; a library swallowing a cancel) left the count raised: our
+            # request is judged against the count as it stands, or it would pass for a caller's
+            # (field report 17). A request still pending is a caller's, and keeps the old count.
+            self._cancelling = task.cancelling()
+        task.cancel(DEADLINE_CANCEL_MESSAGE)
         if _SINKS.wants(Level.INFO):
             emit("timeout.expired", self._label or "timeout", Level.INFO, now, {})
 
