@@ -585,10 +585,16 @@ class SharedCircuitBreaker:
             recorder.observe((_DURATION, "failure", error_type(error)), end - start)
 
     async def _without_store(self, fn: Callable[..., Awaitable[R]], args: Any, kwargs: Any) -> R:
+        self._store_cannot_decide()
+        return await self._local.execute(fn, *args, **kwargs)
+
+    def _store_cannot_decide(self) -> None:
+        """The store could not be used: ``fleet.fail_open`` (the caller then runs the call through
+        :attr:`fallback`), or ``fleet.fail_closed`` and :class:`stoic.CircuitOpen` (counted in
+        ``stoic.fleet.fallbacks``; ``retry_after`` None)."""
         fail_event(self._label, "breaker", self._fail_open, self._why, self._now())
         if not self._fail_open:
             raise CircuitOpen(f"circuit open ({self._label}): the store could not decide", label=self._label)
-        return await self._local.execute(fn, *args, **kwargs)
 
     def _rejected(self, state: BreakerState) -> None:
         """Count a refusal in ``stoic.breaker.rejections`` by ``state`` (metrics on), as
@@ -749,20 +755,26 @@ class SharedCircuitBreaker:
                 refusal = refused  # raised once the lease is back
             verdict = None if refusal is not None else self._judge(exc, True)
             end, start = self._now(), self._since(start)
-            outcome = "none" if verdict is None else ("failed" if verdict else "ok")
-            if outcome == "ok" and end - start > self._slow_ns:
-                outcome = "slow"
             # Reported even while the caller is being cancelled: the lease goes back at once
             # instead of expiring after half_open_timeout.
-            done = await self._done(token, outcome)
+            done = await self._done(token, self._outcome(verdict, start, end))
             if verdict is not None:
                 self._probed(done, exc if verdict else None, start, end)
             if refusal is not None:
                 raise refusal from refusal.__cause__
             raise
         end, start = self._now(), self._since(start)
-        self._probed(await self._done(token, "slow" if end - start > self._slow_ns else "ok"), None, start, end)
+        self._probed(await self._done(token, self._outcome(False, start, end)), None, start, end)
         return result
+
+    def _outcome(self, verdict: bool | None, start: int, end: int) -> str:
+        """A probe's outcome as the ``breaker_done`` script takes it: ``none`` (no verdict: the
+        lease is given back), ``failed``, ``slow`` or ``ok``."""
+        if verdict is None:
+            return "none"
+        if verdict:
+            return "failed"
+        return "slow" if end - start > self._slow_ns else "ok"
 
     def _probed(self, reply: list[Any] | None, error: BaseException | None, start: int, end: int) -> None:
         """A probe with a verdict (``error``: its failure, None for a success): measured (metrics
@@ -825,9 +837,7 @@ class SharedCircuitBreaker:
             if not degraded and st != _CLOSED and (st == _FORCED or now() < self._until or self._leases_taken()):
                 raise self._reject(now())
         if degraded:
-            fail_event(self._label, "breaker", self._fail_open, self._why, now())
-            if not self._fail_open:
-                raise CircuitOpen(f"circuit open ({self._label}): the store could not decide", label=self._label)
+            self._store_cannot_decide()
             return self._local.call(fn, *args, **kwargs)
         if st != _CLOSED:
             return self._probe_blocking(fn, args, kwargs)
@@ -870,9 +880,7 @@ class SharedCircuitBreaker:
                 self._no_lease()
         if reply is None:
             self._orphan(token, "none")
-            fail_event(self.label, "breaker", self._fail_open, self._why, self._now())
-            if not self._fail_open:
-                raise CircuitOpen(f"circuit open ({self._label}): the store could not decide", label=self._label)
+            self._store_cannot_decide()
             return self._local.call(fn, *args, **kwargs)
         if not reply[4]:
             if closed:
@@ -886,17 +894,14 @@ class SharedCircuitBreaker:
         except BaseException as exc:
             verdict = self._judge(exc, False)
             end, start = self._now(), self._since(start)
-            outcome = "none" if verdict is None else ("failed" if verdict else "ok")
-            if outcome == "ok" and end - start > self._slow_ns:
-                outcome = "slow"
             with self._sync:  # (the figures are updated under it)
-                done = self._done_blocking(token, outcome)
+                done = self._done_blocking(token, self._outcome(verdict, start, end))
                 if verdict is not None:
                     self._probed(done, exc if verdict else None, start, end)
             raise
         end, start = self._now(), self._since(start)
         with self._sync:
-            done = self._done_blocking(token, "slow" if end - start > self._slow_ns else "ok")
+            done = self._done_blocking(token, self._outcome(False, start, end))
             self._probed(done, None, start, end)
         return result
 
