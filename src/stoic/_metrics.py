@@ -9,7 +9,8 @@ per call beyond a few integer additions, and nothing at all while no exporter ha
 A recorder belongs to one policy and lives as long as it: :data:`live` holds recorders weakly,
 so the series of a policy that has been garbage-collected disappear at the next collection. A
 recorder made with ``owner=policy`` also lets the gauges of :data:`METRICS` read the live
-policy's properties (``breaker.state``, ``limiter.available_permits``...) at collection time.
+policy's properties (``breaker.state``, ``limiter.available_permits``...) at collection time,
+all those of its kind but the ones it is made without (``skip``).
 
 :data:`METRICS` is the one table of every metric: the OpenTelemetry and Prometheus adapters
 export exactly these, docs/metrics.md is generated from it, and a recorder key is
@@ -91,20 +92,22 @@ class Histogram:
 class Recorder:
     """One policy's cumulative figures: ``counters[(name, *attribute values)]`` and
     ``histograms[(name, *attribute values)]``. ``kind`` is the policy kind (``breaker``,
-    ``ratelimiter``, ...), ``label`` its label, ``owner`` a weak reference to the policy (or None).
+    ``ratelimiter``, ...), ``label`` its label, ``owner`` a weak reference to the policy (or None),
+    ``skip`` the gauge properties of its kind that the owner has not got (left out of those gauges).
 
     Not locked: a policy updates its recorder where it already serialises its own state (under
     its lock, or on its event loop), which keeps the figures exact without a second lock.
     """
 
-    __slots__ = ("__weakref__", "counters", "histograms", "kind", "label", "owner")
+    __slots__ = ("__weakref__", "counters", "histograms", "kind", "label", "owner", "skip")
 
-    def __init__(self, kind: str, label: str, owner: object = None) -> None:
+    def __init__(self, kind: str, label: str, owner: object = None, skip: frozenset[str] = frozenset()) -> None:
         self.kind = kind
         self.label = label
         self.counters: dict[tuple[str, ...], int] = {}
         self.histograms: dict[tuple[str, ...], Histogram] = {}
         self.owner: Callable[[], object] | None = weakref.ref(owner) if owner is not None else None
+        self.skip = skip
 
     def count(self, key: tuple[str, ...], n: int = 1) -> None:
         counters = self.counters
@@ -158,12 +161,14 @@ def enable() -> None:
     state.enabled = True
 
 
-def recorder(kind: str, label: str, owner: object = None) -> Recorder:
+def recorder(kind: str, label: str, owner: object = None, skip: frozenset[str] = frozenset()) -> Recorder:
     """A new recorder for one policy, registered in :data:`live` for as long as it is referenced.
 
-    ``owner`` (the policy itself, held weakly) lets the gauges read its properties at collection.
+    ``owner`` (the policy itself, held weakly) lets the gauges read its properties at collection;
+    ``skip`` names those of its kind's gauge properties it has not got: it has no series in those
+    gauges (a shared rate limiter has no ``available_permits``: its credit is in the store).
     """
-    made = Recorder(kind, label, owner)
+    made = Recorder(kind, label, owner, skip)
     with state.lock:
         live.add(made)
     _figures[weakref.ref(made, _died)] = ((kind, label), (made.counters, made.histograms))
@@ -272,7 +277,9 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
        "Calls recorded by the breaker (as window evidence or as probes), by outcome: success or failure "
        "(the counts of `stoic.breaker.call.duration`).", counts_of="stoic.breaker.call.duration"),
     _m("stoic.breaker.rejections", "counter", "{call}", "breaker", ("state",), "every call the breaker refused",
-       "Calls the breaker refused without running them, by the state it was in."),
+       "Calls the breaker refused without running them, by the state it was in. A shared breaker (stoic.fleet) "
+       "refusing because the store could not decide (fail_open_on_store_error=False) counts that refusal in "
+       "`stoic.fleet.fallbacks` only (fail_closed)."),
     _m("stoic.breaker.transitions", "counter", "{transition}", "breaker", ("state",), "every state transition",
        "State transitions, by the new state. A shared breaker (stoic.fleet) counts, on each replica, the "
        "transitions that replica observes, made there or elsewhere in the fleet."),
@@ -282,15 +289,23 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
        "is the failure's type name (empty for successes)."),
     # --- rate limiter ---
     _m("stoic.ratelimiter.permits.available", "gauge", "{permit}", "ratelimiter", (),
-       "property `.available_permits` of each live limiter", "Permits the limiter could grant right now.",
+       "property `.available_permits` of each live local limiter",
+       "Permits the limiter could grant right now. A shared limiter (stoic.fleet) has no series here: its "
+       "credit is in the store, which a collection does not read, and the figure in its last reply is "
+       "outdated at once (docs/fleet.md); its fallback, a local limiter, has its own (label `<label>.fallback`).",
        ("available_permits",)),
     _m("stoic.ratelimiter.waiters", "gauge", "{request}", "ratelimiter", (),
-       "property `.waiter_count` of each live limiter", "Requests queued waiting for permits.", ("waiter_count",)),
+       "property `.waiter_count` of each live limiter",
+       "Requests queued waiting for permits (for a shared limiter, in this process's queue).", ("waiter_count",)),
     _m("stoic.ratelimiter.wait.duration", "histogram", "s", "ratelimiter", (), "every queued request served",
-       "Seconds a queued request waited before it was served."),
+       "Seconds a queued request waited before it was served (for a shared limiter, from the call, its "
+       "round trips included)."),
     _m("stoic.ratelimiter.rejections", "counter", "{request}", "ratelimiter", ("reason",), "every refusal",
        "Requests refused, by reason: would_exceed_deadline, queue_full, cancelled, deadline_exceeded, "
-       "or oversized (more permits than the burst: never servable)."),
+       "or oversized (more permits than the burst: never servable); a `try_acquire` refused for want of "
+       "permits is not counted, one above the burst is. A shared limiter (stoic.fleet) counts its refusals "
+       "with the same reasons; one because the store could not decide (fail_open_on_store_error=False) is "
+       "counted in `stoic.fleet.fallbacks` only (fail_closed)."),
     # --- bulkhead ---
     _m("stoic.bulkhead.active", "gauge", "{call}", "bulkhead", (), "property `.active_count` of each live bulkhead",
        "Calls running inside the bulkhead.", ("active_count",)),
@@ -472,16 +487,18 @@ class Collector:
                         cells[attrs] = cells.get(attrs, 0) + histogram.count
             owner = rec.owner() if rec.owner is not None else None
             if owner is not None:
-                self._read_gauges(rec.kind, label, owner, by_metric)
+                self._read_gauges(rec.kind, label, owner, by_metric, rec.skip)
         with self._lock:
             return [(spec, self._cap(spec, by_metric[spec.name])) for spec in METRICS]
 
-    def _read_gauges(self, kind: str, label: str, owner: object, by_metric: dict[str, dict[tuple[str, ...], Any]]
-                     ) -> None:
+    def _read_gauges(self, kind: str, label: str, owner: object, by_metric: dict[str, dict[tuple[str, ...], Any]],
+                     skip: frozenset[str]) -> None:
         for spec in METRICS:
             if spec.kind != "gauge" or spec.policy != kind:
                 continue
             (prop,) = spec.properties
+            if prop in skip:
+                continue
             try:
                 value: Any = getattr(owner, prop)
             except Exception:  # a property that raises must not break collection

@@ -2,7 +2,9 @@
 CircuitBreaker of the same configuration reports for the same calls: the state gauge, calls and
 their durations by outcome, rejections by state, transitions by the new state (those this
 replica observes, made here or elsewhere in the fleet), and, while the store is down, the
-fallback's own series and ``stoic.fleet.fallbacks``.
+fallback's own series and ``stoic.fleet.fallbacks``. Likewise for the shared rate limiters
+(asyncio and blocking) against the local ones: rejections by reason, the waits of queued
+requests served, and the waiters gauge (a shared limiter has no ``permits.available``).
 
 The figures are read as an exporter reads them (``stoic._metrics.Collector``). One server per
 module (``server`` in conftest.py); a fresh label per breaker keeps their keys apart.
@@ -11,18 +13,32 @@ module (``server`` in conftest.py); a fresh label per breaker keeps their keys a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from _breaker_helpers import StepClock
+from _threads import eventually
 from redis_harness import RedisServer, fresh
 
 import stoic
-from stoic import CircuitBreaker, CircuitOpen, Defect, OpenDuration, _metrics
+from stoic import (
+    BlockingRateLimiter,
+    CircuitBreaker,
+    CircuitOpen,
+    DeadlineExceeded,
+    Defect,
+    OpenDuration,
+    RateLimited,
+    RateLimiter,
+    _metrics,
+)
 from stoic.breaker import BreakerState, CountWindow
-from stoic.fleet import RedisStore, SharedCircuitBreaker
+from stoic.fleet import BlockingSharedRateLimiter, RedisStore, SharedCircuitBreaker, SharedRateLimiter
+from stoic.testing import VirtualClock
 
 pytestmark = pytest.mark.integration
 
@@ -339,3 +355,307 @@ async def test_a_replica_counts_the_transitions_the_fleet_makes_as_it_observes_t
     assert _transitions_of(a) == {"open": 2, "closed": 2}
     assert _transitions_of(b) == {"open": 2, "half_open": 1, "closed": 2}
     assert figures(label)["stoic.breaker.transitions"] == {("open",): 4, ("half_open",): 1, ("closed",): 4}
+
+
+# ---------------------------------------------------------------------------- shared rate limiters
+# One permit an hour: the server's bucket earns nothing measurable while a test runs, so a waiter
+# is served only when the test refills the bucket (deletes its key: a missing bucket is a full
+# one) and moves the limiter's virtual clock to the instant it sleeps until.
+HOUR = 3600.0
+S = 1_000_000_000
+_REJECTIONS = "stoic.ratelimiter.rejections"
+_WAITED = "stoic.ratelimiter.wait.duration"
+_WAITERS = "stoic.ratelimiter.waiters"
+_AVAILABLE = "stoic.ratelimiter.permits.available"
+
+
+def limiter_figures(label: str) -> dict[str, dict[tuple[str, ...], Any]]:
+    """:func:`figures` of the ``stoic.ratelimiter.*`` metrics only, without empty histogram series."""
+    return {name: {k: v for k, v in cells.items() if name != _WAITED or v[0]}
+            for name, cells in figures(label).items() if name.startswith("stoic.ratelimiter.")}
+
+
+class SleepWatch(VirtualClock):
+    """A VirtualClock that notes the instant of every blocking sleep, so a test knows when a
+    thread sleeps (a blocking limiter's head waiting for its permits)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleeps: list[int] = []
+
+    def sleep_until_blocking(self, when_ns: int) -> None:
+        self.sleeps.append(when_ns)
+        super().sleep_until_blocking(when_ns)
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Let the loop run (store round trips are real I/O) until ``condition()`` holds, or fail."""
+    for _ in range(2000):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("condition not reached in time")
+
+
+def bucket_refill(server: RedisServer, limiter: SharedRateLimiter | BlockingSharedRateLimiter) -> Callable[[], None]:
+    """Refill ``limiter``'s shared bucket: delete its key (a missing bucket is a full one)."""
+    def refill() -> None:
+        with redis.Redis.from_url(server.url) as client:
+            client.delete(*limiter._key)
+    return refill
+
+
+async def tried(limiter: RateLimiter | SharedRateLimiter, permits: int = 1) -> bool:
+    """``try_acquire(permits)``: plain on the local limiter, awaited on the shared one (a round trip)."""
+    answer: bool | Awaitable[bool] = limiter.try_acquire(permits)
+    return await answer if not isinstance(answer, bool) else answer
+
+
+async def _async_refusals(limiter: RateLimiter | SharedRateLimiter, clock: VirtualClock) -> None:
+    """On a bucket of 2 permits an hour with room for one waiter: two oversized requests (one a
+    try_acquire), a try_acquire refused for want of permits (not counted), one past its deadline,
+    one whose wait would pass its deadline, one refused by the full queue, and the waiter cancelled."""
+    assert not await tried(limiter, 3)
+    with pytest.raises(RateLimited):
+        await limiter.acquire(3)
+    assert await tried(limiter, 2)
+    assert not await tried(limiter)
+    async with stoic.timeout(0, clock=clock):
+        with pytest.raises(DeadlineExceeded):
+            await limiter.acquire()
+    async with stoic.timeout(60, clock=clock):
+        with pytest.raises(RateLimited):
+            await limiter.acquire()
+    waiter = asyncio.create_task(limiter.acquire())
+    await until(lambda: limiter.waiter_count == 1 and clock.pending_timers == 1)
+    assert limiter_figures(limiter.label)[_WAITERS] == {(): 1}
+    with pytest.raises(RateLimited):
+        await limiter.acquire()
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert limiter.waiter_count == 0
+
+
+EXPECTED_REFUSALS = {("oversized",): 2, ("deadline_exceeded",): 1, ("would_exceed_deadline",): 1,
+                     ("queue_full",): 1, ("cancelled",): 1}
+
+
+async def test_shared_limiter_counts_its_rejections_by_reason_as_the_local_limiter_does(
+    server: RedisServer, metrics_on: None,
+) -> None:
+    store = RedisStore(server.url, budget=2.0)
+    config: dict[str, Any] = {"burst": 2, "queue_limit": 1}
+    local_clock, shared_clock = VirtualClock(), VirtualClock()
+    local = RateLimiter(1, HOUR, label=fresh("limiter-local"), clock=local_clock, **config)
+    shared = SharedRateLimiter(1, HOUR, store=store, label=fresh("limiter"), clock=shared_clock, **config)
+    await _async_refusals(local, local_clock)
+    await _async_refusals(shared, shared_clock)
+    assert limiter_figures(local.label)[_REJECTIONS] == EXPECTED_REFUSALS
+    seen = limiter_figures(shared.label)
+    assert seen.get(_REJECTIONS) == EXPECTED_REFUSALS, seen
+    # No wait was served; the waiters gauge reads the local queue; no permits.available (its
+    # credit is in the store), while the fallback, a local limiter, has its own.
+    assert seen == {_REJECTIONS: EXPECTED_REFUSALS, _WAITERS: {(): 0}}
+    assert limiter_figures(f"{shared.label}.fallback") == {_AVAILABLE: {(): 2}, _WAITERS: {(): 0}}
+    await store.aclose()
+
+
+async def test_with_metrics_off_the_shared_limiter_counts_nothing(server: RedisServer) -> None:
+    # (Aggregation is off until an exporter turns it on: only the gauge, read at collection.)
+    assert not _metrics.state.enabled
+    clock = VirtualClock()
+    store = RedisStore(server.url, budget=2.0)
+    shared = SharedRateLimiter(1, HOUR, burst=2, queue_limit=1, store=store, label=fresh("limiter-off"), clock=clock)
+    await _async_refusals(shared, clock)
+    assert (shared._rec.counters, shared._rec.histograms) == ({}, {})
+    assert limiter_figures(shared.label) == {_WAITERS: {(): 0}}
+    await store.aclose()
+
+
+async def test_shared_limiter_times_every_queued_request_it_serves(server: RedisServer, metrics_on: None) -> None:
+    # Three requests queue (one sleeps at the head until the instant the store gave, two behind
+    # it); once the bucket is refilled, the head's next ask is granted and so are the two behind
+    # it, each timed from its call (at 0) to that instant. Those granted at once are not waits.
+    clock = VirtualClock()
+    store = RedisStore(server.url, budget=2.0)
+    shared = SharedRateLimiter(1, HOUR, burst=3, queue_limit=None, store=store, label=fresh("limiter-waits"),
+                               clock=clock)
+    await shared.acquire()
+    assert await shared.try_acquire(2)
+    head = asyncio.create_task(shared.acquire())
+    await until(lambda: clock.pending_timers == 1)
+    behind = [asyncio.create_task(shared.acquire()) for _ in range(2)]
+    await until(lambda: shared.waiter_count == 3)
+    assert limiter_figures(shared.label) == {_WAITERS: {(): 3}}
+    instant = clock.next_timer_ns()
+    assert instant is not None and instant > 3500 * S
+    bucket_refill(server, shared)()
+    await clock.advance_to(instant / 1e9)
+    await asyncio.wait_for(asyncio.gather(head, *behind), 5.0)
+    assert limiter_figures(shared.label) == {_WAITED: {(): (3, 3 * instant)}, _WAITERS: {(): 0}}
+    await store.aclose()
+
+
+async def test_shared_limiter_counts_the_refusals_of_its_own_queue(server: RedisServer, metrics_on: None) -> None:
+    # The shared queue knows only the store's answer to its head: a request behind the head is
+    # queued whatever its deadline (the local limiter, which knows what the queue costs, would
+    # refuse it at once), so its deadline may cut it while it waits; and the head, asking again
+    # at its instant, is refused when the store's new answer would pass its own deadline.
+    clock = VirtualClock()
+    store = RedisStore(server.url, budget=2.0)
+    shared = SharedRateLimiter(1, HOUR, burst=1, queue_limit=None, store=store, label=fresh("limiter-queue"),
+                               clock=clock)
+    assert await shared.try_acquire()
+
+    async def within(seconds: float) -> None:
+        async with stoic.timeout(seconds, clock=clock):
+            await shared.acquire()
+
+    head = asyncio.create_task(within(5000))
+    await until(lambda: shared.waiter_count == 1)
+    behind = asyncio.create_task(within(1000))
+    await until(lambda: shared.waiter_count == 2)
+    await clock.advance_to(1000)
+    with pytest.raises(DeadlineExceeded):
+        await behind
+    assert limiter_figures(shared.label)[_REJECTIONS] == {("deadline_exceeded",): 1}
+    instant = clock.next_timer_ns()
+    assert instant is not None and instant > 3500 * S
+    await clock.advance_to(instant / 1e9)  # the store still has nothing: ~an hour more, past 5000 s
+    with pytest.raises(RateLimited):
+        await asyncio.wait_for(head, 5.0)
+    assert limiter_figures(shared.label) == {
+        _REJECTIONS: {("deadline_exceeded",): 1, ("would_exceed_deadline",): 1}, _WAITERS: {(): 0}}
+    await store.aclose()
+
+
+async def test_without_the_store_a_limiter_counts_only_what_it_refuses_itself(
+    tmp_path: Path, metrics_on: None,
+) -> None:
+    # Its own server: killed here. Failing closed, each refusal is a fail_closed decision and no
+    # rejection; failing open, the fallback decides and counts its own refusals under
+    # "<label>.fallback". A request above the burst is refused before the store is asked: counted.
+    redis_server = RedisServer(tmp_path)
+    try:
+        store = RedisStore(redis_server.url, budget=0.2, probe_interval=0.05)
+        opened = SharedRateLimiter(1, HOUR, queue_limit=0, store=store, label=fresh("limiter-open"))
+        closed = SharedRateLimiter(1, HOUR, queue_limit=0, store=store, label=fresh("limiter-closed"),
+                                   fail_open_on_store_error=False)
+        redis_server.kill()
+        await opened.acquire()  # the fallback grants it
+        with pytest.raises(RateLimited):
+            await opened.acquire()  # the fallback's queue is full
+        assert not await opened.try_acquire()
+        for _ in range(2):
+            with pytest.raises(RateLimited):
+                await closed.acquire()
+        assert not await closed.try_acquire()
+        for limiter in (opened, closed):
+            assert not await limiter.try_acquire(2)
+        assert figures(opened.label)["stoic.fleet.fallbacks"] == {("fail_open",): 3}
+        assert figures(closed.label)["stoic.fleet.fallbacks"] == {("fail_closed",): 3}
+        for limiter in (opened, closed):
+            assert limiter_figures(limiter.label) == {_REJECTIONS: {("oversized",): 1}, _WAITERS: {(): 0}}
+        assert limiter_figures(f"{opened.label}.fallback") == {
+            _REJECTIONS: {("queue_full",): 1}, _AVAILABLE: {(): 0}, _WAITERS: {(): 0}}
+        assert limiter_figures(f"{closed.label}.fallback") == {_AVAILABLE: {(): 1}, _WAITERS: {(): 0}}
+        await store.aclose()
+    finally:
+        redis_server.stop()
+
+
+def under_deadline(clock: VirtualClock, seconds: float, blocking: Callable[[], None]) -> None:
+    """``blocking()`` under ``stoic.timeout(seconds)`` on ``clock`` (its timer never fires: the loop
+    is not run meanwhile; the blocking limiter reads the deadline on the clock)."""
+    async def run() -> None:
+        async with stoic.timeout(seconds, clock=clock):
+            blocking()
+
+    asyncio.run(run())
+
+
+def _in_thread(fn: Callable[[], None]) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, errors
+
+
+def _blocking_refusals(limiter: BlockingRateLimiter | BlockingSharedRateLimiter, clock: SleepWatch,
+                       refill: Callable[[], None]) -> None:
+    """As :func:`_async_refusals` for threads (a timeout for the wait that would pass it), then
+    the waiter is served an hour later (nothing is cancelled in a thread)."""
+    assert not limiter.try_acquire(3)
+    with pytest.raises(RateLimited):
+        limiter.acquire(3)
+    assert limiter.try_acquire(2)
+    assert not limiter.try_acquire()
+    with pytest.raises(DeadlineExceeded):
+        under_deadline(clock, 0, limiter.acquire)
+    with pytest.raises(RateLimited):
+        limiter.acquire(timeout=60)
+    thread, errors = _in_thread(limiter.acquire)
+    eventually(lambda: limiter.waiter_count == 1 and len(clock.sleeps) == 1)
+    assert limiter_figures(limiter.label)[_WAITERS] == {(): 1}
+    with pytest.raises(RateLimited):
+        limiter.acquire()
+    refill()
+    asyncio.run(clock.advance(2 * HOUR))
+    thread.join(5)
+    assert not thread.is_alive() and errors == []
+
+
+def test_blocking_shared_limiter_counts_its_rejections_and_waits_as_the_local_limiter_does(
+    server: RedisServer, metrics_on: None,
+) -> None:
+    store = RedisStore(server.url, budget=2.0)
+    config: dict[str, Any] = {"burst": 2, "queue_limit": 1}
+    local_clock, shared_clock = SleepWatch(), SleepWatch()
+    local = BlockingRateLimiter(1, HOUR, label=fresh("blocking-local"), clock=local_clock, **config)
+    shared = BlockingSharedRateLimiter(1, HOUR, store=store, label=fresh("blocking"), clock=shared_clock, **config)
+    _blocking_refusals(local, local_clock, lambda: None)
+    _blocking_refusals(shared, shared_clock, bucket_refill(server, shared))
+    expected = {("oversized",): 2, ("deadline_exceeded",): 1, ("would_exceed_deadline",): 1, ("queue_full",): 1}
+    waited = {(): (1, 2 * 3600 * S)}  # called at 0, served when the clock moved to 2 h
+    local_seen = limiter_figures(local.label)
+    assert local_seen[_REJECTIONS] == expected and local_seen[_WAITED] == waited
+    seen = limiter_figures(shared.label)
+    assert seen == {_REJECTIONS: expected, _WAITED: waited, _WAITERS: {(): 0}}
+    asyncio.run(store.aclose())
+
+
+def test_blocking_shared_limiter_times_the_threads_queued_behind_its_head(
+    server: RedisServer, metrics_on: None,
+) -> None:
+    # A head sleeping until the store's instant and two threads behind it, each timed from its
+    # call (at 0) to the moment it is served (the clock moved to 2 h); a thread behind the head
+    # out of time at once (timeout 0) leaves with deadline_exceeded.
+    clock = SleepWatch()
+    store = RedisStore(server.url, budget=2.0)
+    shared = BlockingSharedRateLimiter(1, HOUR, burst=3, queue_limit=None, store=store,
+                                       label=fresh("blocking-waits"), clock=clock)
+    shared.acquire()
+    assert shared.try_acquire(2)
+    head = _in_thread(shared.acquire)
+    eventually(lambda: len(clock.sleeps) == 1)
+    behind = [_in_thread(shared.acquire) for _ in range(2)]
+    eventually(lambda: shared.waiter_count == 3)
+    assert limiter_figures(shared.label) == {_WAITERS: {(): 3}}
+    with pytest.raises(DeadlineExceeded):
+        shared.acquire(timeout=0)
+    bucket_refill(server, shared)()
+    asyncio.run(clock.advance(2 * HOUR))
+    for thread, errors in (head, *behind):
+        thread.join(5)
+        assert not thread.is_alive() and errors == []
+    assert limiter_figures(shared.label) == {
+        _REJECTIONS: {("deadline_exceeded",): 1}, _WAITED: {(): (3, 3 * 2 * 3600 * S)}, _WAITERS: {(): 0}}
+    asyncio.run(store.aclose())

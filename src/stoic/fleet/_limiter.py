@@ -40,6 +40,11 @@ _EXACT: Final = 1 << 53
 # The sinks wanting fleet / ratelimiter events (stoic.events._sinks.KindFloor).
 _FLEET_SINKS: Final = kind_floor("fleet")
 _SINKS: Final = kind_floor("ratelimiter")
+# The local limiter's metrics (stoic._metrics.METRICS), recorded alike; not its available
+# permits: the shared credit is in the store, never read for a collection.
+_REJECTIONS: Final = "stoic.ratelimiter.rejections"
+_WAITED: Final = ("stoic.ratelimiter.wait.duration",)
+_NOT_GAUGED: Final = frozenset({"available_permits"})
 
 
 def fail_event(label: str, policy: str, admitted: bool, exc: StoreError, now: int) -> None:
@@ -69,8 +74,8 @@ class _SharedBucket:
     _LOCAL: type[RateLimiter] | type[BlockingRateLimiter] = RateLimiter
 
     __slots__ = (
-        "_burst", "_cap", "_clock", "_fail_open", "_key", "_label", "_local", "_p", "_per", "_queue_limit",
-        "_lock", "_r", "_rate", "_store", "_ttl_ms", "_waiters",
+        "__weakref__", "_burst", "_cap", "_clock", "_fail_open", "_key", "_label", "_local", "_p", "_per",
+        "_queue_limit", "_lock", "_r", "_rate", "_rec", "_store", "_ttl_ms", "_waiters",
     )
 
     def __init__(
@@ -124,6 +129,8 @@ class _SharedBucket:
         self._clock = clock if clock is not None else current_clock()
         self._waiters: deque[Any] = deque()  # this process's queue: futures, or events for threads
         self._lock = threading.Lock()
+        # Rejections, waits and the waiters gauge, as the local limiter's (the fallback keeps its own).
+        self._rec = _metrics.recorder("ratelimiter", label, self, _NOT_GAUGED)
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -153,7 +160,7 @@ class _SharedBucket:
 
     @property
     def waiter_count(self) -> int:
-        """Requests of this process waiting now."""
+        """Requests of this process waiting now (the ``stoic.ratelimiter.waiters`` gauge)."""
         return len(self._waiters)
 
     @property
@@ -183,6 +190,8 @@ class _SharedBucket:
         if isinstance(permits, bool) or not isinstance(permits, int) or permits < 1:
             raise ValueError(f"permits must be an integer >= 1, got {permits!r}")
         if permits > self._burst:
+            if _metrics.state.enabled:
+                self._rec.count_locked((_REJECTIONS, "oversized"))
             if _SINKS.wants(Level.WARNING):
                 emit("ratelimiter.oversized", self._label, Level.WARNING, self._clock.now_ns(),
                      {"permits": permits, "burst": self._burst})
@@ -192,6 +201,9 @@ class _SharedBucket:
             )
 
     def _reject(self, reason: str, permits: int, wait_ns: int | None) -> RateLimited:
+        """A refusal: counted by ``reason`` (as the local limiter counts its own), its event, the error."""
+        if _metrics.state.enabled:
+            self._rec.count_locked((_REJECTIONS, reason))
         if _SINKS.wants(Level.INFO):
             attributes: dict[str, AttributeValue] = {"reason": reason, "permits": permits}
             if wait_ns is not None:
@@ -199,7 +211,16 @@ class _SharedBucket:
             emit("ratelimiter.rejected", self._label, Level.INFO, self._clock.now_ns(), attributes)
         return RateLimited(label=self._label, retry_after=None if wait_ns is None else wait_ns / 1e9)
 
+    def _waited(self, permits: int, start: int, now: int) -> None:
+        """A request served after waiting in this process's queue, called at ``start``."""
+        if _metrics.state.enabled:
+            self._rec.observe_locked(_WAITED, now - start)
+        if _SINKS.wants(Level.DEBUG):
+            emit("ratelimiter.waited", self._label, Level.DEBUG, now,
+                 {"permits": permits, "waited": (now - start) / 1e9})
+
     def _without_store(self, exc: StoreError) -> None:
+        # Failing closed, the refusal is counted in stoic.fleet.fallbacks only: not a rejection.
         fail_event(self._label, "ratelimiter", self._fail_open, exc, self._clock.now_ns())
         if not self._fail_open:
             raise RateLimited(f"rate limited ({self._label}): the store could not decide", label=self._label)
@@ -356,11 +377,9 @@ class SharedRateLimiter(_SharedBucket):
             raise
         finally:
             self._leave(future)
-        admitted_after_wait(clock, clock.now_ns(), start)  # a breaker outside leaves the wait out
-        if _SINKS.wants(Level.DEBUG):
-            now = clock.now_ns()
-            emit("ratelimiter.waited", self._label, Level.DEBUG, now,
-                 {"permits": permits, "waited": (now - start) / 1e9})
+        now = clock.now_ns()
+        admitted_after_wait(clock, now, start)  # a breaker outside leaves the wait out
+        self._waited(permits, start, now)
 
     def _leave(self, future: asyncio.Future[None]) -> None:
         waiters = self._waiters
@@ -520,9 +539,8 @@ class BlockingSharedRateLimiter(_SharedBucket):
         # round trips, a failed one included) is this stage's time, not the dependency's.
         now = clock.now_ns()
         admitted_after_wait(clock, now, start)
-        if not (head and first) and _SINKS.wants(Level.DEBUG):  # (a queued acquire was served)
-            emit("ratelimiter.waited", self._label, Level.DEBUG, now,
-                 {"permits": permits, "waited": (now - start) / 1e9})
+        if not (head and first):  # (a queued acquire was served)
+            self._waited(permits, start, now)
 
     def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Take one permit (as :meth:`acquire`), then return ``fn(*args, **kwargs)``."""
