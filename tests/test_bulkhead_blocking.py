@@ -87,21 +87,24 @@ def test_a_timed_out_waiter_leaves_without_a_slot(sink: RecordingSink) -> None:
 
 def test_no_lock_is_held_across_the_call() -> None:
     bulkhead = BlockingBulkhead(4, label="parallel")
+    # All four calls must be inside at once to pass the barrier: with a lock held across the
+    # call the first would wait there alone and the barrier break after 10 s. (It was a
+    # wall-clock bound, 4 x 50 ms in under 0.19 s, which a machine stalled 140 ms could fail.)
+    inside = threading.Barrier(4, timeout=10)
 
     @bulkhead
     def slow() -> int:
-        time.sleep(0.05)
+        inside.wait()
         return 1
 
     results: list[int] = []
     threads = [threading.Thread(target=lambda: results.append(slow())) for _ in range(4)]
-    started = time.monotonic()
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(5)
+        thread.join(15)
     assert results == [1, 1, 1, 1]
-    assert time.monotonic() - started < 0.19  # not 4 x 50 ms one after another
+    assert not inside.broken
     with pytest.raises(TypeError, match="Bulkhead"):
 
         @bulkhead
