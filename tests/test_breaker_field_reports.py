@@ -82,24 +82,24 @@ async def test_a_sink_that_raises_never_reaches_the_caller(clock: VirtualClock) 
 
 # --- 2. No lock held across the call ---------------------------------------------------------
 def test_no_lock_is_held_across_a_synchronous_call() -> None:
-    # The one real-time test: ten threads each make a 0.2 s call through a closed breaker.
+    # Real threads: ten calls through a closed breaker must all be inside it at once to pass
+    # the barrier in the call; a lock held across the call leaves the first alone there and
+    # the barrier breaks after 10 s. (It was a wall-clock bound, ten 0.2 s calls in under
+    # 0.4 s, which a machine stalled 0.2 s could fail with nothing wrong.)
     breaker = CircuitBreaker(label="threads", window=TimeWindow(60))
-    start = threading.Barrier(10)
-    finished: list[float] = []
+    inside = threading.Barrier(10, timeout=10)
+    finished: list[int] = []
 
     def worker() -> None:
-        start.wait()
-        breaker.call(time.sleep, 0.2)
-        finished.append(time.monotonic())
+        finished.append(breaker.call(inside.wait))
 
     threads = [threading.Thread(target=worker) for _ in range(10)]
-    began = time.monotonic()
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
-    elapsed = max(finished) - began
-    assert elapsed < 0.4, f"ten 0.2 s calls took {elapsed:.2f} s: they ran one after another"
+        thread.join(15)
+    assert not inside.broken, "the calls could not all be inside the breaker at once"
+    assert sorted(finished) == list(range(10))  # (Barrier.wait's return: each party's index)
     assert breaker.snapshot.calls == 10
 
 
