@@ -165,25 +165,34 @@ async def test_a_trip_in_one_replica_refuses_calls_in_the_others_within_the_refr
 ) -> None:
     label = fresh("trip")
     stores = [store_for(server) for _ in range(4)]
-    replicas = [breaker(s, label) for s in stores]
+    replicas = [breaker(s, label, refresh_interval=0.2) for s in stores]
     for replica in replicas:
         assert await replica.execute(ok) == "ok"
     await trip(replicas[0])
-    tripped_at = time.monotonic()
-    with pytest.raises(CircuitOpen):
-        await replicas[0].execute(ok)
-    refused_after: list[float] = []
-    for replica in replicas[1:]:
-        while True:
-            try:
-                await replica.execute(ok)
-            except CircuitOpen as exc:
-                assert exc.retry_after is not None and 29.0 < exc.retry_after <= 30.0
-                refused_after.append(time.monotonic() - tripped_at)
-                break
-            await asyncio.sleep(0.005)
-            assert time.monotonic() - tripped_at < 2.0, "never refused"
-    assert max(refused_after) <= 0.1 + 0.15  # the refresh interval, plus scheduling slack
+    # The collector off while timing (as in the killed-server test below): a full collection of
+    # the suite's heap under load (~200 ms once) is the interpreter's pause, not the refresh.
+    gc.collect()
+    gc.disable()
+    try:
+        tripped_at = time.monotonic()
+        with pytest.raises(CircuitOpen):
+            await replicas[0].execute(ok)
+        refused_after: list[float] = []
+        for replica in replicas[1:]:
+            while True:
+                try:
+                    await replica.execute(ok)
+                except CircuitOpen as exc:
+                    assert exc.retry_after is not None and 29.0 < exc.retry_after <= 30.0
+                    refused_after.append(time.monotonic() - tripped_at)
+                    break
+                await asyncio.sleep(0.005)
+                assert time.monotonic() - tripped_at < 2.0, "never refused"
+    finally:
+        gc.enable()
+    # The refresh interval, plus slack for a loaded machine, in the same proportion as before
+    # (it was 0.1 + 0.15 s, and a 150 ms stall of the machine ate that slack).
+    assert max(refused_after) <= 0.2 + 0.3
     for s in stores:
         await s.aclose()
 
