@@ -572,17 +572,25 @@ async def test_a_cancelled_call_never_leaves_a_connection_mid_command(
 async def test_the_budget_bounds_a_paused_server(server: RedisServer, raw: redis.asyncio.Redis) -> None:
     sink = RecordingSink()
     with stoic.use_sinks(sink):
-        store = RedisStore(server.url, budget=0.1, probe_interval=0.3)
+        # A 0.25 s budget, so a loaded machine's stall (the collector is off, too) cannot pass
+        # for a second budget spent or a first one not spent: the bounds had 0.1 and 0.05 s of
+        # slack. The pause outlasts the budget by 0.75 s, as it outlasted 0.1 s by 0.5 s.
+        store = RedisStore(server.url, budget=0.25, probe_interval=0.3)
         limiter = SharedRateLimiter(5, 1.0, store=store, label=fresh("pause"))
         assert await limiter.try_acquire()
-        await raw.execute_command("CLIENT", "PAUSE", "600", "ALL")
-        start = time.monotonic()
-        assert await limiter.try_acquire()  # fails open after one budget
-        assert 0.1 <= time.monotonic() - start < 0.1 + 0.1
-        start = time.monotonic()
-        assert await limiter.try_acquire()  # the store is resting: no budget spent at all
-        assert time.monotonic() - start < 0.05
-        await asyncio.sleep(0.65)
+        gc.collect()
+        gc.disable()
+        try:
+            await raw.execute_command("CLIENT", "PAUSE", "1000", "ALL")
+            start = time.monotonic()
+            assert await limiter.try_acquire()  # fails open after one budget, not two
+            assert 0.25 <= time.monotonic() - start < 0.25 + 0.25
+            start = time.monotonic()
+            assert await limiter.try_acquire()  # the store is resting: no budget spent at all
+            assert time.monotonic() - start < 0.25
+        finally:
+            gc.enable()
+        await asyncio.sleep(0.9)  # past the pause (1 s) and the probe interval: the store recovers
         assert await limiter.try_acquire()
         await store.aclose()
     assert len(sink.of("fleet.store_error")) == 1
