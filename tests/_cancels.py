@@ -18,3 +18,18 @@ async def swallow_a_cancel() -> None:
     except asyncio.CancelledError:
         pass
     assert task.cancelling() == before + 1
+
+
+async def fail_a_task_group() -> None:
+    """Run a ``TaskGroup`` whose child fails while the body waits in ``__aexit__``, and catch its
+    group: Python 3.11 and 3.12.1 then leave the current task's ``cancelling()`` one higher (the
+    group's request to its parent is never taken back); later versions leave it as it was."""
+
+    async def child() -> None:
+        raise ConnectionError("child")
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(child())
+    except* ConnectionError:
+        pass

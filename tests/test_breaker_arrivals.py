@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from _breaker_helpers import Boom, StepClock
+from _cancels import fail_a_task_group
 from _threads import InterruptingClock, eventually
 
 import stoic
@@ -168,19 +169,6 @@ def _raise_boom() -> None:
 
 # ---------------------------------------------------------------- 17: a cancel request swallowed earlier
 
-async def _failed_task_group() -> None:
-    """A TaskGroup whose child failed: on Python 3.11 it leaves cancelling() raised in this task."""
-
-    async def child() -> None:
-        raise ConnectionError("child")
-
-    try:
-        async with asyncio.TaskGroup() as group:
-            group.create_task(child())
-    except* ConnectionError:
-        pass
-
-
 async def _fan_out() -> None:
     async def child() -> None:
         raise ConnectionError("refused")
@@ -195,7 +183,7 @@ async def _refused() -> None:
 
 
 async def test_a_stale_cancel_count_does_not_hide_later_failures() -> None:
-    await _failed_task_group()
+    await fail_a_task_group()
     task = asyncio.current_task()
     assert task is not None
     stale = task.cancelling()
@@ -220,7 +208,7 @@ async def test_five_failing_fan_outs_open_the_breaker(form: str) -> None:
 
 
 async def test_an_inner_timeout_counts_in_a_task_with_a_stale_cancel_count() -> None:
-    await _failed_task_group()
+    await fail_a_task_group()
 
     async def hangs() -> None:
         async with asyncio.timeout(0.001):
@@ -240,7 +228,7 @@ async def test_a_caller_cancelled_during_the_call_is_not_counted_even_with_a_sta
             raise Boom("cleanup failed") from None
 
     async def caller(breaker: CircuitBreaker) -> None:
-        await _failed_task_group()
+        await fail_a_task_group()
         await breaker.execute(cleanup_fails)
 
     breaker = make()
@@ -273,7 +261,7 @@ async def test_a_failure_with_a_cancel_request_still_pending_is_not_counted() ->
 
 
 async def test_the_sync_path_counts_failures_in_a_task_with_a_stale_cancel_count() -> None:
-    await _failed_task_group()
+    await fail_a_task_group()
     breaker = make()
 
     def refused() -> None:

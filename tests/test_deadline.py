@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
+from _cancels import fail_a_task_group, swallow_a_cancel
 
 import stoic
 from stoic import DeadlineExceeded, Rejected, RejectionReason, cancelled_by_deadline, time_remaining
@@ -359,31 +360,6 @@ async def test_a_block_whose_coroutine_is_closed_from_another_context_closes_cle
     assert time_remaining() is None
 
 
-async def _swallow_a_cancel(form: str) -> None:
-    """Leave this task's ``cancelling()`` raised by one request nobody takes back: a library
-    that swallows a cancel without ``uncancel()``, or a TaskGroup whose child fails while the
-    body waits in ``__aexit__`` (Python 3.11 and early 3.12 never take its request back)."""
-    task = asyncio.current_task()
-    assert task is not None
-    if form == "swallowed":
-        task.cancel()
-        try:
-            await asyncio.sleep(0)
-        except asyncio.CancelledError:
-            pass
-        assert task.cancelling() == 1
-    else:
-        async def fails() -> None:
-            await asyncio.sleep(0)
-            raise ConnectionError("child")
-
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(fails())
-        except* ConnectionError:
-            pass
-
-
 @pytest.mark.parametrize("form", ["swallowed", "failed TaskGroup"])
 async def test_a_cancel_left_raised_inside_the_block_does_not_hide_its_deadline(clock, form):
     """Field report 17 inside a timeout block: the count rose after the block was entered, and
@@ -394,7 +370,7 @@ async def test_a_cancel_left_raised_inside_the_block_does_not_hide_its_deadline(
         assert task is not None
         with pytest.raises(DeadlineExceeded) as caught:
             async with stoic.timeout(1):
-                await _swallow_a_cancel(form)
+                await (swallow_a_cancel() if form == "swallowed" else fail_a_task_group())
                 raised = task.cancelling()  # 1 where the TaskGroup leaves it raised (3.11, 3.12.1)
                 await sleep(clock, 100)
         assert caught.value.timed_out
@@ -427,7 +403,7 @@ async def test_a_cancel_pending_when_the_deadline_fires_passes_through_even_with
 
     async def work() -> None:
         async with stoic.timeout(1, clock=clock):
-            await _swallow_a_cancel("swallowed")
+            await swallow_a_cancel()
             await blocked.wait()
 
     task = asyncio.create_task(work())

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from typing import Any
 
 import pytest
+from _cancels import swallow_a_cancel
 from _threads import eventually
 
 import stoic
@@ -35,20 +35,6 @@ from stoic.testing import RecordingSink, VirtualClock, settle
 S = 1_000_000_000
 
 
-async def swallow_a_cancel_request() -> asyncio.Task[Any]:
-    """Leave the current task with ``cancelling() == 1``, as a 3.11 TaskGroup whose child failed
-    (or a library that swallows a cancel without ``uncancel()``) leaves it."""
-    task = asyncio.current_task()
-    assert task is not None
-    task.cancel()
-    try:
-        await asyncio.sleep(0)
-    except asyncio.CancelledError:
-        pass
-    assert task.cancelling() == 1
-    return task
-
-
 # ------------------------------------------------------------------ case 17: stale cancel counts
 
 async def test_a_swallowed_cancel_request_does_not_stop_a_limiter_waiter(
@@ -58,7 +44,7 @@ async def test_a_swallowed_cancel_request_does_not_stop_a_limiter_waiter(
     assert limiter.try_acquire()
 
     async def caller() -> float:
-        await swallow_a_cancel_request()
+        await swallow_a_cancel()
         await limiter.acquire()  # waits 1 s, and is served
         return clock.now()
 
@@ -77,7 +63,7 @@ async def test_a_swallowed_cancel_request_does_not_stop_a_bulkhead_waiter(
         await release.wait()
 
     async def caller() -> str:
-        await swallow_a_cancel_request()
+        await swallow_a_cancel()
         return await bulkhead.execute(asyncio.sleep, 0, "ran")
 
     held = asyncio.create_task(bulkhead.execute(holder))
@@ -107,7 +93,7 @@ def test_the_blocking_forms_admit_a_waiter_in_a_task_with_a_stale_cancel_count()
     limiter = BlockingRateLimiter(1000, burst=1, label="stale")
 
     async def caller() -> None:
-        await swallow_a_cancel_request()
+        await swallow_a_cancel()
         bulkhead.acquire()
         threading.Timer(0.02, bulkhead.release).start()
         bulkhead.acquire(timeout=5)  # waits for the timer thread's release, in the loop's thread
@@ -133,7 +119,7 @@ async def test_a_swallowed_cancel_request_does_not_turn_a_hedge_into_a_cancelled
     policy = Hedge(0.1, label="stale", budget=RetryBudget.UNLIMITED)
 
     async def caller() -> int:
-        await swallow_a_cancel_request()
+        await swallow_a_cancel()
         return await policy.execute(IDEMPOTENT, op)
 
     assert await clock.run(caller()) == 2  # the hedge's success, not a CancelledError
