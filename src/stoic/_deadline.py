@@ -41,16 +41,23 @@ DEADLINE_CANCEL_MESSAGE = "stoic: deadline exceeded"
 
 
 class _Scope:
-    """One ``timeout``/``deadline`` block: its instant, its clock, and whether it fired."""
+    """One ``timeout``/``deadline`` block: its instant, its clock, whether it fired and when (on
+    its clock)."""
 
-    __slots__ = ("clock", "when_ns", "parent", "fired", "label")
+    __slots__ = ("clock", "when_ns", "parent", "fired", "fired_ns", "label")
 
     def __init__(self, clock: Clock, when_ns: int, parent: _Scope | None, label: str | None) -> None:
         self.clock = clock
         self.when_ns = when_ns
         self.parent = parent
         self.fired = False
+        self.fired_ns = 0
         self.label = label
+
+    def cut_a_wait(self) -> bool:
+        """Whether this block fired while the work in it waited in a local stage's queue: a wait
+        recorded in this context (stoic._admission) ended at or after the firing."""
+        return _admission.state.waits > 0 and bool(_admission.waits_after(self.clock, self.fired_ns - 1))
 
 
 _current: ContextVar[_Scope | None] = ContextVar("stoic.deadline", default=None)
@@ -243,6 +250,24 @@ def cancelled_by_deadline() -> bool:
     return False
 
 
+def deadline_cut_running_work() -> bool:
+    """True when an enclosing ``timeout``/``deadline`` block has fired while the work under it
+    ran, not while it waited in a local stage's queue: asked by a policy that judges the
+    dependency (an adaptive limit, a throttle) when the call it ran ends with the deadline's
+    ``CancelledError``. A deadline that cut a wait in an inner bulkhead's or limiter's queue is
+    local queueing, no more evidence about the dependency than the ``DeadlineExceeded``
+    (``timed_out`` False) the block then raises (field report 20, under an overall timeout)."""
+    scope = _current.get()
+    fired = False
+    while scope is not None:
+        if scope.fired:
+            if scope.cut_a_wait():
+                return False
+            fired = True
+        scope = scope.parent
+    return fired
+
+
 class Timeout:
     """Async context manager behind :func:`timeout` and :func:`deadline`.
 
@@ -250,7 +275,7 @@ class Timeout:
     raises :class:`DeadlineExceeded` instead. A cancellation from anywhere else passes through.
     """
 
-    __slots__ = ("_clock", "_when_ns", "_label", "_scope", "_token", "_task", "_cancelling", "_handle", "_fired_ns")
+    __slots__ = ("_clock", "_when_ns", "_label", "_scope", "_token", "_task", "_cancelling", "_handle")
 
     def __init__(self, when_ns: int, clock: Clock, label: str | None) -> None:
         self._clock = clock
@@ -261,7 +286,6 @@ class Timeout:
         self._task: asyncio.Task[object] | None = None
         self._cancelling = 0
         self._handle: TimerHandle | None = None
-        self._fired_ns = 0
 
     @property
     def expired(self) -> bool:
@@ -289,7 +313,7 @@ class Timeout:
     def _fire(self) -> None:
         assert self._scope is not None and self._task is not None
         self._scope.fired = True
-        self._fired_ns = now = self._clock.now_ns()
+        self._scope.fired_ns = now = self._clock.now_ns()
         task = self._task
         if task.cancelling() > self._cancelling and not _cancel_pending(task):
             # A request made inside the block and spent without uncancel() (a TaskGroup whose
@@ -324,16 +348,13 @@ class Timeout:
         if self._task.uncancel() <= self._cancelling and _is_cancellation(exc):
             raise DeadlineExceeded(
                     f"deadline exceeded{f' ({self._label})' if self._label else ''}", label=self._label,
-                    timed_out=not self._cut_a_wait(),
+                    # Fired while the block waited in a local stage's queue (a wait, admitted
+                    # or not, that ended after the firing): nothing of the dependency was cut
+                    # short, only local queueing (field report 20), and the policies that count
+                    # a hung call ignore it as the rejection it is.
+                    timed_out=not self._scope.cut_a_wait(),
                 ) from exc
         return None
-
-    def _cut_a_wait(self) -> bool:
-        """Whether the deadline fired while the block waited in a local stage's queue (a wait,
-        admitted or not, that ended after the firing: stoic._admission). Nothing of the
-        dependency was cut short then, only local queueing (field report 20): ``timed_out`` is
-        False, and the policies that count a hung call ignore it as the rejection it is."""
-        return _admission.state.waits > 0 and bool(_admission.waits_after(self._clock, self._fired_ns - 1))
 
 
 def timeout(seconds: Seconds, *, label: str | None = None, clock: Clock | None = None) -> Timeout:

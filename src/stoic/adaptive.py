@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 from . import _deadline, _random
 from ._clock import Clock, SystemClock, check_clock
 from ._deadline import _current as _deadline_scope
-from ._deadline import cancelled_by_deadline
+from ._deadline import deadline_cut_running_work
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import DeadlineExceeded, Rejected, leaves
 from ._limits import AimdLimit, Change, Gradient2Limit
@@ -94,7 +94,7 @@ def _is_drop(error: BaseException) -> bool | None:
     if isinstance(error, BaseExceptionGroup):
         return True if any(_is_drop(leaf) for leaf in leaves(error)) else None
     if isinstance(error, asyncio.CancelledError):
-        return True if cancelled_by_deadline() else None
+        return True if deadline_cut_running_work() else None  # (not a cut of an inner queue's wait)
     if isinstance(error, DeadlineExceeded):
         return True if error.timed_out else None
     if isinstance(error, Rejected):

@@ -35,7 +35,7 @@ from . import _metrics, _random
 from ._callbacks import callback_failed
 from ._classify import ClassifierLike, RetryClassifier, _own_decision, as_classifier
 from ._clock import Clock, SystemClock, resolve_clock
-from ._deadline import cancelled_by_deadline
+from ._deadline import deadline_cut_running_work
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import Throttled, cut_by_deadline, failed_await, is_defect, is_rejection, leaves
 from ._policy import is_async_callable, through_method_decorators
@@ -291,8 +291,10 @@ class AdaptiveThrottle:
         try:
             result = await fn(*args, **kwargs)
         except asyncio.CancelledError:
-            if cancelled_by_deadline():
-                self._count(False)  # an enclosing deadline cut the running call: a timeout
+            if deadline_cut_running_work():
+                # An enclosing deadline cut the running call: a timeout (not one that cut a wait
+                # in an inner stage's queue: local queueing, field report 20).
+                self._count(False)
             raise
         except Exception as exc:
             # A deadline's cut, bare or as a leaf of a group with no defect leaf (whose leaves,
