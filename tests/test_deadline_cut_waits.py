@@ -213,3 +213,61 @@ async def test_a_deadline_cutting_waits_in_a_queue_under_an_adaptive_policy_is_n
         assert throttle.probability == 0.0
     else:
         assert adaptive.limit == 64
+
+
+# ---------------------------------------------------------------- a caller's cancel and the deadline
+
+async def _cleanup_crossing_the_deadline(clock: VirtualClock, form: str) -> None:
+    """A block whose work, cancelled by its caller at 0.5 s, cleans up for 5 s: its deadline
+    (1 s) fires during the cleanup, while the caller's CancelledError is on its way out."""
+    async with stoic.timeout(1.0):
+        if form == "finally":
+            try:
+                await _hold(clock, 100.0)
+            finally:
+                await _hold(clock, 5.0)
+        else:  # the cleanup swallows the deadline's cancel and re-raises the caller's
+            try:
+                await _hold(clock, 100.0)
+            except asyncio.CancelledError:
+                try:
+                    await _hold(clock, 5.0)
+                except asyncio.CancelledError:
+                    pass
+                raise
+
+
+@pytest.mark.parametrize("form", ["finally", "except, then re-raise"])
+async def test_a_callers_cancel_being_handled_when_the_deadline_fires_stays_the_callers(
+    clock: VirtualClock, form: str,
+) -> None:
+    """Field report 17's fix must not take a caller's cancellation for a stale count: the
+    caller's request was delivered (none pending when the deadline fires), and the block ends
+    with a CancelledError. The task was asked to stop: it ends cancelled, as before the fix and
+    as asyncio.timeout does, not with DeadlineExceeded."""
+    task = asyncio.create_task(_cleanup_crossing_the_deadline(clock, form))
+    await clock.advance(0.5)
+    task.cancel()
+    await clock.run_until_idle()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_task_group_shutting_down_a_child_whose_cleanup_crosses_its_deadline(clock: VirtualClock) -> None:
+    """The same in its most common form: a TaskGroup's child fails and the group cancels its
+    sibling, whose cleanup crosses its own deadline. The group reports the one failure, not a
+    DeadlineExceeded of a sibling that was merely told to stop."""
+    async def fails() -> None:
+        await _hold(clock, 0.5)
+        raise ConnectionError("down")
+
+    async def main() -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(fails())
+            group.create_task(_cleanup_crossing_the_deadline(clock, "finally"))
+
+    task = asyncio.create_task(main())
+    await clock.run_until_idle()
+    with pytest.raises(ExceptionGroup) as caught:
+        await task
+    assert [type(e) for e in caught.value.exceptions] == [ConnectionError]
