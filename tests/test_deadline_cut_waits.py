@@ -271,3 +271,34 @@ async def test_a_task_group_shutting_down_a_child_whose_cleanup_crosses_its_dead
     with pytest.raises(ExceptionGroup) as caught:
         await task
     assert [type(e) for e in caught.value.exceptions] == [ConnectionError]
+
+
+@pytest.mark.parametrize("task_class", ["C task", "pure-Python task"])
+@pytest.mark.parametrize("outside", ["none", "pending when it fires"])
+async def test_a_stale_count_on_either_task_implementation(task_class: str, outside: str) -> None:
+    """Field report 17's fix reads the task's private state (``_must_cancel``, ``_fut_waiter``):
+    both asyncio implementations must answer alike. A count left raised inside the block: the
+    expiry is DeadlineExceeded; with a caller's request still pending when the deadline fires,
+    the caller's CancelledError."""
+    from test_deadline import _HandFiredClock, _swallow_a_cancel
+
+    clock = _HandFiredClock()
+    loop = asyncio.get_running_loop()
+    make: Any = asyncio.tasks._PyTask if task_class == "pure-Python task" else asyncio.tasks._CTask  # type: ignore[attr-defined]
+    blocked = asyncio.Event()
+
+    async def work() -> None:
+        async with stoic.timeout(1, clock=clock):
+            await _swallow_a_cancel("swallowed")
+            await blocked.wait()
+
+    task = make(work(), loop=loop)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    if outside == "pending when it fires":
+        task.cancel()
+    (fire,) = clock.callbacks
+    fire()
+    expected = asyncio.CancelledError if outside == "pending when it fires" else DeadlineExceeded
+    with pytest.raises(expected):
+        await task

@@ -196,6 +196,23 @@ def _cancel_pending(task: asyncio.Task[Any]) -> bool:
     return waiter is not None and waiter.cancelled()
 
 
+def _foreign_cancel_in_flight(error: BaseException | None) -> bool:
+    """Whether ``error`` (a block's cancellation) is, or was raised while handling, a
+    ``CancelledError`` that is not a deadline's: a caller's cancel already delivered, on its way
+    out through cleanup that awaits (a ``finally``, an ``except`` that re-raises it) when the
+    deadline fired. A request spent and swallowed (the stale count of field report 17) leaves
+    no such trace. (A group is judged by its own history: its leaves are children cancelled by
+    their group, whatever cancelled the group.)"""
+    link = error
+    for _ in range(16):
+        if link is None:
+            return False
+        if isinstance(link, asyncio.CancelledError) and link.args != (DEADLINE_CANCEL_MESSAGE,):
+            return True
+        link = link.__cause__ or link.__context__
+    return False
+
+
 def cancelled_since(task: asyncio.Task[Any], cancels: int, error: BaseException) -> bool:
     """Whether ``task`` is being cancelled, judged when work a policy began while the task's
     ``cancelling()`` count was ``cancels`` ended with the exception ``error`` (field report
@@ -275,7 +292,7 @@ class Timeout:
     raises :class:`DeadlineExceeded` instead. A cancellation from anywhere else passes through.
     """
 
-    __slots__ = ("_clock", "_when_ns", "_label", "_scope", "_token", "_task", "_cancelling", "_handle")
+    __slots__ = ("_clock", "_when_ns", "_label", "_scope", "_token", "_task", "_cancelling", "_stale", "_handle")
 
     def __init__(self, when_ns: int, clock: Clock, label: str | None) -> None:
         self._clock = clock
@@ -285,6 +302,7 @@ class Timeout:
         self._token: Token[_Scope | None] | None = None
         self._task: asyncio.Task[object] | None = None
         self._cancelling = 0
+        self._stale = -1  # the count at firing, when it had risen inside the block (see _fire)
         self._handle: TimerHandle | None = None
 
     @property
@@ -318,9 +336,10 @@ class Timeout:
         if task.cancelling() > self._cancelling and not _cancel_pending(task):
             # A request made inside the block and spent without uncancel() (a TaskGroup whose
             # child failed, on 3.11; a library swallowing a cancel) left the count raised: our
-            # request is judged against the count as it stands, or it would pass for a caller's
-            # (field report 17). A request still pending is a caller's, and keeps the old count.
-            self._cancelling = task.cancelling()
+            # request may be judged against the count as it stands, or it would pass for a
+            # caller's (field report 17). A request still pending is a caller's, and keeps the
+            # old count; so is one delivered and still on its way out (see __aexit__).
+            self._stale = task.cancelling()
         task.cancel(DEADLINE_CANCEL_MESSAGE)
         if _SINKS.wants(Level.INFO):
             emit("timeout.expired", self._label or "timeout", Level.INFO, now, {})
@@ -345,7 +364,10 @@ class Timeout:
         # Our cancel request is spent either way; take it back so it is not delivered later.
         # Ended by our cancellation (bare, or as the only content of exception groups): the
         # deadline's. A group with any other error in it is the block's own outcome and passes.
-        if self._task.uncancel() <= self._cancelling and _is_cancellation(exc):
+        left = self._task.uncancel()
+        if _is_cancellation(exc) and (
+                left <= self._cancelling
+                or (left <= self._stale and not _foreign_cancel_in_flight(exc))):
             raise DeadlineExceeded(
                     f"deadline exceeded{f' ({self._label})' if self._label else ''}", label=self._label,
                     # Fired while the block waited in a local stage's queue (a wait, admitted
