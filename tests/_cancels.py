@@ -1,8 +1,13 @@
-"""A cancel request swallowed earlier in a task (field report 17's shape)."""
+"""A cancel request swallowed earlier in a task (field report 17's shape), and a clock whose
+timers the test fires by hand (a deadline firing at a moment of the test's choosing)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+
+from stoic._clock import TimerHandle
+from stoic.testing import VirtualClock
 
 
 async def swallow_a_cancel() -> None:
@@ -33,3 +38,16 @@ async def fail_a_task_group() -> None:
             group.create_task(child())
     except* ConnectionError:
         pass
+
+
+class HandFiredClock(VirtualClock):
+    """Keeps the callback of every timer set on it, for the test to run by hand at a moment of
+    its choosing (the timer itself never fires)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.callbacks: list[Callable[[], object]] = []
+
+    def call_at(self, when_ns: int, callback: Callable[[], object]) -> TimerHandle:
+        self.callbacks.append(callback)
+        return super().call_at(when_ns + 10**18, lambda: None)

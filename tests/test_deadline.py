@@ -4,14 +4,12 @@ cancellation from any other."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
-from _cancels import fail_a_task_group, swallow_a_cancel
+from _cancels import HandFiredClock, fail_a_task_group, swallow_a_cancel
 
 import stoic
 from stoic import DeadlineExceeded, Rejected, RejectionReason, cancelled_by_deadline, time_remaining
-from stoic._clock import TimerHandle
 from stoic._deadline import DEADLINE_CANCEL_MESSAGE, remaining_ns
 from stoic.testing import VirtualClock, settle
 
@@ -381,24 +379,11 @@ async def test_a_cancel_left_raised_inside_the_block_does_not_hide_its_deadline(
     assert after == raised  # only the deadline's own request was taken back
 
 
-class _HandFiredClock(VirtualClock):
-    """Keeps the callback of every timer set on it, for the test to run by hand at a moment of
-    its choosing (the timer itself never fires)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.callbacks: list[Callable[[], object]] = []
-
-    def call_at(self, when_ns: int, callback: Callable[[], object]) -> TimerHandle:
-        self.callbacks.append(callback)
-        return super().call_at(when_ns + 10**18, lambda: None)
-
-
 async def test_a_cancel_pending_when_the_deadline_fires_passes_through_even_with_a_stale_count():
     """The other side: with the count left raised inside the block, an outside cancel request
     still pending when the deadline fires (both reach the task as one CancelledError) is the
     outside caller's, and passes through."""
-    clock = _HandFiredClock()
+    clock = HandFiredClock()
     blocked = asyncio.Event()
 
     async def work() -> None:

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from _cancels import HandFiredClock, swallow_a_cancel
 
 import stoic
 from stoic import Bulkhead, DeadlineExceeded
@@ -280,16 +281,14 @@ async def test_a_stale_count_on_either_task_implementation(task_class: str, outs
     both asyncio implementations must answer alike. A count left raised inside the block: the
     expiry is DeadlineExceeded; with a caller's request still pending when the deadline fires,
     the caller's CancelledError."""
-    from test_deadline import _HandFiredClock, _swallow_a_cancel
-
-    clock = _HandFiredClock()
+    clock = HandFiredClock()
     loop = asyncio.get_running_loop()
     make: Any = asyncio.tasks._PyTask if task_class == "pure-Python task" else asyncio.tasks._CTask  # type: ignore[attr-defined]
     blocked = asyncio.Event()
 
     async def work() -> None:
         async with stoic.timeout(1, clock=clock):
-            await _swallow_a_cancel("swallowed")
+            await swallow_a_cancel()
             await blocked.wait()
 
     task = make(work(), loop=loop)
