@@ -1,0 +1,197 @@
+"""An operator in an incident against the control plane: retunes under hundreds of calls in
+flight and queued, several retunes at once, limits and queue limits lowered below what is in use,
+and the events a retune emits. Everything on the virtual clock."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import pytest
+
+from stoic import (
+    AdaptiveBulkhead,
+    Bulkhead,
+    BulkheadFull,
+    ControlPlane,
+    GradientBulkhead,
+    RateLimited,
+    RateLimiter,
+    Shed,
+)
+from stoic.testing import RecordingSink, VirtualClock
+
+BULKHEADS = {
+    "plain": lambda clock: Bulkhead(10, queue_limit=300, label="db", clock=clock),
+    "codel": lambda clock: Bulkhead(10, queue_limit=300, queue_target=5.0, queue_interval=10.0, label="db",
+                                    clock=clock),
+    "prioritized": lambda clock: Bulkhead(10, queue_limit=300, prioritized=True, label="db", clock=clock),
+    "aimd": lambda clock: AdaptiveBulkhead(latency_threshold=100.0, max_concurrent=10, queue_limit=300,
+                                           label="db", clock=clock),
+    "gradient": lambda clock: GradientBulkhead(max_concurrent=10, queue_limit=300, label="db", clock=clock),
+}
+
+
+@pytest.mark.parametrize("kind", list(BULKHEADS))
+async def test_retunes_from_many_tasks_under_hundreds_of_calls_grant_no_slot_twice_and_leak_none(
+        kind: str, clock: VirtualClock) -> None:
+    bulkhead: Any = BULKHEADS[kind](clock)
+    plane = ControlPlane(clock=clock)
+    plane.register(bulkhead)
+    running = 0
+    ran = refused = 0
+    limits: list[int] = []
+
+    async def work() -> None:
+        nonlocal running, ran
+        running += 1
+        ran += 1
+        try:
+            # In flight, every running call holds exactly one slot of the bulkhead's count.
+            assert running <= bulkhead.in_use
+            await clock.sleep(1.0)
+        finally:
+            running -= 1
+
+    async def caller() -> None:
+        nonlocal refused
+        try:
+            await bulkhead.execute(work)
+        except (BulkheadFull, Shed):
+            refused += 1
+
+    async def operator(seed: int) -> None:
+        rnd = random.Random(seed)
+        for _ in range(20):
+            await clock.sleep(rnd.choice((0.0, 0.25, 0.5)))
+            limit = rnd.randint(1, 40)
+            plane.retune("db", max_concurrent=limit, queue_limit=rnd.choice((1, 3, 50, None)), actor=f"op{seed}")
+            limits.append(limit)
+
+    callers = [asyncio.create_task(caller()) for _ in range(300)]
+    await asyncio.sleep(0)
+    assert bulkhead.in_use == 10 and bulkhead.queued == 290
+    operators = [asyncio.create_task(operator(seed)) for seed in range(4)]
+    more = []
+    for _ in range(30):
+        await clock.advance(0.25)
+        more += [asyncio.create_task(caller()) for _ in range(10)]
+        assert running == bulkhead.in_use  # no slot counted without a call in it, none granted twice
+    await asyncio.gather(*operators)
+    await clock.run_until_idle()
+    await asyncio.gather(*callers, *more)
+    assert ran + refused == 600
+    assert bulkhead.in_use == 0 and bulkhead.queued == 0 and running == 0
+    # The last retune holds, and the bulkhead works at it.
+    assert bulkhead.max_concurrent == limits[-1]
+
+
+@pytest.mark.parametrize("kind", list(BULKHEADS))
+async def test_a_limit_and_queue_limit_lowered_below_what_is_in_use(kind: str, clock: VirtualClock) -> None:
+    bulkhead: Any = BULKHEADS[kind](clock)
+    peak = running = 0
+
+    async def work() -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        try:
+            await clock.sleep(1.0)
+        finally:
+            running -= 1
+
+    async def call() -> None:
+        try:
+            await bulkhead.execute(work)
+        except Shed:
+            assert kind == "codel"  # CoDel sheds what waited past its interval, as it should
+
+    tasks = [asyncio.create_task(call()) for _ in range(200)]
+    await asyncio.sleep(0)
+    assert bulkhead.in_use == 10 and bulkhead.queued == 190
+    bulkhead._retune(max_concurrent=2, queue_limit=5)
+    assert bulkhead.in_use == 10 and bulkhead.queued == 190  # nobody in flight or queued is dropped
+    late = asyncio.create_task(bulkhead.execute(work))
+    await asyncio.sleep(0)
+    assert late.done() and isinstance(late.exception(), BulkheadFull)  # the queue is over its new limit
+    peak = 0
+    await clock.advance(1.0)
+    assert bulkhead.in_use == 2 and running == 2  # eight slots retired as they were released
+    await clock.run_until_idle()
+    await asyncio.gather(*tasks)
+    assert peak <= 2 and bulkhead.in_use == 0 and bulkhead.queued == 0
+
+
+async def test_a_limiter_retuned_by_many_tasks_serves_every_waiter_once_within_its_rates(
+        clock: VirtualClock) -> None:
+    limiter = RateLimiter(10, queue_limit=None, label="api", clock=clock)
+    plane = ControlPlane(clock=clock)
+    plane.register(limiter)
+    served: list[int] = []
+    refused = 0
+
+    async def one(i: int) -> None:
+        nonlocal refused
+        try:
+            await limiter.acquire()
+        except RateLimited:
+            refused += 1
+            return
+        served.append(i)
+
+    tasks = [asyncio.create_task(one(i)) for i in range(300)]
+    await asyncio.sleep(0)
+    assert limiter.waiter_count == 290
+
+    async def operator(seed: int) -> None:
+        rnd = random.Random(seed)
+        for _ in range(10):
+            await clock.sleep(rnd.choice((0.1, 0.3)))
+            plane.retune("api", rate=rnd.randint(1, 50), queue_limit=rnd.choice((0, 5, None)))
+
+    operators = [asyncio.create_task(operator(seed)) for seed in range(3)]
+    while not all(task.done() for task in operators):
+        await clock.advance(0.1)
+    await asyncio.gather(*operators)
+    plane.retune("api", rate=100, queue_limit=None)
+    await clock.run_until_idle()
+    await asyncio.gather(*tasks)
+    assert sorted(served) == list(range(300)) and refused == 0  # queued waiters are never dropped
+    assert len(set(served)) == 300
+    assert limiter.waiter_count == 0 and limiter.available_permits <= 100
+
+
+async def test_a_queue_limit_lowered_below_the_limiters_queue_keeps_the_queue(clock: VirtualClock) -> None:
+    limiter = RateLimiter(1, queue_limit=None, label="api", clock=clock)
+    tasks = [asyncio.create_task(limiter.acquire()) for _ in range(101)]
+    await asyncio.sleep(0)
+    assert limiter.waiter_count == 100
+    limiter._retune(queue_limit=2)
+    with pytest.raises(RateLimited):
+        await limiter.acquire()
+    assert limiter.waiter_count == 100
+    limiter._retune(rate=1000)
+    await clock.advance(1.0)
+    await asyncio.gather(*tasks)
+    assert limiter.waiter_count == 0
+
+
+def test_a_retune_emits_exactly_one_control_event_and_a_refused_one_none(clock: VirtualClock,
+                                                                          sink: RecordingSink) -> None:
+    plane = ControlPlane(clock=clock)
+    plane.register(Bulkhead(2, label="db", clock=clock))
+    plane.register(AdaptiveBulkhead(latency_threshold=1.0, max_concurrent=8, label="aimd", clock=clock))
+    with pytest.raises(ValueError, match="max_concurrent"):
+        plane.retune("db", queue_limit=4, max_concurrent=0)
+    with pytest.raises(ValueError, match="max_concurrent"):
+        plane.retune("aimd", max_concurrent=0, min_concurrent=1)
+    assert sink.events == []
+    plane.retune("db", max_concurrent=3, queue_limit=4)
+    plane.retune("aimd", max_concurrent=4, actor="alice")
+    names = [e.name for e in sink.events]
+    assert names == ["control.retuned", "bulkhead.limit_changed", "control.retuned"]
+    db, limit, aimd = sink.events
+    assert dict(db.attributes) == {"policies": 1, "parameters": "max_concurrent,queue_limit"}
+    assert dict(limit.attributes) == {"old": 8, "new": 4, "cause": "retune"}
+    assert dict(aimd.attributes) == {"policies": 1, "parameters": "max_concurrent", "actor": "alice"}
