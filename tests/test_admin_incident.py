@@ -1,0 +1,72 @@
+"""The admin endpoint as an operator in an incident meets it: typed in a hurry (a wrong action,
+a parameter that collides with the endpoint's own fields), driven straight through ASGI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from stoic import Bulkhead, CircuitBreaker, ControlPlane
+from stoic.admin import admin_app
+from stoic.testing import VirtualClock
+
+
+def _call(control: ControlPlane, method: str, path: str, body: bytes = b"") -> tuple[int, Any]:
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": method, "path": path, "headers": [], "server": ("127.0.0.1", 9470)}
+    asyncio.run(admin_app(control)(scope, receive, send))
+    return sent[0]["status"], json.loads(sent[1]["body"])
+
+
+@pytest.fixture
+def control() -> ControlPlane:
+    clock = VirtualClock()
+    plane = ControlPlane(clock=clock)
+    plane.register(Bulkhead(2, label="db", clock=clock))
+    plane.register(CircuitBreaker(label="deps", clock=clock))
+    return plane
+
+
+@pytest.mark.parametrize("path", ["/policies/deps/force_open", "/policies/deps/forceopen", "/policies/nope/nonsense"])
+def test_a_mistyped_action_is_an_unknown_route_naming_the_actions_not_use_get(control: ControlPlane,
+                                                                              path: str) -> None:
+    # "use GET" sends an operator who mistyped force-open off in the wrong direction: no policy
+    # is registered under that path, so there is nothing a GET would find either.
+    status, body = _call(control, "POST", path, b"{}")
+    assert status == 404
+    assert "force-open" in body["error"] and "retune" in body["error"]
+    assert str(control.get("deps").state) == "closed"
+
+
+def test_a_wrong_method_on_a_policy_that_exists_is_still_405(control: ControlPlane) -> None:
+    assert _call(control, "POST", "/policies/deps", b"{}") == (405, {"error": "use GET"})
+    control.register(Bulkhead(1, label="db/slow"))  # a name with a slash in it is still found
+    assert _call(control, "DELETE", "/policies/db/slow")[0] == 405
+    assert _call(control, "GET", "/policies/db/slow")[1]["policies"][0]["limit"] == 1
+
+
+@pytest.mark.parametrize("name", ["actor", "policy"])
+def test_a_change_named_like_the_endpoints_own_fields_is_refused_as_no_parameter(control: ControlPlane,
+                                                                                 name: str) -> None:
+    status, body = _call(control, "POST", "/policies/db/retune", json.dumps({"changes": {name: 3}}).encode())
+    assert status == 400
+    assert f"{name!r} is not a parameter" in body["error"]
+    assert "got multiple values" not in body["error"]  # not Python's call machinery, leaked as is
+    assert control.get("db").max_concurrent == 2
+
+
+def test_the_control_plane_takes_a_change_named_policy_as_a_parameter_of_the_policy() -> None:
+    plane = ControlPlane(clock=VirtualClock())
+    plane.register(Bulkhead(2, label="db"))
+    with pytest.raises(TypeError, match="'policy' is not a parameter"):
+        plane.retune("db", policy=3)
