@@ -13,7 +13,8 @@ Answers: 200 with JSON; 400 with ``{"error": message}`` for malformed JSON, an u
 value of the wrong shape or one the policy's constructor refuses (its ``ValueError`` /
 ``TypeError`` text, which names the parameter and the range and echoes only what the caller
 sent); 401 without the right token; 403 without a token configured on a non-loopback address;
-404 for an unknown route, policy or key; 405 for a wrong method; 413 for a body over 64 KiB;
+404 for an unknown route, policy or key (a POST to ``/policies/{name}/{action}`` with an action
+it does not know, naming the actions); 405 for a wrong method on a route that exists; 413 for a body over 64 KiB;
 500 ``{"error": "internal error"}`` for anything else. Exception messages other than those
 validation messages, and configuration, are never sent.
 
@@ -156,6 +157,13 @@ async def _route(control: ControlPlane, root: str, scope: Scope, receive: Receiv
         body = await _read_json(receive)
         return 200, _act(control, name, action, body)
     if method != "GET":
+        try:
+            control.get(rest)
+        except UnknownPolicy:
+            # Nothing is registered here for a GET to find either: most likely a mistyped action
+            # (force_open for force-open), which "use GET" would send the wrong way.
+            raise _Refused(404, f"no policy named {rest!r}, nor an action {action!r} "
+                                f"(POST to a policy's {', '.join(_ACTIONS)})") from None
         raise _Refused(405, "use GET")
     try:
         return 200, {"policies": [s.as_dict() for s in control.inspect(rest)]}
