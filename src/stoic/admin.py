@@ -209,6 +209,9 @@ def _act(control: ControlPlane, name: str, action: str, body: dict[str, Any]) ->
             changes = body.get("changes")
             if not isinstance(changes, dict) or not changes:
                 raise _Refused(400, "changes must be a non-empty object of parameter: value")
+            if "actor" in changes:
+                # (ControlPlane.retune's own keyword: passed on, Python's call error would answer.)
+                raise _Refused(400, "changes: 'actor' is not a parameter of a policy (give it beside changes)")
             for key, value in changes.items():
                 if isinstance(value, (dict, list)):
                     raise _Refused(400, f"{key}: only numbers, booleans, strings and null can be set here")

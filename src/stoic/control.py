@@ -211,7 +211,7 @@ class ControlPlane:
         self._emit("control.cleared", policy, key, actor, {"policies": count})
         return count
 
-    def retune(self, policy: str, *, actor: str | None = None, **changes: Any) -> int:
+    def retune(self, policy: str, /, *, actor: str | None = None, **changes: Any) -> int:
         """Swap ``policy``'s configuration live, validated like the constructor, all or nothing.
 
         A plain policy (:class:`stoic.CircuitBreaker`, :class:`stoic.RateLimiter`,
@@ -225,7 +225,9 @@ class ControlPlane:
         Raises :class:`UnknownPolicy`; ``ValueError`` naming the parameter for a value out of
         range (or none given) and ``TypeError`` for a parameter the policy does not take (``label``
         and ``clock`` included), leaving the live policy unchanged; ``TypeError`` when the policy
-        cannot be retuned. Emits ``control.retuned``."""
+        cannot be retuned. Emits ``control.retuned``. (``policy`` is positional: a change
+        named ``policy`` is the policy's parameter, refused as the others are; ``actor`` is this
+        call's own.)"""
         entry = self.get(policy)
         if not changes:
             raise ValueError("retune needs at least one parameter to change")
