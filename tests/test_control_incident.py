@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from typing import Any
 
 import pytest
 
 from stoic import (
     AdaptiveBulkhead,
+    BlockingRateLimiter,
     Bulkhead,
     BulkheadFull,
     ControlPlane,
     GradientBulkhead,
+    Keyed,
     RateLimited,
     RateLimiter,
     Shed,
@@ -195,3 +198,53 @@ def test_a_retune_emits_exactly_one_control_event_and_a_refused_one_none(clock: 
     assert dict(db.attributes) == {"policies": 1, "parameters": "max_concurrent,queue_limit"}
     assert dict(limit.attributes) == {"old": 8, "new": 4, "cause": "retune"}
     assert dict(aimd.attributes) == {"policies": 1, "parameters": "max_concurrent", "actor": "alice"}
+
+
+def test_a_family_retune_refused_by_a_request_queued_after_the_checks_leaves_no_key_retuned(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Keyed.retune asks every key first, then retunes them one by one. A thread may queue a
+    # request on a blocking key between the two: it must not leave the family torn, the keys
+    # before it retuned and the rest (and the family's configuration) not.
+    clock = VirtualClock()
+    family = Keyed(BlockingRateLimiter, label="tenants", rate=10, queue_limit=None, clock=clock)
+    plane = ControlPlane(clock=clock)
+    plane.register(family)
+    first, last = family.get("a"), family.get("b")
+    assert last.try_acquire(10)  # b's credit spent: a request for 8 permits queues
+    outcome: list[str] = []
+
+    def request() -> None:
+        try:
+            last.acquire(8)
+            outcome.append("served")
+        except RateLimited:
+            outcome.append("refused")  # 8 permits from a bucket of 5: never
+
+    arrival = threading.Thread(target=request, daemon=True)
+    checks = 0
+    real_check = BlockingRateLimiter._check_retune
+
+    def check_then_a_request_arrives(self: BlockingRateLimiter, fresh: Any) -> None:
+        nonlocal checks
+        real_check(self, fresh)
+        checks += 1
+        if checks == 2:  # every key has been asked: now a thread asks b for 8 permits
+            arrival.start()
+            # It queues at once unless b is held through the retune (then it waits for it).
+            while not last._lock.locked() and not last._waiters:
+                threading.Event().wait(0.001)
+
+    monkeypatch.setattr(BlockingRateLimiter, "_check_retune", check_then_a_request_arrives)
+    try:
+        plane.retune("tenants", burst=5)
+    except ValueError as refused:
+        assert "burst" in str(refused)
+    finally:
+        monkeypatch.undo()
+    # All or nothing: either every key took burst 5, or none did (and the family neither).
+    bursts = {first.burst, last.burst}
+    assert len(bursts) == 1, f"a torn family: a has burst {first.burst}, b has {last.burst}"
+    assert family.config.get("burst") == (5 if bursts == {5} else None)
+    asyncio.run(clock.advance(10.0))  # a queued request is served (8 permits of 10 a second)
+    arrival.join(5)
+    assert not arrival.is_alive() and outcome and last.waiter_count == 0
