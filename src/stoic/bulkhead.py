@@ -532,17 +532,27 @@ class BlockingBulkhead(_Compartment):
         included: its options can change, and it can be switched on or off while nobody waits).
         The settings are read under the lock, so a retune from another thread is never undone."""
         with self._lock:
-            fresh = validated(self, self._settings(), changes)
+            fresh = self._retune_prepare(changes)
             self._check_retune(fresh)
-            self._max, self._queue_limit, self._interval_ns = fresh._max, fresh._queue_limit, fresh._interval_ns
-            rules, new = self._rules, fresh._rules
-            if rules is not None and new is not None:
-                rules.retune(new)
-            else:
-                self._rules = new
-            while self._waiters and self._active < self._max:
-                self._active += 1
-                self._release_locked()
+            self._retune_apply(fresh)
+
+    def _retune_prepare(self, changes: dict[str, Any]) -> BlockingBulkhead:
+        """The validated configuration :meth:`_retune` would take, for a caller holding ``_lock``
+        (stoic.Keyed, which holds every key's lock across its checks and its changes; then
+        :meth:`_check_retune` and :meth:`_retune_apply`)."""
+        return validated(self, self._settings(), changes)
+
+    def _retune_apply(self, fresh: BlockingBulkhead) -> None:
+        """Take ``fresh``'s configuration (checked by :meth:`_check_retune`), holding ``_lock``."""
+        self._max, self._queue_limit, self._interval_ns = fresh._max, fresh._queue_limit, fresh._interval_ns
+        rules, new = self._rules, fresh._rules
+        if rules is not None and new is not None:
+            rules.retune(new)
+        else:
+            self._rules = new
+        while self._waiters and self._active < self._max:
+            self._active += 1
+            self._release_locked()
 
     def _acquire_managed(self, rules: QueueRules, give_up: int | None) -> None:
         """:meth:`acquire` past the checks of the ambient deadline, under queue management:

@@ -19,6 +19,7 @@ A :class:`Keyed` family holds one configuration and a factory (``CircuitBreaker`
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
 import time
@@ -473,15 +474,7 @@ class Keyed(Generic[P]):
                         _switch(policy, "force_open", self._label)  # refused here, before any key changes
                     rebuilt.append((slot, policy, forced))
             if in_place:
-                # A key's own state can refuse (a queued request above a new burst, queue
-                # management switched on while callers wait): every key is asked first, so a
-                # refusal changes no key and not the family.
-                for slot in slots:
-                    check = getattr(slot.policy, "_retune_check", None)
-                    if check is not None:
-                        check(**changes)
-                for slot in slots:
-                    slot.policy._retune(**changes)  # type: ignore[attr-defined]
+                _retune_every(slots, changes)
             self._config = config
             for slot, policy, forced in rebuilt:
                 if forced or self._forced_all:
@@ -492,6 +485,34 @@ class Keyed(Generic[P]):
     def __repr__(self) -> str:
         name = getattr(self._factory, "__qualname__", type(self._factory).__qualname__)
         return f"Keyed({name}, label={self._label!r}, keys={len(self._slots)}/{self._max_keys})"
+
+
+def _retune_every(slots: list[_Slot[Any]], changes: dict[str, Any]) -> None:
+    """Retune every slot's policy in place, all or nothing.
+
+    A key's own state can refuse (a queued request above a new burst, queue management switched
+    on while callers wait): every key is asked first, so a refusal changes no key. A kind that
+    threads may use at once (a blocking limiter or bulkhead: ``_retune_apply``) is held under its
+    own lock from its check to its change, every such key at once: a thread queueing on a key
+    between the checks and the changes would otherwise make a later key refuse after the
+    earlier ones changed. (Locks are taken under the family's, in slot order; a policy's code
+    never waits for a family's lock, nor for another policy's.)"""
+    policies: list[Any] = list({id(slot.policy): slot.policy for slot in slots}.values())
+    with contextlib.ExitStack() as held:
+        prepared: dict[int, Any] = {}
+        for policy in policies:
+            if callable(getattr(policy, "_retune_apply", None)):
+                held.enter_context(policy._lock)
+                fresh = policy._retune_prepare(changes)
+                policy._check_retune(fresh)
+                prepared[id(policy)] = fresh
+            elif (check := getattr(policy, "_retune_check", None)) is not None:
+                check(**changes)
+        for policy in policies:
+            if id(policy) in prepared:
+                policy._retune_apply(prepared[id(policy)])
+            else:
+                policy._retune(**changes)
 
 
 def _check_key(key: object) -> None:

@@ -283,17 +283,27 @@ class _TokenBucket:
             # that read and this one's writes would be undone by them.
             fresh = self._validated(changes)
             self._check_retune(fresh)
-            self._take(self._now(), 0)  # earned at the old rate up to this instant
-            credit = (self._capacity - self._deficit) * fresh._cost // self._cost  # the same permits, new units
-            self._rate, self._per_ns, self._burst = fresh._rate, fresh._per_ns, fresh._burst
-            self._queue_limit, self._earn, self._cost = fresh._queue_limit, fresh._earn, fresh._cost
-            self._capacity = fresh._capacity
-            self._deficit = self._capacity - min(credit, self._capacity)
-            head = self._waiters[0] if self._waiters else None
-            if head is not None and head.nap is not None:
-                wake(head.nap)  # the asyncio head recomputes its wait at the new price
-            elif head is not None and head.cond is not None:
-                head.cond.notify()  # so does a blocking head waiting on its condition
+            self._retune_apply(fresh)
+
+    def _retune_prepare(self, changes: dict[str, Any]) -> _TokenBucket:
+        """The validated configuration :meth:`_retune` would take, for a caller holding ``_lock``
+        (stoic.Keyed, which holds every key's lock across its checks and its changes; then
+        :meth:`_check_retune` and :meth:`_retune_apply`)."""
+        return self._validated(changes)
+
+    def _retune_apply(self, fresh: _TokenBucket) -> None:
+        """Take ``fresh``'s configuration (checked by :meth:`_check_retune`), holding ``_lock``."""
+        self._take(self._now(), 0)  # earned at the old rate up to this instant
+        credit = (self._capacity - self._deficit) * fresh._cost // self._cost  # the same permits, new units
+        self._rate, self._per_ns, self._burst = fresh._rate, fresh._per_ns, fresh._burst
+        self._queue_limit, self._earn, self._cost = fresh._queue_limit, fresh._earn, fresh._cost
+        self._capacity = fresh._capacity
+        self._deficit = self._capacity - min(credit, self._capacity)
+        head = self._waiters[0] if self._waiters else None
+        if head is not None and head.nap is not None:
+            wake(head.nap)  # the asyncio head recomputes its wait at the new price
+        elif head is not None and head.cond is not None:
+            head.cond.notify()  # so does a blocking head waiting on its condition
 
     def _validated(self, changes: dict[str, Any]) -> _TokenBucket:
         burst = None if self._burst == self._rate else self._burst
