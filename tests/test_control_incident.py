@@ -13,6 +13,7 @@ import pytest
 
 from stoic import (
     AdaptiveBulkhead,
+    BlockingBulkhead,
     BlockingRateLimiter,
     Bulkhead,
     BulkheadFull,
@@ -248,3 +249,46 @@ def test_a_family_retune_refused_by_a_request_queued_after_the_checks_leaves_no_
     asyncio.run(clock.advance(10.0))  # a queued request is served (8 permits of 10 a second)
     arrival.join(5)
     assert not arrival.is_alive() and outcome and last.waiter_count == 0
+
+
+def test_a_family_of_blocking_bulkheads_is_not_torn_by_a_waiter_arriving_after_the_checks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same interleaving for the blocking bulkhead: queue management switched on, which a
+    # waiter refuses; one that starts waiting on the last key after every key was asked.
+    clock = VirtualClock()
+    family = Keyed(BlockingBulkhead, label="pools", max_concurrent=1, queue_limit=5, clock=clock)
+    first, last = family.get("a"), family.get("b")
+    last.acquire()  # b's one slot taken: the next caller waits
+    outcome: list[str] = []
+
+    def caller() -> None:
+        last.acquire()
+        outcome.append("ran")
+        last.release()
+
+    arrival = threading.Thread(target=caller, daemon=True)
+    checks = 0
+    real_check = BlockingBulkhead._check_retune
+
+    def check_then_a_caller_arrives(self: BlockingBulkhead, fresh: Any) -> None:
+        nonlocal checks
+        real_check(self, fresh)
+        checks += 1
+        if checks == 2:
+            arrival.start()
+            while not last._lock.locked() and not last._waiters:
+                threading.Event().wait(0.001)
+
+    monkeypatch.setattr(BlockingBulkhead, "_check_retune", check_then_a_caller_arrives)
+    try:
+        family.retune(queue_target=1.0, queue_interval=2.0)
+    except ValueError as refused:
+        assert "queue_target" in str(refused)
+    finally:
+        monkeypatch.undo()
+    managed = {first._rules is not None, last._rules is not None}
+    assert len(managed) == 1, f"a torn family: a managed {first._rules is not None}, b {last._rules is not None}"
+    assert ("queue_target" in family.config) == (managed == {True})
+    last.release()
+    arrival.join(5)
+    assert not arrival.is_alive() and outcome == ["ran"] and last.in_use == 0
