@@ -292,3 +292,79 @@ def test_a_family_of_blocking_bulkheads_is_not_torn_by_a_waiter_arriving_after_t
     last.release()
     arrival.join(5)
     assert not arrival.is_alive() and outcome == ["ran"] and last.in_use == 0
+
+
+def test_duplicate_labels_and_names(clock: VirtualClock, sink: RecordingSink) -> None:
+    plane = ControlPlane(clock=clock)
+    one = plane.register(Bulkhead(2, label="db", clock=clock))
+    with pytest.raises(ValueError, match="'db' is registered already"):
+        plane.register(Bulkhead(3, label="db", clock=clock))
+    with pytest.raises(ValueError, match="registered already"):
+        plane.register(Keyed(Bulkhead, label="db", max_concurrent=1, clock=clock))
+    plane.register(one)  # the same policy again: no change
+    plane.register(one, name="db-alias")  # and under a second name: both steer it
+    assert plane.names == ("db", "db-alias")
+    plane.retune("db-alias", max_concurrent=5)
+    assert one.max_concurrent == 5 and plane.get("db") is one
+    (event,) = sink.of("control.retuned")
+    assert event.label == "db-alias"  # the name the operator acted on, not the policy's label
+
+
+def test_a_policy_dropped_by_its_owner_is_still_steered_and_an_evicted_key_is_rebuilt_retuned(
+        clock: VirtualClock, sink: RecordingSink) -> None:
+    import gc
+
+    plane = ControlPlane(clock=clock)
+    plane.register(RateLimiter(5, label="api", clock=clock))  # nobody else holds it
+    gc.collect()
+    assert plane.retune("api", rate=7) == 1 and plane.get("api").rate == 7
+    family = plane.register(Keyed(RateLimiter, label="tenants", rate=5, idle_after=10.0, clock=clock))
+    evicted = family.get("acme")
+    clock._set_now(clock.now_ns() + 20 * 10**9)
+    family.sweep()
+    assert "acme" not in family.policies
+    assert plane.retune("tenants", rate=9) == 0  # no key held: none retuned
+    assert evicted.rate == 5  # the dropped one is nobody's any more
+    assert family.get("acme").rate == 9  # built again with the new configuration
+    assert [dict(e.attributes)["policies"] for e in sink.of("control.retuned")] == [1, 0]
+
+
+def test_threads_retuning_and_using_a_blocking_family_at_once_neither_deadlock_nor_tear() -> None:
+    clock = VirtualClock()
+    family = Keyed(BlockingRateLimiter, label="tenants", rate=10, queue_limit=0, clock=clock)
+    plane = ControlPlane(clock=clock)
+    plane.register(family)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def retuner(seed: int) -> None:
+        rnd = random.Random(seed)
+        try:
+            for _ in range(200):
+                plane.retune("tenants", rate=rnd.randint(1, 50), burst=rnd.choice((None, 20, 60)))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def user(seed: int) -> None:
+        rnd = random.Random(seed)
+        try:
+            while not stop.is_set():
+                family.get(f"k{rnd.randint(0, 20)}").try_acquire(rnd.randint(1, 3))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    users = [threading.Thread(target=user, args=(i,), daemon=True) for i in range(4)]
+    retuners = [threading.Thread(target=retuner, args=(i,), daemon=True) for i in range(3)]
+    for t in users + retuners:
+        t.start()
+    for t in retuners:
+        t.join(60)
+    stop.set()
+    for t in users:
+        t.join(60)
+    assert not any(t.is_alive() for t in users + retuners), "deadlocked"
+    assert errors == []
+    config = dict(family.config)
+    for key, policy in family.policies.items():  # every key as the family's last configuration says
+        assert policy.rate == config["rate"], key
+        assert policy.burst == (config["burst"] if config.get("burst") is not None else config["rate"]), key
