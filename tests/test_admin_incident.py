@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from stoic import Bulkhead, CircuitBreaker, ControlPlane
+from stoic import AdaptiveBulkhead, Bulkhead, CircuitBreaker, ControlPlane, Keyed
 from stoic.admin import admin_app
-from stoic.testing import VirtualClock
+from stoic.testing import RecordingSink, VirtualClock
 
 
 def _call(control: ControlPlane, method: str, path: str, body: bytes = b"") -> tuple[int, Any]:
@@ -70,3 +70,34 @@ def test_the_control_plane_takes_a_change_named_policy_as_a_parameter_of_the_pol
     plane.register(Bulkhead(2, label="db"))
     with pytest.raises(TypeError, match="'policy' is not a parameter"):
         plane.retune("db", policy=3)
+
+
+def test_the_answers_and_events_have_the_documented_shapes(sink: RecordingSink) -> None:
+    # docs/control-plane.md (the admin table, inspect's fields per kind) and docs/events.md
+    # (control.retuned: policies, parameters, actor?; never the values).
+    clock = VirtualClock()
+    plane = ControlPlane(clock=clock)
+    family = plane.register(Keyed(AdaptiveBulkhead, label="pools", latency_threshold=1.0, max_concurrent=8,
+                                  clock=clock))
+    family.get("a")
+    family.get("b")
+    plane.register(CircuitBreaker(label="deps", clock=clock))
+    status, body = _call(plane, "POST", "/policies/pools/retune",
+                         json.dumps({"changes": {"max_concurrent": 4}, "actor": "alice"}).encode())
+    assert (status, body) == (200, {"policy": "pools", "retuned": 2, "parameters": ["max_concurrent"]})
+    status, body = _call(plane, "POST", "/policies/deps/force-open", b'{"actor": "bob"}')
+    assert (status, body) == (200, {"policy": "deps", "key": None, "forced_open": 1})
+    status, body = _call(plane, "GET", "/policies")
+    rows = {(row["policy"], row["key"]): row for row in body["policies"]}
+    assert set(rows["pools", "a"]) == {"policy", "key", "label", "kind", "limit", "in_use", "queued"}
+    assert rows["pools", "a"]["limit"] == 4 and rows["pools", "a"]["label"] == "pools:a"
+    assert set(rows["deps", None]) == {"policy", "key", "label", "kind", "state", "forced_open"}
+    assert rows["deps", None]["state"] == "open" and rows["deps", None]["forced_open"] is True
+    changed = sink.of("bulkhead.limit_changed")
+    assert sorted(e.label for e in changed) == ["pools:a", "pools:b"]
+    assert {dict(e.attributes)["cause"] for e in changed} == {"retune"}
+    (retuned,) = sink.of("control.retuned")
+    assert retuned.label == "pools" and retuned.level.name == "INFO"
+    assert dict(retuned.attributes) == {"policies": 2, "parameters": "max_concurrent", "actor": "alice"}
+    (forced,) = sink.of("control.forced_open")
+    assert forced.level.name == "WARNING" and dict(forced.attributes) == {"policies": 1, "actor": "bob"}
