@@ -201,6 +201,26 @@ def test_a_retune_emits_exactly_one_control_event_and_a_refused_one_none(clock: 
     assert dict(aimd.attributes) == {"policies": 1, "parameters": "max_concurrent", "actor": "alice"}
 
 
+def _arrive_after_the_checks(monkeypatch: pytest.MonkeyPatch, kind: type[Any], arrival: threading.Thread,
+                             last: Any) -> None:
+    """Patch ``kind._check_retune`` so that once both keys of a two-key family have been asked,
+    ``arrival`` (a thread that uses ``last``) starts, and the retune goes on once it has queued
+    on ``last``, or found ``last`` held through the retune (then it waits for it)."""
+    checks = 0
+    real_check = kind._check_retune
+
+    def check_then_arrive(self: Any, fresh: Any) -> None:
+        nonlocal checks
+        real_check(self, fresh)
+        checks += 1
+        if checks == 2:
+            arrival.start()
+            while not last._lock.locked() and not last._waiters:
+                threading.Event().wait(0.001)
+
+    monkeypatch.setattr(kind, "_check_retune", check_then_arrive)
+
+
 def test_a_family_retune_refused_by_a_request_queued_after_the_checks_leaves_no_key_retuned(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Keyed.retune asks every key first, then retunes them one by one. A thread may queue a
@@ -222,20 +242,7 @@ def test_a_family_retune_refused_by_a_request_queued_after_the_checks_leaves_no_
             outcome.append("refused")  # 8 permits from a bucket of 5: never
 
     arrival = threading.Thread(target=request, daemon=True)
-    checks = 0
-    real_check = BlockingRateLimiter._check_retune
-
-    def check_then_a_request_arrives(self: BlockingRateLimiter, fresh: Any) -> None:
-        nonlocal checks
-        real_check(self, fresh)
-        checks += 1
-        if checks == 2:  # every key has been asked: now a thread asks b for 8 permits
-            arrival.start()
-            # It queues at once unless b is held through the retune (then it waits for it).
-            while not last._lock.locked() and not last._waiters:
-                threading.Event().wait(0.001)
-
-    monkeypatch.setattr(BlockingRateLimiter, "_check_retune", check_then_a_request_arrives)
+    _arrive_after_the_checks(monkeypatch, BlockingRateLimiter, arrival, last)  # it asks b for 8 permits
     try:
         plane.retune("tenants", burst=5)
     except ValueError as refused:
@@ -267,19 +274,7 @@ def test_a_family_of_blocking_bulkheads_is_not_torn_by_a_waiter_arriving_after_t
         last.release()
 
     arrival = threading.Thread(target=caller, daemon=True)
-    checks = 0
-    real_check = BlockingBulkhead._check_retune
-
-    def check_then_a_caller_arrives(self: BlockingBulkhead, fresh: Any) -> None:
-        nonlocal checks
-        real_check(self, fresh)
-        checks += 1
-        if checks == 2:
-            arrival.start()
-            while not last._lock.locked() and not last._waiters:
-                threading.Event().wait(0.001)
-
-    monkeypatch.setattr(BlockingBulkhead, "_check_retune", check_then_a_caller_arrives)
+    _arrive_after_the_checks(monkeypatch, BlockingBulkhead, arrival, last)
     try:
         family.retune(queue_target=1.0, queue_interval=2.0)
     except ValueError as refused:
