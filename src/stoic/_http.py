@@ -249,14 +249,15 @@ class HTTPPolicies(Generic[Resp]):
     def check(self, response: Resp, status: int, headers: Any, key: str) -> Resp:
         """``response`` when it is not a failure; else raise :class:`ServerError` or
         :class:`TooManyRequests` carrying it. ``headers``: the response's headers (a
-        case-insensitive mapping), whose ``Retry-After`` is read for 429 and 503 only."""
+        case-insensitive mapping), whose ``Retry-After`` is read for 429 and 503 only (the
+        first value when the field is repeated)."""
         if status < self.ok_below:  # a success by the default rule: no call
             return response
         if status == 429:
             raise TooManyRequests(response, label=key, retry_after=parse_retry_after(
-                headers.get("retry-after"), cap=self.retry_after_cap))
+                _retry_after(headers), cap=self.retry_after_cap))
         if self._failed(status, response):
-            after = parse_retry_after(headers.get("retry-after"), cap=self.retry_after_cap) if status == 503 else None
+            after = parse_retry_after(_retry_after(headers), cap=self.retry_after_cap) if status == 503 else None
             raise ServerError(status, response, after)
         return response
 
@@ -507,6 +508,19 @@ def _chain(stages: Sequence[Policy], attempt: Callable[[], Awaitable[Resp]]) -> 
     if len(stages) == 1:  # the common case, without a comprehension's frame
         return (stages[0].execute, attempt)
     return (*[stage.execute for stage in stages], attempt)
+
+
+def _retry_after(headers: Any) -> str | None:
+    """A response's ``Retry-After`` value; the first one when the field came more than once (a
+    proxy adding its own copy). It is a single value, not a list (RFC 9110 10.2.3), so the
+    values must not be joined: httpx's ``get()`` joins repeated fields with ``", "``, which no
+    parser reads (``get_list`` keeps them apart); aiohttp's ``get()`` gives the first."""
+    get_list = getattr(headers, "get_list", None)
+    if get_list is None:
+        value: str | None = headers.get("retry-after")
+        return value
+    values = get_list("retry-after")
+    return values[0] if values else None
 
 
 def _server_error(status: int) -> bool:
