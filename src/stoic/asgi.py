@@ -43,14 +43,15 @@ def parse_criticality(value: bytes | str | None) -> Criticality:
 
 
 def _seconds(value: bytes) -> float | None:
-    """A deadline header's seconds; ``None`` (no deadline) when unparsable, not finite, or
-    longer than any deadline stoic holds (``MAX_SECONDS``: ``stoic.timeout`` would refuse it,
-    and the request, whatever a client sends, must not fail on it)."""
+    """A deadline header's seconds; ``None`` (no deadline) when unparsable, NaN, or longer than
+    any deadline stoic holds (``MAX_SECONDS``, infinity included: ``stoic.timeout`` would refuse
+    it, and the request, whatever a client sends, must not fail on it). Minus infinity is kept:
+    a deadline passed already, like any other value of 0 or less."""
     try:
         seconds = float(value.decode("latin-1").strip())
     except ValueError:
         return None
-    return seconds if math.isfinite(seconds) and seconds <= MAX_SECONDS else None
+    return seconds if seconds <= MAX_SECONDS else None  # (False for NaN)
 
 
 class LoadShedding:
@@ -64,7 +65,7 @@ class LoadShedding:
       tier, bound with :func:`stoic.bind_criticality` for the bulkhead and the application.
     - ``deadline_header`` (default ``None``): a header giving the seconds the caller will wait
       (for example ``"x-request-timeout"``); the request runs under ``stoic.timeout`` of it
-      (unparsable, or over ``MAX_SECONDS``: ignored; 0 or less: 504 at once).
+      (unparsable, or over ``MAX_SECONDS``: ignored; 0 or less, minus infinity included: 504 at once).
 
     Raises ``TypeError`` when ``bulkhead`` has no ``execute`` (or is a :class:`stoic.Hedge` or a
     :class:`stoic.Keyed` family, whose ``execute`` takes something else first), ``limiter`` has
