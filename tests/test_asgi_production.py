@@ -1,5 +1,6 @@
 """What production traffic does to stoic.asgi.LoadShedding that tests/test_asgi_shedding.py does
-not try: deadline headers at the edges of what a float reads."""
+not try: deadline headers at the edges of what a float reads, and an admission policy that
+would run the application twice."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from stoic import Bulkhead
+from stoic import Bulkhead, Pipeline, Retrying, Schedule
 from stoic.asgi import LoadShedding
 
 
@@ -45,3 +46,16 @@ async def test_a_deadline_header_that_names_no_time_is_ignored(value):
     app = LoadShedding(ok_app, bulkhead=Bulkhead(1, label="ingress"), deadline_header="x-request-timeout")
     sent = await call(app, [(b"x-request-timeout", value)])
     assert sent[0]["status"] == 200
+
+
+def test_admission_that_would_run_the_application_again_is_refused_at_construction():
+    # docs/asgi.md invites "a stoic.Pipeline" as the bulkhead. One holding a Retrying (or a bare
+    # Retrying) retried the application itself: an app that failed after answering (a backend
+    # gone mid-body) ran again, sending http.response.start once more on the same request
+    # whose body it had already read, three times under attempts(3): a broken response, and
+    # the work done again. Refused where the middleware is built, as a Hedge is.
+    retry = Retrying(Schedule.fixed(0.01).attempts(3), label="ingress-retry")
+    for admission in (retry, Pipeline(retry, Bulkhead(4, label="ingress")),
+                      Pipeline(Bulkhead(4, label="ingress"), Pipeline(retry))):
+        with pytest.raises(TypeError, match="Retrying"):
+            LoadShedding(ok_app, bulkhead=admission)
