@@ -54,6 +54,22 @@ def _seconds(value: bytes) -> float | None:
     return seconds if seconds <= MAX_SECONDS else None  # (False for NaN)
 
 
+def _runs_twice(admission: object) -> str | None:
+    """Why ``admission`` would run the application more than once per request, or None: a
+    :class:`stoic.Retrying`, bare or a stage of a :class:`stoic.Pipeline`. The application reads
+    the request's body and may have answered before it fails; run again, it would start a second
+    response on the same request."""
+    from .pipeline import Pipeline, Retrying  # (construction only: the middleware needs neither)
+
+    stages = admission._stages if isinstance(admission, Pipeline) else (admission,)
+    for stage in stages:
+        if isinstance(stage, Retrying):
+            return (f"a Retrying would run the application again after a failure, on a request whose body it "
+                    f"has read and which it may have answered, got {stage!r}: retry in the client, or let the "
+                    "bulkhead queue (queue_limit)")
+    return None
+
+
 class LoadShedding:
     """``app = LoadShedding(app, bulkhead=Bulkhead(64, queue_limit=0, label="ingress"))``.
 
@@ -68,7 +84,8 @@ class LoadShedding:
       (unparsable, or over ``MAX_SECONDS``: ignored; 0 or less, minus infinity included: 504 at once).
 
     Raises ``TypeError`` when ``bulkhead`` has no ``execute`` (or is a :class:`stoic.Hedge` or a
-    :class:`stoic.Keyed` family, whose ``execute`` takes something else first), ``limiter`` has
+    :class:`stoic.Keyed` family, whose ``execute`` takes something else first, or is or holds a
+    :class:`stoic.Retrying`, which would run the application twice), ``limiter`` has
     no async ``acquire`` (a :class:`stoic.BlockingRateLimiter` would block the event loop), or
     a header name is not a ``str``; ``ValueError`` naming the parameter for an empty or
     non-ASCII header name (it could never match a request's header).
@@ -88,6 +105,8 @@ class LoadShedding:
         if not callable(getattr(bulkhead, "execute", None)):
             raise TypeError(f"bulkhead must be a policy with execute(), got {type(bulkhead).__name__}")
         if (why := not_a_policy(bulkhead, "hedge inside the application, per call, not around it")) is not None:
+            raise TypeError(f"bulkhead: {why}")
+        if (why := _runs_twice(bulkhead)) is not None:
             raise TypeError(f"bulkhead: {why}")
         if limiter is not None and not is_async_callable(getattr(limiter, "acquire", None)):
             # (a BlockingRateLimiter's acquire would block the event loop, then fail every request)
