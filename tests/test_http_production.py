@@ -1,9 +1,12 @@
-"""What production traffic does to the HTTP integrations that the other tests here do not try,
-first of all a ``Retry-After`` a proxy sent twice. Real loopback HTTP (uvicorn) where the
-protocol matters, virtual time where the policy's time does."""
+"""What production traffic does to the HTTP integrations that the other tests here do not try: a
+``Retry-After`` a proxy sent twice, a caller that gives up on its request while it is the
+breaker's half-open probe, a shed request whose unread body shares a kept-alive connection.
+Real loopback HTTP (uvicorn) where the protocol matters, virtual time where the policy's does."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,10 +16,21 @@ import pytest
 from _uvicorn import read_body, serving
 
 import stoic
-from stoic import Retrying, Schedule
+from stoic import (
+    BreakerState,
+    Bulkhead,
+    BulkheadFull,
+    CircuitBreaker,
+    CircuitOpen,
+    CountWindow,
+    OpenDuration,
+    Retrying,
+    Schedule,
+)
 from stoic.aiohttp import ResilientMiddleware
+from stoic.asgi import LoadShedding
 from stoic.httpx import AsyncResilientTransport, ResilientTransport
-from stoic.testing import RecordingSink
+from stoic.testing import RecordingSink, VirtualClock
 
 
 class Twice:
@@ -84,3 +98,99 @@ async def test_a_retry_after_sent_twice_is_honoured_by_the_httpx_transport_as_by
                 session.get("/twice/120/aiohttp") as response:
             assert response.status == 200
         assert waits(sink) == HONOURED
+
+
+async def test_a_caller_cancelled_during_the_half_open_probe_leaves_the_breaker_probing(clock: VirtualClock):
+    # The one probe of a half-open breaker hangs and its caller gives up (a client timeout, a
+    # cancelled handler): the permit must come back, or every request is refused until
+    # half_open_timeout, and the bulkhead slot with it.
+    hang = True
+
+    async def dependency(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/fail":
+            return httpx.Response(503)
+        if hang:
+            await asyncio.Event().wait()
+        return httpx.Response(200)
+
+    breaker = CircuitBreaker(label="dep", window=CountWindow(2), minimum_calls=2, open_duration=OpenDuration.fixed(10))
+    bulkhead = Bulkhead(1, queue_limit=0, label="dep-slots")
+    transport = AsyncResilientTransport(httpx.MockTransport(dependency), stages=[breaker, bulkhead])
+    async with httpx.AsyncClient(base_url="http://dep", transport=transport) as client:
+        for _ in range(2):
+            assert (await client.get("/fail")).status_code == 503
+        assert breaker.state is BreakerState.OPEN
+        await clock.advance(10)
+        probe = asyncio.ensure_future(client.get("/probe"))
+        await clock.advance(0)
+        assert breaker.state is BreakerState.HALF_OPEN and bulkhead.in_use == 1
+        with pytest.raises(CircuitOpen):
+            await client.get("/other")  # the probe's permit is taken
+        probe.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await probe
+        assert bulkhead.in_use == 0
+        hang = False
+        assert (await client.get("/probe")).status_code == 200  # admitted as the next probe
+        assert breaker.state is BreakerState.CLOSED
+
+
+class Gate:
+    """An admission policy that refuses every request while ``full`` (a bulkhead whose every
+    slot another request holds), then admits them all."""
+
+    def __init__(self) -> None:
+        self.full = True
+
+    async def execute(self, fn: Any, *args: Any) -> Any:
+        if self.full:
+            raise BulkheadFull(label="ingress")
+        return await fn(*args)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("http", ["h11", "httptools"])
+def test_a_shed_request_with_an_unread_body_leaves_its_keep_alive_connection_in_step(http):
+    # LoadShedding answers a refused POST without reading its body. On a kept-alive connection
+    # the server must skip that body, not parse it as the next request (a body that reads as
+    # "GET /smuggled" would be one), and the next request on the connection is answered.
+    pytest.importorskip(http)
+    seen: list[str] = []
+
+    async def echo(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope["path"])
+        body = await read_body(receive)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    gate = Gate()
+    with serving(LoadShedding(echo, bulkhead=gate), http=http) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as conn:
+            inside = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+            conn.sendall(b"POST /shed HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(inside), inside))
+            first = read_response(conn)
+            assert first.startswith(b"HTTP/1.1 503")
+            gate.full = False
+            conn.sendall(b"POST /next HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+            second = read_response(conn)
+    assert second.startswith(b"HTTP/1.1 200") and second.endswith(b"\r\n\r\nabc") and seen == ["/next"]
+
+
+def read_response(conn: socket.socket) -> bytes:
+    """One whole HTTP/1.1 response (its head and a ``Content-Length`` body) from ``conn``."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        assert chunk, f"the connection closed: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        assert chunk, f"the connection closed: {data + body!r}"
+        body += chunk
+    assert len(body) == length, "more than one response's worth of bytes"
+    return head + b"\r\n\r\n" + body
