@@ -24,6 +24,7 @@ from stoic import (
     CircuitOpen,
     CountWindow,
     OpenDuration,
+    RetryBudget,
     Retrying,
     Schedule,
 )
@@ -194,3 +195,71 @@ def read_response(conn: socket.socket) -> bytes:
         body += chunk
     assert len(body) == length, "more than one response's worth of bytes"
     return head + b"\r\n\r\n" + body
+
+
+class FailsTwice:
+    """Per path, two 503s and then 200 ``ok``; under ``/chunked/`` the 503s have no length and a
+    100 KB body (closed unread before a retry), else ``Content-Length: 4`` (read, connection
+    reused). Every client port a request came from is kept."""
+
+    def __init__(self) -> None:
+        self.hits: dict[str, int] = {}
+        self.ports: set[int] = set()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await read_body(receive)
+        path = scope["path"]
+        self.hits[path] = self.hits.get(path, 0) + 1
+        self.ports.add(scope["client"][1])
+        if self.hits[path] <= 2:
+            chunked = path.startswith("/chunked/")
+            await send({"type": "http.response.start", "status": 503,
+                        "headers": [] if chunked else [(b"content-length", b"4")]})
+            await send({"type": "http.response.body", "body": b"down" if not chunked else b"x" * 100_000})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+POOL = 4
+CALLERS = 24
+
+
+def generous_retry() -> Retrying:
+    return Retrying(Schedule.fixed(0.01).attempts(3), label="pool-retry",
+                    budget=RetryBudget(1.0, reserve_per_second=1000, reserve_capacity=1000))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("body", ["sized", "chunked"])
+async def test_many_callers_retrying_503s_through_a_small_pool_leave_it_idle(body):
+    # 24 callers at once through a pool of 4, every request failing twice before its 200: each
+    # gets its 200 (no request starves behind connections that failed attempts hold), and the
+    # pool ends with no connection in use. A small sized 503 is read and its connection reused,
+    # so the server sees no more connections than the pool holds.
+    app = FailsTwice()
+    with serving(app) as url:
+        inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=POOL))
+        transport = AsyncResilientTransport(inner, retry=generous_retry())
+        async with httpx.AsyncClient(base_url=url, transport=transport, timeout=10) as client:
+            answers = await asyncio.gather(*(client.get(f"/{body}/httpx/{n}") for n in range(CALLERS)))
+            assert [r.status_code for r in answers] == [200] * CALLERS
+            pool = inner._pool.connections
+            assert len(pool) <= POOL and all(connection.is_idle() for connection in pool)
+        if body == "sized":
+            assert len(app.ports) <= POOL
+        app.ports.clear()
+        connector = aiohttp.TCPConnector(limit=POOL)
+        middleware = ResilientMiddleware(retry=generous_retry())
+        async with aiohttp.ClientSession(base_url=url, middlewares=(middleware,), connector=connector) as session:
+            async def one(n: int) -> int:
+                async with session.get(f"/{body}/aiohttp/{n}") as response:
+                    await response.read()
+                    return response.status
+
+            assert await asyncio.gather(*(one(n) for n in range(CALLERS))) == [200] * CALLERS
+            assert not connector._acquired
+        if body == "sized":
+            assert len(app.ports) <= POOL
