@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -263,3 +264,46 @@ async def test_many_callers_retrying_503s_through_a_small_pool_leave_it_idle(bod
             assert not connector._acquired
         if body == "sized":
             assert len(app.ports) <= POOL
+
+
+class Dribble:
+    """200 and its headers at once, then the body's one byte only once ``release`` is set (a
+    slow download), read by the test from another thread."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await read_body(receive)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"1")]})
+        while not self.release.is_set():
+            await asyncio.sleep(0.005)
+        await send({"type": "http.response.body", "body": b"!"})
+
+
+@pytest.mark.integration
+async def test_a_bulkhead_stage_holds_its_slot_up_to_the_response_headers_not_through_the_body():
+    # What a stage bounds: the attempt, up to the response's headers (the transport and the
+    # middleware return there; the body is read by the caller afterwards). A Bulkhead(1) in
+    # the stages does not cap downloads in progress: with one body still coming, the slot is
+    # free and a second request is admitted. (docs/httpx.md, docs/aiohttp.md say so.)
+    app = Dribble()
+    with serving(app) as url:
+        bulkhead = Bulkhead(1, queue_limit=0, label="downloads")
+        transport = AsyncResilientTransport(stages=[bulkhead])
+        async with httpx.AsyncClient(base_url=url, transport=transport, timeout=10) as client, \
+                client.stream("GET", "/one") as first:
+            assert first.status_code == 200 and bulkhead.in_use == 0
+            second = asyncio.ensure_future(client.get("/two"))
+            await asyncio.sleep(0)  # (the second request is through the bulkhead: not refused)
+            app.release.set()
+            assert await first.aread() == b"!" and (await second).content == b"!"
+        app.release.clear()
+        middleware = ResilientMiddleware(stages=[bulkhead])
+        async with aiohttp.ClientSession(base_url=url, middlewares=(middleware,)) as session, \
+                session.get("/one") as response:
+            assert response.status == 200 and bulkhead.in_use == 0
+            app.release.set()
+            assert await response.read() == b"!"

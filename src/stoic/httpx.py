@@ -22,7 +22,8 @@ in memory, or a multipart form whose files are bytes or can seek back (httpx ren
 again, each file from its start). Any other body (a generator, an async iterator, a file as
 ``content=``, a form file that cannot seek) is sent once: not retried, the first answer is the
 caller's. A refusal by a policy (``CircuitOpen``, ``RateLimited``, ``BulkheadFull``) is raised
-as itself. The breaker times an attempt up to its response headers.
+as itself. The stages hold an attempt up to its response headers (the breaker times that much,
+a bulkhead's slot is given back then); the caller reads the body afterwards, outside them.
 """
 
 from __future__ import annotations
