@@ -1,7 +1,8 @@
 """What production traffic does to the HTTP integrations that the other tests here do not try: a
 ``Retry-After`` a proxy sent twice, a caller that gives up on its request while it is the
-breaker's half-open probe, a shed request whose unread body shares a kept-alive connection.
-Real loopback HTTP (uvicorn) where the protocol matters, virtual time where the policy's does."""
+breaker's half-open probe, a shed request whose unread body shares a kept-alive connection,
+a retry given as a stage. Real loopback HTTP (uvicorn) where the protocol matters, virtual
+time where the policy's does."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ from stoic import (
     CircuitBreaker,
     CircuitOpen,
     CountWindow,
+    Hedge,
     OpenDuration,
+    Pipeline,
     RetryBudget,
     Retrying,
     Schedule,
@@ -307,3 +310,21 @@ async def test_a_bulkhead_stage_holds_its_slot_up_to_the_response_headers_not_th
             assert response.status == 200 and bulkhead.in_use == 0
             app.release.set()
             assert await response.read() == b"!"
+
+
+@pytest.mark.parametrize("adapter", [AsyncResilientTransport, ResilientTransport, ResilientMiddleware])
+def test_a_retry_or_a_hedge_given_as_a_stage_is_refused_at_construction(adapter):
+    # stages=[breaker, Retrying(...)] reads like retry=, and a Retrying has execute and call, so
+    # it was taken as a stage: it retried inside the stages, where no rule of retry= applies. A
+    # POST was sent three times (docs: "A POST is never repeated unless you add it"), a stream
+    # body sent again, and every failed response held through the backoff. A Hedge as a stage
+    # failed every request (its execute takes IDEMPOTENT first). Both are refused, naming the
+    # keyword that takes them.
+    retry = Retrying(Schedule.fixed(0.01).attempts(3), label="stage-retry")
+    breaker = CircuitBreaker(label="dep")
+    for stage in (retry, Pipeline(breaker, retry)):
+        with pytest.raises(TypeError, match="retry="):
+            adapter(stages=[breaker, stage] if stage is retry else [stage])
+    with pytest.raises(TypeError, match="hedge="):
+        adapter(stages=[Hedge(0.05, label="stage-hedge")])
+
