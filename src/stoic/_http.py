@@ -41,7 +41,7 @@ from ._errors import RateLimited
 from ._policy import Policy, refuse_async_callback
 from .hedge import IDEMPOTENT, Hedge
 from .keyed import Keyed
-from .pipeline import Retrying
+from .pipeline import Pipeline, Retrying
 
 if TYPE_CHECKING:
     import asyncio
@@ -149,7 +149,8 @@ class HTTPPolicies(Generic[Resp]):
     (:meth:`run_sync`), so that a stage of the other kind (a ``Bulkhead`` in a blocking client,
     a ``BlockingBulkhead`` in an asyncio one; a :class:`stoic.Keyed` family by the policies
     it builds) is refused here rather than failing every request (``None``: not checked).
-    ``TypeError`` for a stage, ``retry``, ``hedge``, ``retry_methods`` (a bare ``str`` included)
+    ``TypeError`` for a stage (a ``Retrying``, bare or in a ``Pipeline``, or a ``Hedge`` among
+    them: each has its keyword), ``retry``, ``hedge``, ``retry_methods`` (a bare ``str`` included)
     or ``is_failure`` of the wrong type, or a ``retry_after_cap`` that is not a number or
     ``timedelta``; ``ValueError`` naming ``retry_after_cap`` out of range.
     """
@@ -172,6 +173,7 @@ class HTTPPolicies(Generic[Resp]):
             if not isinstance(stage, Keyed) and not callable(getattr(stage, "execute", None)) \
                     and not callable(getattr(stage, "call", None)):
                 raise TypeError(f"a stage must be a policy or a stoic.Keyed family, got {stage!r}")
+            _check_not_retry_or_hedge(stage)
             if runs is not None:
                 _check_runs(stage, runs)
         if retry is not None and not isinstance(retry, Retrying):
@@ -489,6 +491,22 @@ def seekable(file: object) -> bool:
         return file.seekable() is True  # type: ignore[attr-defined]
     except Exception:
         return False
+
+
+def _check_not_retry_or_hedge(stage: object) -> None:
+    """``TypeError`` when ``stage`` (for a :class:`stoic.Keyed` family: the policies it builds) is
+    a :class:`stoic.Retrying` or a :class:`stoic.Pipeline` holding one, or a :class:`stoic.Hedge`.
+    As a stage, a retry would repeat attempts inside the stages, where none of the request-level
+    rules apply (idempotent methods only, bodies sent again only when replayable, failed
+    responses released before the backoff): a POST would be sent again. A hedge's execute takes
+    ``IDEMPOTENT`` first: it would fail every request. Each has its own keyword."""
+    policy = stage._sample() if isinstance(stage, Keyed) else stage
+    inner = policy._stages if isinstance(policy, Pipeline) else (policy,)
+    if any(isinstance(one, Retrying) for one in inner):
+        raise TypeError(f"a Retrying is not a stage, got {stage!r}: pass it as retry=, which repeats only "
+                        "idempotent requests whose body can be sent again, releasing failed responses first")
+    if isinstance(policy, Hedge):
+        raise TypeError(f"a Hedge is not a stage, got {stage!r}: pass it as hedge=")
 
 
 def _check_runs(stage: object, runs: str) -> None:
