@@ -328,3 +328,64 @@ def test_a_retry_or_a_hedge_given_as_a_stage_is_refused_at_construction(adapter)
     with pytest.raises(TypeError, match="hedge="):
         adapter(stages=[Hedge(0.05, label="stage-hedge")])
 
+
+
+class ServeStale:
+    """A stage of the user's own: on a failure of the attempt (a 5xx included, raised as
+    ServerError inside the stages), answers a cached response instead."""
+
+    def __init__(self, cached: Any) -> None:
+        self.cached = cached
+
+    async def execute(self, fn: Any, *args: Any) -> Any:
+        try:
+            return await fn(*args)
+        except Exception:
+            return self.cached()
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception:
+            return self.cached()
+
+
+class Closes(httpx.AsyncByteStream, httpx.SyncByteStream):
+    """A 503's body that counts its closes (its connection given back)."""
+
+    def __init__(self) -> None:
+        self.closed = 0
+
+    async def __aiter__(self) -> Any:
+        yield b"down"
+
+    def __iter__(self) -> Any:
+        yield b"down"
+
+    async def aclose(self) -> None:
+        self.closed += 1
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+async def test_a_failed_response_a_stage_answered_in_place_of_is_closed():
+    # A stage may answer instead of the attempt (a stale cache on a 5xx). The failed response
+    # it replaced is never the caller's, so it must be closed: it was, only when the request
+    # had made more than one response. With one attempt, the 503 was left open, its connection
+    # held until garbage collection (a pool of N exhausted after N such requests).
+    bodies: list[Closes] = []
+
+    def failing(request: httpx.Request) -> httpx.Response:
+        bodies.append(Closes())
+        return httpx.Response(503, stream=bodies[-1])
+
+    stale = ServeStale(lambda: httpx.Response(200, content=b"stale"))
+    async with httpx.AsyncClient(transport=AsyncResilientTransport(httpx.MockTransport(failing),
+                                                                   stages=[stale])) as client:
+        response = await client.get("http://dep/")
+    assert response.text == "stale" and [body.closed for body in bodies] == [1]
+    bodies.clear()
+    with httpx.Client(transport=ResilientTransport(httpx.MockTransport(failing), stages=[stale])) as sync:
+        response = sync.get("http://dep/")
+    assert response.text == "stale" and [body.closed for body in bodies] == [1]
