@@ -280,11 +280,12 @@ class HTTPPolicies(Generic[Resp]):
 
         ``made``: the list ``attempt`` appends every response it receives to; ``close(response)``
         releases one (its result awaited when awaitable; a close that raises is ignored). Every
-        response in ``made`` but the one returned is closed, and all of them when the call
-        raises. A failed attempt that is to be retried has its response closed before the
-        retry's backoff sleep (it is never the caller's then: the next attempt's result or
-        error is), so no connection is held through the sleep; a response returned because no
-        retry follows (attempts, budget or deadline exhausted) is not touched.
+        response in ``made`` but the one returned is closed (all of them when a stage answered
+        in place of the attempts), and all of them when the call raises. A failed attempt that
+        is to be retried has its response closed before the retry's backoff sleep (it is never
+        the caller's then: the next attempt's result or error is), so no connection is held
+        through the sleep; a response returned because no retry follows (attempts, budget or
+        deadline exhausted) is not touched.
         ``body_in_memory``: the request has no body or its body is bytes held in memory, so two
         attempts may send it at once (the hedge applies only then). ``body_replayable``: a
         second attempt sends the body identically (False for a stream, or a file that cannot
@@ -363,7 +364,7 @@ class HTTPPolicies(Generic[Resp]):
                 for made_one in made[closed:]:
                     await _quietly(close, made_one)
                 raise
-            if len(made) > 1:
+            if len(made) > 1 or (made and made[0] is not response):  # (a stage may answer in place of it)
                 for made_one in made[closed:]:
                     if made_one is not response:
                         await _quietly(close, made_one)
@@ -422,7 +423,7 @@ class HTTPPolicies(Generic[Resp]):
             for made_one in made[closed:]:
                 _quietly_sync(close, made_one)
             raise
-        if len(made) > 1:
+        if len(made) > 1 or (made and made[0] is not response):  # (a stage may answer in place of it)
             for made_one in made[closed:]:
                 if made_one is not response:
                     _quietly_sync(close, made_one)
