@@ -41,7 +41,7 @@ from ._errors import RateLimited
 from ._policy import Policy, refuse_async_callback
 from .hedge import IDEMPOTENT, Hedge
 from .keyed import Keyed
-from .pipeline import Pipeline, Retrying
+from .pipeline import Retrying, retrying_in
 
 if TYPE_CHECKING:
     import asyncio
@@ -502,8 +502,7 @@ def _check_not_retry_or_hedge(stage: object) -> None:
     responses released before the backoff): a POST would be sent again. A hedge's execute takes
     ``IDEMPOTENT`` first: it would fail every request. Each has its own keyword."""
     policy = stage._sample() if isinstance(stage, Keyed) else stage
-    inner = policy._stages if isinstance(policy, Pipeline) else (policy,)
-    if any(isinstance(one, Retrying) for one in inner):
+    if retrying_in(policy) is not None:
         raise TypeError(f"a Retrying is not a stage, got {stage!r}: pass it as retry=, which repeats only "
                         "idempotent requests whose body can be sent again, releasing failed responses first")
     if isinstance(policy, Hedge):

@@ -59,15 +59,13 @@ def _runs_twice(admission: object) -> str | None:
     :class:`stoic.Retrying`, bare or a stage of a :class:`stoic.Pipeline`. The application reads
     the request's body and may have answered before it fails; run again, it would start a second
     response on the same request."""
-    from .pipeline import Pipeline, Retrying  # (construction only: the middleware needs neither)
+    from .pipeline import retrying_in  # (construction only: the middleware needs none of it)
 
-    stages = admission._stages if isinstance(admission, Pipeline) else (admission,)
-    for stage in stages:
-        if isinstance(stage, Retrying):
-            return (f"a Retrying would run the application again after a failure, on a request whose body it "
-                    f"has read and which it may have answered, got {stage!r}: retry in the client, or let the "
-                    "bulkhead queue (queue_limit)")
-    return None
+    if (stage := retrying_in(admission)) is None:
+        return None
+    return (f"a Retrying would run the application again after a failure, on a request whose body it "
+            f"has read and which it may have answered, got {stage!r}: retry in the client, or let the "
+            "bulkhead queue (queue_limit)")
 
 
 class LoadShedding:

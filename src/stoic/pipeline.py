@@ -387,3 +387,13 @@ if TYPE_CHECKING:  # both are Policies, so a Pipeline can hold them and with_fal
 
     def _are_policies(retrying: Retrying, pipeline: Pipeline) -> tuple[Policy, Policy]:
         return retrying, pipeline
+
+
+def retrying_in(policy: object) -> Retrying | None:
+    """The :class:`Retrying` that ``policy`` is, or holds as a stage of a :class:`Pipeline` (the
+    first), or None: asked by the integrations that must not repeat what a retry would (an HTTP
+    stage, an ASGI admission)."""
+    for stage in policy._stages if isinstance(policy, Pipeline) else (policy,):
+        if isinstance(stage, Retrying):
+            return stage
+    return None
