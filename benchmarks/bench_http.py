@@ -51,7 +51,7 @@ async def app(scope, receive, send):
     await send({"type": "http.response.body", "body": b"ok"})
 
 uvicorn.run(app, host="127.0.0.1", port=int(__import__("sys").argv[1]), log_level="warning",
-            access_log=False, lifespan="off")
+            access_log=False, lifespan="off", http="h11")
 """
 
 

@@ -14,7 +14,10 @@ import uvicorn
 
 @contextlib.contextmanager
 def serving(app: Any, **config: Any) -> Iterator[str]:
-    """Serve ``app`` on 127.0.0.1 (a free port) for the block; yields ``http://127.0.0.1:<port>``."""
+    """Serve ``app`` on 127.0.0.1 (a free port) for the block; yields ``http://127.0.0.1:<port>``.
+    On uvicorn's h11 parser unless ``http=`` says otherwise (with httptools installed, uvicorn
+    would otherwise pick it: every test runs on one parser, the keep-alive test on both)."""
+    config.setdefault("http", "h11")
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off",
                                            access_log=False, **config))
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
