@@ -1,0 +1,164 @@
+"""A Keyed family whose factory builds a Pipeline per key (a breaker and a bulkhead per host, say).
+
+The family judges whether a key is at rest by its policy's state: a Pipeline has none of its own,
+so it is judged by its stages. A per-key pipeline holding an open (or forced-open, or half-open)
+breaker, a bulkhead with slots taken through ``get(key)``, or a limiter with waiters must never
+be dropped for idleness or for room, exactly as the bare policy would not be: dropping it would
+forget the breaker that protects a failing dependency and send the next call straight to it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import stoic
+from stoic import Bulkhead, CircuitBreaker, CountWindow, Keyed, OpenDuration, Pipeline, RateLimiter
+from stoic.keyed import OVERFLOW_KEY, at_rest
+from stoic.testing import VirtualClock
+
+
+def per_host(*, label: str, clock: Any) -> Pipeline:
+    breaker = CircuitBreaker(label=label, clock=clock, window=CountWindow(2), minimum_calls=2,
+                             open_duration=OpenDuration.fixed(3600, jitter=0))
+    limiter = RateLimiter(100, burst=10, label=label, clock=clock)
+    return Pipeline(breaker, limiter, Bulkhead(2, label=label, clock=clock))
+
+
+async def down() -> None:
+    raise ConnectionError("down")
+
+
+async def fine() -> int:
+    return 1
+
+
+async def test_a_key_whose_pipeline_holds_an_open_breaker_is_not_dropped_for_room(clock: VirtualClock) -> None:
+    family = Keyed(per_host, label="hosts", max_keys=2, clock=clock)
+    for _ in range(2):
+        with pytest.raises(ConnectionError):
+            await family.execute("a", down)
+    breaker = family.get("a").stages[0]
+    assert breaker.state == "open"
+    await family.execute("b", fine)
+    await family.execute("c", fine)  # room is needed: "b" goes, "a" is protecting its host
+    assert "a" in family and "b" not in family
+    assert family.get("a").stages[0] is breaker
+    with pytest.raises(stoic.CircuitOpen):
+        await family.execute("a", fine)
+
+
+async def test_a_key_whose_pipeline_holds_an_open_breaker_is_not_dropped_when_idle(clock: VirtualClock) -> None:
+    family = Keyed(per_host, label="hosts", idle_after=10.0, clock=clock)
+    for _ in range(2):
+        with pytest.raises(ConnectionError):
+            await family.execute("a", down)
+    await clock.advance(11.0)
+    assert family.sweep() == 0
+    assert family.get("a").stages[0].state == "open"
+
+
+async def test_a_pipeline_is_at_rest_only_when_every_stage_is(clock: VirtualClock) -> None:
+    pipeline = per_host(label="p", clock=clock)
+    breaker, limiter, bulkhead = pipeline.stages
+    assert at_rest(pipeline)
+    assert at_rest(Pipeline()) and at_rest(Pipeline(Pipeline(), pipeline))
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def held() -> None:
+        started.set()
+        await release.wait()
+
+    task = asyncio.ensure_future(bulkhead.execute(held))
+    await started.wait()
+    assert not at_rest(pipeline) and not at_rest(Pipeline(stoic.Retrying(stoic.Schedule.fixed(1).attempts(2),
+                                                                           label="r"), pipeline))
+    release.set()
+    await task
+    assert at_rest(pipeline)
+    breaker.force_open()
+    assert not at_rest(pipeline)
+    breaker.force_closed()
+    assert at_rest(pipeline)
+    assert limiter.available_permits == 10
+
+
+# The reference model of tests/test_keyed_properties.py, for a family of per-key pipelines: a key
+# whose breaker is forced open is never dropped, whatever wraps the breaker.
+MAX_KEYS, IDLE = 4, 10.0
+TOUCH = IDLE / 100
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("get"), st.integers(0, 9)),
+    st.tuples(st.just("force"), st.integers(0, 9)),
+    st.tuples(st.just("clear"), st.integers(0, 9)),
+    st.tuples(st.just("wait"), st.sampled_from([0.5, 3.0, 11.0])),
+), max_size=60)
+
+
+class Model:
+    """Held keys in use order with their last use; forced keys are never dropped."""
+
+    def __init__(self) -> None:
+        self.held: OrderedDict[str, float] = OrderedDict()
+        self.forced: set[str] = set()
+        self.now = 0.0
+
+    def touch(self, key: str) -> None:
+        if self.now - self.held[key] >= TOUCH:
+            self.held[key] = self.now
+            self.held.move_to_end(key)
+
+    def get(self, key: str) -> bool:
+        if key in self.held:
+            self.touch(key)
+            return True
+        for k in list(self.held):
+            if self.held[k] > self.now - IDLE:
+                break
+            if k not in self.forced:
+                del self.held[k]
+        if len(self.held) >= MAX_KEYS:
+            victim = next((k for k in self.held if k not in self.forced), None)
+            if victim is None:
+                return False
+            del self.held[victim]
+        self.held[key] = self.now
+        return True
+
+
+def wrapped_breaker(*, label: str, clock: Any) -> Pipeline:
+    return Pipeline(Pipeline(CircuitBreaker(label=label, clock=clock)), Bulkhead(2, label=label, clock=clock))
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops)
+def test_a_family_of_pipelines_holds_what_the_model_holds(steps: list[tuple[str, Any]]) -> None:
+    clock = VirtualClock()
+    family = Keyed(wrapped_breaker, label="m", max_keys=MAX_KEYS, idle_after=IDLE, clock=clock)
+    model = Model()
+    for op, arg in steps:
+        if op == "wait":
+            clock._set_now(clock.now_ns() + round(arg * 1e9))
+            model.now += arg
+            continue
+        key = f"k{arg}"
+        if op == "get":
+            own = model.get(key)
+            policy = family.get(key)
+            assert (policy.stages[0].label != f"m:{OVERFLOW_KEY}") is own
+        elif key in model.held:
+            if op == "force":
+                family.get(key).stages[0].force_open()
+                model.forced.add(key)
+                model.touch(key)
+            else:
+                family.get(key)  # (a use, in both)
+                model.touch(key)
+                family.get(key).stages[0].force_closed()
+                model.forced.discard(key)
+        assert list(family) == list(model.held), (list(family), list(model.held))
