@@ -116,6 +116,26 @@ async def test_idle_keys_expire_but_an_open_breaker_or_one_in_flight_is_never_dr
     assert all(e.attributes["reason"] == "idle" for e in sink.of("keyed.evicted"))
 
 
+async def test_a_limiter_with_permits_spent_is_not_dropped_until_its_bucket_is_full_again(clock, sink):
+    # A limiter's spent permits are state too: forgetting the key handed its next call a full
+    # bucket, so a quota of one call an hour gave another after idle_after (10 minutes here), or
+    # at once when other keys needed the room.
+    family = Keyed(RateLimiter, label="tenants", max_keys=2, idle_after=600.0, clock=clock, rate=1, per=3600.0,
+                   queue_limit=0)
+    await family.execute("a", ok)
+    await clock.advance(601.0)
+    assert family.sweep() == 0 and "a" in family
+    with pytest.raises(stoic.RateLimited):
+        await family.execute("a", ok)
+    await family.execute("b", ok)
+    await family.execute("c", ok)  # room needed: every key has spent its permit, "c" gets the overflow
+    assert set(family) == {"a", "b"}
+    with pytest.raises(stoic.RateLimited):
+        await family.execute("a", ok)
+    await clock.advance(3600.0)  # refilled: nothing is lost by forgetting them now
+    assert family.sweep() == 2 and set(family) == set()
+
+
 async def test_the_overflow_policy_is_acted_on_under_the_key_policies_lists_it_by(clock):
     family = breakers(clock, max_keys=1)
     gate = asyncio.Event()
