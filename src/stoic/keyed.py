@@ -9,10 +9,10 @@ A :class:`Keyed` family holds one configuration and a factory (``CircuitBreaker`
   when the family next makes room, and at capacity the least recently used key that is *at
   rest* goes first. A policy is at rest when nothing would be lost by forgetting it: no call
   in flight through the family, a breaker that is closed (never open, half-open or forced),
-  a bulkhead or limiter with nothing running or queued (a per-key ``Pipeline``: every stage
-  at rest). When every key is busy, a new key is served by one shared overflow policy
-  instead (``keyed.full``), so a flood of new keys can neither grow memory nor evict a
-  breaker that is protecting a failing dependency.
+  a bulkhead or limiter with nothing running or queued, a limiter whose bucket is full again
+  (a per-key ``Pipeline``: every stage at rest). When every key is busy, a new key is served
+  by one shared overflow policy instead (``keyed.full``), so a flood of new keys can neither
+  grow memory nor evict a breaker that is protecting a failing dependency.
 - labels: each key's policy is labelled ``f"{label}:{key}"`` for the first ``max_labels``
   distinct keys; later keys get ``f"{label}:{OVERFLOW_KEY}"``, so a route with IDs in it
   cannot explode the cardinality of the metrics (``stoic.label``).
@@ -53,7 +53,7 @@ _BUSY_COUNTS: Final = ("in_use", "active_count", "queued", "queued_count", "wait
 
 def at_rest(policy: object) -> bool:
     """Whether forgetting ``policy`` loses nothing: a breaker that is closed, no slot taken,
-    nothing queued. A :class:`stoic.Pipeline` (a factory building one per key) has no state of
+    nothing queued, a limiter's bucket full. A :class:`stoic.Pipeline` (a factory building one per key) has no state of
     its own: it is at rest when every stage is. Any reading that fails counts as busy (never
     evict on doubt)."""
     try:
@@ -67,6 +67,11 @@ def at_rest(policy: object) -> bool:
             value = getattr(policy, name, 0)
             if isinstance(value, int) and value > 0:
                 return False
+        # A limiter short of a full bucket: forgetting it would hand the key's next call the
+        # permits it has spent (a quota of one an hour given again after idle_after).
+        burst = getattr(policy, "burst", None)
+        if isinstance(burst, int) and getattr(policy, "available_permits", burst) < burst:
+            return False
     except Exception:
         return False
     return True
