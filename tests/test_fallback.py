@@ -263,6 +263,30 @@ async def test_the_operations_own_type_error_still_falls_back() -> None:
     assert await with_fallback(Direct(), op, fallback=lambda e: "cached", label="fallback") == "cached"
 
 
+def _sync_helper() -> int:
+    return 5
+
+
+async def _awaits_a_plain_value() -> int:
+    return await _sync_helper()  # type: ignore[misc]  # (the operation's own bug: its work failing)
+
+
+@pytest.mark.parametrize("policy", ["direct", "breaker", "limiter", "bulkhead", "throttle", "retrying", "pipeline",
+                                    "empty-pipeline", "limiter-pipeline"])
+async def test_a_type_error_at_the_operations_own_await_falls_back_under_every_policy(
+    policy: str, clock: VirtualClock,
+) -> None:
+    # The TypeError of an await in the operation's own body is the work failing, as one it
+    # raises itself. A limiter granting at once hands back the operation's coroutine itself
+    # (no frame of its own), and so does an empty pipeline: the operation's frame stood where a
+    # policy's execute frame stands, and its failure was taken for a misused policy, not
+    # substituted (while the same operation under a bulkhead, or a queued limiter, fell back).
+    chosen = {**_policies(clock), "empty-pipeline": Pipeline(),
+              "limiter-pipeline": Pipeline(RateLimiter(10, label="r2", clock=clock))}[policy]
+    assert await clock.run(with_fallback(chosen, _awaits_a_plain_value, fallback=lambda e: "cached",
+                                         label="fallback")) == "cached"
+
+
 async def test_a_misuse_inside_an_exception_group_is_not_substituted() -> None:
     async def fan_out() -> None:
         async with asyncio.TaskGroup() as group:
