@@ -10,6 +10,7 @@ operation's own result.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 from collections.abc import Awaitable, Callable
@@ -34,7 +35,23 @@ __all__ = ["with_fallback"]
 R = TypeVar("R")
 
 
-def _misuse(error: Exception, policy: object) -> bool:
+def _code_of(fn: object) -> object:
+    """The code object a call of operation ``fn`` runs in its own frame (through partials and
+    bound methods; a callable object's ``__call__``), or None when there is none to read."""
+    for _ in range(8):  # (partials of bound methods of partials: a few levels, never a loop)
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        elif hasattr(fn, "__func__"):
+            fn = fn.__func__
+        else:
+            break
+    code = getattr(fn, "__code__", None)
+    if code is None and callable(fn) and not isinstance(fn, type):
+        code = getattr(type(fn).__call__, "__code__", None)
+    return code
+
+
+def _misuse(error: Exception, policy: object, fn: object) -> bool:
     """The operation was handed over wrongly (an async generator or a plain function's generator
     or value where a coroutine was due), or the policy was (its ``execute`` does not take
     ``(fn, *args, **kwargs)``, or returns no awaitable): a bug at the call site, not a failure
@@ -46,14 +63,16 @@ def _misuse(error: Exception, policy: object) -> bool:
     of a policy of the caller's: ``error`` came straight out of that policy's ``execute`` frame,
     or, in a ``Pipeline``, out of the ``execute`` frame of one of its stages (the innermost frame
     of the traceback), which stopped at an ``await``. One deeper in is the operation's own
-    failure (stoic._errors.failed_await)."""
+    failure (stoic._errors.failed_await), and so is the operation's own frame standing there (a
+    policy that hands back the operation's coroutine itself, as a limiter granting at once
+    does, or an empty pipeline: the ``await`` is the operation's own)."""
     tb = error.__traceback__
     if type(error) is TypeError and tb is not None and tb.tb_next is None:
         # Raised in with_fallback's own frame: calling ``policy.execute(fn, ...)`` did not bind
         # (a policy whose execute takes other arguments), or its result was not awaitable.
         return True
     if type(error) is TypeError and tb is not None and tb.tb_next is not None and tb.tb_next.tb_next is None \
-            and stopped_at_await(tb.tb_next):
+            and stopped_at_await(tb.tb_next) and tb.tb_next.tb_frame.f_code is not _code_of(fn):
         return True
     if type(error) is TypeError and tb is not None and isinstance(policy, Pipeline):
         while tb.tb_next is not None:
@@ -161,7 +180,7 @@ async def with_fallback(
         result: R = await policy.execute(fn, *args, **kwargs)
         return result
     except Exception as error:
-        if _misuse(error, policy):
+        if _misuse(error, policy, fn):
             raise  # the caller's bug: surfaced, never hidden behind the substitute
         if caller_cancelled(error):
             raise  # the operation made the caller's cancellation an error: no answer for a caller that left
