@@ -163,3 +163,27 @@ def test_a_family_of_pipelines_holds_what_the_model_holds(steps: list[tuple[str,
                 family.get(key).stages[0].force_closed()
                 model.forced.discard(key)
         assert list(family) == list(model.held), (list(family), list(model.held))
+
+
+def breaker_pair(*, label: str, clock: Any, limit: int = 2) -> Pipeline:
+    return Pipeline(CircuitBreaker(label=f"{label}/outer", clock=clock), Bulkhead(limit, label=label, clock=clock),
+                    CircuitBreaker(label=f"{label}/inner", clock=clock))
+
+
+async def test_a_retune_keeps_a_breaker_forced_open_inside_a_per_key_pipeline_forced(clock: VirtualClock) -> None:
+    # A family of one's own factory is retuned by building every key's policy anew; a forced
+    # breaker stays forced (the operator's kill switch), and that holds for the breaker a
+    # per-key pipeline holds: the one forced, not its neighbour.
+    family = Keyed(breaker_pair, label="hosts", clock=clock, limit=2)
+    await family.execute("a", fine)
+    await family.execute("b", fine)
+    family.get("a").stages[2].force_open()
+    assert family.retune(limit=3) == 2
+    outer, bulkhead, inner = family.get("a").stages
+    assert bulkhead.max_concurrent == 3
+    assert inner.state == "open" and outer.state == "closed"
+    with pytest.raises(stoic.CircuitOpen):
+        await family.execute("a", fine)
+    assert all(stage.state == "closed" for stage in family.get("b").stages[::2])
+    inner.force_closed()
+    assert await family.execute("a", fine) == 1
