@@ -187,3 +187,19 @@ async def test_a_retune_keeps_a_breaker_forced_open_inside_a_per_key_pipeline_fo
     assert all(stage.state == "closed" for stage in family.get("b").stages[::2])
     inner.force_closed()
     assert await family.execute("a", fine) == 1
+
+
+def maybe_guarded(*, label: str, clock: Any, guarded: bool = True) -> Pipeline:
+    bulkhead = Bulkhead(2, label=label, clock=clock)
+    return Pipeline(CircuitBreaker(label=label, clock=clock), bulkhead) if guarded else Pipeline(bulkhead)
+
+
+async def test_a_retune_that_would_lift_a_forced_breaker_is_refused_and_changes_nothing(clock: VirtualClock) -> None:
+    family = Keyed(maybe_guarded, label="hosts", clock=clock)
+    breaker = family.get("a").stages[0]
+    breaker.force_open()
+    with pytest.raises(TypeError, match="keep forced"):
+        family.retune(guarded=False)
+    assert family.get("a").stages[0] is breaker and family.config == {}
+    breaker.force_closed()
+    assert family.retune(guarded=False) == 1 and len(family.get("a").stages) == 1

@@ -459,12 +459,14 @@ class Keyed(Generic[P]):
         does for a plain policy: calls in flight keep their slots, permits and probes, state
         streams stay subscribed, what was learnt under the old configuration is dropped). A
         family built by any other factory gets a new policy per key, built from the old
-        configuration updated with ``changes`` (a forced-open breaker stays forced); calls in
-        flight finish on the policy that admitted them.
+        configuration updated with ``changes`` (a forced-open breaker stays forced, one a
+        per-key ``Pipeline`` holds too: the new pipeline's like stage, the n-th breaker for the
+        n-th); calls in flight finish on the policy that admitted them.
 
         All or nothing: ``TypeError`` for a parameter the factory does not take (or ``label`` /
-        ``clock``), the factory's ``ValueError`` naming the parameter for a value out of range,
-        and then the live policies and configuration are unchanged. Returns how many keys were
+        ``clock``), or when a new pipeline has no stage to keep a forced breaker forced in, the
+        factory's ``ValueError`` naming the parameter for a value out of range, and then the
+        live policies and configuration are unchanged. Returns how many keys were
         retuned."""
         for name in ("label", "clock"):
             if name in changes:
@@ -476,20 +478,23 @@ class Keyed(Generic[P]):
             factory(label=self._label, clock=clock, **config)  # validates: raises before anything changes
             slots = list(self._slots.values()) + ([self._overflow] if self._overflow is not None else [])
             in_place = isinstance(factory, type) and callable(getattr(factory, "_retune", None))
-            rebuilt: list[tuple[_Slot[P], P, bool]] = []
+            rebuilt: list[tuple[_Slot[P], P, bool, list[object]]] = []
             if not in_place:
                 for slot in slots:
                     policy = factory(label=slot.label, clock=clock, **config)
                     forced = is_forced_open(slot.policy)
                     if forced or self._forced_all:
                         _switch(policy, "force_open", self._label)  # refused here, before any key changes
-                    rebuilt.append((slot, policy, forced))
+                    stages = _forced_stages(slot.policy, policy, self._label)
+                    rebuilt.append((slot, policy, forced, stages))
             if in_place:
                 _retune_every(slots, changes)
             self._config = config
-            for slot, policy, forced in rebuilt:
+            for slot, policy, forced, stages in rebuilt:
                 if forced or self._forced_all:
                     _force(policy, self._label)
+                for stage in stages:
+                    _force(stage, self._label)
                 slot.policy = policy
         return len(slots)
 
@@ -552,6 +557,30 @@ def _switch(policy: object, name: str, label: str, *, plain: bool = False) -> Ca
 
 def _force(policy: object, label: str) -> None:
     _switch(policy, "force_open", label)()
+
+
+def _forced_stages(old: object, new: object, label: str) -> list[object]:
+    """The stages of ``new`` to force open for a retune to keep what ``old`` had forced, when
+    both are pipelines (a factory's per key): the n-th stage of a kind in ``new`` for each n-th
+    of that kind forced open in ``old``. ``TypeError`` when ``new`` has no such stage, or one
+    that cannot be forced (the retune would lift the kill switch: refused, nothing changed)."""
+    before, after = getattr(old, "stages", None), getattr(new, "stages", None)
+    if not isinstance(before, tuple):
+        return []
+    kinds = [type(stage) for stage in after] if isinstance(after, tuple) else []
+    forced: list[object] = []
+    for index, stage in enumerate(before):
+        if not is_forced_open(stage):
+            continue
+        nth = sum(type(earlier) is type(stage) for earlier in before[:index])
+        places = [place for place, kind in enumerate(kinds) if kind is type(stage)]
+        if nth >= len(places):
+            raise TypeError(f"{label!r}: the retuned policy has no {type(stage).__name__} stage to keep forced "
+                            f"open in place of {stage!r}; clear it first, or retune to a like pipeline")
+        target = after[places[nth]]  # type: ignore[index]
+        _switch(target, "force_open", label)
+        forced.append(target)
+    return forced
 
 
 def _check_parameters(factory: Callable[..., Any], config: Mapping[str, Any]) -> None:
