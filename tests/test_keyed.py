@@ -136,6 +136,30 @@ async def test_a_limiter_with_permits_spent_is_not_dropped_until_its_bucket_is_f
     assert family.sweep() == 2 and set(family) == set()
 
 
+class _Interrupt(BaseException):
+    """Not an Exception: what a sink is interrupted by (Ctrl-C landing in its write)."""
+
+
+async def test_a_sink_interrupted_on_a_keyed_event_leaves_no_call_counted_in_flight(clock):
+    # The call is counted in flight with the key made, the events go out after: a sink raising
+    # a BaseException there (stoic skips a sink's Exception, never its BaseException) ended the
+    # call before it ran, and its count stayed, so the key was never to be dropped again.
+    class InterruptedSink:
+        level = stoic.Level.INFO
+
+        def emit(self, event: stoic.Event) -> None:
+            if event.name.startswith("keyed."):
+                raise _Interrupt(event.name)
+
+    family = Keyed(Bulkhead, label="db", max_keys=1, idle_after=10.0, clock=clock, max_concurrent=1)
+    await family.execute("a", ok)
+    with stoic.use_sinks(InterruptedSink()), pytest.raises(_Interrupt):
+        await family.execute("b", ok)  # makes room: "a" is dropped, keyed.evicted
+    assert "b" in family and family._slots["b"].calls == []
+    await clock.advance(11.0)
+    assert family.sweep() == 1 and "b" not in family
+
+
 async def test_the_overflow_policy_is_acted_on_under_the_key_policies_lists_it_by(clock):
     family = breakers(clock, max_keys=1)
     gate = asyncio.Event()
