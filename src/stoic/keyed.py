@@ -244,7 +244,15 @@ class Keyed(Generic[P]):
                 self._full = False
             if claim:
                 slot.calls.append(None)
-        self._emit(events, now)
+        if events:
+            try:
+                self._emit(events, now)
+            except BaseException:
+                # A sink's BaseException (a sink's Exception is skipped by emit): the call
+                # counted in flight will not run, so it is counted out before that propagates.
+                if claim:
+                    slot.calls.pop()
+                raise
         return slot
 
     def _label_locked(self, key: str | None, *, reserve: bool) -> str:
