@@ -1339,3 +1339,34 @@ async def test_a_hedges_events_reach_the_sinks_in_scope_at_the_call_whoever_move
     assert await task == "fast"
     assert inside.names == ["hedge.started", "hedge.won"]
     assert outside.events == []
+
+
+class _Interrupt(BaseException):
+    """Not an Exception: what a sink is interrupted by (Ctrl-C landing in its write)."""
+
+
+async def test_a_sink_interrupted_on_a_hedges_failure_still_lets_the_call_end(clock: VirtualClock) -> None:
+    # A hedge's end is judged in its task's done callback, which reported the failure before
+    # recording it: a sink raising a BaseException there (stoic skips a sink's Exception) ended
+    # the callback, the first attempt (failed already) was never woken, and the call hung.
+    class InterruptedSink:
+        level = stoic.Level.DEBUG
+
+        def emit(self, event: stoic.Event) -> None:
+            if event.name == "hedge.attempt_failed" and event.attributes["attempt"] == 2:
+                raise _Interrupt(event.name)
+
+    async def op(attempt: stoic.Attempt) -> None:
+        await clock.sleep(0.002 if attempt.number == 1 else 0.004)
+        raise ConnectionError(f"attempt {attempt.number}")
+
+    policy = Hedge(0.001, label="h", clock=clock)
+    with stoic.use_sinks(InterruptedSink()):
+        call = asyncio.ensure_future(policy.execute(IDEMPOTENT, op))
+        for _ in range(100):
+            await clock.advance(0.001)
+            if call.done():
+                break
+    assert call.done()
+    with pytest.raises(ConnectionError, match="attempt 1"):
+        call.result()
