@@ -545,21 +545,24 @@ class _Call:
             span[3].close()
             span[3] = None
         error = _error_of(task)  # (also marks its exception retrieved, so asyncio does not log it)
-        if error is not None and _stops_everything(error):
-            # As for the first attempt: the whole call stops, even after a decision (a loser
-            # interrupted instead of finishing its cancellation), and nothing is reported as an
-            # attempt's failure: the dependency did not fail.
-            if self.fatal is None:
-                self._stop(error)
-        elif not self.decided:
-            number = index + 2
-            if error is None:
-                self._win(number)
-            else:
-                self._fail(number, error)
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        try:
+            if error is not None and _stops_everything(error):
+                # As for the first attempt: the whole call stops, even after a decision (a loser
+                # interrupted instead of finishing its cancellation), and nothing is reported as an
+                # attempt's failure: the dependency did not fail.
+                if self.fatal is None:
+                    self._stop(error)
+            elif not self.decided:
+                number = index + 2
+                if error is None:
+                    self._win(number)
+                else:
+                    self._fail(number, error)
+        finally:
+            # (Even when a sink raised a BaseException from the report: the call is waiting.)
+            waiter = self.waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
 
     # --- decisions ---
 
@@ -608,15 +611,17 @@ class _Call:
     def _fail(self, number: int, error: BaseException) -> None:
         running = self._running()
         policy = self.policy
-        if _SINKS.wants(Level.DEBUG):
-            emit("hedge.attempt_failed", policy._label, Level.DEBUG, policy._clock.now_ns(),
-                 {"attempt": number, "running": running, "error.type": error_type(error)})
         if self.error is None:
             self.error = error
         if running == 0:
             # Nothing left in flight: a failure is retry's business, never a reason to hedge.
             self.decided = True
             self._stop_timer()
+        # Reported once recorded: a sink's BaseException (its Exception is skipped) cannot leave
+        # the call undecided.
+        if _SINKS.wants(Level.DEBUG):
+            emit("hedge.attempt_failed", policy._label, Level.DEBUG, policy._clock.now_ns(),
+                 {"attempt": number, "running": running, "error.type": error_type(error)})
 
     def abandon(self) -> None:
         """The caller is leaving (cancelled, or an error of its own): cancel every hedge."""
