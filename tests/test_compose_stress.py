@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _keyed import record_builds
 
 import stoic
 from stoic import Bulkhead, CircuitBreaker, CountWindow, GradientBulkhead, OpenDuration, Pipeline, RateLimiter
@@ -213,15 +214,7 @@ async def test_a_keyed_family_of_pipelines_evicts_under_churn_and_loses_no_call_
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = VirtualClock()
     rng = random.Random(seed)
-    built: list[Pipeline] = []
-    build = stoic.Keyed._build
-
-    def recording_build(self: stoic.Keyed[Any], label: str) -> Any:
-        policy = build(self, label)
-        built.append(policy)
-        return policy
-
-    monkeypatch.setattr(stoic.Keyed, "_build", recording_build)
+    built: list[Pipeline] = record_builds(monkeypatch)
     with stoic.use_clock(clock):
         family = stoic.Keyed(per_key, label="hosts", max_keys=3, idle_after=0.01, clock=clock)
         outcomes: dict[str, int] = {}

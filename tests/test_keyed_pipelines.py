@@ -9,12 +9,11 @@ forget the breaker that protects a failing dependency and send the next call str
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from typing import Any
 
 import pytest
+from _keyed import IDLE, MAX_KEYS, Model, ops
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import stoic
 from stoic import Bulkhead, CircuitBreaker, CountWindow, Keyed, OpenDuration, Pipeline, RateLimiter
@@ -88,50 +87,8 @@ async def test_a_pipeline_is_at_rest_only_when_every_stage_is(clock: VirtualCloc
     assert limiter.available_permits == 10
 
 
-# The reference model of tests/test_keyed_properties.py, for a family of per-key pipelines: a key
+# The reference model (tests/_keyed.py) for a family of per-key pipelines: a key
 # whose breaker is forced open is never dropped, whatever wraps the breaker.
-MAX_KEYS, IDLE = 4, 10.0
-TOUCH = IDLE / 100
-
-ops = st.lists(st.one_of(
-    st.tuples(st.just("get"), st.integers(0, 9)),
-    st.tuples(st.just("force"), st.integers(0, 9)),
-    st.tuples(st.just("clear"), st.integers(0, 9)),
-    st.tuples(st.just("wait"), st.sampled_from([0.5, 3.0, 11.0])),
-), max_size=60)
-
-
-class Model:
-    """Held keys in use order with their last use; forced keys are never dropped."""
-
-    def __init__(self) -> None:
-        self.held: OrderedDict[str, float] = OrderedDict()
-        self.forced: set[str] = set()
-        self.now = 0.0
-
-    def touch(self, key: str) -> None:
-        if self.now - self.held[key] >= TOUCH:
-            self.held[key] = self.now
-            self.held.move_to_end(key)
-
-    def get(self, key: str) -> bool:
-        if key in self.held:
-            self.touch(key)
-            return True
-        for k in list(self.held):
-            if self.held[k] > self.now - IDLE:
-                break
-            if k not in self.forced:
-                del self.held[k]
-        if len(self.held) >= MAX_KEYS:
-            victim = next((k for k in self.held if k not in self.forced), None)
-            if victim is None:
-                return False
-            del self.held[victim]
-        self.held[key] = self.now
-        return True
-
-
 def wrapped_breaker(*, label: str, clock: Any) -> Pipeline:
     return Pipeline(Pipeline(CircuitBreaker(label=label, clock=clock)), Bulkhead(2, label=label, clock=clock))
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from _keyed import record_builds
 
 import stoic
 from stoic import Criticality, bind_criticality
@@ -181,15 +182,7 @@ class _Routed:
 async def test_keyed_bulkheads_evicted_and_rebuilt_under_churn_leak_nothing(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = VirtualClock()
-    built: list[stoic.Bulkhead] = []
-    build = stoic.Keyed._build
-
-    def recording_build(self: stoic.Keyed[Any], label: str) -> Any:
-        policy = build(self, label)
-        built.append(policy)
-        return policy
-
-    monkeypatch.setattr(stoic.Keyed, "_build", recording_build)
+    built: list[stoic.Bulkhead] = record_builds(monkeypatch)
     family = stoic.Keyed(stoic.Bulkhead, label="keyed", max_keys=3, idle_after=0.01, clock=clock,
                          max_concurrent=2, queue_limit=10, queue_target=0.002, queue_interval=0.01)
 
