@@ -189,7 +189,11 @@ async def test_stacked_stages_in_any_order_shared_by_two_pipelines_leak_nothing(
         seen: set[str] = set()
 
         async def start() -> None:
-            seen.add(str(own[1].state))
+            # Reading the state publishes a transition the breaker has seen since (an open period
+            # ended: half-open): a sink interrupting that event interrupts this read, the test's
+            # own, not a call. (Task order decides which read meets it: eager tasks on 3.12+.)
+            with contextlib.suppress(Interrupt):
+                seen.add(str(own[1].state))
             await caller(pipelines, hedge, clock, rng, outcomes)
 
         await churn(clock, rng, start)
