@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _churn import assert_at_rest, churn
 from _keyed import record_builds
 
 import stoic
@@ -91,21 +92,6 @@ def stages(clock: VirtualClock) -> list[Any]:
     ]
 
 
-def assert_at_rest(stage: Any) -> None:
-    if isinstance(stage, CircuitBreaker):
-        episode = stage._episode
-        if episode is not None:  # half-open: every permit free, or spent by a successful probe
-            assert episode.inflight == {}
-            assert episode.free + episode.ok == episode.probes
-    elif isinstance(stage, RateLimiter):
-        assert (stage.waiter_count, stage._queued) == (0, 0)
-    elif isinstance(stage, Bulkhead):
-        assert (stage.active_count, stage.queued_count) == (0, 0)
-        assert stage._managed is None or stage._managed.parked == {}
-    elif isinstance(stage, GradientBulkhead):
-        assert (stage.active_count, stage.queued_count) == (0, 0)
-
-
 async def caller(pipelines: list[Pipeline], hedge: stoic.Hedge, clock: VirtualClock, rng: random.Random,
                  outcomes: dict[str, int]) -> None:
     pipeline = rng.choice(pipelines)
@@ -137,26 +123,6 @@ async def caller(pipelines: list[Pipeline], hedge: stoic.Hedge, clock: VirtualCl
         outcomes[type(error).__name__] = outcomes.get(type(error).__name__, 0) + 1
     else:
         outcomes["ok"] = outcomes.get("ok", 0) + 1
-
-
-async def churn(clock: VirtualClock, rng: random.Random, start: Any) -> None:
-    tasks = [asyncio.ensure_future(start()) for _ in range(100)]
-    for _ in range(80):
-        tasks += [asyncio.ensure_future(start()) for _ in range(rng.randrange(7))]
-        for _ in range(rng.randrange(5)):
-            task = rng.choice(tasks)
-            if not task.done():
-                task.cancel()
-        for _ in range(rng.randrange(3)):
-            await asyncio.sleep(0)
-        await clock.advance(rng.choice([0, 0.0005, 0.001, 0.005, 0.02]))
-    while not all(task.done() for task in tasks):
-        await clock.advance(0.05)
-    await clock.run_until_idle()
-    assert clock.pending_timers == 0
-    for task in tasks:  # the callers themselves swallow every outcome: a failure here is the test's
-        if not task.cancelled() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]
 
 
 @contextlib.contextmanager

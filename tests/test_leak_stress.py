@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from _churn import assert_at_rest, churn
 from _keyed import record_builds
 
 import stoic
@@ -61,39 +62,20 @@ async def caller(policy: Any, clock: VirtualClock, rng: random.Random, failing: 
             pass
 
 
-async def churn(seed: int, policy: Any, clock: VirtualClock, *, failing: float = 0.1,
-                retune: Callable[[random.Random], None] | None = None,
-                observe: Callable[[], None] | None = None) -> None:
-    """Callers arriving over 60 steps of virtual time, some cancelled at every step."""
+async def run(seed: int, policy: Any, clock: VirtualClock, *, failing: float = 0.1,
+              retune: Callable[[random.Random], None] | None = None,
+              observe: Callable[[], None] | None = None) -> None:
+    """Callers of ``policy`` churned over 60 rounds of virtual time (_churn.churn), the policy
+    retuned in about one round of seven."""
     rng = random.Random(seed)
-    tasks = [asyncio.ensure_future(caller(policy, clock, rng, failing)) for _ in range(100)]
-    for _ in range(60):
-        tasks += [asyncio.ensure_future(caller(policy, clock, rng, failing)) for _ in range(rng.randrange(7))]
-        for _ in range(rng.randrange(4)):
-            task = rng.choice(tasks)
-            if not task.done():
-                task.cancel()
+
+    def each_round() -> None:
         if retune is not None and rng.random() < 0.15:
             retune(rng)
         if observe is not None:
             observe()
-        for _ in range(rng.randrange(3)):
-            await asyncio.sleep(0)
-        await clock.advance(rng.choice([0, 0.0005, 0.001, 0.005, 0.02]))
-    while not all(task.done() for task in tasks):
-        await clock.advance(0.05)
-    await clock.run_until_idle()
-    assert clock.pending_timers == 0
 
-
-def assert_bulkhead_at_rest(bulkhead: stoic.Bulkhead) -> None:
-    managed = bulkhead._managed
-    assert (bulkhead.active_count, bulkhead.queued_count) == (0, 0)
-    assert managed is None or managed.parked == {}
-
-
-def assert_limiter_at_rest(limiter: stoic.RateLimiter) -> None:
-    assert (limiter.waiter_count, limiter._queued) == (0, 0)
+    await churn(clock, rng, lambda: caller(policy, clock, rng, failing), rounds=60, each_round=each_round)
 
 
 def queue_retune(bulkhead: stoic.Bulkhead) -> Callable[[random.Random], None]:
@@ -131,23 +113,16 @@ def managed_bulkhead(kind: str, clock: VirtualClock) -> stoic.Bulkhead:
 async def test_managed_bulkheads_retuned_under_churn_leak_nothing(kind: str, seed: int) -> None:
     clock = VirtualClock()
     bulkhead = managed_bulkhead(kind, clock)
-    await churn(seed, bulkhead, clock, retune=queue_retune(bulkhead))
-    assert_bulkhead_at_rest(bulkhead)
+    await run(seed, bulkhead, clock, retune=queue_retune(bulkhead))
+    assert_at_rest(bulkhead)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_rate_limiter_retuned_under_churn_leaks_nothing(seed: int) -> None:
     clock = VirtualClock()
     limiter = stoic.RateLimiter(20, per=1.0, burst=3, label="limiter", clock=clock)
-    await churn(seed, limiter, clock, retune=lambda rng: limiter._retune(rate=rng.randrange(5, 50)))
-    assert_limiter_at_rest(limiter)
-
-
-def assert_probes_accounted(breaker: stoic.CircuitBreaker) -> None:
-    episode = breaker._episode
-    if episode is not None:  # half-open: every permit free, or spent by a successful probe
-        assert episode.inflight == {}
-        assert episode.free + episode.ok == episode.probes
+    await run(seed, limiter, clock, retune=lambda rng: limiter._retune(rate=rng.randrange(5, 50)))
+    assert_at_rest(limiter)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -160,12 +135,12 @@ async def test_pipeline_of_breaker_limiter_and_managed_bulkhead_leaks_nothing(se
                               queue_interval=0.01, prioritized=True)
     seen: set[str] = set()
     stages: list[Any] = [breaker, limiter, bulkhead]
-    await churn(seed, stoic.Pipeline(*stages), clock, failing=0.5,
+    await run(seed, stoic.Pipeline(*stages), clock, failing=0.5,
                 observe=lambda: seen.add(str(breaker.state)))
     assert "half_open" in seen  # the probes were exercised
-    assert_probes_accounted(breaker)
-    assert_limiter_at_rest(limiter)
-    assert_bulkhead_at_rest(bulkhead)
+    assert_at_rest(breaker)
+    assert_at_rest(limiter)
+    assert_at_rest(bulkhead)
 
 
 class _Routed:
@@ -189,8 +164,8 @@ async def test_keyed_bulkheads_evicted_and_rebuilt_under_churn_leak_nothing(
     def retune(rng: random.Random) -> None:
         family.retune(max_concurrent=rng.randrange(1, 4))
 
-    await churn(seed, _Routed(family, random.Random(seed)), clock, retune=retune)
+    await run(seed, _Routed(family, random.Random(seed)), clock, retune=retune)
     assert len(built) > 5  # keys were evicted and rebuilt meanwhile
     for bulkhead in built:
-        assert_bulkhead_at_rest(bulkhead)
+        assert_at_rest(bulkhead)
     assert all(not slot.calls for slot in family._slots.values())
