@@ -101,3 +101,37 @@ def test_the_answers_and_events_have_the_documented_shapes(sink: RecordingSink) 
     assert dict(retuned.attributes) == {"policies": 2, "parameters": "max_concurrent", "actor": "alice"}
     (forced,) = sink.of("control.forced_open")
     assert forced.level.name == "WARNING" and dict(forced.attributes) == {"policies": 1, "actor": "bob"}
+
+
+def _exchange(control: ControlPlane, method: str, path: str) -> list[dict[str, Any]]:
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": method, "path": path, "headers": [], "server": ("127.0.0.1", 9470)}
+    asyncio.run(admin_app(control)(scope, receive, send))
+    return sent
+
+
+@pytest.mark.parametrize("path", ["/policies", "/policies/db", "/policies/nope"])
+def test_head_answers_as_get_does_without_the_body(control: ControlPlane, path: str) -> None:
+    # A load balancer's health check or `curl -I` asks with HEAD (RFC 9110 9.3.2: the same
+    # status and headers as GET, and no content).
+    got, head = _exchange(control, "GET", path), _exchange(control, "HEAD", path)
+    assert head[0] == got[0]
+    assert head[1]["body"] == b"" and got[1]["body"] != b""
+
+
+@pytest.mark.parametrize(("method", "path", "allow"), [
+    ("POST", "/policies", b"GET, HEAD"), ("DELETE", "/policies/db", b"GET, HEAD"),
+    ("GET", "/policies/db/retune", b"POST"), ("HEAD", "/policies/db/force-open", b"POST"),
+])
+def test_a_405_says_which_methods_the_route_allows(control: ControlPlane, method: str, path: str,
+                                                   allow: bytes) -> None:
+    start = _exchange(control, method, path)[0]  # RFC 9110 15.5.6: a 405 carries Allow
+    assert start["status"] == 405
+    assert (b"allow", allow) in start["headers"]

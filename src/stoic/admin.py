@@ -3,7 +3,8 @@
 
 Routes (``prefix`` + ...):
 
-- ``GET /policies``: every ``(policy, key)`` snapshot; ``GET /policies/{name}``: one policy's.
+- ``GET /policies``: every ``(policy, key)`` snapshot; ``GET /policies/{name}``: one policy's
+  (``HEAD`` on either: the same status and headers, no content).
 - ``POST /policies/{name}/force-open`` and ``POST /policies/{name}/clear``, body
   ``{"key": str | null, "actor": str}`` (both optional; no key = every key).
 - ``POST /policies/{name}/retune``, body ``{"changes": {parameter: value, ...}, "actor": str}``;
@@ -14,9 +15,9 @@ value of the wrong shape or one the policy's constructor refuses (its ``ValueErr
 ``TypeError`` text, which names the parameter and the range and echoes only what the caller
 sent); 401 without the right token; 403 without a token configured on a non-loopback address;
 404 for an unknown route, policy or key (a POST to ``/policies/{name}/{action}`` with an action
-it does not know, naming the actions); 405 for a wrong method on a route that exists; 413 for a body over 64 KiB;
-500 ``{"error": "internal error"}`` for anything else. Exception messages other than those
-validation messages, and configuration, are never sent.
+it does not know, naming the actions); 405 for a wrong method on a route that exists (with
+``Allow``); 413 for a body over 64 KiB; 500 ``{"error": "internal error"}`` for anything else.
+Exception messages other than those validation messages, and configuration, are never sent.
 
 Security: with a ``token``, every request needs ``Authorization: Bearer <token>``, compared in
 constant time (:func:`hmac.compare_digest`). Without one the app answers only requests that
@@ -45,6 +46,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _MAX_BODY: Final = 64 * 1024
 _ACTIONS: Final = ("force-open", "clear", "retune")
+_READ: Final = ("GET", "HEAD")  # HEAD answers as GET, without the content (RFC 9110 9.3.2)
 _FIELDS: Final = {"force-open": {"key", "actor"}, "clear": {"key", "actor"}, "retune": {"changes", "actor"}}
 
 
@@ -65,10 +67,15 @@ class _Gone(Exception):
 
 
 class _Refused(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, allow: bytes | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.allow = allow  # a 405's Allow header (RFC 9110 15.5.6)
+
+
+def _use_get() -> _Refused:
+    return _Refused(405, "use GET", b"GET, HEAD")
 
 
 def admin_app(control: ControlPlane, *, token: str | None = None, prefix: str = "") -> ASGIApp:
@@ -99,16 +106,17 @@ def admin_app(control: ControlPlane, *, token: str | None = None, prefix: str = 
             return
         if scope["type"] != "http":
             return  # websockets are not served: closing without accepting refuses them
+        allow = None
         try:
             _authorise(scope, expected)
             status, body = await _route(control, root, scope, receive)
         except _Gone:
             return
         except _Refused as refused:
-            status, body = refused.status, {"error": refused.message}
+            status, body, allow = refused.status, {"error": refused.message}, refused.allow
         except Exception:
             status, body = 500, {"error": "internal error"}
-        await _respond(send, status, body)
+        await _respond(send, status, body, allow=allow, head=scope["method"] == "HEAD")
 
     return app
 
@@ -144,8 +152,8 @@ async def _route(control: ControlPlane, root: str, scope: Scope, receive: Receiv
     path: str = scope["path"]
     method: str = scope["method"]
     if path == root or path == root + "/":
-        if method != "GET":
-            raise _Refused(405, "use GET")
+        if method not in _READ:
+            raise _use_get()
         return 200, {"policies": [s.as_dict() for s in control.inspect()]}
     if not path.startswith(root + "/"):
         raise _Refused(404, "not found")
@@ -153,10 +161,10 @@ async def _route(control: ControlPlane, root: str, scope: Scope, receive: Receiv
     name, _, action = rest.rpartition("/")
     if action in _ACTIONS and name:
         if method != "POST":
-            raise _Refused(405, "use POST")
+            raise _Refused(405, "use POST", b"POST")
         body = await _read_json(receive)
         return 200, _act(control, name, action, body)
-    if method != "GET":
+    if method not in _READ:
         try:
             control.get(rest)
         except UnknownPolicy:
@@ -164,7 +172,7 @@ async def _route(control: ControlPlane, root: str, scope: Scope, receive: Receiv
             # (force_open for force-open), which "use GET" would send the wrong way.
             raise _Refused(404, f"no policy named {rest!r}, nor an action {action!r} "
                                 f"(POST to a policy's {', '.join(_ACTIONS)})") from None
-        raise _Refused(405, "use GET")
+        raise _use_get()
     try:
         return 200, {"policies": [s.as_dict() for s in control.inspect(rest)]}
     except UnknownPolicy:
@@ -230,13 +238,15 @@ def _act(control: ControlPlane, name: str, action: str, body: dict[str, Any]) ->
         raise _Refused(400, str(exc)) from None
 
 
-async def _respond(send: Send, status: int, body: Any) -> None:
+async def _respond(send: Send, status: int, body: Any, *, allow: bytes | None, head: bool) -> None:
     data = json.dumps(body, separators=(",", ":")).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-        (b"cache-control", b"no-store"),
-    ]})
-    await send({"type": "http.response.body", "body": data})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+               (b"cache-control", b"no-store")]
+    if allow is not None:
+        headers.append((b"allow", allow))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    # HEAD: GET's status and headers (its content-length included), without the content.
+    await send({"type": "http.response.body", "body": b"" if head else data})
 
 
 async def serve_admin(control: ControlPlane, *, host: str = "127.0.0.1", port: int = 0,
