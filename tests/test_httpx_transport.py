@@ -157,6 +157,30 @@ async def test_connection_errors_and_timeouts_are_failures(server):
             await client.get(f"{url}/ok")
 
 
+@pytest.mark.parametrize("recipe", [False, True])
+async def test_a_pool_timeout_is_a_failure_unless_record_when_leaves_it_out(server, recipe):
+    # docs/httpx.md, "What counts as what": the recipe that keeps this client's own pool
+    # contention out of the breaker, and the default it changes.
+    url, _ = server
+
+    def local_pool_contention_is_not_a_failure(error: Exception) -> bool:
+        return not isinstance(error, httpx.PoolTimeout) and CircuitBreaker.counts_by_default(error)
+
+    breaker = CircuitBreaker(label="pool", window=CountWindow(2), minimum_calls=2,
+                             record_when=local_pool_contention_is_not_a_failure if recipe
+                             else CircuitBreaker.counts_by_default)
+    inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=1))
+    async with httpx.AsyncClient(base_url=url, transport=AsyncResilientTransport(inner, stages=[breaker]),
+                                 timeout=httpx.Timeout(5.0, pool=0.05)) as client:
+        holder = asyncio.create_task(client.get("/sleep?seconds=0.6"))  # holds the one connection
+        await asyncio.sleep(0.1)
+        for _ in range(2):
+            with pytest.raises(httpx.PoolTimeout):
+                await client.get("/ok")
+        assert str(breaker.state) == ("closed" if recipe else "open")
+        assert (await holder).status_code == 200
+
+
 async def test_a_hedge_races_a_slow_get_but_never_a_post(server):
     url, app = server
     transport = AsyncResilientTransport(hedge=Hedge(0.05, label="hedge"))
