@@ -26,11 +26,13 @@ _log = logging.getLogger("stoic.events")
 
 @runtime_checkable
 class Sink(Protocol):
-    """Anything with ``emit(event)``. An optional ``level`` attribute (a :class:`Level` or an int,
-    default ``Level.INFO``) is the lowest level the sink wants; lower events are never built for
-    it. An optional ``event_names`` attribute (a collection of catalog event names, default ``None``:
-    every event) narrows what it receives: a policy whose events none of the sinks want runs as
-    if there were no sink (the floors below are kept per policy kind, ``breaker``, ``retry``...)."""
+    """Anything with a synchronous ``emit(event)`` (an ``async def`` or generator ``emit`` is
+    refused with ``TypeError`` when installed: it would never run). An optional ``level``
+    attribute (a :class:`Level` or an int, default ``Level.INFO``) is the lowest level the sink
+    wants; lower events are never built for it. An optional ``event_names`` attribute (a
+    collection of catalog event names, default ``None``: every event) narrows what it receives:
+    a policy whose events none of the sinks want runs as if there were no sink (the floors
+    below are kept per policy kind, ``breaker``, ``retry``...)."""
 
     def emit(self, event: Event) -> None: ...
 
@@ -71,9 +73,21 @@ def _kind(name: str) -> str:
 _Entry = tuple[Sink, int, "frozenset[str] | None"]
 
 
+# CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR: calling such a function
+# runs none of its body, it only makes an object someone would have to drive.
+_NOT_RUN_BY_A_CALL = 0x20 | 0x80 | 0x100 | 0x200
+
+
 def _check(sink: object) -> _Entry:
     if sink is None or not isinstance(sink, Sink):
         raise TypeError(f"a sink needs an emit(event) method, got {sink!r}")
+    emit = sink.emit
+    code = getattr(getattr(emit, "__func__", emit), "__code__", None)
+    if code is not None and getattr(code, "co_flags", 0) & _NOT_RUN_BY_A_CALL:
+        # (emit() is called synchronously and its result dropped: an async def emit would
+        # receive no event at all, in silence, while looking installed)
+        raise TypeError(f"sink {sink!r}: emit must be a synchronous method (an async def or generator emit "
+                        "would never run: hand the event to your own task or queue from a plain emit)")
     return (sink, _sink_level(sink), _sink_names(sink))
 
 
