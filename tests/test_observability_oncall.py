@@ -9,6 +9,7 @@ import pytest
 
 import stoic
 from stoic.events import Event, _sinks
+from stoic.testing import VirtualClock
 
 
 class _AsyncSink:
@@ -63,3 +64,60 @@ def test_a_plain_emit_of_any_callable_kind_is_still_accepted() -> None:
     for sink in (Bound(), Static(), Callable_(), Builtin()):
         stoic.add_sink(sink)
         stoic.remove_sink(sink)
+
+
+# ------------------------------------------------------------------ zero-code OpenTelemetry
+
+def _exporter(exported: list[object]) -> object:
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+
+    class Exporter(MetricExporter):
+        def export(self, metrics_data: object, timeout_millis: float = 10_000, **kwargs: object) -> MetricExportResult:
+            exported.append(metrics_data)
+            return MetricExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+            pass
+
+    return Exporter()
+
+
+def test_opentelemetry_instrument_serves_the_duration_histograms_through_the_readers_it_finds() -> None:
+    # `opentelemetry-instrument` calls StoicInstrumentor().instrument() with no argument: nobody
+    # can pass prometheus_registry= or wrap the exporter in HistogramBridge, so the duration
+    # histograms (the dashboards' p50/p99 and failures-by-error-type panels) were exported by
+    # no route at all. The instrumentor now finds the provider's Prometheus reader (and serves
+    # them from its registry) and its push readers (whose exporter it bridges), and undoes it.
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from prometheus_client import CollectorRegistry, generate_latest
+    from stoic_opentelemetry import HistogramBridge
+    from stoic_opentelemetry._instrumentor import StoicInstrumentor
+
+    registry = CollectorRegistry()
+    exported: list[object] = []
+    exporter = _exporter(exported)
+    push = PeriodicExportingMetricReader(exporter, export_interval_millis=3_600_000)  # type: ignore[arg-type]
+    provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry), push])
+    instrumentor = StoicInstrumentor()
+    instrumentor.instrument(meter_provider=provider, span_events=False)
+    try:
+        breaker = stoic.CircuitBreaker(label="oncall-zero-code", clock=VirtualClock())
+        breaker.call(lambda: None)
+        scraped = generate_latest(registry).decode()
+        assert 'stoic_breaker_call_duration_seconds_bucket{error_type="",le="0.005",outcome="success",' \
+               'stoic_label="oncall-zero-code"} 1.0' in scraped
+        assert 'stoic_breaker_calls_total{' in scraped  # the SDK's own route, as before
+        provider.force_flush()
+        names = {m.name for data in exported for rm in data.resource_metrics  # type: ignore[attr-defined]
+                 for sm in rm.scope_metrics for m in sm.metrics}
+        assert {"stoic.breaker.call.duration", "stoic.breaker.calls"} <= names
+    finally:
+        instrumentor.uninstrument()
+    assert "stoic_breaker_call_duration_seconds" not in generate_latest(registry).decode()  # unregistered
+    assert push._exporter is exporter and not isinstance(push._exporter, HistogramBridge)  # unwrapped
+    provider.shutdown()
