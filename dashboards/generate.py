@@ -221,7 +221,9 @@ def ratelimiters() -> Dashboard:
     return (
         _base("Stoic rate limiters", "stoic-ratelimiters",
               "Permits, queues, waits and refusals of every stoic RateLimiter (stoic.ratelimiter.* metrics).")
-        .with_variable(_policy_variable(v, "Rate limiter", "stoic_ratelimiter_permits_available"))
+        # (waiters: every live limiter has it; a shared one has no permits_available, its credit
+        # being in the store, and could not be picked from a variable reading that)
+        .with_variable(_policy_variable(v, "Rate limiter", "stoic_ratelimiter_waiters"))
         .with_row(Row("Permits"))
         .with_panel(_timeseries(
             "Permits available", "short", "Tokens in each limiter's bucket (stoic_ratelimiter_permits_available).",
