@@ -172,3 +172,34 @@ def test_every_policy_of_a_dashboards_kind_can_be_picked_in_its_policy_variable(
     listed = set(re.findall(rf'^{metric.group(1)}\{{.*?stoic_label="([^"]*)"', scraped, re.MULTILINE))
     missing = [p.label for p in policies if p.label not in listed]  # type: ignore[attr-defined]
     assert missing == [], f"{dashboard} ${variable['name']} ({metric.group(1)}) cannot list {missing}"
+
+
+# ------------------------------------------------------------------ labels no exposition can encode
+
+_LONE = "caf\udce9"  # what json.loads('"caf\\udce9"') gives: a str, but not encodable as UTF-8
+
+
+def test_a_label_no_exposition_can_encode_never_breaks_the_scrape_of_the_whole_registry() -> None:
+    # A lone surrogate is a valid Python str (JSON's "\udce9" escape, os.fsdecode, surrogateescape)
+    # that neither the Prometheus text format nor OTLP can encode: one such label made every
+    # scrape of the registry fail with UnicodeEncodeError, the application's own metrics too.
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
+    from stoic_prometheus import StoicCollector
+
+    from stoic import _metrics
+
+    registry = CollectorRegistry()
+    Counter("oncall_app_requests", "the application's own", registry=registry).inc()
+    registry.register(StoicCollector())
+    before = _metrics.state.enabled
+    _metrics.enable()
+    try:
+        breaker = stoic.CircuitBreaker(label=_LONE, clock=VirtualClock())
+        breaker.call(lambda: None)
+        scraped = generate_latest(registry).decode()
+        openmetrics(registry)
+    finally:
+        _metrics.state.enabled = before
+    assert "oncall_app_requests_total 1.0" in scraped
+    assert 'stoic_breaker_calls_total{outcome="success",stoic_label="caf\ufffd"} 1.0' in scraped

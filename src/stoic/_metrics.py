@@ -358,6 +358,19 @@ Sample = tuple[tuple[str, ...], Any]
 """(attribute values in the spec's order, label first; a number or a :class:`Histogram`)."""
 
 
+def encodable(text: str) -> str:
+    """``text`` as every exposition can encode it: a lone surrogate (a valid Python ``str`` from
+    JSON's ``"\\udce9"``, ``os.fsdecode`` or ``surrogateescape``, which neither UTF-8 nor OTLP can
+    carry) becomes U+FFFD; a valid pair becomes its character. Anything else is returned as is."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -463,7 +476,9 @@ class Collector:
         with self._lock:
             every = self._retire(list(recorders()))
         for rec in every:
-            label = rec.label
+            # (one label no exposition can encode would fail the whole scrape, or export batch,
+            # the application's own metrics too)
+            label = encodable(rec.label)
             for key, n in list(rec.counters.items()):
                 cells = by_metric.get(key[0])
                 if cells is not None:
