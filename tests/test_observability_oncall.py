@@ -203,3 +203,63 @@ def test_a_label_no_exposition_can_encode_never_breaks_the_scrape_of_the_whole_r
         _metrics.state.enabled = before
     assert "oncall_app_requests_total 1.0" in scraped
     assert 'stoic_breaker_calls_total{outcome="success",stoic_label="caf\ufffd"} 1.0' in scraped
+
+
+def test_a_keyed_familys_key_no_exposition_can_encode_reaches_every_sink_encodable() -> None:
+    # Keys are data (a tenant id from a request body): its policy's label and the keyed events'
+    # key went out as given, so a strict UTF-8 log handler lost the record ("--- Logging error
+    # ---") and an OTLP export would fail its whole batch over one string.
+    import io
+    import json
+    import logging
+
+    from stoic.testing import RecordingSink
+
+    key = json.loads('"caf\\udce9"')  # the JSON escape of a lone surrogate
+    assert key == _LONE
+    stream = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict", write_through=True)
+    handler = logging.StreamHandler(stream)
+    logger = logging.getLogger("stoic.oncall-encodable")
+    logger.addHandler(handler)
+    logger.propagate = False
+    failures: list[object] = []
+    handler.handleError = failures.append  # type: ignore[method-assign]  # (what logging prints)
+    recorded = RecordingSink()
+    family = stoic.Keyed(stoic.CircuitBreaker, label="tenants", max_keys=1, clock=VirtualClock())
+    try:
+        with stoic.use_sinks(recorded, stoic.LoggingSink(logger)):
+            family.call(key, lambda: None)
+            family.get(key).force_open()
+            family.get(key).force_closed()
+            family.call("other", lambda: None)  # room needed: the first key is dropped
+    finally:
+        logger.removeHandler(handler)
+    assert {"breaker.opened", "breaker.closed", "keyed.evicted"} <= set(recorded.names)
+    for event in recorded.events:
+        event.label.encode("utf-8")
+        for value in event.attributes.values():
+            if isinstance(value, str):
+                value.encode("utf-8")
+    assert failures == []
+    assert family.get("other").label == "tenants:other"
+    assert recorded.of("keyed.evicted")[0].attributes["key"] == "caf\ufffd"
+
+
+def test_an_operators_key_and_actor_reach_the_control_events_encodable() -> None:
+    # The admin endpoint takes both from a request (a JSON body, a header): the same hazard.
+    from stoic.testing import RecordingSink
+
+    plane = stoic.ControlPlane()
+    family = plane.register(stoic.Keyed(stoic.CircuitBreaker, label="plane-tenants", clock=VirtualClock()))
+    family.call(_LONE, lambda: None)
+    recorded = RecordingSink()
+    with stoic.use_sinks(recorded):
+        plane.force_open("plane-tenants", _LONE, actor=_LONE)
+        plane.clear_forced_open("plane-tenants", _LONE, actor=_LONE)
+    assert [e.name for e in recorded.events if e.name.startswith("control.")] == ["control.forced_open",
+                                                                                 "control.cleared"]
+    for event in recorded.events:
+        assert event.label.encode("utf-8")
+        for value in event.attributes.values():
+            if isinstance(value, str):
+                value.encode("utf-8")

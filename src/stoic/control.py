@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from ._clock import Clock, check_clock, current_clock
 from ._durations import check_label
+from ._metrics import encodable
 from .events import Level, emit
 from .events._sinks import kind_floor
 from .keyed import Keyed, _switch, is_forced_open
@@ -259,10 +260,11 @@ class ControlPlane:
     def _emit(self, name: str, policy: str, key: str | None, actor: str | None, attrs: dict[str, Any]) -> None:
         level = Level.WARNING if name == "control.forced_open" else Level.INFO
         if _SINKS.wants(level):
+            # (both come from an operator's request: sent as every exposition can encode them)
             if key is not None:
-                attrs["key"] = key
+                attrs["key"] = encodable(key)
             if actor is not None:
-                attrs["actor"] = str(actor)
+                attrs["actor"] = encodable(str(actor))
             emit(name, policy, level, self._clock.now_ns(), attrs)
 
     def __repr__(self) -> str:

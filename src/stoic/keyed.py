@@ -31,6 +31,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from ._clock import Clock, SystemClock, current_clock
 from ._durations import Seconds, check_int, check_label, to_ns
+from ._metrics import encodable
 from .events import Level, emit
 from .events._sinks import kind_floor
 
@@ -256,14 +257,16 @@ class Keyed(Generic[P]):
         return slot
 
     def _label_locked(self, key: str | None, *, reserve: bool) -> str:
+        # A key is data (a tenant id from a request body): it goes on labels and events as every
+        # exposition can encode it (a lone surrogate as U+FFFD, stoic._metrics.encodable).
         if key is None:
             return self._label
         if key in self._labelled:
-            return f"{self._label}:{key}"
+            return f"{self._label}:{encodable(key)}"
         if len(self._labelled) < self._max_labels:
             if reserve:
                 self._labelled.add(key)
-            return f"{self._label}:{key}"
+            return f"{self._label}:{encodable(key)}"
         return f"{self._label}:{OVERFLOW_KEY}"
 
     def _build(self, label: str) -> P:
@@ -546,7 +549,7 @@ def _check_key(key: object) -> None:
 
 
 def _key_attrs(key: str | None, reason: str) -> dict[str, Any]:
-    return {"key": "" if key is None else key, "reason": reason}
+    return {"key": "" if key is None else encodable(key), "reason": reason}
 
 
 def _switch(policy: object, name: str, label: str, *, plain: bool = False) -> Callable[[], object]:
