@@ -263,3 +263,28 @@ def test_an_operators_key_and_actor_reach_the_control_events_encodable() -> None
         for value in event.attributes.values():
             if isinstance(value, str):
                 value.encode("utf-8")
+
+
+def test_opentelemetry_instrument_beside_a_registry_that_serves_stoic_already_still_instruments() -> None:
+    # stoic_prometheus.instrument(REGISTRY) and the OpenTelemetry Prometheus reader on the same
+    # registry: the histograms are served already, and finding that registry must not make the
+    # zero-code instrumentation fail (DuplicatedTimeseries) and install nothing.
+    import stoic_prometheus
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+    from prometheus_client import CollectorRegistry
+    from stoic_opentelemetry import active
+    from stoic_opentelemetry._instrumentor import StoicInstrumentor
+
+    registry = CollectorRegistry()
+    collector = stoic_prometheus.instrument(registry)
+    provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
+    instrumentor = StoicInstrumentor()
+    try:
+        instrumentor.instrument(meter_provider=provider)
+        installed = active()
+        assert installed is not None and installed.spans is not None and installed.metrics is not None
+    finally:
+        instrumentor.uninstrument()
+        stoic_prometheus.uninstrument(collector, registry)
+        provider.shutdown()

@@ -93,8 +93,17 @@ class StoicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             provider = kwargs.get("meter_provider")
             registry, push = _histogram_routes(provider if provider is not None else get_meter_provider())
             if registry is not None:
-                kwargs["prometheus_registry"] = registry
+                try:
+                    self._instrumentation = instrument(**{**kwargs, "prometheus_registry": registry})
+                except ValueError:  # the registry serves them already (stoic_prometheus.instrument)
+                    registry = None
+            if registry is not None:
+                self._bridge(push)
+                return
         self._instrumentation = instrument(**kwargs)
+        self._bridge(push)
+
+    def _bridge(self, push: list[Any]) -> None:
         bridged = []
         for reader in push:
             original = reader._exporter
