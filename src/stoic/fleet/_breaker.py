@@ -202,6 +202,10 @@ class SharedCircuitBreaker:
         self._defer_until = NEVER  # before this instant a quick success may skip the window
         self._why = StoreError("not yet used", operation="breaker_refresh", unavailable=True)
         self._seen = BreakerState.CLOSED  # the state last published to state_changes() streams
+        # Held to record a change of the state seen (rare), and to write the pair it is read from:
+        # any thread may read the state (a metrics scrape beside the event loop's calls), and two
+        # readers finding one change each published and counted it.
+        self._seen_lock = threading.Lock()
         self._streams: weakref.WeakSet[StateStream] | None = None
         self._sync = threading.Lock()  # serialises call() from threads around the shared copy
         # This replica threw the fleet's kill switch (force_open) and nobody has lifted it since:
@@ -243,14 +247,26 @@ class SharedCircuitBreaker:
         st = self._st
         state = BreakerState.HALF_OPEN if st == _OPEN and now >= self._until else _STATES[st]
         if state is not self._seen:
-            self._seen = state
-            if _metrics_state.enabled:  # (any thread may read the state: under the module's lock)
-                (self._recorder or self._new_recorder()).count_locked(("stoic.breaker.transitions", state.value))
-            streams = self._streams
-            if streams:
-                for stream in list(streams):
-                    stream.publish(state)
+            return self._changed()
         return state
+
+    def _changed(self) -> BreakerState:
+        """A reader found the state changed: under :attr:`_seen_lock`, read it again (the pair
+        written under the same lock, a fresh instant) and record and publish it once, whichever
+        of the threads that found the change comes first (the others find it recorded)."""
+        with self._seen_lock:
+            st, until, now = self._st, self._until, self._now()
+            state = BreakerState.HALF_OPEN if st == _OPEN and now >= until else _STATES[st]
+            if state is not self._seen:
+                self._seen = state
+                if _metrics_state.enabled:  # (any thread may read the state: under the module's lock)
+                    (self._recorder or self._new_recorder()).count_locked(("stoic.breaker.transitions",
+                                                                           state.value))
+                streams = self._streams
+                if streams:
+                    for stream in list(streams):
+                        stream.publish(state)
+            return state
 
     @property
     def snapshot(self) -> BreakerSnapshot:
@@ -380,9 +396,10 @@ class SharedCircuitBreaker:
                 local = self._local.snapshot
                 if local.state is BreakerState.OPEN and local.retry_after is None:
                     self._local.force_closed()
-        self._st = st
+        with self._seen_lock:  # (the pair a reader recording a change reads)
+            self._st = st
+            self._until = now + remaining * 1000 if remaining >= 0 else 0
         self._trips = trips
-        self._until = now + remaining * 1000 if remaining >= 0 else 0
         self._degraded = False
         self._due = now + self._refresh_ns
         self._observe(now)
