@@ -1,9 +1,12 @@
 -- stoic.fleet: take permits from a shared token bucket (one decision, one round trip).
--- KEYS[1]  the bucket hash {prefix:label}:bucket, fields c (credit) and s (stamp, server us)
+-- KEYS[1]  the bucket hash {prefix:label}:bucket, fields c (credit), s (stamp, server us) and
+--          p (the units one permit cost the replica that wrote c)
 -- ARGV     permits, r (units earned per us), p (units per permit), capacity (burst * p), ttl_ms
 -- Reply    {granted 0/1, wait_us (0 when granted), whole permits left}
 -- Exact integer credit: every value stays below 2^53, checked by the client at construction,
 -- so Lua's doubles hold them exactly. Time is the server's (TIME), never a client clock.
+-- Replicas of different rates may share the bucket (a rolling deploy): the credit is a number of
+-- permits, so one written in another replica's units is converted (rounded down) into this one's.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local permits = tonumber(ARGV[1])
@@ -12,7 +15,7 @@ local p = tonumber(ARGV[3])
 local cap = tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
 local cost = permits * p
-local raw = redis.call('HMGET', KEYS[1], 'c', 's')
+local raw = redis.call('HMGET', KEYS[1], 'c', 's', 'p')
 local credit, stamp
 if raw[1] == false and raw[2] == false then
     credit, stamp = cap, now -- a missing bucket is a full one (it expired while idle)
@@ -20,6 +23,13 @@ else
     credit, stamp = tonumber(raw[1]), tonumber(raw[2])
     if credit == nil or stamp == nil or credit < 0 or credit ~= math.floor(credit) then
         return redis.error_reply('STOICDATA bucket ' .. KEYS[1] .. ' holds unexpected values')
+    end
+    if raw[3] ~= false then -- (a bucket written before p was kept: in this replica's units)
+        local written = tonumber(raw[3])
+        if written == nil or written < 1 or written ~= math.floor(written) then
+            return redis.error_reply('STOICDATA bucket ' .. KEYS[1] .. ' holds unexpected values')
+        end
+        if written ~= p then credit = math.floor(credit / written * p) end
     end
     if credit > cap then credit = cap end -- another replica configured a larger burst
     local elapsed = now - stamp
@@ -43,6 +53,7 @@ else
     while wait * r < deficit do wait = wait + 1 end
     while wait > 0 and (wait - 1) * r >= deficit do wait = wait - 1 end
 end
-redis.call('HSET', KEYS[1], 'c', string.format('%.0f', credit), 's', string.format('%.0f', stamp))
+redis.call('HSET', KEYS[1], 'c', string.format('%.0f', credit), 's', string.format('%.0f', stamp), 'p',
+    string.format('%.0f', p))
 redis.call('PEXPIRE', KEYS[1], ttl)
 return {granted, wait, math.floor(credit / p)}
