@@ -41,3 +41,34 @@ async def test_replicas_of_different_rates_on_one_bucket_never_grant_above_the_l
     assert granted <= 1
     await store.aclose()
     raw.close()
+
+
+async def test_a_server_clock_stepped_back_leaves_the_fleets_latency_sketch_following_new_samples(
+    server: RedisServer,
+) -> None:
+    """The sketch's landmark and last push were written before the server's clock stepped back an
+    hour. The samples pushed since must weigh as the newest, not 2**-360 of the old ones (which
+    would hold the fleet's quantile on the old latencies for the hour the clock takes to catch up)."""
+    from stoic.fleet import SharedLatency
+
+    raw = redis.Redis.from_url(server.url)
+    store = RedisStore(server.url, budget=0.5)
+    digest = SharedLatency(store=store, label=fresh("stepped-sketch"), interval=0.01, half_life=10.0)
+    estimate = digest.estimator(0.5, window=1000)
+    for _ in range(200):
+        estimate.add(80e6)
+    assert await digest.flush()
+    key = store.keys(digest.label, "latency")[0]
+    # What a push an hour ahead of the server's clock leaves: the landmark, and every field there.
+    ahead = _server_now_us(raw) + 3_600_000_000
+    raw.hset(key, "L", ahead)
+    if raw.hexists(key, "T"):
+        raw.hset(key, "T", ahead)
+    for _ in range(2000):
+        estimate.add(5e6)
+    assert await digest.flush()
+    median = digest.quantile(0.5)
+    assert median is not None and median < 6e6, median  # ten new samples to one old: the new median
+    assert digest.samples < 2300  # (not 2**360 old ones)
+    await store.aclose()
+    raw.close()
