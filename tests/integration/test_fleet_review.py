@@ -4,6 +4,9 @@ client passed in without timeouts, and a trip that met a store error."""
 
 from __future__ import annotations
 
+import socket
+import time
+
 import pytest
 import redis
 from redis_harness import RedisServer, fresh
@@ -72,3 +75,36 @@ async def test_a_server_clock_stepped_back_leaves_the_fleets_latency_sketch_foll
     assert digest.samples < 2300  # (not 2**360 old ones)
     await store.aclose()
     raw.close()
+
+
+def test_a_sync_client_passed_in_without_timeouts_still_answers_within_the_budget() -> None:
+    """A ``redis.Redis`` built with redis-py's defaults (no socket timeouts, its own retries) and a
+    server that takes connections but never answers (a hung process, a full accept queue behind
+    a load balancer): the store's call must end, as a store error, within the budget. Its read
+    was bounded, but not the new connection's handshake, which waited for ever."""
+    import threading
+
+    from stoic.fleet import StoreError
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes the connections; nobody reads or answers
+        port = silent.getsockname()[1]
+        store = RedisStore(redis.Redis(host="127.0.0.1", port=port), budget=0.1)
+        outcome: list[object] = []
+
+        def decide() -> None:
+            started = time.monotonic()
+            try:
+                store.call_blocking("limiter_take", store.keys("silent", "bucket"), (1, 1, 1, 1, 1000))
+            except StoreError as exc:
+                outcome.append(exc)
+            outcome.append(time.monotonic() - started)
+
+        thread = threading.Thread(target=decide, daemon=True)
+        thread.start()
+        thread.join(3.0)
+        assert not thread.is_alive(), "the store call hung past its budget"
+    error, elapsed = outcome
+    assert isinstance(error, StoreError) and error.unavailable
+    assert isinstance(elapsed, float) and elapsed < 0.1 + 0.4

@@ -104,7 +104,9 @@ class RedisStore:
       (for :meth:`call_blocking`), or a URL string (``redis://``, ``rediss://``, ``unix://``)
       from which both are built with ``socket_timeout`` and ``socket_connect_timeout`` set to
       the budget and redis-py's retries off (the sync one on a ``redis.BlockingConnectionPool``
-      of 100, so a thread finding every connection in use waits for one within the budget);
+      of 100, so a thread finding every connection in use waits for one within the budget; a
+      ``redis.Redis`` passed in lends its settings to such a pool of the store's own, since its
+      own pool connects on its timeouts, none by default);
       or a Redis Cluster client, ``redis.asyncio.RedisCluster`` (asyncio) or
       ``redis.cluster.RedisCluster`` (blocking): every script's keys share one hash tag, so each
       call goes to the one node owning its slot, routed (and re-routed after ``MOVED``) by the
@@ -155,6 +157,7 @@ class RedisStore:
         self._clock = clock if clock is not None else current_clock()
         self._async: Any = None
         self._sync: Any = None
+        self._sync_pool: Any = None  # where call_blocking takes its connections (not on a cluster)
         import redis.asyncio.cluster
         import redis.cluster
 
@@ -162,10 +165,13 @@ class RedisStore:
         self._cluster = isinstance(client, (redis.asyncio.cluster.RedisCluster, redis.cluster.RedisCluster))
         if isinstance(client, str):
             self._async, self._sync = self._from_url(client, redis)
+            self._sync_pool = self._sync.connection_pool
         elif isinstance(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)):
             self._async = client
         elif isinstance(client, (redis.Redis, redis.cluster.RedisCluster)):
             self._sync = client
+            if isinstance(client, redis.Redis):
+                self._sync_pool = self._bounded_pool(client.connection_pool, redis)
         else:
             raise TypeError(
                 "client must be a redis.asyncio.Redis, a redis.Redis, a redis.asyncio.RedisCluster, a "
@@ -230,6 +236,25 @@ class RedisStore:
             raise ValueError(f"url cannot be parsed: {url!r} ({exc})") from None
         synchronous.auto_close_connection_pool = True  # (as from_url's: close() closes the pool)
         return asynchronous, synchronous
+
+    def _bounded_pool(self, pool: Any, redis: Any) -> Any:
+        """The pool ``call_blocking`` uses with a ``redis.Redis`` passed in: the client's connection
+        settings (its host, credentials, TLS, database), with connecting, the handshake, every
+        read and write bounded by the budget and redis-py's retries off, as a store built from a
+        URL has. The client's own pool cannot be used: it connects (and reads the handshake's
+        replies) on the client's timeouts, none by default, and retries a refused connection
+        with its own backoff, so a hung or unreachable server held the calling thread past any
+        budget. A ``redis.BlockingConnectionPool`` of the client's size (at most 100): a thread
+        finding every connection in use waits for one within the budget."""
+        import redis.backoff
+        import redis.retry
+
+        settings = dict(pool.connection_kwargs)
+        settings.update(socket_timeout=self._budget, socket_connect_timeout=self._budget,
+                        retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0))
+        size = min(int(getattr(pool, "max_connections", 100) or 100), 100)
+        return redis.BlockingConnectionPool(connection_class=pool.connection_class, max_connections=size,
+                                            timeout=self._budget, **settings)
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -495,7 +520,7 @@ class RedisStore:
         left = give_up - time.monotonic()
         if left <= 0:
             raise self._redis.exceptions.TimeoutError("store budget spent")
-        pool = self._sync.connection_pool
+        pool = self._sync_pool
         conn = pool.get_connection()
         left = give_up - time.monotonic()  # (after any wait for a connection)
         if left <= 0:
@@ -551,9 +576,12 @@ class RedisStore:
                 await self._async.aclose()
             if self._sync is not None:
                 self._sync.close()
-        elif self._async is not None and not self._cluster and self._loop is asyncio.get_running_loop():
-            for conn in idle:
-                await self._async.connection_pool.release(conn)
+        else:
+            if self._async is not None and not self._cluster and self._loop is asyncio.get_running_loop():
+                for conn in idle:
+                    await self._async.connection_pool.release(conn)
+            if self._sync_pool is not None:
+                self._sync_pool.disconnect()  # (the store's own, beside a sync client passed in)
 
     @property
     def _owns_clients(self) -> bool:
