@@ -108,3 +108,30 @@ def test_a_sync_client_passed_in_without_timeouts_still_answers_within_the_budge
     error, elapsed = outcome
     assert isinstance(error, StoreError) and error.unavailable
     assert isinstance(elapsed, float) and elapsed < 0.1 + 0.4
+
+
+async def test_a_call_over_the_budget_is_a_timeout_by_error_type_on_both_paths() -> None:
+    """``fleet.store_error`` and ``stoic.fleet.store.errors`` name a failed call by ``error.type``
+    (the dashboard's legend): a call that ran out of its budget is a ``TimeoutError`` whether it
+    ran on the asyncio client or on the sync one, not the store's own wrapper, ``StoreError``."""
+    import asyncio
+
+    import stoic
+    from stoic.fleet import StoreError
+    from stoic.testing import RecordingSink
+
+    sink = RecordingSink()
+    with socket.socket() as silent, stoic.use_sinks(sink):
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes the connections; nobody answers
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        on_loop, on_thread = RedisStore(url, budget=0.05), RedisStore(url, budget=0.05)
+        key = on_loop.keys("silent", "bucket")
+        with pytest.raises(StoreError):
+            await on_loop.call("limiter_take", key, (1, 1, 1, 1, 1000))
+        with pytest.raises(StoreError):
+            await asyncio.to_thread(on_thread.call_blocking, "limiter_take", key, (1, 1, 1, 1, 1000))
+        await on_loop.aclose()
+        await on_thread.aclose()
+    assert [e.attributes["error.type"] for e in sink.of("fleet.store_error")] == ["TimeoutError", "TimeoutError"]
+    sink.assert_contract()

@@ -338,9 +338,10 @@ class RedisStore:
                 except redis.exceptions.NoScriptError:
                     await self._roundtrip(("SCRIPT", "LOAD", script.source), False)
                     return await self._roundtrip(command, repeat)
-        except TimeoutError:
+        except TimeoutError as exc:
+            # (Chained: events and metrics name it by its cause, TimeoutError, as the sync path's.)
             raise StoreError(f"{script.name} took longer than the {self._budget:g} s budget",
-                             operation=script.name, unavailable=True) from None
+                             operation=script.name, unavailable=True) from exc
         except Exception as exc:
             failure = self._failure(script, exc)
             if failure is exc:
