@@ -135,3 +135,48 @@ async def test_a_call_over_the_budget_is_a_timeout_by_error_type_on_both_paths()
         await on_thread.aclose()
     assert [e.attributes["error.type"] for e in sink.of("fleet.store_error")] == ["TimeoutError", "TimeoutError"]
     sink.assert_contract()
+
+
+async def test_replicas_of_different_probe_counts_never_wedge_the_fleets_breaker_half_open(
+    server: RedisServer,
+) -> None:
+    """A rolling deploy moves half_open_probes from 1 to 3. The old replica opens the half-open
+    episode (one probe permit); a new one takes it and its probe succeeds. Every probe the episode
+    allowed succeeded, so the breaker closes: it must not wait for two more successes that no
+    permit is left for (half-open for ever, every call of the fleet refused, the key renewed by
+    every refresh)."""
+    import asyncio
+
+    from stoic import CircuitOpen, OpenDuration
+    from stoic.breaker import BreakerState, CountWindow
+    from stoic.fleet import SharedCircuitBreaker
+
+    store = RedisStore(server.url, budget=0.5)
+    label = fresh("probes-deploy")
+
+    def replica(probes: int) -> SharedCircuitBreaker:
+        return SharedCircuitBreaker(label=label, store=store, window=CountWindow(1), minimum_calls=1,
+                                    open_duration=OpenDuration.fixed(0.05, jitter=0.0), half_open_probes=probes,
+                                    refresh_interval=0.001)
+
+    old, new = replica(1), replica(3)
+
+    async def refused() -> None:
+        raise ConnectionError("down")
+
+    async def answered() -> str:
+        return "ok"
+
+    with pytest.raises(ConnectionError):
+        await old.execute(refused)
+    await asyncio.sleep(0.08)  # past the open period
+    await old.refresh()  # the old replica's read starts the episode: one probe permit
+    assert old.state is BreakerState.HALF_OPEN
+    assert await new.execute(answered) == "ok"  # the episode's one probe, by a new replica
+    await asyncio.sleep(0.002)
+    try:
+        outcome = await new.execute(answered)
+    except CircuitOpen:
+        outcome = "refused"
+    assert outcome == "ok" and new.state is BreakerState.CLOSED
+    await store.aclose()

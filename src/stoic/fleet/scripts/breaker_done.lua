@@ -7,7 +7,10 @@ if s.st == 2 and redis.call('HDEL', leases, ARGV[10]) == 1 then
     if verdict == 'ok' then
         s.pk = s.pk + 1
         dirty = true
-        if s.pk >= probes then close('probes_succeeded') end
+        -- Closed once this replica's half_open_probes succeeded, or every permit of the episode
+        -- (opened by a replica that may allow fewer: a rolling deploy) was taken and succeeded:
+        -- no permit is left for another probe, so waiting for more would wedge it half-open.
+        if s.pk >= probes or (s.pf == 0 and redis.call('HLEN', leases) == 0) then close('probes_succeeded') end
     elseif verdict == 'failed' then
         open('probe_failed')
     elseif verdict == 'slow' then
