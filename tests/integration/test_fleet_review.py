@@ -180,3 +180,43 @@ async def test_replicas_of_different_probe_counts_never_wedge_the_fleets_breaker
         outcome = "refused"
     assert outcome == "ok" and new.state is BreakerState.CLOSED
     await store.aclose()
+
+
+async def test_a_trip_the_store_could_not_take_is_sent_again_at_the_next_contact(server: RedisServer) -> None:
+    """This replica's window trips while the store cannot be used (here: it answers an error for a
+    key another program wrote, then that key is gone). The window that tripped is emptied with
+    the trip, so a trip lost there would leave the fleet's breaker closed and this replica blind
+    until minimum_calls more failures: it is sent again at the next contact that gets an answer,
+    while the open period it would have started has not ended."""
+    import asyncio
+
+    from stoic import CircuitOpen, OpenDuration
+    from stoic.breaker import CountWindow
+    from stoic.fleet import SharedCircuitBreaker
+
+    raw = redis.Redis.from_url(server.url)
+    store = RedisStore(server.url, budget=0.5)
+    breaker = SharedCircuitBreaker(label=fresh("lost-trip"), store=store, window=CountWindow(2), minimum_calls=2,
+                                   open_duration=OpenDuration.fixed(30.0, jitter=0.0), refresh_interval=0.01)
+    key = store.keys(breaker.label, "breaker")[0]
+    ran = 0
+
+    async def refused() -> None:
+        nonlocal ran
+        ran += 1
+        raise ConnectionError("down")
+
+    with pytest.raises(ConnectionError):
+        await breaker.execute(refused)  # read the (closed) state, one failure in the window
+    raw.hset(key, "st", "garbage")  # the next script answers an error
+    with pytest.raises(ConnectionError):
+        await breaker.execute(refused)  # the window trips; the trip gets no usable answer
+    assert breaker.degraded
+    raw.delete(key)  # the store answers again (empty)
+    await asyncio.sleep(0.02)  # past the refresh interval: the next call reads the store
+    with pytest.raises(CircuitOpen):
+        await breaker.execute(refused)
+    assert ran == 2
+    assert int(raw.hget(key, "st") or 0) == 1  # open for the whole fleet
+    await store.aclose()
+    raw.close()

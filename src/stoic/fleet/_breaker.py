@@ -220,6 +220,14 @@ class SharedCircuitBreaker:
         # was not answered) or reported at the next contact, long before half_open_timeout would
         # expire it as a failed probe.
         self._orphans: list[tuple[str, str]] = []
+        # A trip of this replica's window the store did not take (it could not be used): the
+        # epoch it was judged in, its trigger and when. Its window was emptied with it, so it is
+        # sent again at the next contact that gets an answer while the breaker is still closed in
+        # that epoch (or the state was found empty: a restarted, flushed or expired store) and the
+        # shortest open period it would have started has not ended; later, the fallback's
+        # judgement of the calls since stands.
+        self._lost_trip: tuple[int, str, int] | None = None
+        self._shortest_open_ns = open_duration.initial_ns
         # This replica's stoic.breaker.* figures, made with its first call or decision once metrics
         # are on (as CircuitBreaker's); the fallback has its own, under "<label>.fallback".
         self._recorder: _metrics.Recorder | None = None
@@ -447,6 +455,15 @@ class SharedCircuitBreaker:
         if self._reforce:
             self._reforce = False
             yield ("breaker_force", "open")
+        lost = self._lost_trip
+        if answered and lost is not None:
+            gen, trigger, at = lost
+            if (self._st == _CLOSED and (self._gen == gen or self._gen == 0)
+                    and self._now() - at < self._shortest_open_ns):
+                self._counted_gen = self._gen + 1  # (the evidence kept with it explains this opening)
+                answered = (yield ("breaker_trip", trigger)) is not None
+            if answered and self._lost_trip is lost:
+                self._lost_trip = None
         while answered and self._orphans:
             orphan = self._orphans[-1]
             answered = (yield ("breaker_done", *orphan)) is not None
@@ -739,7 +756,19 @@ class SharedCircuitBreaker:
         # Shielded: the window that tripped is emptied here, so a trip lost with its cancelled
         # caller (a request's deadline, most likely while the dependency fails) would wait for
         # minimum_calls more failures. The caller still leaves at once; the trip lands.
-        await asyncio.shield(self._call("breaker_trip", self._tripping(now)))
+        gen = self._gen
+        await asyncio.shield(self._send_trip(gen, self._tripping(now), now))
+
+    async def _send_trip(self, gen: int, trigger: str, now: int) -> None:
+        if await self._call("breaker_trip", trigger) is None:
+            self._lost_trip = (gen, trigger, now)  # (sent again at the next contact: see __init__)
+
+    def _trip_blocking(self, now: int) -> None:
+        """:meth:`_trip` on the store's sync client (under ``self._sync``)."""
+        gen = self._gen
+        trigger = self._tripping(now)
+        if self._call_blocking("breaker_trip", trigger) is None:
+            self._lost_trip = (gen, trigger, now)
 
     async def _probe(self, fn: Callable[..., Awaitable[R]], args: Any, kwargs: Any) -> R:
         token = os.urandom(9).hex()
@@ -868,7 +897,7 @@ class SharedCircuitBreaker:
             if verdict is not None:
                 with self._sync:
                     if self._note(gen, self._since(start), now(), exc if verdict else None):
-                        self._call_blocking("breaker_trip", self._tripping(now()))
+                        self._trip_blocking(now())
             raise
         end = now()
         start = self._since(start)
@@ -883,7 +912,7 @@ class SharedCircuitBreaker:
                 if _metrics_state.enabled:
                     self._measure(start, end, None)  # stale
             if tripped:
-                self._call_blocking("breaker_trip", self._tripping(end))
+                self._trip_blocking(end)
         if not slow and _SINKS.wants(_DEBUG_INT):
             self._recorded("success", False, start, end)
         return result
