@@ -277,6 +277,10 @@ def test_latency_digest_needs_a_quantile_and_the_right_type() -> None:
         SharedLatency(store=RedisStore(URL), label="lat", interval=0)
     with pytest.raises(ValueError, match="half_life"):
         SharedLatency(store=RedisStore(URL), label="lat", half_life=-1)
+    # Decayed on the server's clock, in microseconds: a shorter half-life cannot be kept (it was
+    # taken as 1 us, a decay up to a thousand times slower than asked).
+    with pytest.raises(ValueError, match="half_life"):
+        SharedLatency(store=RedisStore(URL), label="lat", half_life=1e-7)
     with pytest.raises(ValueError, match="label"):
         SharedLatency(store=RedisStore(URL), label="a b")
     with pytest.raises(TypeError, match="store"):

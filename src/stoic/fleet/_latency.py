@@ -78,7 +78,8 @@ class SharedLatency:
     - ``interval`` (seconds > 0, default 1.0): how often this replica pushes its counts and
       reads the fleet's back (the most the shared quantile lags the local samples);
     - ``half_life`` (seconds > 0, default 10.0): a sample's weight halves every half-life of
-      server time (the sketch's rolling window); the key expires after 10 half-lives unused;
+      server time (the sketch's rolling window), at least 1 us; the key expires after 10
+      half-lives unused;
     - ``clock``: what the push interval is measured on.
 
     Pass it to a policy that estimates a latency quantile: ``Hedge(..., quantile=0.95,
@@ -98,7 +99,10 @@ class SharedLatency:
         self._store = store
         self._interval_ns = to_ns(interval, "interval")
         half_ns = to_ns(half_life, "half_life")
-        self._half_us = max(1, half_ns // 1000)
+        if half_ns < 1000:
+            raise ValueError(f"half_life must be at least 1 microsecond (the resolution of Redis TIME), "
+                             f"got {half_life!r}")
+        self._half_us = half_ns // 1000
         ttl_ms = max(10 * half_ns, 3 * self._interval_ns) // 1_000_000 + 1000
         self._config = (self._half_us, ttl_ms)
         self._clock = check_clock(clock) if clock is not None else current_clock()
