@@ -244,7 +244,8 @@ class Hedge:
             # A latency above delay_max is fed as delay_max: the clamped delay is the same for the
             # true quantile, and one very slow primary cannot pull P-squared's markers (and so the
             # delay) far past the rest of the epoch (stoic._quantile.WindowedQuantile's cap).
-            cap = None if self._max_ns is None else float(self._max_ns)
+            # A delay_max of 0 clamps every delay to 0 (a race), whatever is fed: no cap then.
+            cap = None if not self._max_ns else float(self._max_ns)
             if digest is None:
                 self._estimate = WindowedQuantile(self._quantile, window, warmup, cap)
             else:
