@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 
 import pytest
 from _hedge_script import Script, Step
 
-from stoic import IDEMPOTENT, Hedge, RetryBudget
+from stoic import IDEMPOTENT, Hedge, RetryBudget, Schedule, retry, retry_sync
 from stoic._quantile import WindowedQuantile
 from stoic.testing import VirtualClock
 
@@ -57,3 +58,53 @@ async def test_a_short_window_hedges_about_as_often_as_its_quantile_says(clock: 
         hedged += latency > policy.current_delay  # (the hedge is slower: the primary still wins)
         await call(clock, policy, Step(latency, "ok"), Step(10.0, "late"))
     assert hedged / 2000 < 0.12  # was 0.2 and more: the estimate lagged far under the p95
+
+
+async def test_a_hedges_own_budget_refills_on_the_clock_it_was_given() -> None:
+    # No ambient virtual clock: the hedge is given one. Its per-call-site budget's reserve must
+    # refill on that clock (as Retrying's does), not on the system clock, where a test moving
+    # virtual time never refills it and production code on a custom clock sees another time.
+    virtual = VirtualClock()
+    policy = Hedge(0.1, clock=virtual, label="h")
+    assert policy.budget.tokens == 10.0
+    for _ in range(10):
+        assert policy.budget.try_spend()
+    assert policy.budget.tokens < 1
+    await virtual.advance(5.0)
+    assert policy.budget.tokens == pytest.approx(5.0, abs=0.01)
+
+
+@pytest.mark.parametrize("form", ["retry", "retry_sync"])
+async def test_a_retrys_own_budget_refills_on_the_clock_it_was_given(form: str) -> None:
+    # The same for retry() and retry_sync() given clock=: the call site's bucket refilled on
+    # whatever clock was ambient when the site was first met, so after its reserve was spent,
+    # five seconds of the retry's own time gave it nothing back.
+    virtual = VirtualClock()
+    attempts: list[int] = []
+
+    async def failing() -> None:
+        attempts.append(1)
+        raise ConnectionError
+
+    def failing_sync() -> None:
+        attempts.append(1)
+        raise ConnectionError
+
+    async def one_call() -> int:
+        attempts.clear()
+        schedule = Schedule.fixed(0.01).attempts(100)
+        if form == "retry":
+            task = asyncio.ensure_future(retry(schedule, failing, clock=virtual, label="r"))
+        else:
+            task = asyncio.ensure_future(asyncio.to_thread(
+                retry_sync, schedule, failing_sync, clock=virtual, label="r"))
+        while not task.done():
+            await virtual.advance(0.01)
+            await asyncio.sleep(0.001 if form == "retry_sync" else 0)
+        with pytest.raises(ConnectionError):
+            await task
+        return len(attempts)
+
+    assert await one_call() == 11  # the first attempt and the ten tokens of the full reserve
+    await virtual.advance(5.0)
+    assert await one_call() == 1 + 5  # five tokens back (the two calls' 0.4 earned is no whole one)

@@ -915,15 +915,27 @@ def retry(
     if site is None:
         site = site_of_frame(frame)
     op = site.op
+    if clock is not None:
+        clock = check_clock(clock)
     return _run_async(
         schedule, fn, args, kwargs, site.name,
-        site.bucket if budget is _PER_SITE else _budget(budget),
+        (site.bucket if clock is None else _site_bucket_on(site, clock)) if budget is _PER_SITE else _budget(budget),
         classify if type(classify) is RetryClassifier else _classifier_at(site, classify),
         nesting if nesting is _SINGLE else _nesting(nesting), label,
         None if attempt_timeout is None else _attempt_ns_at(site, attempt_timeout),
-        (_ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK) if clock is None else check_clock(clock),
+        (_ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK) if clock is None else clock,
         (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)) and "attempt" not in kwargs,
     )
+
+
+def _site_bucket_on(site: _Site, clock: Clock) -> RetryBudget:
+    """The call site's own budget for a call given ``clock=``: refilling on that clock (as a
+    Retrying's or a Hedge's does on the clock it was given), not on the clock that was ambient
+    when the site was first met (a reserve spent in a test on virtual time never came back)."""
+    bucket = site.bucket
+    if bucket._clock is not clock:
+        RetryBudget.for_call_site(site.name, clock)  # (moves the site's one bucket to this clock)
+    return bucket
 
 
 def _attempt_ns(attempt_timeout: Seconds) -> int:
@@ -960,14 +972,15 @@ def retry_sync(
         site = site.next
     if site is None:
         site = site_of_frame(frame)
-    bucket = site.bucket if budget is _PER_SITE else _budget(budget)
+    if clock is not None:
+        check_clock(clock)
+    bucket = (site.bucket if clock is None else _site_bucket_on(site, clock)) if budget is _PER_SITE \
+        else _budget(budget)
     classifier = classify if type(classify) is RetryClassifier else _classifier_at(site, classify)
     if nesting is not _SINGLE:
         _nesting(nesting)
     if clock is None:
         clock = _ambient_clock.get() if _clock.ever_set else SYSTEM_CLOCK  # current_clock(), inlined
-    else:
-        check_clock(clock)
     op = site.op
     wants = (op[1] if getattr(fn, "__code__", None) is op[0] else _learn_op(site, fn)) and "attempt" not in kwargs
     return _run_sync(schedule, fn, args, kwargs, site.name, bucket, classifier, nesting, label, clock, wants)

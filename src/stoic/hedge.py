@@ -218,12 +218,14 @@ class Hedge:
         self._max_attempts = check_int(max_attempts, "max_attempts", minimum=2)
         if not isinstance(budget, RetryBudget):
             raise TypeError(f"budget must be a stoic.RetryBudget, got {type(budget).__name__}")
-        self._budget = budget.resolve(site) if site and budget is RetryBudget.PER_CALL_SITE else budget
+        self._clock = resolve_clock(clock)
+        # The site's own bucket refills on this hedge's clock, as Retrying's does on its own.
+        self._budget = (RetryBudget.for_call_site(site, self._clock) if site and budget is RetryBudget.PER_CALL_SITE
+                        else budget)
         # A budget given (named, or an instance) may be a retry's too: such a hedge marks its
         # attempts, so that a retry in them on this budget makes no deposit (_race_marked). Its
         # own per-call-site budget is no retry's: that hedge pays nothing for the mark.
         self._run = _race if budget is RetryBudget.PER_CALL_SITE or budget is RetryBudget.UNLIMITED else _race_marked
-        self._clock = resolve_clock(clock)
         self._min_ns = None if delay_min is None else to_ns(delay_min, "delay_min", allow_zero=True)
         self._max_ns = None if delay_max is None else to_ns(delay_max, "delay_max", allow_zero=True)
         if isinstance(window, bool) or not isinstance(window, int) or window < 5:
@@ -302,7 +304,7 @@ class Hedge:
             "budget" not in changes and self._run is _race)
         if changes.get("budget") is RetryBudget.PER_CALL_SITE and self._site:
             # The site is this hedge's construction, not the retune's (as the constructor resolves it).
-            changes = {**changes, "budget": RetryBudget.PER_CALL_SITE.resolve(self._site)}
+            changes = {**changes, "budget": RetryBudget.for_call_site(self._site, self._clock)}
         fresh = validated(self, {
             "delay": to_seconds(self._fixed_ns), "max_attempts": self._max_attempts, "budget": self._budget,
             "quantile": self._quantile, "delay_min": None if self._min_ns is None else to_seconds(self._min_ns),
