@@ -11,7 +11,7 @@ from _hedge_script import Script, Step
 
 from stoic import IDEMPOTENT, Hedge, RetryBudget, Schedule, retry, retry_sync
 from stoic._quantile import WindowedQuantile
-from stoic.testing import VirtualClock
+from stoic.testing import VirtualClock, reset_budgets
 
 
 async def call(clock: VirtualClock, policy: Hedge, *steps: Step) -> object:
@@ -108,3 +108,37 @@ async def test_a_retrys_own_budget_refills_on_the_clock_it_was_given(form: str) 
     assert await one_call() == 11  # the first attempt and the ten tokens of the full reserve
     await virtual.advance(5.0)
     assert await one_call() == 1 + 5  # five tokens back (the two calls' 0.4 earned is no whole one)
+
+
+async def test_a_hedge_built_before_a_budget_reset_spends_from_its_sites_fresh_bucket(clock: VirtualClock) -> None:
+    # stoic's pytest plugin resets every budget between tests so that one test's spent tokens do
+    # not carry into the next (docs/retry.md, "Tests and budgets"). Retrying re-resolves its
+    # site's bucket on a reset; a Hedge built once (at import, say) kept the spent one for ever.
+    policy = Hedge(0.1, label="h")
+    while policy.budget.try_spend():
+        pass
+    reset_budgets()
+    assert policy.budget.tokens == 10.0
+    assert await call(clock, policy, Step(1.0, "slow"), Step(0.01, "hedge")) == "hedge"
+    # A budget given explicitly is the caller's: a reset leaves it alone.
+    given = RetryBudget(reserve_capacity=1)
+    explicit = Hedge(0.1, budget=given, label="h")
+    reset_budgets()
+    assert explicit.budget is given
+
+
+def test_a_retuned_hedges_budget_follows_resets_only_while_it_is_its_sites_own() -> None:
+    policy = Hedge(0.1, label="h")
+    policy._retune(budget=RetryBudget.UNLIMITED)
+    reset_budgets()
+    assert policy.budget is RetryBudget.UNLIMITED
+    policy._retune(budget=RetryBudget.PER_CALL_SITE)
+    while policy.budget.try_spend():
+        pass
+    reset_budgets()
+    assert policy.budget.tokens == 10.0
+    policy._retune(delay=0.2)  # the budget kept: still the site's own
+    while policy.budget.try_spend():
+        pass
+    reset_budgets()
+    assert policy.budget.tokens == 10.0

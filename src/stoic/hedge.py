@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import _admission, _deadline, _metrics
 from ._attempt import Attempt, _First
-from ._budget import _NO_OP, RetryBudget
+from ._budget import _NO_OP, RetryBudget, _registry
 from ._clock import Clock, SystemClock, TimerHandle, current_clock, resolve_clock
 from ._deadline import _current as _deadline_scope
 from ._deadline import remaining_ns
@@ -178,7 +178,7 @@ class Hedge:
 
     __slots__ = (
         "__weakref__", "_budget", "_clock", "_delay_ns", "_digest", "_estimate", "_fixed_ns", "_lock", "_max_ns",
-        "_label", "_max_attempts", "_min_ns", "_quantile", "_rec", "_run", "_site", "_window", "op",
+        "_label", "_max_attempts", "_min_ns", "_own", "_quantile", "_rec", "_run", "_site", "_window", "op",
     )
 
     def __init__(
@@ -219,9 +219,13 @@ class Hedge:
         if not isinstance(budget, RetryBudget):
             raise TypeError(f"budget must be a stoic.RetryBudget, got {type(budget).__name__}")
         self._clock = resolve_clock(clock)
-        # The site's own bucket refills on this hedge's clock, as Retrying's does on its own.
-        self._budget = (RetryBudget.for_call_site(site, self._clock) if site and budget is RetryBudget.PER_CALL_SITE
-                        else budget)
+        # The site's own bucket refills on this hedge's clock, as Retrying's does on its own, and
+        # is taken again after reset_budgets() (a test's spent tokens never reach the next test).
+        self._own = bool(site) and budget is RetryBudget.PER_CALL_SITE
+        self._budget = budget
+        if self._own:
+            _registry.hold(self)  # (before resolving: a reset in between then resolves it again)
+            self.resolve_budget()
         # A budget given (named, or an instance) may be a retry's too: such a hedge marks its
         # attempts, so that a retry in them on this budget makes no deposit (_race_marked). Its
         # own per-call-site budget is no retry's: that hedge pays nothing for the mark.
@@ -259,6 +263,16 @@ class Hedge:
         self._lock = threading.Lock() if self._estimate is not None else None
         self._rec = _metrics.recorder("hedge", self._label, self)
         self.op: tuple[object, bool] = _NO_OP  # (code, wants) of the last operation (see _learn_op)
+
+    def resolve_budget(self) -> None:
+        """Take this hedge's site's own budget from the registry (at construction, and after
+        every ``reset_budgets()`` while the hedge spends from it). Retried if a reset ran
+        meanwhile, so the bucket kept is never one a reset dropped."""
+        while self._own:
+            generation = _registry.generation
+            self._budget = RetryBudget.for_call_site(self._site, self._clock)
+            if generation == _registry.generation:
+                return
 
     @property
     def label(self) -> str:
@@ -302,9 +316,11 @@ class Hedge:
         # the fresh policy below receives resolved, as if given) means as before, or none.
         own = changes.get("budget", self._budget) is RetryBudget.PER_CALL_SITE or (
             "budget" not in changes and self._run is _race)
+        site_bucket: RetryBudget | None = None
         if changes.get("budget") is RetryBudget.PER_CALL_SITE and self._site:
             # The site is this hedge's construction, not the retune's (as the constructor resolves it).
-            changes = {**changes, "budget": RetryBudget.for_call_site(self._site, self._clock)}
+            site_bucket = RetryBudget.for_call_site(self._site, self._clock)
+            changes = {**changes, "budget": site_bucket}
         fresh = validated(self, {
             "delay": to_seconds(self._fixed_ns), "max_attempts": self._max_attempts, "budget": self._budget,
             "quantile": self._quantile, "delay_min": None if self._min_ns is None else to_seconds(self._min_ns),
@@ -315,6 +331,11 @@ class Hedge:
         lock = self._lock = self._lock or fresh._lock
         with lock if lock is not None else contextlib.nullcontext():
             self._fixed_ns, self._max_attempts, self._budget = fresh._fixed_ns, fresh._max_attempts, fresh._budget
+            # Whether a reset re-resolves it: the site's own bucket (kept, or given back), not another.
+            self._own = bool(self._site) and (
+                changes["budget"] is site_bucket if "budget" in changes else self._own)
+            if self._own:
+                _registry.hold(self)
             self._run = _race if own else fresh._run
             self._min_ns, self._max_ns, self._window = fresh._min_ns, fresh._max_ns, fresh._window
             self._quantile, self._estimate, self._delay_ns = fresh._quantile, fresh._estimate, fresh._delay_ns
