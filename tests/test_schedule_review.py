@@ -109,7 +109,7 @@ class TestIntersectionAndUpTo:
         # bound a caller sizes a watchdog from is the 30 s limit, not four 25 s waits.
         schedule = Schedule.exponential(1).up_to(30).intersection(Schedule.fixed(25)).attempts(5)
         assert schedule.maximum_total_delay == 30
-        assert schedule.worst_case(1) == 5 + 30
+        assert schedule.worst_case(1) == 30 + 1  # and no attempt starts past it: one more attempt at most
         both = Schedule.fixed(3).up_to(40).intersection(Schedule.fixed(2).up_to(10)).attempts(100)
         assert both.maximum_total_delay == 10
         assert Schedule.fixed(1).up_to(100).intersection(Schedule.fixed(25)).attempts(9).maximum_total_delay == 100

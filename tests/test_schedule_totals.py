@@ -66,5 +66,10 @@ def test_worst_case_of_a_huge_schedule_returns_at_once_and_saturates() -> None:
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(bounded_trees, st.integers(1, 5))
 def test_worst_case_is_attempts_times_timeout_plus_the_total_delay(schedule: BoundedSchedule, timeout: int) -> None:
-    expected = min(MAX_NS, schedule.maximum_attempts * timeout * 10**9 + stepped_total_ns(schedule)) / 1e9
-    assert schedule.worst_case(timeout) == expected
+    # Or, under an up_to limit governing the whole schedule, that limit plus one attempt when it
+    # is less: no attempt starts past the limit (tests/test_schedule_worst_case.py runs it).
+    expected = schedule.maximum_attempts * timeout * 10**9 + stepped_total_ns(schedule)
+    limit = _top_limit(schedule._node)
+    if limit is not None:
+        expected = min(expected, limit + timeout * 10**9)
+    assert schedule.worst_case(timeout) == min(MAX_NS, expected) / 1e9

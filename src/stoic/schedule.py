@@ -1124,13 +1124,21 @@ class BoundedSchedule(Schedule):
 
     def worst_case(self, attempt_timeout: Seconds) -> float:
         """Seconds the whole call can take when every attempt runs for ``attempt_timeout``:
-        ``maximum_attempts x attempt_timeout + maximum_total_delay``. Use it to size an outer
-        ``stoic.timeout`` from the same numbers as the retry (seed 001, "API"). A ``Retry-After``
-        longer than the schedule's delay is outside it (see :meth:`maximum_total_delay`).
+        ``maximum_attempts x attempt_timeout + maximum_total_delay``, and under an ``up_to``
+        limit that governs the whole schedule at most that limit plus one ``attempt_timeout``
+        (no attempt starts past the limit, counted from the first attempt's start: a
+        ``fixed(1).up_to(2.5).attempts(10)`` at 1 s per attempt ends by 3.5 s, not 12.5 s).
+        Use it to size an outer ``stoic.timeout`` from the same numbers as the retry (seed 001,
+        "API"). A ``Retry-After`` longer than the schedule's delay is outside the first form
+        (see :meth:`maximum_total_delay`), never past the ``up_to`` limit.
         ``attempt_timeout`` is seconds or a ``timedelta``, > 0 (``ValueError`` naming it
         otherwise); the result saturates at ``MAX_NS`` ns (about 292 years)."""
         per_attempt = _ns(attempt_timeout, "attempt_timeout")
-        return min(MAX_NS, self.maximum_attempts * per_attempt + self._total_delay_ns()) / 1e9
+        worst = self.maximum_attempts * per_attempt + self._total_delay_ns()
+        limit = _top_limit(self._node)
+        if limit is not None:
+            worst = min(worst, limit + per_attempt)
+        return min(MAX_NS, worst) / 1e9
 
     def maximal_delays(self, limit: int | None = None) -> list[float]:
         """The worst-case delays (seconds), all of them unless ``limit`` is given."""
