@@ -9,7 +9,7 @@ import random
 import pytest
 from _hedge_script import Script, Step
 
-from stoic import IDEMPOTENT, Hedge, RetryBudget, Schedule, retry, retry_sync
+from stoic import IDEMPOTENT, Hedge, RetryBudget, Schedule, hedge, retry, retry_sync
 from stoic._quantile import WindowedQuantile
 from stoic.testing import VirtualClock, reset_budgets
 
@@ -142,3 +142,26 @@ def test_a_retuned_hedges_budget_follows_resets_only_while_it_is_its_sites_own()
         pass
     reset_budgets()
     assert policy.budget.tokens == 10.0
+
+
+async def test_a_hedge_and_the_retry_it_runs_on_one_line_keep_the_retry_budget_at_its_ratio(
+    clock: VirtualClock,
+) -> None:
+    # Seed 001: under a full outage retries add at most 20% load plus the reserve's trickle per
+    # call site. A one-line hedge of a retry made both per-call-site budgets the line's one
+    # bucket: each request deposited twice (the hedge's call and the retry's first attempt), so
+    # the retry spent 40%.
+    calls = 0
+
+    async def fetch() -> None:
+        nonlocal calls
+        calls += 1
+        await clock.sleep(0.001)
+        raise ConnectionError
+
+    schedule = Schedule.fixed(0).attempts(3)
+    for _ in range(1000):
+        with pytest.raises(ConnectionError):
+            await clock.run(hedge(IDEMPOTENT, lambda: retry(schedule, fetch, label="r"), delay=10, label="h"))
+    reserve = 10 + clock.now() * 1.0  # the full reserve and its refill at 1 token/s
+    assert calls - 1000 <= 0.2 * 1000 + reserve + 1

@@ -117,15 +117,21 @@ class RetryBudget:
         return budget
 
     @classmethod
-    def for_call_site(cls, site: str, clock: Clock | None = None) -> RetryBudget:
+    def for_call_site(cls, site: str, clock: Clock | None = None, *, kind: str = "") -> RetryBudget:
         """The default per-call-site budget for ``site`` (used when ``PER_CALL_SITE`` is given).
+
+        ``kind`` tells apart call sites of different policies on one line: a hedge's bucket
+        (``kind="hedge"``) is not the bucket of a retry written on the same line (a one-line
+        ``hedge(IDEMPOTENT, lambda: retry(...), ...)``), which would otherwise earn twice per
+        request, the hedge's call and the retry's first attempt, and let the retry spend 40%.
+        Both report ``site`` as their :attr:`name`.
 
         With ``clock`` (the clock of the policy resolving it), the bucket refills on that clock
         from now on: a site's bucket follows the clock of the policy most recently built there,
         so a test on a :class:`stoic.testing.VirtualClock` never gets a bucket that a reset made
         on the system clock for a policy left over from an earlier test (which would refill in
         real time while the test runs)."""
-        budget = _registry.get(f"site:{site}", lambda: cls(name=site, clock=clock))
+        budget = _registry.get(f"site:{kind}:{site}" if kind else f"site:{site}", lambda: cls(name=site, clock=clock))
         if clock is not None and budget._clock is not clock:
             with budget._lock:
                 budget._clock = clock

@@ -270,7 +270,7 @@ class Hedge:
         meanwhile, so the bucket kept is never one a reset dropped."""
         while self._own:
             generation = _registry.generation
-            self._budget = RetryBudget.for_call_site(self._site, self._clock)
+            self._budget = RetryBudget.for_call_site(self._site, self._clock, kind="hedge")
             if generation == _registry.generation:
                 return
 
@@ -319,7 +319,7 @@ class Hedge:
         site_bucket: RetryBudget | None = None
         if changes.get("budget") is RetryBudget.PER_CALL_SITE and self._site:
             # The site is this hedge's construction, not the retune's (as the constructor resolves it).
-            site_bucket = RetryBudget.for_call_site(self._site, self._clock)
+            site_bucket = RetryBudget.for_call_site(self._site, self._clock, kind="hedge")
             changes = {**changes, "budget": site_bucket}
         fresh = validated(self, {
             "delay": to_seconds(self._fixed_ns), "max_attempts": self._max_attempts, "budget": self._budget,
