@@ -4,6 +4,7 @@ classification")."""
 from __future__ import annotations
 
 import enum
+import inspect
 import json
 import math
 from collections.abc import Callable
@@ -241,7 +242,8 @@ class RetryClassifier:
     retried only if every leaf would be, waiting the longest ``retry_after`` any leaf asks
     for; a group with its own ``retry_decision`` decides for itself; a group with any
     :class:`stoic.Defect` leaf is never retried. A classifier you write receives the group
-    itself. If your classifier (or an error's ``retry_decision``) raises, retry stops and
+    itself. If your classifier (or an error's ``retry_decision``) raises, or hands back an
+    awaitable (a lambda around an async predicate: never awaited), retry stops and
     re-raises the operation's own error, with the classifier's chained as its ``__context__``
     and reported once (``warnings`` and the ``"stoic"`` logger).
 
@@ -275,6 +277,14 @@ class RetryClassifier:
         verdict = self._fn(error)
         if isinstance(verdict, RetryDecision):
             return verdict
+        if verdict is not True and verdict is not False and inspect.isawaitable(verdict):
+            # A plain function handing back an async predicate's coroutine (a lambda around an
+            # async def): never awaited here, and always true, it retried every error. Refused
+            # as the classifier's failure: retry stops and keeps the operation's error.
+            if inspect.iscoroutine(verdict):
+                verdict.close()  # (never to run: no "never awaited" warning on every failure)
+            raise TypeError(f"the classifier {self.name} returned a {type(verdict).__name__}, not a RetryDecision "
+                            "or a bool: it must be a plain function (retry does not await it)")
         return RetryDecision.RETRY if verdict else RetryDecision.STOP
 
     def __repr__(self) -> str:
