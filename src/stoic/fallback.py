@@ -67,6 +67,8 @@ def _misuse(error: Exception, policy: object, fn: object) -> bool:
     policy that hands back the operation's coroutine itself, as a limiter granting at once
     does, or an empty pipeline: the ``await`` is the operation's own)."""
     tb = error.__traceback__
+    if type(error) is TypeError and _not_bound(error, fn):
+        return True
     if type(error) is TypeError and tb is not None and tb.tb_next is None:
         # Raised in with_fallback's own frame: calling ``policy.execute(fn, ...)`` did not bind
         # (a policy whose execute takes other arguments), or its result was not awaitable.
@@ -83,6 +85,27 @@ def _misuse(error: Exception, policy: object, fn: object) -> bool:
             return True
     return any(isinstance(leaf, TypeError) and (isinstance(leaf.__cause__, Defect) or failed_await(leaf))
                for leaf in leaves(error))
+
+
+def _not_bound(error: TypeError, fn: object) -> bool:
+    """Whether ``error`` is Python's refusal to call ``fn`` with the arguments given to
+    with_fallback (``name() takes 1 positional argument but 2 were given``, ``missing``, ``got
+    an unexpected keyword argument``): its message names ``fn``'s code, and no frame of that
+    code ever ran (a wrong call inside the operation, its own failure, runs under its frame).
+    The call site is wrong, and substituting would serve the fallback on every call while the
+    real call never runs."""
+    code = _code_of(fn)
+    if not isinstance(code, types.CodeType):
+        return False
+    message = error.args[0] if len(error.args) == 1 else None
+    if type(message) is not str or not message.startswith(code.co_qualname + "() "):
+        return False
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return False
+        tb = tb.tb_next
+    return True
 
 
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
@@ -166,7 +189,9 @@ async def with_fallback(
     awaiting a plain ``fn``'s generator, async generator or other non-awaitable result raises
     (or a policy's refusal of such a result) propagates unchanged, and the fallback is not
     called. This holds for every policy, a ``Pipeline`` included. So does the ``TypeError`` of
-    a misused policy: an ``execute`` that cannot be called as ``execute(fn, *args, **kwargs)``
+    an ``fn`` that cannot be called with the ``*args``/``**kwargs`` given (``fetch() takes 1
+    positional argument but 2 were given``; a wrong call inside ``fn`` is its own failure), and
+    that of a misused policy: an ``execute`` that cannot be called as ``execute(fn, *args, **kwargs)``
     or that returns something not awaitable.
     """
     check_label(label)
