@@ -15,6 +15,7 @@ epoch's estimate until the new epoch has enough samples to be trusted.
 from __future__ import annotations
 
 import math
+from array import array
 
 from ._durations import _finite
 
@@ -52,7 +53,8 @@ class P2Quantile:
         # computed from the count each time (1 + (count - 1) * dn), never accumulated, so no
         # floating-point drift builds up over a long epoch.
         self._dn = (0.0, p / 2.0, p, (1.0 + p) / 2.0, 1.0)
-        self._first: list[float] = []
+        # The first values, exactly (8 bytes each: an estimator per route stays small).
+        self._first = array("d")
 
     def add(self, x: float) -> None:
         """Take one observation into the estimate (constant time)."""
@@ -63,7 +65,7 @@ class P2Quantile:
                 self._start_markers()
             return
         if self._first:
-            self._first = []  # (kept sorted for value until now)
+            self._first = array("d")  # (kept for value until now)
         q = self._q
         n = self._n
         # Which cell the value falls in; the extreme markers move to keep min and max exact.
@@ -98,9 +100,8 @@ class P2Quantile:
 
     def _start_markers(self) -> None:
         """Place the five markers at the ranks nearest their desired positions among the first
-        values (kept exactly until now, and sorted for :attr:`value` until the next one)."""
-        self._first.sort()
-        ordered = self._first
+        values (kept exactly until now, and for :attr:`value` until the next one)."""
+        ordered = sorted(self._first)
         size = len(ordered)
         ranks = [1]
         for i in (1, 2, 3):
