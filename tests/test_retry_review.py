@@ -1,4 +1,5 @@
-"""Hostile review of retry's classifiers: what a user's classifier can hand back."""
+"""Hostile review of the predicates stoic calls while deciding (retry's classifier, a breaker's
+record_when, an HTTP client's is_failure): what a user's function can hand back."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import warnings
 
 import pytest
 
-from stoic import RetryBudget, Schedule, retry
+from stoic import CircuitBreaker, CircuitOpen, RetryBudget, Schedule, retry
+from stoic._http import HTTPPolicies
 from stoic.testing import RecordingSink, VirtualClock
 
 
@@ -40,3 +42,38 @@ async def test_a_classifier_handing_back_an_async_predicates_coroutine_is_a_fail
     assert "plain function" in str(raised.value.__context__)
     assert not [w for w in caught if "never awaited" in str(w.message)]
     assert sink.names == ["retry.permanent"]
+
+
+async def never_a_failure(error: object) -> bool:
+    return False
+
+
+async def test_a_record_when_handing_back_a_coroutine_is_reported_not_silently_true(clock: VirtualClock) -> None:
+    # The same kind of fault in the breaker: the coroutine read as "counts" on every call,
+    # silently, with a "never awaited" warning per failure. It is now the broken record_when it
+    # is (reported once; the call judged conservatively, as for one that raises).
+    breaker = CircuitBreaker(label="b", record_when=lambda e: never_a_failure(e), minimum_calls=2, clock=clock)
+
+    async def op() -> None:
+        raise ValueError
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            with pytest.raises((ValueError, CircuitOpen)):
+                await breaker.execute(op)
+        gc.collect()
+    assert not [w for w in caught if "never awaited" in str(w.message)]
+    assert len([w for w in caught if "record_when" in str(w.message)]) == 1
+
+
+def test_an_is_failure_handing_back_a_coroutine_falls_back_to_the_default_rule() -> None:
+    # An HTTP client's is_failure around an async predicate made every response a failure,
+    # a 200 included; now the default rule (5xx) decides, the broken callback reported once.
+    policies: HTTPPolicies[object] = HTTPPolicies(is_failure=lambda status: never_a_failure(status))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert policies._failed(200, object()) is False
+        assert policies._failed(503, object()) is True
+        gc.collect()
+    assert not [w for w in caught if "never awaited" in str(w.message)]

@@ -4,7 +4,6 @@ classification")."""
 from __future__ import annotations
 
 import enum
-import inspect
 import json
 import math
 from collections.abc import Callable
@@ -13,7 +12,7 @@ from typing import ClassVar, Protocol, TypeAlias, runtime_checkable
 
 from ._durations import Seconds, to_ns
 from ._errors import BudgetExhausted, DeadlineExceeded, Rejected, leaves
-from ._policy import refuse_async_callback
+from ._policy import plain_verdict, refuse_async_callback
 
 _MAX_NS = 2**63 - 1  # every wait saturates here (as schedules do); retry caps it at five minutes anyway
 
@@ -277,15 +276,10 @@ class RetryClassifier:
         verdict = self._fn(error)
         if isinstance(verdict, RetryDecision):
             return verdict
-        if verdict is not True and verdict is not False and inspect.isawaitable(verdict):
-            # A plain function handing back an async predicate's coroutine (a lambda around an
-            # async def): never awaited here, and always true, it retried every error. Refused
-            # as the classifier's failure: retry stops and keeps the operation's error.
-            if inspect.iscoroutine(verdict):
-                verdict.close()  # (never to run: no "never awaited" warning on every failure)
-            raise TypeError(f"the classifier {self.name} returned a {type(verdict).__name__}, not a RetryDecision "
-                            "or a bool: it must be a plain function (retry does not await it)")
-        return RetryDecision.RETRY if verdict else RetryDecision.STOP
+        # A plain function handing back an async predicate's coroutine (a lambda around an async
+        # def): never awaited, and always true, it retried every error. Refused as the
+        # classifier's failure: retry stops and keeps the operation's error.
+        return RetryDecision.RETRY if plain_verdict(verdict, f"the classifier {self.name}") else RetryDecision.STOP
 
     def __repr__(self) -> str:
         return f"RetryClassifier.{self.name}" if self.name in ("standard", "transient_only", "never") \

@@ -38,7 +38,7 @@ from ._callbacks import callback_failed
 from ._classify import RetryDecision
 from ._durations import Seconds, to_ns, to_seconds
 from ._errors import RateLimited
-from ._policy import Policy, refuse_async_callback
+from ._policy import Policy, plain_verdict, refuse_async_callback
 from .hedge import IDEMPOTENT, Hedge
 from .keyed import Keyed
 from .pipeline import Retrying, retrying_in
@@ -265,7 +265,7 @@ class HTTPPolicies(Generic[Resp]):
 
     def _failed(self, status: int, response: Resp) -> bool:
         try:
-            return bool(self.is_failure(status))
+            return bool(plain_verdict(self.is_failure(status), "is_failure"))
         except Exception as failure:
             # A user callback never breaks a call: reported once, and the response judged by
             # the default rule (5xx) instead.

@@ -87,6 +87,20 @@ def refuse_async_callback(callback: object, name: str, returns: str) -> None:
                         "and its coroutine would read as true every time")
 
 
+def plain_verdict(verdict: object, name: str) -> object:
+    """``verdict``, what the predicate ``name`` returned, unless it is an awaitable: a plain
+    function handing back an async predicate's coroutine (a lambda around an ``async def``,
+    which :func:`refuse_async_callback` cannot see at construction). Never awaited, it would read
+    as true on every call; it is closed and refused with ``TypeError``, which each caller
+    handles as that predicate failing (reported once, the conservative decision taken)."""
+    if verdict is True or verdict is False or not inspect.isawaitable(verdict):
+        return verdict
+    if inspect.iscoroutine(verdict):
+        verdict.close()  # (never to run: no "never awaited" warning on every call)
+    raise TypeError(f"{name} returned a {type(verdict).__name__}: it must be a plain function "
+                    "(stoic calls it while deciding and does not await it)")
+
+
 D = TypeVar("D", bound=Callable[..., Any])
 
 

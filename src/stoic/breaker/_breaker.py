@@ -41,7 +41,7 @@ from .._errors import (
     is_defect,
     is_rejection,
 )
-from .._policy import refuse_async_callback
+from .._policy import plain_verdict, refuse_async_callback
 from .._retune import validated
 from ..events import Level, emit
 from ..events._event import error_type
@@ -438,7 +438,7 @@ class CircuitBreaker:
                 emit("breaker.defect", self._label, _ERROR, end, {"error.type": error_type(exc)})
             return
         try:
-            counts = bool(self._record_when(exc))
+            counts = bool(plain_verdict(self._record_when(exc), "record_when"))
         except Exception as bad:
             # A broken record_when is a configuration error: reported once, and the call is
             # judged conservatively (a failure), never silently ignored.

@@ -34,7 +34,7 @@ from .._clock import Clock, SystemClock, current_clock
 from .._deadline import caller_cancelled
 from .._durations import Seconds, check_int, to_ns
 from .._errors import CircuitOpen, Defect, failed_await, is_defect, is_rejection
-from .._policy import is_async_callable, through_method_decorators
+from .._policy import is_async_callable, plain_verdict, through_method_decorators
 from ..breaker import BreakerSnapshot, BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
 from ..breaker._breaker import _DURATION, breaker_recorder, late
 from ..breaker._config import threshold_ppm
@@ -660,7 +660,7 @@ class SharedCircuitBreaker:
                 emit("breaker.defect", self._label, Level.ERROR, self._now(), {"error.type": error_type(exc)})
             return None
         try:
-            counts = bool(self._record_when(exc))
+            counts = bool(plain_verdict(self._record_when(exc), "record_when"))
         except Exception as bad:
             # A broken record_when: reported once, and the call counts (the conservative decision).
             callback_failed(self._record_when, f"record_when of breaker {self._label!r} (the call counts as a failure)",
