@@ -166,8 +166,11 @@ class QueueRules:
 
     # --- arrival ---
     def tier_now(self) -> int:
-        """The tier an arrival parks with: the caller's criticality when prioritized."""
-        return int(current_criticality()) if self.prioritized else _NORMAL
+        """The tier an arrival parks with: the caller's criticality, prioritized or not. Only a
+        prioritized queue orders and sheds by it (every rule asks ``prioritized`` first); any
+        queue reports it (``bulkhead.rejected``'s ``criticality`` is the waiter's own tier), and
+        a queue retuned to prioritized while callers wait orders them by the tiers they bound."""
+        return int(current_criticality())
 
     def drained(self, waiters: deque[_Waiter], now: int) -> None:
         """A waiter left ``waiters`` (served, dropped, or gone by itself): when that emptied the
