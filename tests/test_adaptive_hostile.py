@@ -109,3 +109,47 @@ def test_a_blocking_waiter_is_reported_with_its_own_tier_when_the_queue_is_not_p
     left = [e.attributes["criticality"] for e in sink.of("bulkhead.rejected")]
     assert left == ["degraded"]
 
+
+
+# --- local queueing inside an adaptive bulkhead is not the dependency's latency ---
+
+
+def _inner(kind: str, clock: VirtualClock) -> stoic.Policy:
+    if kind == "bulkhead":
+        return Bulkhead(1, queue_limit=50, label="inner", clock=clock)
+    return stoic.RateLimiter(100, 1.0, burst=1, queue_limit=50, label="inner", clock=clock)  # one call per 10 ms
+
+
+@pytest.mark.parametrize("kind", ["bulkhead", "ratelimiter"])
+@pytest.mark.parametrize("adaptive", ["aimd", "gradient"])
+async def test_time_queued_in_an_inner_stage_is_not_latency_for_the_limit(
+        kind: str, adaptive: str, clock: VirtualClock, sink: RecordingSink):
+    # Field report 20, for the policies that judge latency: a dependency answering in 10 ms
+    # every time, behind a local queue (a one-slot bulkhead, or a limiter of 100 a second) that
+    # an adaptive bulkhead hands 20 calls at once. The last of them waits ~190 ms in that queue,
+    # nearly four times the 50 ms threshold; the dependency was never slow, so the limit must
+    # not move (the breaker and the hedge already leave such waits out).
+    outer: AdaptiveBulkhead | stoic.GradientBulkhead
+    if adaptive == "aimd":
+        outer = AdaptiveBulkhead(latency_threshold=0.05, max_concurrent=20, label="outer", clock=clock)
+    else:
+        outer = stoic.GradientBulkhead(max_concurrent=20, label="outer", clock=clock)
+        outer._algorithm.window_ns = 0  # type: ignore[union-attr]  # update at every 10 samples
+    inner = _inner(kind, clock)
+
+    async def dependency() -> None:
+        await clock.sleep(0.010)
+
+    async def call() -> None:
+        await outer.execute(inner.execute, dependency)  # type: ignore[attr-defined]
+
+    for _ in range(30):  # one at a time first: Gradient2 learns the 10 ms as its baseline
+        await clock.run(call())
+    refused = []
+    for _ in range(3):
+        outcomes = await clock.run(asyncio.gather(*(call() for _ in range(20)), return_exceptions=True))
+        refused += [o for o in outcomes if o is not None]
+        await clock.advance(0.5)
+    assert [dict(e.attributes) for e in sink.of("bulkhead.limit_changed")] == []
+    assert refused == []
+    assert outer.limit == 20
