@@ -8,7 +8,9 @@ algorithm when the call completes. Samples: a success (its latency), and a timeo
 ``TimeoutError``, a ``DeadlineExceeded`` that cut running work short, or a cancellation by an
 enclosing ``stoic.timeout``; an exception group when any leaf is one). Not samples: any other
 failure (fast failures say nothing about queueing; errors are the breaker's business) and plain
-cancellations.
+cancellations. A call's latency leaves out the time it spent queued in an inner stage (a
+bulkhead's queue, a rate limiter's wait: :mod:`stoic._admission`), as the breaker's duration
+does (field report 20): local queueing says nothing about the dependency.
 
 Shrinking never evicts in-flight work: the limit gates admission only, and a slot released
 while the bulkhead is over its new limit is retired instead of handed on.
@@ -41,7 +43,7 @@ from math import log
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
-from . import _deadline, _random
+from . import _admission, _deadline, _random
 from ._clock import Clock, SystemClock, check_clock
 from ._deadline import _current as _deadline_scope
 from ._deadline import deadline_cut_running_work
@@ -83,6 +85,8 @@ recomputation, from the admissions counted since: a rate over a millisecond, not
 
 MAX_STRIDE = 64
 """At most this many calls admitted at once stand for each timed one (its weight)."""
+
+_admission_state = _admission.state  # (waits recorded by queued stages: see _timed)
 
 # 1 / ln(1 - 1/stride) for each stride: a geometric count of untimed calls is ln(u) times it.
 _RUN_SCALE = [0.0, 0.0] + [1.0 / math.log1p(-1.0 / stride) for stride in range(2, MAX_STRIDE + 1)]
@@ -280,6 +284,10 @@ class _AdaptiveBulkhead(Bulkhead):
             raise
         try:
             now = now_ns()
+            if _admission_state.waits:
+                # Field report 20: time the call spent queued in an inner stage (a bulkhead, a
+                # rate limiter) is local queueing, not the dependency's latency.
+                start = _admission.admitted_since(self._clock, start)
             algorithm = self._algorithm
             # Where a success changes nothing (AIMD: in budget, no evidence for growth) the sample
             # is skipped; Gradient2 takes every one (it accumulates into its window).
@@ -299,6 +307,8 @@ class _AdaptiveBulkhead(Bulkhead):
         was not timed, its latency is unknown). The caller gives the slot back."""
         if _is_drop(error):
             now = self._now_ns()
+            if start is not None and _admission_state.waits:
+                start = _admission.admitted_since(self._clock, start)  # (as in _timed)
             change = self._algorithm.sample(now, -1 if start is None else now - start, in_flight, True, weight)
             if change is not None:
                 self._apply(change)
