@@ -8,6 +8,8 @@ import threading
 
 import pytest
 from _threads import eventually, process_wide_sink  # noqa: F401  (the process-wide `sink` fixture)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import stoic
 from stoic import AdaptiveBulkhead, BlockingBulkhead, Bulkhead, Criticality, Shed
@@ -153,3 +155,39 @@ async def test_time_queued_in_an_inner_stage_is_not_latency_for_the_limit(
     assert [dict(e.attributes) for e in sink.of("bulkhead.limit_changed")] == []
     assert refused == []
     assert outer.limit == 20
+
+
+# --- AIMD's arithmetic against the seed's rule, with the limiter's skipped samples ---
+
+
+@settings(max_examples=300, deadline=None)
+@given(maximum=st.integers(1, 40), floor_share=st.floats(0.0, 1.0),
+       ratio=st.sampled_from([0.5, 0.9, 0.99, 0.013]), step=st.sampled_from([1.0, 0.5, 3.0, 0.01, 1e6]),
+       cooldown=st.integers(1, 1000),
+       samples=st.lists(st.tuples(st.integers(0, 50), st.sampled_from([0, 99, 100, 101, 10**6]),
+                                  st.integers(0, 45), st.booleans()), max_size=200))
+def test_aimd_follows_the_per_completion_rule_exactly_even_where_the_limiter_skips_samples(
+        maximum: int, floor_share: float, ratio: float, step: float, cooldown: int,
+        samples: list[tuple[int, int, int, bool]]) -> None:
+    # Seed 003: a completion over the threshold (or a drop) multiplies the limit by the ratio,
+    # at most once per cooldown, never below the floor; an in-budget one adds step / limit, here
+    # only when at least half the limit was in flight, never above the ceiling. The limiter skips
+    # sample() where fast_ns and grow_from say it changes nothing: that must be exactly true.
+    from stoic._limits import AimdLimit
+
+    floor = max(1, round(floor_share * maximum))
+    threshold = 100
+    algorithm = AimdLimit(threshold_ns=threshold, maximum=maximum, minimum=floor, backoff_ratio=ratio,
+                          increase_step=step, cooldown_ns=cooldown)
+    value, last, now = float(maximum), None, 0
+    for gap, latency, in_flight, dropped in samples:
+        now += gap
+        if dropped or latency > algorithm.fast_ns or in_flight >= algorithm.grow_from:
+            algorithm.sample(now, latency, in_flight, dropped)
+        if dropped or latency > threshold:
+            if last is None or now - last >= cooldown:
+                last, value = now, max(float(floor), value * ratio)
+        elif 2 * in_flight >= value:
+            value = min(float(maximum), value + step / value)
+        assert algorithm.value == pytest.approx(value, rel=1e-12) and algorithm.limit == int(algorithm.value)
+        assert floor <= algorithm.limit <= maximum
