@@ -7,6 +7,7 @@ import asyncio
 import threading
 
 import pytest
+from _gate import Gate, start
 from _threads import eventually, process_wide_sink  # noqa: F401  (the process-wide `sink` fixture)
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,26 +15,6 @@ from hypothesis import strategies as st
 import stoic
 from stoic import AdaptiveBulkhead, BlockingBulkhead, Bulkhead, Criticality, Shed
 from stoic.testing import RecordingSink, VirtualClock, settle
-
-
-class Gate:
-    """Operations that run until the test opens them."""
-
-    def __init__(self) -> None:
-        self.events: dict[str, asyncio.Event] = {}
-
-    async def op(self, name: str) -> str:
-        await self.events.setdefault(name, asyncio.Event()).wait()
-        return name
-
-    def open(self, name: str) -> None:
-        self.events.setdefault(name, asyncio.Event()).set()
-
-
-def start(bulkhead: Bulkhead, gate: Gate, name: str, tier: Criticality = Criticality.NORMAL) -> asyncio.Task[str]:
-    with stoic.bind_criticality(tier):
-        return asyncio.create_task(bulkhead.execute(gate.op, name), name=name)
-
 
 # --- the criticality a waiter is reported and kept with ---
 

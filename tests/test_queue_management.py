@@ -8,32 +8,11 @@ import asyncio
 import collections
 
 import pytest
+from _gate import Gate, start
 
 import stoic
 from stoic import AdaptiveBulkhead, Bulkhead, BulkheadFull, Criticality, DeadlineExceeded, Shed, _waitqueue
 from stoic.testing import RecordingSink, VirtualClock, settle
-
-
-class Gate:
-    """Operations that run until the test opens them, in the order they started."""
-
-    def __init__(self) -> None:
-        self.started: list[str] = []
-        self.events: dict[str, asyncio.Event] = {}
-
-    async def op(self, name: str) -> str:
-        self.started.append(name)
-        await self.events.setdefault(name, asyncio.Event()).wait()
-        return name
-
-    def open(self, name: str) -> None:
-        self.events.setdefault(name, asyncio.Event()).set()
-
-
-def start(bulkhead: Bulkhead, gate: Gate, name: str, tier: Criticality = Criticality.NORMAL) -> asyncio.Task[str]:
-    with stoic.bind_criticality(tier):
-        return asyncio.create_task(bulkhead.execute(gate.op, name), name=name)
-
 
 # --- configuration ---
 
