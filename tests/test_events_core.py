@@ -278,6 +278,21 @@ def test_logging_sink_honours_its_level_and_the_logger_level(caplog):
     assert caplog.records == []
 
 
+def test_logging_sink_quotes_labels_and_values_that_could_forge_or_split_a_line(caplog):
+    # A label or value often comes from outside (a keyed breaker's host, an error's text): a
+    # newline in it must not start a forged log line, and a space or '=' must not read as a
+    # second field. Such text is quoted with its control characters escaped; plain text is not.
+    with caplog.at_level(logging.DEBUG, logger="stoic"), use_sinks(LoggingSink()):
+        emit("breaker.reset", "api\nbreaker.closed forged", Level.INFO, 0, {"reason": "a b=c", "ok": "plain"})
+        emit("breaker.reset", "", Level.INFO, 0, {"sep": "x\u2028y", "n": 3})
+    first, second = (r.getMessage() for r in caplog.records if r.name == "stoic")
+    assert "\n" not in first and "\u2028" not in second
+    assert first == "breaker.reset 'api\\nbreaker.closed forged' reason='a b=c' ok=plain"
+    assert second == "breaker.reset '' sep='x\\u2028y' n=3"
+    record = next(r for r in caplog.records if r.name == "stoic")
+    assert getattr(record, "stoic.label") == "api\nbreaker.closed forged"  # the structured field is untouched
+
+
 def test_logging_sink_never_configures_logging():
     root, stoic_logger = logging.getLogger(), logging.getLogger("stoic")
     before = (list(root.handlers), root.level, list(stoic_logger.handlers), stoic_logger.level)
