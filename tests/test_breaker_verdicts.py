@@ -356,3 +356,76 @@ def test_an_async_function_given_to_call_is_refused_and_never_counted(sink: Reco
     assert counts(breaker) == (0, 0)
     assert len(sink.of("breaker.defect")) == 1
     assert not sink.of("breaker.recorded")
+
+
+async def test_an_operation_called_with_arguments_it_does_not_take_is_never_counted(
+    clock: VirtualClock, sink: RecordingSink,
+) -> None:
+    """A wrong call site (``execute(fetch, 1, 2)`` against ``fetch(user_id)``) is a bug in the
+    caller, not the dependency failing: counting it would let one buggy caller open the breaker
+    for everyone. It propagates unchanged and is reported as a defect; a probe's permit goes back."""
+    breaker = make()
+
+    async def fetch(user_id: int) -> int:
+        return user_id
+
+    def lookup(user_id: int) -> int:
+        return user_id
+
+    class Client:
+        def get(self, key: str) -> str:
+            return key
+
+    import functools
+
+    wrong: list[tuple[str, object]] = [
+        ("fetch() takes 1 positional argument but 2 were given", lambda: breaker.execute(fetch, 1, 2)),
+        ("fetch() missing 1 required positional argument", lambda: breaker.execute(fetch)),
+        ("unexpected keyword argument 'user'", lambda: breaker.execute(fetch, user=1)),
+        ("lookup() takes 1 positional argument", lambda: breaker.call(lookup, 1, 2)),
+        ("Client.get() missing", lambda: breaker.call(Client().get)),
+        ("fetch() takes 1 positional argument", lambda: breaker.execute(functools.partial(fetch, 1), 2)),
+        ("fetch() takes 1 positional argument", lambda: stoic.Pipeline(breaker).execute(fetch, 1, 2)),
+    ]
+    for message, attempt in wrong:
+        with pytest.raises(TypeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            result = attempt()
+            if asyncio.iscoroutine(result):
+                await result
+    assert counts(breaker) == (0, 0) and breaker.state is BreakerState.CLOSED
+    assert [dict(e.attributes) for e in sink.of("breaker.defect")] == [{"error.type": "TypeError"}] * len(wrong)
+
+    # A probe's permit goes back: the next call probes and closes the breaker.
+    await half_open(breaker, clock)
+    with pytest.raises(TypeError):
+        await breaker.execute(fetch, 1, 2)
+    assert breaker.state is BreakerState.HALF_OPEN
+    assert await breaker.execute(fetch, 7) == 7
+    assert breaker.state is BreakerState.CLOSED
+
+
+async def test_a_wrong_call_inside_the_operation_is_its_own_failure(clock: VirtualClock) -> None:
+    """Only the call site's own binding error is a defect: the same TypeError raised by a call
+    the operation makes (a library called wrongly, deep inside) is the operation failing."""
+    breaker = make()
+
+    def fetch(user_id: int) -> int:
+        return user_id
+
+    async def handler() -> int:
+        return fetch(1, 2)  # type: ignore[call-arg]
+
+    def sync_handler() -> int:
+        return fetch()  # type: ignore[call-arg]
+
+    with pytest.raises(TypeError, match="fetch"):
+        await breaker.execute(handler)
+    assert counts(breaker) == (1, 1)
+    breaker.reset()
+    with pytest.raises(TypeError, match="fetch"):
+        breaker.call(sync_handler)
+    assert counts(breaker) == (1, 1)
+    breaker.reset()
+    with pytest.raises(TypeError, match="has no len"):
+        breaker.call(len, 5)  # a builtin's own TypeError: no Python code of fn's to name
+    assert counts(breaker) == (1, 1)

@@ -7,6 +7,7 @@ refuses raises a subclass of :class:`Rejected` (design/python.md, "Errors").
 from __future__ import annotations
 
 import enum
+import functools
 import opcode
 import types
 
@@ -221,3 +222,41 @@ def stopped_at_await(tb: types.TracebackType) -> bool:
     """Whether the frame of traceback entry ``tb`` raised at an ``await`` (its GET_AWAITABLE)."""
     code = tb.tb_frame.f_code.co_code
     return 0 <= tb.tb_lasti < len(code) and code[tb.tb_lasti] == _GET_AWAITABLE
+
+
+def code_of(fn: object) -> object:
+    """The code object a call of operation ``fn`` runs in its own frame (through partials and
+    bound methods; a callable object's ``__call__``), or None when there is none to read."""
+    for _ in range(8):  # (partials of bound methods of partials: a few levels, never a loop)
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        elif hasattr(fn, "__func__"):
+            fn = fn.__func__
+        else:
+            break
+    code = getattr(fn, "__code__", None)
+    if code is None and callable(fn) and not isinstance(fn, type):
+        code = getattr(type(fn).__call__, "__code__", None)
+    return code
+
+
+def not_bound(error: TypeError, fn: object) -> bool:
+    """Whether ``error`` is Python's refusal to call operation ``fn`` with the arguments its
+    caller handed a policy (``name() takes 1 positional argument but 2 were given``,
+    ``missing``, ``got an unexpected keyword argument``): its message names ``fn``'s code, and
+    no frame of that code ever ran (a wrong call inside the operation, its own failure, runs
+    under its frame). The call site is wrong: a breaker that counted it would let one buggy
+    caller open the circuit for everyone, a fallback that substituted it would answer every
+    call while the real call never runs."""
+    code = code_of(fn)
+    if not isinstance(code, types.CodeType):
+        return False
+    message = error.args[0] if len(error.args) == 1 else None
+    if type(message) is not str or not message.startswith(code.co_qualname + "() "):
+        return False
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return False
+        tb = tb.tb_next
+    return True

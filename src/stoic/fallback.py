@@ -10,7 +10,6 @@ operation's own result.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import types
 from collections.abc import Awaitable, Callable
@@ -20,7 +19,7 @@ from ._callbacks import callback_failed
 from ._clock import current_clock
 from ._deadline import caller_cancelled
 from ._durations import check_label
-from ._errors import Defect, failed_await, is_defect, leaves, stopped_at_await
+from ._errors import Defect, code_of, failed_await, is_defect, leaves, not_bound, stopped_at_await
 from ._policy import Policy, not_a_policy
 from .events import Level, emit, error_type
 from .events._sinks import kind_floor
@@ -33,22 +32,6 @@ _SINKS = kind_floor("fallback")
 __all__ = ["with_fallback"]
 
 R = TypeVar("R")
-
-
-def _code_of(fn: object) -> object:
-    """The code object a call of operation ``fn`` runs in its own frame (through partials and
-    bound methods; a callable object's ``__call__``), or None when there is none to read."""
-    for _ in range(8):  # (partials of bound methods of partials: a few levels, never a loop)
-        if isinstance(fn, functools.partial):
-            fn = fn.func
-        elif hasattr(fn, "__func__"):
-            fn = fn.__func__
-        else:
-            break
-    code = getattr(fn, "__code__", None)
-    if code is None and callable(fn) and not isinstance(fn, type):
-        code = getattr(type(fn).__call__, "__code__", None)
-    return code
 
 
 def _misuse(error: Exception, policy: object, fn: object) -> bool:
@@ -67,14 +50,14 @@ def _misuse(error: Exception, policy: object, fn: object) -> bool:
     policy that hands back the operation's coroutine itself, as a limiter granting at once
     does, or an empty pipeline: the ``await`` is the operation's own)."""
     tb = error.__traceback__
-    if type(error) is TypeError and _not_bound(error, fn):
+    if type(error) is TypeError and not_bound(error, fn):
         return True
     if type(error) is TypeError and tb is not None and tb.tb_next is None:
         # Raised in with_fallback's own frame: calling ``policy.execute(fn, ...)`` did not bind
         # (a policy whose execute takes other arguments), or its result was not awaitable.
         return True
     if type(error) is TypeError and tb is not None and tb.tb_next is not None and tb.tb_next.tb_next is None \
-            and stopped_at_await(tb.tb_next) and tb.tb_next.tb_frame.f_code is not _code_of(fn):
+            and stopped_at_await(tb.tb_next) and tb.tb_next.tb_frame.f_code is not code_of(fn):
         return True
     if type(error) is TypeError and tb is not None and isinstance(policy, Pipeline):
         while tb.tb_next is not None:
@@ -85,27 +68,6 @@ def _misuse(error: Exception, policy: object, fn: object) -> bool:
             return True
     return any(isinstance(leaf, TypeError) and (isinstance(leaf.__cause__, Defect) or failed_await(leaf))
                for leaf in leaves(error))
-
-
-def _not_bound(error: TypeError, fn: object) -> bool:
-    """Whether ``error`` is Python's refusal to call ``fn`` with the arguments given to
-    with_fallback (``name() takes 1 positional argument but 2 were given``, ``missing``, ``got
-    an unexpected keyword argument``): its message names ``fn``'s code, and no frame of that
-    code ever ran (a wrong call inside the operation, its own failure, runs under its frame).
-    The call site is wrong, and substituting would serve the fallback on every call while the
-    real call never runs."""
-    code = _code_of(fn)
-    if not isinstance(code, types.CodeType):
-        return False
-    message = error.args[0] if len(error.args) == 1 else None
-    if type(message) is not str or not message.startswith(code.co_qualname + "() "):
-        return False
-    tb = error.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code is code:
-            return False
-        tb = tb.tb_next
-    return True
 
 
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR

@@ -40,6 +40,7 @@ from .._errors import (
     failed_await,
     is_defect,
     is_rejection,
+    not_bound,
 )
 from .._policy import plain_verdict, refuse_async_callback
 from .._retune import validated
@@ -297,7 +298,8 @@ class CircuitBreaker:
         (``retry_after`` = seconds left, ``None`` when forced open) or half-open with every
         probe permit taken (``retry_after`` ``None``); :class:`stoic.DeadlineExceeded` when the
         ambient deadline has already passed; ``TypeError`` (never counted) when ``fn`` returns
-        an async generator or anything else that cannot be awaited. Otherwise ``fn``'s own
+        an async generator or anything else that cannot be awaited, or cannot be called with
+        ``args``/``kwargs`` (Python's own binding error, passed on). Otherwise ``fn``'s own
         result or exception, unchanged. A cancelled caller, a :class:`stoic.Defect` and an
         inner rejection are never counted; ``KeyboardInterrupt``, ``SystemExit``,
         ``GeneratorExit`` and ``asyncio.CancelledError`` pass through uncounted.
@@ -405,10 +407,10 @@ class CircuitBreaker:
     # ------------------------------------------------------------------ recording
     def _settle_error(
         self, exc: BaseException, epoch: itertools.count[int], probe: int, start: int, in_task: bool,
-        awaitable: object,
+        awaitable: object, fn: object,
     ) -> None:
-        """Judge an operation that raised ``exc`` (``in_task``: it ran through the async path, which
-        passes the object it awaited, or None when ``fn`` itself raised)."""
+        """Judge operation ``fn`` that raised ``exc`` (``in_task``: it ran through the async path,
+        which passes the object it awaited, or None when ``fn`` itself raised)."""
         end = self._now()
         if not isinstance(exc, Exception) or (in_task and caller_cancelled(exc)):
             # The caller was cancelled or interrupted: no evidence about the dependency.
@@ -430,9 +432,11 @@ class CircuitBreaker:
                 emit("breaker.defect", self.label, _ERROR, end, {"error.type": "TypeError"})
             raise TypeError(f"CircuitBreaker.execute got a {kind}, which cannot be awaited: {hint}") from Defect(
                 f"a {kind} was passed to execute")
-        if is_defect(exc) or (type(exc) is TypeError and failed_await(exc)):
+        if is_defect(exc) or (type(exc) is TypeError and (failed_await(exc) or not_bound(exc, fn))):
             # (An inner stage's await on a plain function's value: the same bug, not the
-            # dependency's failure. One in the operation's own code is its failure: failed_await.)
+            # dependency's failure. One in the operation's own code is its failure: failed_await.
+            # So is fn called with arguments it does not take: the call site's bug, which one
+            # buggy caller must not turn into an open circuit for everyone.)
             self._ignore(epoch, probe, None, end)
             if min_level() <= _ERROR:
                 emit("breaker.defect", self._label, _ERROR, end, {"error.type": error_type(exc)})

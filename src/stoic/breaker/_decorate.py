@@ -128,7 +128,7 @@ def stage(b: str, p: str, body: str, is_async: bool) -> str:
         b=b, p=p, body=indent(body), debug=int(Level.DEBUG),
         # The sync path never asks about task cancellation; the async one passes the awaitable
         # so that an async generator handed to execute() is refused, never counted.
-        verdict="True, stoic_awaitable" if is_async else "False, None")
+        verdict="True, stoic_awaitable, stoic_fn" if is_async else "False, None, stoic_fn")
 
 
 # call() refuses every returned coroutine, generator or async generator. A @breaker wrapper has
