@@ -373,6 +373,42 @@ async def test_a_defect_through_the_shared_breaker_is_reported_as_the_local_one_
     await store.aclose()
 
 
+async def test_a_shared_breakers_operation_called_with_arguments_it_does_not_take_is_never_counted(
+    server: RedisServer,
+) -> None:
+    # A wrong call site is a bug, as the local breaker judges it: reported, never a failure that
+    # one buggy caller could use to open the circuit for the fleet. A wrong call inside counts.
+    store = RedisStore(server.url, budget=2.0)
+    shared = breaker(store, fresh("unbound"))
+    sink = RecordingSink()
+
+    async def fetch(user_id: int) -> int:
+        return user_id
+
+    def lookup(user_id: int) -> int:
+        return user_id
+
+    with stoic.use_sinks(sink):
+        for _ in range(6):
+            with pytest.raises(TypeError, match=r"fetch\(\) takes 1 positional argument"):
+                await shared.execute(fetch, 1, 2)
+            with pytest.raises(TypeError, match=r"lookup\(\) missing"):
+                await asyncio.to_thread(shared.call, lookup)
+        assert shared.state is BreakerState.CLOSED
+        assert [e.attributes["error.type"] for e in sink.of("breaker.defect")] == ["TypeError"] * 12
+        assert await shared.execute(fetch, 3) == 3
+
+        async def wrong_inside() -> int:
+            return lookup(1, 2)  # type: ignore[call-arg]
+
+        for _ in range(3):  # (with the success above: the window of 4 calls, 75% failed)
+            with pytest.raises(TypeError):
+                await shared.execute(wrong_inside)
+    assert shared.state is BreakerState.OPEN  # the operation's own TypeError: failures
+    sink.assert_contract()
+    await store.aclose()
+
+
 async def test_a_slow_success_is_recorded_once_as_slow(server: RedisServer) -> None:
     # A slow success goes into the window as slow: one breaker.recorded saying so, not a
     # second one claiming the same call was quick (execute, and call() from a thread).

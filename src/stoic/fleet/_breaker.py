@@ -33,7 +33,7 @@ from .._callbacks import callback_failed
 from .._clock import Clock, SystemClock, current_clock
 from .._deadline import caller_cancelled
 from .._durations import Seconds, check_int, to_ns
-from .._errors import CircuitOpen, Defect, failed_await, is_defect, is_rejection
+from .._errors import CircuitOpen, Defect, failed_await, is_defect, is_rejection, not_bound
 from .._policy import is_async_callable, plain_verdict, through_method_decorators
 from ..breaker import BreakerSnapshot, BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
 from ..breaker._breaker import _DURATION, breaker_recorder, late
@@ -530,7 +530,7 @@ class SharedCircuitBreaker:
             result = await awaitable
         except BaseException as exc:
             _refuse_generator(exc, awaitable)
-            verdict = self._judge(exc, True)
+            verdict = self._judge(exc, True, fn)
             if verdict is not None:
                 await self._record(gen, self._since(start), now(), exc if verdict else None)
             raise
@@ -649,13 +649,15 @@ class SharedCircuitBreaker:
             emit("breaker.rejected", self._label, Level.DEBUG, now, attrs)
         return CircuitOpen(label=self._label, retry_after=retry_after)
 
-    def _judge(self, exc: BaseException, in_task: bool) -> bool | None:
-        """True: a failure; False: a success; None: no verdict (cancelled, a defect, a rejection).
+    def _judge(self, exc: BaseException, in_task: bool, fn: object) -> bool | None:
+        """How ``fn``'s error ``exc`` counts. True: a failure; False: a success; None: no verdict
+        (cancelled, a defect, ``fn`` called with arguments it does not take, a rejection).
         The local breaker's rules (``in_task``: the call ran on the async path, where the caller
         may be being cancelled; judged against the task's state, never ``cancelling() > 0``)."""
         if not isinstance(exc, Exception) or (in_task and caller_cancelled(exc)):
             return None
-        if is_defect(exc) or (type(exc) is TypeError and failed_await(exc)):  # (a bug, as the local breaker says)
+        if is_defect(exc) or (type(exc) is TypeError and (failed_await(exc) or not_bound(exc, fn))):
+            # (a bug at the call site, as the local breaker says)
             if _SINKS.wants(Level.ERROR):
                 emit("breaker.defect", self._label, Level.ERROR, self._now(), {"error.type": error_type(exc)})
             return None
@@ -681,7 +683,7 @@ class SharedCircuitBreaker:
             result = await awaitable
         except BaseException as exc:
             _refuse_generator(exc, awaitable)
-            verdict = self._judge(exc, True)
+            verdict = self._judge(exc, True, fn)
             if verdict is not None:
                 await self._record(gen, self._since(start), now(), exc if verdict else None)
             raise
@@ -799,7 +801,7 @@ class SharedCircuitBreaker:
                 _refuse_generator(exc, awaitable)
             except TypeError as refused:
                 refusal = refused  # raised once the lease is back
-            verdict = None if refusal is not None else self._judge(exc, True)
+            verdict = None if refusal is not None else self._judge(exc, True, fn)
             end, start = self._now(), self._since(start)
             # Reported even while the caller is being cancelled: the lease goes back at once
             # instead of expiring after half_open_timeout.
@@ -893,7 +895,7 @@ class SharedCircuitBreaker:
             if type(result) in REFUSED_RESULTS:
                 CircuitBreaker._refuse_result(fn, result)
         except BaseException as exc:
-            verdict = self._judge(exc, False)
+            verdict = self._judge(exc, False, fn)
             if verdict is not None:
                 with self._sync:
                     if self._note(gen, self._since(start), now(), exc if verdict else None):
@@ -938,7 +940,7 @@ class SharedCircuitBreaker:
             if type(result) in REFUSED_RESULTS:
                 CircuitBreaker._refuse_result(fn, result)
         except BaseException as exc:
-            verdict = self._judge(exc, False)
+            verdict = self._judge(exc, False, fn)
             end, start = self._now(), self._since(start)
             with self._sync:  # (the figures are updated under it)
                 done = self._done_blocking(token, self._outcome(verdict, start, end))
