@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from collections.abc import Collection
-from typing import Any
+from typing import Any, ClassVar
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.metrics import get_meter_provider
@@ -80,6 +81,9 @@ class StoicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     _instrumentation: Instrumentation | None = None
     _bridged: tuple[tuple[Any, Any], ...] = ()  # (push reader, its own exporter) while bridged
+    # Each push reader's bridge, kept for the next instrument() (weakly: a reader shut down and
+    # dropped takes its bridge with it).
+    _bridges: ClassVar[weakref.WeakKeyDictionary[Any, HistogramBridge]] = weakref.WeakKeyDictionary()
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return ("stoic >= 0.1.0",)
@@ -107,7 +111,14 @@ class StoicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         bridged = []
         for reader in push:
             original = reader._exporter
-            reader._exporter = HistogramBridge(original)  # reads the active instrumentation's metrics
+            # The bridge of an earlier instrument() on this reader, if it wrapped the same
+            # exporter: for delta temporality it remembers what it sent, and a new one would send
+            # every call counted so far again, as new.
+            bridge = self._bridges.get(reader)
+            if bridge is None or bridge._exporter is not original:
+                bridge = HistogramBridge(original)  # reads the active instrumentation's metrics
+                self._bridges[reader] = bridge
+            reader._exporter = bridge
             bridged.append((reader, original))
         self._bridged = tuple(bridged)
 

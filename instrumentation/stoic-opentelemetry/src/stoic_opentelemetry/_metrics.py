@@ -231,7 +231,9 @@ class HistogramBridge:
     failure to build them is logged once and the export goes on without them. They follow the
     exporter's preferred temporality for histograms: cumulative by default, delta when the
     exporter asks for it (each point then counts the calls since the previous export; a series
-    whose figures went down, its policy collected and made again, starts over in full).
+    whose figures went down, its policy collected and made again, starts over in full; an export
+    while no instrumentation is active carries none and forgets nothing, so the calls made
+    meanwhile are in the next one, once).
     """
 
     def __init__(self, exporter: Any, metrics: Metrics | None = None) -> None:
@@ -257,7 +259,9 @@ class HistogramBridge:
                 instrumentation = active()
                 metrics = instrumentation.metrics if instrumentation is not None else None
             extra = metrics.histogram_metrics() if metrics is not None else []
-            if self._delta:
+            if self._delta and metrics is not None:
+                # (not without one: forgetting what was sent would send it all again, as new,
+                # once an instrumentation is active again; the recorders kept counting)
                 extra = self._deltas(extra)
             if extra:
                 metrics_data = _with_scope(metrics_data, extra)
