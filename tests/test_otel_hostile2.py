@@ -1,13 +1,17 @@
-"""Hostile review of the OpenTelemetry adapter, second pass: delta histograms across instrumentations."""
+"""Hostile review of the OpenTelemetry adapter, second pass: delta histograms across instrumentations,
+and the spans of the requests that only observe state."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from stoic_opentelemetry import HistogramBridge, instrument
 from stoic_opentelemetry._instrumentor import StoicInstrumentor
 
 import stoic
+from stoic.testing import RecordingSink, VirtualClock
 
 
 def _delta_exporter() -> tuple[Any, list[Any]]:
@@ -101,3 +105,99 @@ def test_the_instrumentor_instrumented_again_does_not_export_again_what_it_expor
     finally:
         instrumentor.uninstrument()
         provider.shutdown()
+
+
+def _tripped_breaker(label: str, clock: VirtualClock) -> stoic.CircuitBreaker:
+    breaker = stoic.CircuitBreaker(label=label, window=stoic.CountWindow(2), minimum_calls=2,
+                                   open_duration=stoic.OpenDuration.fixed(10.0, jitter=0), clock=clock)
+
+    def fail() -> None:
+        raise ConnectionError
+
+    for _ in range(2):
+        with contextlib.suppress(ConnectionError):
+            breaker.call(fail)
+    assert breaker.snapshot.state is stoic.BreakerState.OPEN
+    return breaker
+
+
+@contextlib.contextmanager
+def _traced() -> Iterator[tuple[Any, Any]]:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    inst = instrument(span_events=True, metrics=False)
+    try:
+        yield provider.get_tracer("app"), exporter
+    finally:
+        inst.uninstrument()
+        provider.shutdown()
+
+
+async def test_a_transition_a_scrape_notices_is_not_put_on_the_scrape_requests_span():
+    # The state gauge reads .state, which applies the lazy open -> half-open transition; its
+    # breaker.half_open event was emitted in the scrape's context and so became a span event of
+    # the GET /metrics request's span (and reached the sinks scoped to it), where nobody looking
+    # at the protected calls finds it, on a request the breaker never served. It now goes to the
+    # process-wide sinks only, outside any request's context.
+    import stoic_prometheus
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    collector = stoic_prometheus.instrument(registry)
+    clock = VirtualClock()
+    breaker = _tripped_breaker("h2-scraped", clock)
+    everywhere, scoped = RecordingSink(), RecordingSink()
+    stoic.add_sink(everywhere)
+    try:
+        with _traced() as (tracer, spans):
+            await clock.advance(10.0)
+            with tracer.start_as_current_span("GET /metrics"), stoic.use_sinks(scoped):
+                text = generate_latest(registry).decode()
+            assert 'stoic_breaker_state{state="half_open",stoic_label="h2-scraped"} 1.0' in text
+            (scrape,) = spans.get_finished_spans()
+            assert [e.name for e in scrape.events] == []
+            assert scoped.names == []
+            assert [e.label for e in everywhere.of("breaker.half_open")] == ["h2-scraped"]
+            assert breaker.state is stoic.BreakerState.HALF_OPEN
+    finally:
+        stoic.remove_sink(everywhere)
+        stoic_prometheus.uninstrument(collector, registry)
+
+
+async def test_a_transition_the_admin_endpoints_read_notices_is_not_put_on_its_requests_span():
+    # GET /policies reads every breaker's snapshot, which applies the lazy transition: the same
+    # breaker.half_open on the admin request's span, not on any call's.
+    from stoic.admin import admin_app
+
+    clock = VirtualClock()
+    breaker = _tripped_breaker("h2-admin", clock)
+    control = stoic.ControlPlane()
+    control.register(breaker, name="payments")
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    everywhere = RecordingSink()
+    stoic.add_sink(everywhere)
+    try:
+        with _traced() as (tracer, spans):
+            await clock.advance(10.0)
+            scope = {"type": "http", "method": "GET", "path": "/policies", "headers": [],
+                     "server": ("127.0.0.1", 8080), "client": ("127.0.0.1", 5000)}
+            with tracer.start_as_current_span("GET /policies"):
+                await admin_app(control)(scope, receive, send)
+            assert sent[0]["status"] == 200 and b"half_open" in sent[1]["body"]
+            (request,) = spans.get_finished_spans()
+            assert [e.name for e in request.events] == []
+            assert [e.label for e in everywhere.of("breaker.half_open")] == ["h2-admin"]
+    finally:
+        stoic.remove_sink(everywhere)

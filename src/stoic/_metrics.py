@@ -20,6 +20,7 @@ export exactly these, docs/metrics.md is generated from it, and a recorder key i
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import re
 import threading
@@ -393,7 +394,8 @@ class Collector:
     counts the overflow series, so when the cap is first exceeded the last reported label (in
     sorted order) gives its place to it. A gauge property that raises or
     is not a number is skipped (reported once per policy kind and property); it never breaks a
-    collection.
+    collection. A transition a gauge's read applies (``breaker.half_open`` when an open period has
+    ended) is reported to the process-wide sinks only, outside the collecting caller's context.
 
     Counters never go down while their label is alive: several policies may share a label (a
     ``Keyed`` family's keys past its ``max_labels``, two clients built alike), and when one of
@@ -475,6 +477,10 @@ class Collector:
         by_metric: dict[str, dict[tuple[str, ...], Any]] = {spec.name: {} for spec in METRICS}
         with self._lock:
             every = self._retire(list(recorders()))
+        # The gauges read in an empty context: a read applies due lazy transitions (a breaker's
+        # open period over), whose events belong to no request, not to the scrape's (its span,
+        # its scoped sinks): the process-wide sinks get them.
+        outside = contextvars.Context()
         for rec in every:
             # (one label no exposition can encode would fail the whole scrape, or export batch,
             # the application's own metrics too)
@@ -502,7 +508,7 @@ class Collector:
                         cells[attrs] = cells.get(attrs, 0) + histogram.count
             owner = rec.owner() if rec.owner is not None else None
             if owner is not None:
-                self._read_gauges(rec.kind, label, owner, by_metric, rec.skip)
+                outside.run(self._read_gauges, rec.kind, label, owner, by_metric, rec.skip)
         with self._lock:
             return [(spec, self._cap(spec, by_metric[spec.name])) for spec in METRICS]
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hmac
 import ipaddress
 import json
@@ -154,7 +155,7 @@ async def _route(control: ControlPlane, root: str, scope: Scope, receive: Receiv
     if path == root or path == root + "/":
         if method not in _READ:
             raise _use_get()
-        return 200, {"policies": [s.as_dict() for s in control.inspect()]}
+        return 200, {"policies": _inspect(control)}
     if not path.startswith(root + "/"):
         raise _Refused(404, "not found")
     rest = path[len(root) + 1:]
@@ -174,9 +175,17 @@ async def _route(control: ControlPlane, root: str, scope: Scope, receive: Receiv
                                 f"(POST to a policy's {', '.join(_ACTIONS)})") from None
         raise _use_get()
     try:
-        return 200, {"policies": [s.as_dict() for s in control.inspect(rest)]}
+        return 200, {"policies": _inspect(control, rest)}
     except UnknownPolicy:
         raise _Refused(404, f"no policy named {rest!r}") from None
+
+
+def _inspect(control: ControlPlane, name: str | None = None) -> list[dict[str, Any]]:
+    """The snapshots of ``name`` (every policy's for ``None``), read in an empty context: a read
+    applies due lazy transitions (a breaker's open period over), whose events belong to no
+    request, not to this one (its span, its scoped sinks); the process-wide sinks get them.
+    ``UnknownPolicy`` for a name not registered."""
+    return [s.as_dict() for s in contextvars.Context().run(control.inspect, name)]
 
 
 async def _read_json(receive: Receive) -> dict[str, Any]:
