@@ -201,3 +201,60 @@ async def test_a_transition_the_admin_endpoints_read_notices_is_not_put_on_its_r
             assert [e.label for e in everywhere.of("breaker.half_open")] == ["h2-admin"]
     finally:
         stoic.remove_sink(everywhere)
+
+
+def _utf8(attributes: Any) -> list[str]:
+    """The attribute values (and keys) OTLP could not encode: a str must be valid UTF-8."""
+    bad = []
+    for key, value in dict(attributes).items():
+        for text in (key, value):
+            if isinstance(text, str):
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    bad.append(key)
+    return bad
+
+
+def test_span_events_and_log_records_carry_only_text_otlp_can_encode():
+    # A label from data (a tenant's name read from JSON's "\udce9", a path from os.fsdecode) and a
+    # defect's message naming a file with undecodable bytes went to OpenTelemetry as lone
+    # surrogates, which no UTF-8 encoder (OTLP's protobuf) takes: the exporter failed the whole
+    # batch, every other span or record in it lost. The metrics route already gave such text U+FFFD
+    # (stoic._metrics.encodable); span events and log records now do too.
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from otel_support import InMemoryLogRecordExporter
+
+    spans, logs = InMemorySpanExporter(), InMemoryLogRecordExporter()
+    tracer_provider, logger_provider = TracerProvider(), LoggerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    inst = instrument(logger_provider=logger_provider, log_events=True, metrics=False)
+    breaker = stoic.CircuitBreaker(label="tenant:caf\udce9")
+
+    def buggy() -> None:
+        raise stoic.Defect("cannot read /data/caf\udce9.json")
+
+    try:
+        with tracer_provider.get_tracer("app").start_as_current_span("call"):
+            with contextlib.suppress(stoic.Defect):
+                breaker.call(buggy)
+            breaker.force_open()
+    finally:
+        inst.uninstrument()
+        tracer_provider.shutdown()
+        logger_provider.shutdown()
+    (span,) = spans.get_finished_spans()
+    assert [e.name for e in span.events] == ["breaker.defect", "breaker.opened"]
+    for event in span.events:
+        assert _utf8(event.attributes) == [], event.name
+        assert event.attributes["stoic.label"] == "tenant:caf\ufffd"
+    records = [r.log_record for r in logs.get_finished_logs()]
+    assert [r.event_name for r in records] == ["breaker.defect", "breaker.opened"]
+    for record in records:
+        assert _utf8(record.attributes) == [], record.event_name
+    assert records[0].attributes["exception.message"] == "cannot read /data/caf\ufffd.json"

@@ -12,6 +12,7 @@ import traceback
 
 from opentelemetry._logs import LoggerProvider, SeverityNumber, get_logger_provider
 
+from stoic._metrics import encodable
 from stoic.events import Event, Level
 
 from ._table import SCHEMA_URL, attributes
@@ -60,8 +61,10 @@ class LogEventSink:
                     message = str(error)
                 except Exception:  # (an exception whose __str__ fails: the record is still sent)
                     message = "<exception str() failed>"  # as the traceback renders it
-                made["exception.message"] = message
-                made["exception.stacktrace"] = "".join(traceback.format_exception(error))
+                # (a message or traceback may name a path with undecodable bytes: a lone
+                # surrogate, which OTLP cannot encode, would cost the whole batch)
+                made["exception.message"] = encodable(message)
+                made["exception.stacktrace"] = encodable("".join(traceback.format_exception(error)))
         self._logger.emit(
             timestamp=time.time_ns(), event_name=event.name, severity_number=number, severity_text=text,
             body=event.name, attributes=made,

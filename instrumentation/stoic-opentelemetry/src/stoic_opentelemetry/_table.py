@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stoic._metrics import BREAKER_STATES, DURATION_BUCKETS, LABEL, METRICS, METRICS_BY_NAME, MetricSpec
+from stoic._metrics import BREAKER_STATES, DURATION_BUCKETS, LABEL, METRICS, METRICS_BY_NAME, MetricSpec, encodable
 from stoic.events import Event
 
 SECOND_BUCKETS = DURATION_BUCKETS
@@ -21,17 +21,20 @@ _INT64 = range(-(2**63), 2**63)
 def value(number: Any) -> Any:
     """``number`` as OpenTelemetry can carry it: its integers are signed 64-bit (OTLP encodes
     int64, and a larger Python int fails the whole export), so an int outside that range becomes
-    a float (its magnitude kept). Anything else is returned as is."""
+    a float (its magnitude kept); its strings are UTF-8, so a lone surrogate in a ``str`` becomes
+    U+FFFD (``stoic._metrics.encodable``). Anything else is returned as is."""
     if type(number) is int and number not in _INT64:
         return float(number)
+    if type(number) is str:
+        return encodable(number)
     return number
 
 
 def attributes(event: Event) -> dict[str, Any]:
-    """The OpenTelemetry attributes of ``event``: its own (integers made safe by :func:`value`)
-    plus ``stoic.label``."""
+    """The OpenTelemetry attributes of ``event``: its own (integers and text made safe by
+    :func:`value`) plus ``stoic.label`` (a label from data may hold a lone surrogate too)."""
     made = {key: value(item) for key, item in event.attributes.items()}
-    made[LABEL] = event.label
+    made[LABEL] = encodable(event.label)
     return made
 
 
