@@ -281,7 +281,9 @@ class HTTPPolicies(Generic[Resp]):
         ``made``: the list ``attempt`` appends every response it receives to; ``close(response)``
         releases one (its result awaited when awaitable; a close that raises is ignored). Every
         response in ``made`` but the one returned is closed (all of them when a stage answered
-        in place of the attempts), and all of them when the call raises. A failed attempt that
+        in place of the attempts), and all of them when the call raises; an awaited close runs to
+        its end even when the caller is cancelled during it (then every other one is still
+        closed, the one to return included, and the cancellation raised). A failed attempt that
         is to be retried has its response closed before the retry's backoff sleep (it is never
         the caller's then: the next attempt's result or error is), so no connection is held
         through the sleep; a response returned because no retry follows (attempts, budget or
@@ -320,7 +322,7 @@ class HTTPPolicies(Generic[Resp]):
                         if drain is not None:
                             await _drained(drain, failed)
                         closed += 1
-                        await _quietly(close, failed)
+                        await _released(close, failed)
 
             try:
                 try:
@@ -361,13 +363,15 @@ class HTTPPolicies(Generic[Resp]):
                 except (ServerError, TooManyRequests) as failed:
                     response = failed.response
             except BaseException:
-                for made_one in made[closed:]:
-                    await _quietly(close, made_one)
+                await _close_all(close, made[closed:])
                 raise
             if len(made) > 1 or (made and made[0] is not response):  # (a stage may answer in place of it)
-                for made_one in made[closed:]:
-                    if made_one is not response:
-                        await _quietly(close, made_one)
+                try:
+                    await _close_all(close, [made_one for made_one in made[closed:] if made_one is not response])
+                except BaseException:
+                    # Cancelled while closing the others: the response will never be the caller's.
+                    await _close_all(close, [made_one for made_one in made[closed:] if made_one is response])
+                    raise
             return response
         finally:
             if claimed is not None:
@@ -440,6 +444,51 @@ async def _quietly(release: Callable[[Resp], Any], response: Resp) -> None:
             await releasing
     except Exception:
         pass
+
+
+_closing: set[asyncio.Future[Any]] = set()
+"""Closes under way (:func:`_released`), held until they end: one its caller stopped waiting for
+(cancelled) still runs to its end, and a task the loop holds only weakly must not be collected."""
+
+
+def _closed(task: asyncio.Future[Any]) -> None:
+    _closing.discard(task)
+    if not task.cancelled():
+        task.exception()  # (retrieved: a failed close is ignored, never logged as unretrieved)
+
+
+async def _released(release: Callable[[Resp], Any], response: Resp) -> None:
+    """:func:`_quietly`, whose awaited part runs to its end even when the caller is cancelled
+    meanwhile (the cancellation is raised at once; the close goes on by itself): a close cut
+    short at an await (httpx's, closing its socket) would leave the connection checked out of
+    the pool for good. Only a release that returns an awaitable costs a task."""
+    try:
+        releasing = release(response)
+        if not inspect.isawaitable(releasing):
+            return
+        task = asyncio.ensure_future(releasing)
+    except Exception:
+        return
+    _closing.add(task)
+    task.add_done_callback(_closed)
+    try:
+        await asyncio.shield(task)
+    except Exception:
+        pass
+
+
+async def _close_all(close: Callable[[Resp], Any], responses: Sequence[Resp]) -> None:
+    """:func:`_released` for each of ``responses``, every one of them even when the caller is
+    cancelled during one; the cancellation is raised once all are started."""
+    cancelled: BaseException | None = None
+    for response in responses:
+        try:
+            await _released(close, response)
+        except BaseException as error:  # (a cancellation: _released lets no Exception out)
+            if cancelled is None:
+                cancelled = error
+    if cancelled is not None:
+        raise cancelled
 
 
 async def _drained(drain: Callable[[Resp], Any], response: Resp) -> None:
