@@ -11,7 +11,7 @@ import httpx
 import pytest
 from _uvicorn import read_body, serving
 
-from stoic import Hedge, Retrying, Schedule
+from stoic import AdaptiveThrottle, Hedge, Retrying, Schedule, Throttled
 from stoic.httpx import AsyncResilientTransport
 
 pytestmark = pytest.mark.integration
@@ -20,7 +20,8 @@ BIG = 200_000  # bytes: a failed body over the 64 KiB read before a retry, so it
 
 
 class App:
-    """Per path, the first hit fails (a 503 with a big body) and the later ones answer 200.
+    """Per path, the first hit fails (a 503 with a big body) and the later ones answer 200;
+    ``/limited/...`` always answers 429.
     ``/hedge/...``: the failure comes after 0.1 s and the success after 0.3 s, so a hedge
     started at 0.05 s wins after the first attempt has failed (its response is the loser to
     close)."""
@@ -34,6 +35,11 @@ class App:
         await read_body(receive)
         path = scope["path"]
         hit = self.hits[path] = self.hits.get(path, 0) + 1
+        if path.startswith("/limited/"):  # the server's own rate limit, refusing everything
+            await send({"type": "http.response.start", "status": 429,
+                        "headers": [(b"content-length", b"0"), (b"retry-after", b"1")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
         hedged = path.startswith("/hedge/")
         if hit == 1:
             if hedged:
@@ -127,3 +133,21 @@ async def test_a_caller_cancelled_while_a_failed_response_closes_before_the_back
         f"{url}/retry/1", retry=Retrying(Schedule.fixed(0.05).attempts(3), label="h2-retry"))
     assert await _held(pool) == []
     await client.aclose()
+
+
+async def test_a_throttle_stage_sheds_against_a_server_whose_rate_limit_refuses_everything(url):
+    """Every request the server answers 429 is one it did not accept: the throttle stage sheds
+    (up to its cap) instead of sending every request into the server's refusal."""
+    throttle = AdaptiveThrottle(label="limited")
+    async with httpx.AsyncClient(transport=AsyncResilientTransport(stages=[throttle]), timeout=5.0) as client:
+        answered = shed = 0
+        for _ in range(200):
+            try:
+                response = await client.get(f"{url}/limited/a")
+            except Throttled:
+                shed += 1
+            else:
+                assert response.status_code == 429
+                answered += 1
+    assert throttle.requests == 200 and throttle.accepts == 0
+    assert shed > 100 and answered == 200 - shed

@@ -138,6 +138,37 @@ async def test_cancellations_and_inner_rejections_are_not_counted(clock: Virtual
     assert throttle.requests == 0
 
 
+async def test_the_dependencys_own_rate_limit_refusal_counts_against_it(clock: VirtualClock):
+    """A server answering 429 (stoic's HTTP layer raises it as ``TooManyRequests``, a
+    ``RateLimited``) refused the request: exactly what the throttle exists to stop sending (the
+    SRE rule: a request the backend rejected is not an accept). Unlike a local rate limiter's
+    refusal inside the throttle, which never reached the dependency and is not counted."""
+    from stoic._http import TooManyRequests
+
+    throttle = AdaptiveThrottle(label="t", clock=clock)
+
+    async def server_says_429() -> None:
+        raise TooManyRequests(None, label="api", retry_after=1.0)
+
+    async def local_limiter_refuses() -> None:
+        raise stoic.RateLimited(label="local", retry_after=1.0)
+
+    for _ in range(5):
+        with pytest.raises(stoic.RateLimited):
+            await throttle.execute(local_limiter_refuses)
+    assert (throttle.requests, throttle.accepts) == (0, 0)
+    shed = 0
+    for _ in range(200):
+        try:
+            await throttle.execute(server_says_429)
+        except Throttled:
+            shed += 1
+        except TooManyRequests:
+            pass
+    assert throttle.accepts == 0 and throttle.requests == 200
+    assert shed > 100  # the cap (0.9) after the first min_throughput requests
+
+
 async def test_the_window_rolls_bucket_by_bucket(clock: VirtualClock):
     throttle = AdaptiveThrottle(label="t", clock=clock, window=120.0)
     dep = Dependency()

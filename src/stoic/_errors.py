@@ -35,6 +35,9 @@ class Rejected(Exception):
     """
 
     reason: RejectionReason = RejectionReason.CIRCUIT_OPEN
+    # True for a refusal the dependency itself made (an HTTP 429: stoic.httpx's TooManyRequests),
+    # which reached it: the adaptive throttle counts that one as a request not accepted.
+    _by_dependency: bool = False
 
     def __init__(self, message: str = "", *, label: str | None = None, retry_after: float | None = None) -> None:
         self.label = label

@@ -126,7 +126,10 @@ class TooManyRequests(RateLimited):
     """An attempt answered 429: the server's rate limit refused it. A :class:`stoic.RateLimited`
     (so the breaker ignores it: the dependency is not failing) whose ``retry_after`` comes from
     the ``Retry-After`` header; ``label`` is the request's key, ``response`` as for
-    :class:`ServerError`."""
+    :class:`ServerError`. An :class:`stoic.AdaptiveThrottle` counts it as a request the server did
+    not accept (unlike a local policy's refusal, it reached the server)."""
+
+    _by_dependency = True
 
     def __init__(self, response: Any, *, label: str | None, retry_after: float | None) -> None:
         super().__init__(label=label, retry_after=retry_after)

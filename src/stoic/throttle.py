@@ -98,7 +98,9 @@ class AdaptiveThrottle:
     :class:`stoic.Throttled` (a retryable :class:`stoic.Rejected`, ``fn`` not run) when the
     call is shed; ``fn``'s own exceptions propagate unchanged. A timeout (``TimeoutError``, a
     ``DeadlineExceeded`` that cut the call, a cancellation by an enclosing ``stoic.timeout``)
-    counts as a failure; other cancellations, defects, inner policies' rejections and the
+    counts as a failure, and so does a server's own refusal (an HTTP 429, ``TooManyRequests``
+    from stoic's HTTP integrations: it reached the server); other cancellations, defects, inner
+    policies' rejections and the
     ``TypeError`` of awaiting what a plain ``fn`` returned (a bug at the call site) are not
     counted at all (an exception group too, judged by its leaves: only rejections, or any leaf a
     defect; a group with a leaf a deadline cut, and no defect leaf, is a timeout; otherwise a
@@ -301,9 +303,11 @@ class AdaptiveThrottle:
             # all Rejected, would otherwise read as inner refusals): the breaker's rule too.
             if cut_by_deadline(exc) and not is_defect(exc):
                 self._count(False)  # the work ran and took too long: the dependency failed it
-            elif not is_rejection(exc) and not is_defect(exc) and not (type(exc) is TypeError and failed_await(exc)):
+            elif ((not is_rejection(exc) or getattr(exc, "_by_dependency", False)) and not is_defect(exc)
+                  and not (type(exc) is TypeError and failed_await(exc))):
                 # (A group is judged by its leaves. The TypeError of an await on what cannot be
-                # awaited, a plain function's value, is a bug: the dependency was not even asked.)
+                # awaited, a plain function's value, is a bug: the dependency was not even asked.
+                # A server's own refusal, an HTTP 429, did reach it: not an accept.)
                 try:
                     overloaded = self._overloaded(exc)
                 except Exception as failure:  # a user's classifier or retry_decision: keep the error
