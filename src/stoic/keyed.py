@@ -9,10 +9,11 @@ A :class:`Keyed` family holds one configuration and a factory (``CircuitBreaker`
   when the family next makes room, and at capacity the least recently used key that is *at
   rest* goes first. A policy is at rest when nothing would be lost by forgetting it: no call
   in flight through the family, a breaker that is closed (never open, half-open or forced),
-  a bulkhead or limiter with nothing running or queued, a limiter whose bucket is full again
-  (a per-key ``Pipeline``: every stage at rest). When every key is busy, a new key is served
-  by one shared overflow policy instead (``keyed.full``), so a flood of new keys can neither
-  grow memory nor evict a breaker that is protecting a failing dependency.
+  a bulkhead or limiter with nothing running or queued, a limiter whose bucket is full again,
+  an adaptive throttle whose shed probability is 0 (a per-key ``Pipeline``: every stage at
+  rest). When every key is busy, a new key is served by one shared overflow policy instead
+  (``keyed.full``), so a flood of new keys can neither grow memory nor evict a breaker (or a
+  throttle) that is protecting a failing dependency.
 - labels: each key's policy is labelled ``f"{label}:{key}"`` for the first ``max_labels``
   distinct keys; later keys get ``f"{label}:{OVERFLOW_KEY}"``, so a route with IDs in it
   cannot explode the cardinality of the metrics (``stoic.label``).
@@ -54,8 +55,9 @@ _BUSY_COUNTS: Final = ("in_use", "active_count", "queued", "queued_count", "wait
 
 def at_rest(policy: object) -> bool:
     """Whether forgetting ``policy`` loses nothing: a breaker that is closed, no slot taken,
-    nothing queued, a limiter's bucket full. A :class:`stoic.Pipeline` (a factory building one per key) has no state of
-    its own: it is at rest when every stage is. Any reading that fails counts as busy (never
+    nothing queued, a limiter's bucket full, a throttle shedding nothing. A
+    :class:`stoic.Pipeline` (a factory building one per key) has no state of its own: it is at
+    rest when every stage is. Any reading that fails counts as busy (never
     evict on doubt)."""
     try:
         stages = getattr(policy, "stages", None)
@@ -72,6 +74,11 @@ def at_rest(policy: object) -> bool:
         # permits it has spent (a quota of one an hour given again after idle_after).
         burst = getattr(policy, "burst", None)
         if isinstance(burst, int) and getattr(policy, "available_permits", burst) < burst:
+            return False
+        # A throttle still shedding: forgetting it would send the key's failing dependency every
+        # call until a fresh window fills (its probability decays to 0 within a window unused).
+        probability = getattr(policy, "probability", 0.0)
+        if isinstance(probability, float) and probability > 0.0:
             return False
     except Exception:
         return False
