@@ -4,10 +4,14 @@ have learnt about a failing dependency must survive the places that forget polic
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
+import pytest
+
+import stoic
 from stoic import AdaptiveThrottle, Keyed, Throttled
 from stoic.keyed import at_rest
-from stoic.testing import VirtualClock
+from stoic.testing import VirtualClock, seeded
 
 
 async def _down() -> None:
@@ -49,3 +53,44 @@ async def test_a_keyed_throttle_that_is_shedding_is_not_at_rest_and_not_evicted(
     assert at_rest(shedding)
     assert hosts.sweep() >= 1
     assert "down" not in hosts
+
+
+async def test_http_clients_timeouts_and_connection_failures_are_evidence_for_the_adaptive_policies(
+        clock: VirtualClock) -> None:
+    # httpx's ConnectError / ReadTimeout and aiohttp's ServerDisconnectedError are neither
+    # ConnectionError nor TimeoutError: a throttle counted a dead host's every refusal as
+    # accepted (never shedding), and an adaptive bulkhead took every httpx timeout for a fast
+    # failure (never backing off), also as stages of stoic's own httpx transport, whose docs call
+    # them failures.
+    httpx = pytest.importorskip("httpx")
+    from stoic.httpx import AsyncResilientTransport
+
+    def refused(request: Any) -> Any:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    def timed_out(request: Any) -> Any:
+        clock._set_now(clock.now_ns() + 200_000_000)  # each attempt takes 0.2 s, then times out
+        raise httpx.ReadTimeout("read timed out", request=request)
+
+    throttle = AdaptiveThrottle(label="dead-host", clock=clock)
+    aimd = stoic.AdaptiveBulkhead(latency_threshold=1.0, max_concurrent=20, cooldown=0.1, label="aimd", clock=clock)
+    gradient = stoic.GradientBulkhead(max_concurrent=20, label="gradient", clock=clock)
+    for policy, handler in ((throttle, refused), (aimd, timed_out), (gradient, timed_out)):
+        transport = AsyncResilientTransport(httpx.MockTransport(handler), stages=[policy])
+        async with httpx.AsyncClient(transport=transport) as client:
+            with seeded(3):
+                for _ in range(60):
+                    with contextlib.suppress(httpx.TransportError, Throttled):
+                        await client.get("http://dependency.example/")
+    assert throttle.accepts == 0 and throttle.probability == pytest.approx(0.9)
+    assert aimd.limit < 20 and gradient.limit < 20
+
+    # The same kinds, raised directly (no stoic integration imported for them), and the one
+    # classifier that judges them for the throttle and for retry.
+    aiohttp = pytest.importorskip("aiohttp")
+    for error in (httpx.ConnectError("refused"), httpx.PoolTimeout("pool"), httpx.RemoteProtocolError("closed"),
+                  aiohttp.ServerDisconnectedError(), aiohttp.ClientOSError()):
+        assert stoic.RetryClassifier.transient_only(error) == stoic.RetryDecision.RETRY, error
+    for error in (httpx.UnsupportedProtocol("ftp://"), httpx.LocalProtocolError("bad header"),
+                  aiohttp.ClientResponseError(None, (), status=400)):  # type: ignore[arg-type]
+        assert stoic.RetryClassifier.transient_only(error) == stoic.RetryDecision.STOP, error

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import ClassVar, Protocol, TypeAlias, runtime_checkable
 
 from ._durations import Seconds, to_ns
-from ._errors import BudgetExhausted, DeadlineExceeded, Rejected, leaves
+from ._errors import BudgetExhausted, DeadlineExceeded, Rejected, client_transient, leaves
 from ._policy import plain_verdict, refuse_async_callback
 
 _MAX_NS = 2**63 - 1  # every wait saturates here (as schedules do); retry caps it at five minutes anyway
@@ -191,7 +191,7 @@ def _transient_only(error: BaseException) -> RetryDecision:
         return decision
     if isinstance(error, Rejected):
         return _rejection(error)
-    if isinstance(error, _TRANSIENT):
+    if isinstance(error, _TRANSIENT) or client_transient(error):  # (httpx's, aiohttp's too)
         return RetryDecision.RETRY
     return RetryDecision.STOP
 
@@ -255,7 +255,9 @@ class RetryClassifier:
       Every other safety net is on by default (bounded schedule, per-call-site budget, nested
       retries collapse), so an unknown error costs a few bounded attempts, not an outage.
     - :data:`transient_only`: a ``retry_decision`` decides; rejections as above;
-      ``TimeoutError`` and ``ConnectionError`` retry; everything else stops.
+      ``TimeoutError`` and ``ConnectionError`` retry, and the HTTP clients' timeouts and
+      connection failures that are neither (``stoic._errors.client_transient``: httpx's,
+      aiohttp's); everything else stops.
     - :data:`never`: always stop (one attempt, keeping retry's events and nesting mark).
     """
 

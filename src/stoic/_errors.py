@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import functools
 import opcode
+import sys
 import types
 
 
@@ -192,6 +193,36 @@ def cut_by_deadline(error: BaseException) -> bool:
     that cut running work short (``timed_out``): a hung call, which the policies counting
     failures count, though a deadline is a :class:`Rejected`."""
     return any(isinstance(leaf, DeadlineExceeded) and leaf.timed_out for leaf in leaves(error))
+
+
+def client_timeout(error: BaseException) -> bool:
+    """True for a ``TimeoutError``, or an HTTP client's timeout that is none: httpx's
+    ``TimeoutException`` (connect, read, write, pool; aiohttp's are ``TimeoutError`` s)."""
+    if isinstance(error, TimeoutError):
+        return True
+    # Read from sys.modules, never imported: an error can only be of a client's type once that
+    # client is imported, so nothing is missed, and the check costs two lookups on error paths.
+    httpx = sys.modules.get("httpx")
+    kind = getattr(httpx, "TimeoutException", None)
+    return isinstance(kind, type) and isinstance(error, kind)
+
+
+def client_transient(error: BaseException) -> bool:
+    """True for a timeout (:func:`client_timeout`), a ``ConnectionError``, or an HTTP client's
+    connection failure that is no ``ConnectionError``: httpx's ``NetworkError`` (connect, read,
+    write, close) and ``RemoteProtocolError`` (the server dropped the connection mid-answer),
+    aiohttp's ``ClientConnectionError`` (``ClientOSError``, ``ServerDisconnectedError``, ...).
+    Not the clients' other errors (an unsupported URL scheme, a malformed request, a status)."""
+    if isinstance(error, ConnectionError) or client_timeout(error):
+        return True
+    for module, names in (("httpx", ("NetworkError", "RemoteProtocolError")), ("aiohttp", ("ClientConnectionError",))):
+        found = sys.modules.get(module)
+        if found is not None:
+            for name in names:
+                kind = getattr(found, name, None)
+                if isinstance(kind, type) and isinstance(error, kind):
+                    return True
+    return False
 
 
 # The instruction behind ``await x``'s "can't be used in 'await' expression" (the wording differs

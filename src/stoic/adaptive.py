@@ -5,8 +5,9 @@ Both are :class:`stoic.Bulkhead` s whose limit moves: the waiter queue, its canc
 and queue management are the fixed bulkhead's; the arithmetic lives in :mod:`stoic._limits`.
 A call's latency is measured around the operation on the bulkhead's clock and fed to the
 algorithm when the call completes. Samples: a success (its latency), and a timeout (a *drop*:
-``TimeoutError``, a ``DeadlineExceeded`` that cut running work short, or a cancellation by an
-enclosing ``stoic.timeout``; an exception group when any leaf is one). Not samples: any other
+``TimeoutError`` or httpx's ``TimeoutException``, a ``DeadlineExceeded`` that cut running work
+short, or a cancellation by an enclosing ``stoic.timeout``; an exception group when any leaf is
+one). Not samples: any other
 failure (fast failures say nothing about queueing; errors are the breaker's business) and plain
 cancellations. A call's latency leaves out the time it spent queued in an inner stage (a
 bulkhead's queue, a rate limiter's wait: :mod:`stoic._admission`), as the breaker's duration
@@ -48,7 +49,7 @@ from ._clock import Clock, SystemClock, check_clock
 from ._deadline import _current as _deadline_scope
 from ._deadline import deadline_cut_running_work
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
-from ._errors import DeadlineExceeded, Rejected, leaves
+from ._errors import DeadlineExceeded, Rejected, client_timeout, leaves
 from ._limits import AimdLimit, Change, Gradient2Limit
 from ._quantile import _check_quantile
 from ._retune import validated
@@ -103,7 +104,7 @@ def _is_drop(error: BaseException) -> bool | None:
         return True if error.timed_out else None
     if isinstance(error, Rejected):
         return None  # an inner policy refused: nothing ran
-    return True if isinstance(error, TimeoutError) else None
+    return True if client_timeout(error) else None  # (httpx's timeouts are no TimeoutError)
 
 
 def _own_copy(method: F) -> F:

@@ -88,11 +88,12 @@ class AdaptiveThrottle:
       docstring for why it exists).
     - ``classify``: decides which failures were the dependency's fault; a failure it would not
       retry (a domain error) counts as accepted. The default, ``transient_only``, counts only
-      ``TimeoutError``, ``ConnectionError`` and errors that say they are retryable against the
-      dependency: a ``ValueError`` from a validation is the dependency doing its job. A
-      classifier (or an error's ``retry_decision``) that raises never replaces ``fn``'s error:
-      it is chained to it, reported once (``warnings`` and the ``"stoic"`` logger), and the
-      call counts as a failure.
+      ``TimeoutError``, ``ConnectionError`` (httpx's and aiohttp's timeouts and connection
+      failures too) and errors that say they are retryable against the dependency: a
+      ``ValueError`` from a validation is the dependency doing its job. A classifier (or an
+      error's ``retry_decision``) that raises never replaces ``fn``'s error: it is chained to
+      it, reported once (``warnings`` and the ``"stoic"`` logger), and the call counts as a
+      failure.
 
     ``await throttle.execute(fn, *args, **kwargs)`` or ``@throttle``. Raises
     :class:`stoic.Throttled` (a retryable :class:`stoic.Rejected`, ``fn`` not run) when the
