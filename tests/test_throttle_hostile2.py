@@ -94,3 +94,18 @@ async def test_http_clients_timeouts_and_connection_failures_are_evidence_for_th
     for error in (httpx.UnsupportedProtocol("ftp://"), httpx.LocalProtocolError("bad header"),
                   aiohttp.ClientResponseError(None, (), status=400)):  # type: ignore[arg-type]
         assert stoic.RetryClassifier.transient_only(error) == stoic.RetryDecision.STOP, error
+
+
+@pytest.mark.parametrize(("policy", "kwargs", "name"), [
+    (AdaptiveThrottle, {"window": 1e-10}, "window"),
+    (stoic.AdaptiveBulkhead, {"latency_threshold": 4e-10, "max_concurrent": 4}, "latency_threshold"),
+    (stoic.AdaptiveBulkhead, {"latency_threshold": 0.1, "max_concurrent": 4, "cooldown": 1e-12}, "cooldown"),
+    (stoic.GradientBulkhead, {"max_concurrent": 4, "queue_limit": 2, "queue_target": 1e-10}, "queue_target"),
+])
+def test_a_positive_duration_below_a_nanosecond_is_refused_with_the_range_it_misses(
+        policy: Any, kwargs: dict[str, Any], name: str) -> None:
+    # "window must be > 0 seconds, got 1e-10" contradicted itself: 1e-10 is > 0. Durations are
+    # kept in whole nanoseconds, so the range a value misses there is "at least 1 ns".
+    with pytest.raises(ValueError, match=rf"^{name} must be > 0 seconds \(at least 1 ns\), got ") as caught:
+        policy(label="tiny", **kwargs)
+    assert repr(kwargs[name]) in str(caught.value)

@@ -50,8 +50,10 @@ def to_ns(value: Seconds, name: str, *, allow_zero: bool = False) -> int:
         # Any negative is refused, a tiny one that would round to 0 ns included.
         ns = -1 if value < 0 else round(value * NS_PER_SECOND)
     if ns < 0 or (ns == 0 and not allow_zero):
-        allowed = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be {allowed} seconds, got {_show(value)}")
+        # Kept in whole nanoseconds: a positive value below half of one rounds to 0 and is
+        # refused too, so the range says so ("> 0 seconds, got 1e-10" contradicted itself).
+        allowed = ">= 0 seconds" if allow_zero else "> 0 seconds (at least 1 ns)"
+        raise ValueError(f"{name} must be {allowed}, got {_show(value)}")
     if ns > MAX_NS:
         raise _too_long(name, value)
     return ns
