@@ -109,3 +109,29 @@ def test_a_positive_duration_below_a_nanosecond_is_refused_with_the_range_it_mis
     with pytest.raises(ValueError, match=rf"^{name} must be > 0 seconds \(at least 1 ns\), got ") as caught:
         policy(label="tiny", **kwargs)
     assert repr(kwargs[name]) in str(caught.value)
+
+
+def test_a_certificate_the_client_refused_is_not_transient() -> None:
+    # A certificate that fails verification fails the same way on every attempt: retrying it (or
+    # counting it against the dependency's load) only delays the error a human has to fix. httpx
+    # raises it as a ConnectError caused by ssl's error; aiohttp as a connection error that is one.
+    import ssl
+
+    httpx = pytest.importorskip("httpx")
+    aiohttp = pytest.importorskip("aiohttp")
+    from aiohttp.client_reqrep import ConnectionKey
+
+    def httpx_certificate_error() -> BaseException:
+        try:
+            try:
+                raise ssl.SSLCertVerificationError(1, "certificate verify failed")
+            except ssl.SSLError as low:
+                raise httpx.ConnectError(str(low)) from low
+        except httpx.ConnectError as error:
+            return error
+
+    key = ConnectionKey("api.example", 443, True, True, None, None, None)
+    refused = aiohttp.ClientConnectorCertificateError(key, ssl.SSLCertVerificationError("certificate verify failed"))
+    for error in (httpx_certificate_error(), refused):
+        assert stoic.RetryClassifier.transient_only(error) == stoic.RetryDecision.STOP, error
+    assert stoic.RetryClassifier.transient_only(httpx.ConnectError("refused")) == stoic.RetryDecision.RETRY

@@ -212,7 +212,8 @@ def client_transient(error: BaseException) -> bool:
     connection failure that is no ``ConnectionError``: httpx's ``NetworkError`` (connect, read,
     write, close) and ``RemoteProtocolError`` (the server dropped the connection mid-answer),
     aiohttp's ``ClientConnectionError`` (``ClientOSError``, ``ServerDisconnectedError``, ...).
-    Not the clients' other errors (an unsupported URL scheme, a malformed request, a status)."""
+    Not the clients' other errors (an unsupported URL scheme, a malformed request, a status),
+    nor a certificate that failed verification (:func:`_certificate_refused`)."""
     if isinstance(error, ConnectionError) or client_timeout(error):
         return True
     for module, names in (("httpx", ("NetworkError", "RemoteProtocolError")), ("aiohttp", ("ClientConnectionError",))):
@@ -221,7 +222,25 @@ def client_transient(error: BaseException) -> bool:
             for name in names:
                 kind = getattr(found, name, None)
                 if isinstance(kind, type) and isinstance(error, kind):
-                    return True
+                    return not _certificate_refused(error)
+    return False
+
+
+def _certificate_refused(error: BaseException) -> bool:
+    """Whether ``error`` is, or was raised from, an ``ssl.SSLCertVerificationError`` (aiohttp's
+    certificate error is one; httpx's ``ConnectError`` is raised from it, through httpcore's): it
+    fails alike on every attempt, so it is no transient failure."""
+    ssl = sys.modules.get("ssl")
+    kind = getattr(ssl, "SSLCertVerificationError", None)
+    if not isinstance(kind, type):
+        return False
+    seen = 0
+    link: BaseException | None = error
+    while link is not None and seen < 8:  # (a few links: httpx -> httpcore -> ssl; never a loop)
+        if isinstance(link, kind):
+            return True
+        link = link.__cause__ or link.__context__
+        seen += 1
     return False
 
 
