@@ -226,3 +226,24 @@ async def test_by_host_keys_a_host_as_the_httpx_transport_does(url: str):
 
     request = aiohttp.ClientRequest("GET", yarl.URL(url), loop=asyncio.get_running_loop())
     assert by_host(request) == httpx_by_host(httpx.Request("GET", url))
+
+
+async def test_the_sessions_total_timeout_bounds_the_retries_and_a_stoic_timeout_returns_the_last_response(server):
+    """docs/aiohttp.md: aiohttp's ``total`` covers the middleware, so a retry course longer than
+    it ends in aiohttp's TimeoutError; under ``stoic.timeout`` the retry starts no backoff that
+    would end past the deadline and the caller gets the last 503. (aiohttp's timer is real
+    time: the delays are short, the assertions leave room for a loaded machine.)"""
+    url, app = server
+    retry = Retrying(Schedule.fixed(0.1).attempts(4), label="total-retry")
+    short_total = aiohttp.ClientTimeout(total=0.15)
+    async with aiohttp.ClientSession(base_url=url, middlewares=(ResilientMiddleware(retry=retry),),
+                                     timeout=short_total) as http:
+        with pytest.raises(TimeoutError):
+            async with http.get("/flaky/t1?fail=9"):
+                pass
+    patient = aiohttp.ClientTimeout(total=None, sock_read=5.0)
+    async with (aiohttp.ClientSession(base_url=url, middlewares=(ResilientMiddleware(retry=retry),),
+                                      timeout=patient) as http,
+                stoic.timeout(0.25), http.get("/flaky/t2?fail=9") as r):
+        assert r.status == 503 and await r.text() == "failing"
+    assert 2 <= app.hits["t2"] <= 3  # attempts at 0, 0.1 and 0.2 s; the next would start past 0.25 s
