@@ -161,6 +161,29 @@ class RetryBudget:
         """Record a first attempt: earn ``ratio`` tokens (up to the earned cap). Lock-free."""
         next(self._deposits)
 
+    def _take_back(self) -> None:
+        """Undo one :meth:`deposit`: the first attempt it was made for never reached the
+        dependency (a misused operation, stoic._errors.misused). Exact while that deposit is
+        not folded yet, which is the case unless another thread folded in between (the misuse
+        is raised at the call, without awaiting); then its share comes off the earned tokens."""
+        with self._lock:
+            taken = next(self._deposits)  # (a number of its own: skipped, as _fold's is)
+            pending = taken - self._folded
+            self._folded = taken + 1
+            if pending:  # fold every pending deposit but one
+                self._earned = min(self._earned_cap, self._earned + (pending - 1) * self._ratio_units)
+            else:
+                self._earned = max(0, self._earned - self._ratio_units)
+
+    def _give_back(self) -> None:
+        """Return a token :meth:`try_spend` took for an attempt that never reached the
+        dependency (a misused hedge), as an earned one (up to the earned cap)."""
+        if self._kind == "unlimited":
+            return
+        with self._lock:
+            self._fold()
+            self._earned = min(self._earned_cap, self._earned + _UNIT)
+
     def try_spend(self) -> bool:
         """Take one token for a retry or hedge; ``False`` (taking nothing) when there is none."""
         if self._kind == "unlimited":

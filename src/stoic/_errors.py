@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import functools
 import opcode
+import re
 import sys
 import types
 
@@ -300,7 +301,13 @@ def not_bound(error: TypeError, fn: object) -> bool:
     no frame of that code ever ran (a wrong call inside the operation, its own failure, runs
     under its frame). The call site is wrong: a breaker that counted it would let one buggy
     caller open the circuit for everyone, a fallback that substituted it would answer every
-    call while the real call never runs."""
+    call while the real call never runs.
+
+    Also such a refusal raised where an inner stage of stoic's called the operation (``fn`` is
+    then that stage's ``execute``, in a pipeline): the innermost frame of the traceback is
+    stoic's, stopped at a call, and the message has the binding error's shape."""
+    if _refused_in_own_call(error):
+        return True
     code = code_of(fn)
     if not isinstance(code, types.CodeType):
         return False
@@ -313,3 +320,35 @@ def not_bound(error: TypeError, fn: object) -> bool:
             return False
         tb = tb.tb_next
     return True
+
+
+# Python's refusal to bind a call's arguments ("f() takes 1 positional argument but 2 were
+# given", "f() missing 1 required ...", "f() got an unexpected keyword argument 'x'", "got
+# multiple values", "len() takes exactly one argument (2 given)").
+_BINDING = re.compile(r"[\w.<>]+\(\) (?:takes |missing |got )")
+_CALLS = frozenset(opcode.opmap[name] for name in ("CALL", "CALL_FUNCTION_EX", "CALL_KW") if name in opcode.opmap)
+
+
+def _refused_in_own_call(error: TypeError) -> bool:
+    """Whether ``error`` is a binding refusal raised by a call in a frame of stoic's own, the
+    innermost: the called function never got a frame, so it is the call, not the callee."""
+    tb = error.__traceback__
+    message = error.args[0] if len(error.args) == 1 else None
+    if tb is None or type(message) is not str or not _BINDING.match(message):
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    name = tb.tb_frame.f_globals.get("__name__")
+    code = tb.tb_frame.f_code.co_code
+    return type(name) is str and name.startswith(_OWN) and 0 <= tb.tb_lasti < len(code) \
+        and code[tb.tb_lasti] in _CALLS
+
+
+def misused(error: BaseException, fn: object) -> bool:
+    """Whether ``error`` says operation ``fn`` was handed to a policy wrongly: the ``TypeError``
+    of an ``await`` of stoic's on what a plain function returned (:func:`failed_await`), or of
+    calling ``fn`` with arguments it does not take (:func:`not_bound`). The misuse rule, the same
+    in every policy: raised at once and unchanged, never retried or hedged, never counted
+    against the dependency, and neither earning nor spending budget tokens (the dependency was
+    never asked)."""
+    return type(error) is TypeError and (failed_await(error) or not_bound(error, fn))

@@ -26,7 +26,7 @@ from ._clock import SYSTEM_CLOCK, Clock, _ambient_clock, check_clock, current_cl
 from ._deadline import Timeout, cancelled_since, remaining_ns
 from ._deadline import _current as _deadline_scope
 from ._durations import Seconds, check_label, to_ns
-from ._errors import Defect, failed_await, is_defect
+from ._errors import Defect, is_defect, misused
 from ._policy import is_async_callable, through_method_decorators
 from .events import Level, emit, error_type
 from .events._sinks import kind_floor
@@ -182,6 +182,15 @@ def _attempt_mark(mark: _Mark, number: int) -> _Mark:
     fresh: _Mark = [2, mark[1], mark[2]]  # (never collapsed: its budget is the retry's)
     _set_marks(fresh)
     return fresh
+
+
+def _misuse_raised(mark: _Mark, bucket: RetryBudget, number: int) -> None:
+    """A misused operation (stoic._errors.misused) is about to be raised from attempt ``number``
+    of the retry of ``mark``: a first attempt's deposit, if the retry made one, is taken back.
+    It made one unless collapsed (its budget None) or in a hedge's attempt on ``bucket``
+    (``_FIRST_ATTEMPT``); the misuse is raised at the call, so the marks are as they were then."""
+    if number == 1 and mark[2] is not None and not _in_hedge_on(mark[1], bucket):
+        bucket._take_back()
 
 
 def in_retry_attempt() -> bool:
@@ -666,10 +675,13 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
                 mark[0] = 0
         if _cancelled_since(cancels, error):
             raise error  # (1) the task running the retry is being cancelled: never retried, never swallowed
-        if type(error) is TypeError and failed_await(error):
-            # An await on what cannot be awaited (a plain function's generator or value): a bug,
-            # refused like a plain operation's coroutine or generator in retry_sync, whatever the
-            # classifier says; raised unchanged.
+        if type(error) is TypeError and misused(error, fn):
+            # An await on what cannot be awaited (a plain function's generator or value), or fn
+            # called with arguments it does not take: a bug at the call site, refused like a plain
+            # operation's coroutine or generator in retry_sync, whatever the classifier says;
+            # raised unchanged, with no event, and the deposit of a call that never reached the
+            # dependency taken back.
+            _misuse_raised(mark, bucket, number)
             raise error
         if started < 0:
             started = clock.now_ns()  # no deadline and no up_to: the start matters to nothing
@@ -781,6 +793,9 @@ def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any,
                 return result
             finally:
                 mark[0] = 0
+        if type(error) is TypeError and misused(error, fn):
+            _misuse_raised(mark, bucket, number)  # (as in _loop_async)
+            raise error
         if started < 0:
             started = clock.now_ns()
         if run is None:

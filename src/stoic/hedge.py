@@ -35,7 +35,7 @@ from ._clock import Clock, SystemClock, TimerHandle, current_clock, resolve_cloc
 from ._deadline import _current as _deadline_scope
 from ._deadline import remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
-from ._errors import DeadlineExceeded, leaves
+from ._errors import DeadlineExceeded, leaves, misused
 from ._quantile import WindowedQuantile, _check_quantile, default_warmup
 from ._random import call_site
 from ._retry import _IDLE, _NO_MARK, _caller_task, _counted_on, _getframe, _learn_op, _reset_marks, _set_marks, _site
@@ -498,8 +498,9 @@ class _Call:
         self.decided = False
         self.winner = 0  # the winning attempt's number; 0 while there is none
         self.error: BaseException | None = None  # the first failure in completion order
-        # A KeyboardInterrupt, SystemExit or the like from a hedge (_stops_everything): the call
-        # raises it once every attempt has stopped; it is no attempt's failure.
+        # A KeyboardInterrupt, SystemExit or the like from a hedge (_stops_everything), or a
+        # misused operation's TypeError: the call raises it once every attempt has stopped; it
+        # is no attempt's failure.
         self.fatal: BaseException | None = None
         self.superseded = False  # the caller's task was cancelled because a hedge won
         self.end = 0
@@ -576,6 +577,11 @@ class _Call:
                 # attempt's failure: the dependency did not fail.
                 if self.fatal is None:
                     self._stop(error)
+            elif error is not None and not self.decided and type(error) is TypeError and misused(error, self.fn):
+                # The misuse rule: the call site's bug, not a slow or failing dependency. The call
+                # stops as for a KeyboardInterrupt and raises it; this hedge's token comes back.
+                self.policy._budget._give_back()
+                self._stop(error)
             elif not self.decided:
                 number = index + 2
                 if error is None:
@@ -618,8 +624,9 @@ class _Call:
             self.task.cancel(SUPERSEDED)
 
     def _stop(self, error: BaseException) -> None:
-        """A hedge raised ``error`` (KeyboardInterrupt, SystemExit...): cancel every other attempt,
-        the first one (in the caller's task) included; the caller raises ``error`` once they stop."""
+        """A hedge raised ``error`` (KeyboardInterrupt, SystemExit..., or a misused operation's
+        TypeError): cancel every other attempt, the first one (in the caller's task) included;
+        the caller raises ``error`` once they stop."""
         self.fatal = error
         self.decided = True
         self._stop_timer()
@@ -803,6 +810,13 @@ async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: 
             # No hedge ever started: the first attempt's outcome is the call's.
             if call.handle is not None:
                 call.handle.cancel()
+            if type(exc) is TypeError and misused(exc, fn):
+                # The misuse rule (stoic._errors.misused): the call site's bug, raised at once
+                # with no attempt reported, and the deposit of a call that never reached the
+                # dependency taken back.
+                if deposit:
+                    policy._budget._take_back()
+                raise
             if _SINKS.wants(Level.DEBUG) and isinstance(exc, Exception):
                 emit("hedge.attempt_failed", policy._label, Level.DEBUG, clock.now_ns(),
                      {"attempt": 1, "running": 0, "error.type": error_type(exc)})

@@ -1,0 +1,74 @@
+"""Hostile review of hedge (second round): a misused operation."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from stoic import IDEMPOTENT, Hedge, RetryBudget
+from stoic.testing import RecordingSink, VirtualClock
+
+
+async def fetch(user_id: int) -> int:
+    return user_id
+
+
+def plain() -> int:
+    return 5
+
+
+# --- the misuse rule: raised at once, never hedged, no event, nothing earned or spent ----------
+
+@pytest.mark.parametrize("call", [(fetch, (1, 2), {}), (fetch, (), {}), (fetch, (1,), {"nope": 1}), (plain, (), {})],
+                         ids=["extra", "missing", "keyword", "plain-function"])
+async def test_a_misused_first_attempt_is_raised_with_no_event_and_earns_nothing(
+    call: tuple[Any, tuple[Any, ...], dict[str, Any]], clock: VirtualClock, sink: RecordingSink
+) -> None:
+    # Seen failing before the fix: hedge.attempt_failed was reported (an attempt that never
+    # reached the dependency), and the call's deposit earned the budget 0.2 tokens, where retry
+    # raises the same misuse with no event.
+    budget = RetryBudget(reserve_capacity=0, clock=clock)
+    fn, args, kwargs = call
+    policy = Hedge(0.1, label="h", budget=budget)
+    for _ in range(3):
+        with pytest.raises(TypeError):
+            await clock.run(policy.execute(IDEMPOTENT, fn, *args, **kwargs))
+    assert sink.names == []
+    assert budget.tokens == 0
+    assert clock.pending_timers == 0
+
+
+async def test_a_misused_hedge_attempt_stops_the_call_and_gives_its_token_back(
+    clock: VirtualClock, sink: RecordingSink
+) -> None:
+    # An operation whose later calls are misused (here: a plain function handing back a
+    # coroutine once, then None). Before the fix the hedge's TypeError was one attempt's failure:
+    # the slow first attempt went on, a third attempt was started and its result returned, and
+    # the bug was lost (reported only as a debug hedge.attempt_failed).
+    budget = RetryBudget(reserve_capacity=5, clock=clock)
+    calls: list[int] = []
+    cancelled: list[int] = []
+
+    async def slow() -> str:
+        try:
+            await clock.sleep(1.0)
+        except asyncio.CancelledError:
+            cancelled.append(1)
+            raise
+        return "slow"
+
+    def op() -> Any:
+        calls.append(1)
+        return slow() if len(calls) != 2 else None
+
+    policy = Hedge(0.1, label="h", max_attempts=3, budget=budget)
+    with pytest.raises(TypeError, match="await"):
+        await clock.run(policy.execute(IDEMPOTENT, op))
+    assert calls == [1, 1]  # no third attempt
+    assert cancelled == [1]  # the first attempt was stopped and awaited
+    assert clock.now() == pytest.approx(0.1)
+    assert "hedge.attempt_failed" not in sink.names
+    # The misused hedge's token came back; the first attempt, a real request, earned its 0.2.
+    assert budget.tokens == pytest.approx(5.2)

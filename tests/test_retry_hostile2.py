@@ -1,0 +1,124 @@
+"""Hostile review of retry, Retrying and pipelines (second round): a misused operation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import stoic
+from stoic import CircuitBreaker, Pipeline, RetryBudget, Retrying, Schedule
+from stoic.testing import RecordingSink, VirtualClock
+
+THREE = Schedule.fixed(1).attempts(3)
+
+
+async def fetch(user_id: int) -> int:
+    return user_id
+
+
+def fetch_sync(user_id: int) -> int:
+    return user_id
+
+
+def _retry_everything(error: BaseException) -> bool:
+    return True
+
+
+# --- the misuse rule: raised at once, never retried, no event, nothing earned or spent ---------
+
+@pytest.mark.parametrize("classify", [stoic.RetryClassifier.standard, _retry_everything], ids=["standard", "all"])
+@pytest.mark.parametrize("call", [((1, 2), {}), ((), {}), ((1,), {"nope": 1})], ids=["extra", "missing", "keyword"])
+async def test_an_operation_called_with_arguments_it_does_not_take_is_raised_at_once(
+    classify: Any, call: tuple[tuple[Any, ...], dict[str, Any]], clock: VirtualClock, sink: RecordingSink
+) -> None:
+    # Seen failing before the fix: a classifier retrying everything retried Python's binding
+    # TypeError three times (two backoffs, two tokens), and the standard one reported it as
+    # retry.permanent, where a plain function's unawaitable value is raised with no event.
+    budget = RetryBudget(reserve_capacity=5, clock=clock)
+    args, kwargs = call
+    with pytest.raises(TypeError, match=r"fetch\(\)"):
+        await clock.run(stoic.retry(THREE, fetch, *args, label="op", classify=classify, budget=budget, **kwargs))
+    assert sink.names == []
+    assert clock.now() == 0
+    assert budget.tokens == 5  # nothing spent, and the call that never ran earned nothing
+
+
+@pytest.mark.parametrize("classify", [stoic.RetryClassifier.standard, _retry_everything], ids=["standard", "all"])
+def test_retry_sync_raises_an_operation_called_wrongly_at_once(
+    classify: Any, jumping_clock: VirtualClock, sink: RecordingSink
+) -> None:
+    budget = RetryBudget(reserve_capacity=5, clock=jumping_clock)
+    with pytest.raises(TypeError, match=r"fetch_sync\(\)"):
+        stoic.retry_sync(THREE, fetch_sync, 1, 2, label="op", classify=classify, budget=budget)
+    assert sink.names == []
+    assert budget.tokens == 5
+
+
+async def test_a_retrying_stage_raises_an_inner_stages_misused_operation_at_once(
+    clock: VirtualClock, sink: RecordingSink
+) -> None:
+    # The Retrying stage's operation is the breaker's execute, not fetch: the binding error comes
+    # out of the stage that called fetch. Before the fix it was retried (the classifier retries
+    # everything) and each attempt counted by the breaker as the dependency failing.
+    budget = RetryBudget(reserve_capacity=5, clock=clock)
+    breaker = CircuitBreaker(label="b", minimum_calls=2)
+    pipeline = Pipeline(Retrying(THREE, label="r", classify=_retry_everything, budget=budget), breaker)
+    with pytest.raises(TypeError, match=r"fetch\(\)"):
+        await clock.run(pipeline.execute(fetch, 1, 2))
+    assert [name for name in sink.names if name.startswith("retry.")] == []
+    assert breaker.snapshot.calls == 0
+    assert budget.tokens == 5
+
+
+async def test_an_outer_breaker_does_not_count_a_misuse_raised_through_a_retrying_stage(
+    clock: VirtualClock, sink: RecordingSink
+) -> None:
+    # Seen failing before the fix: Pipeline(breaker, Retrying) handed the breaker Retrying.execute
+    # as its operation, so the binding error naming fetch was not recognised and was counted.
+    breaker = CircuitBreaker(label="outer", minimum_calls=2)
+    pipeline = Pipeline(breaker, Retrying(THREE, label="r", budget=RetryBudget.UNLIMITED))
+    for _ in range(3):
+        with pytest.raises(TypeError, match=r"fetch\(\)"):
+            await clock.run(pipeline.execute(fetch, 1, 2))
+    assert breaker.snapshot.calls == 0
+    assert breaker.state is stoic.BreakerState.CLOSED
+
+
+async def test_a_wrong_call_inside_the_operation_is_still_its_own_failure(
+    clock: VirtualClock, sink: RecordingSink
+) -> None:
+    calls: list[int] = []
+
+    async def op() -> int:
+        calls.append(1)
+        return await fetch(1, 2)  # type: ignore[call-arg]  # the operation's own bug, under its frame
+
+    with pytest.raises(TypeError):
+        await clock.run(stoic.retry(THREE, op, label="op", classify=_retry_everything,
+                                    budget=RetryBudget.UNLIMITED))
+    assert calls == [1, 1, 1]
+
+
+@pytest.mark.parametrize("nesting", [stoic.RetryNesting.SINGLE_ATTEMPT, stoic.RetryNesting.ALLOW])
+async def test_a_misuse_in_a_nested_retry_takes_back_exactly_the_deposits_made(
+    nesting: stoic.RetryNesting, clock: VirtualClock, sink: RecordingSink
+) -> None:
+    # The collapsed inner retry deposited nothing, so nothing of its is taken back; an ALLOW one
+    # deposited, and takes that back. Either way the budget is as the successes left it.
+    budget = RetryBudget(reserve_capacity=0, clock=clock)
+
+    async def ok() -> int:
+        return 1
+
+    for _ in range(5):
+        await stoic.retry(THREE, ok, label="ok", budget=budget)
+    assert budget.tokens == pytest.approx(1.0)
+
+    async def outer() -> int:
+        return await stoic.retry(THREE, fetch, 1, 2, label="inner", budget=budget, nesting=nesting)
+
+    with pytest.raises(TypeError, match=r"fetch\(\)"):
+        await clock.run(stoic.retry(THREE, outer, label="outer", budget=budget, classify=_retry_everything))
+    assert budget.tokens == pytest.approx(1.0)
+    assert sink.names == []
