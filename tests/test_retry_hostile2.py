@@ -122,3 +122,59 @@ async def test_a_misuse_in_a_nested_retry_takes_back_exactly_the_deposits_made(
         await clock.run(stoic.retry(THREE, outer, label="outer", budget=budget, classify=_retry_everything))
     assert budget.tokens == pytest.approx(1.0)
     assert sink.names == []
+
+
+# --- a token pays for a retry that runs: one cancelled in its backoff gets it back ---------------
+
+async def test_hundreds_of_retries_cancelled_in_their_backoff_give_their_tokens_back(
+    clock: VirtualClock, sink: RecordingSink
+) -> None:
+    # Seen failing before the fix: 300 callers cancelled while backing off (clients gone) kept
+    # the 300 tokens they had spent, for retries that never ran, draining a shared budget that
+    # the callers still there needed through the outage.
+    import asyncio
+    import random
+
+    budget = RetryBudget(reserve_capacity=1000, reserve_per_second=0, clock=clock)
+    started: list[int] = []
+    durations = random.Random(3)
+
+    async def op(attempt: stoic.Attempt) -> None:
+        started.append(attempt.number)
+        await clock.sleep(durations.random())
+        raise ConnectionError
+
+    async def main() -> None:
+        tasks = [asyncio.create_task(stoic.retry(Schedule.fixed(1).attempts(4), op, label="r", budget=budget))
+                 for _ in range(300)]
+        rng = random.Random(7)
+        for _ in range(40):  # cancel at random instants: in attempts and in backoffs alike
+            await clock.sleep(0.1)
+            for task in rng.sample(tasks, 12):
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    await clock.run(main())
+    retries = sum(1 for number in started if number > 1)
+    # Each call deposited 0.2; each retry that actually started cost one token, no more.
+    assert budget.tokens == pytest.approx(1000 + 300 * 0.2 - retries)
+
+
+async def test_a_retry_cancelled_in_its_backoff_gives_its_token_back(clock: VirtualClock) -> None:
+    import asyncio
+
+    budget = RetryBudget(reserve_capacity=3, reserve_per_second=0, clock=clock)
+
+    async def op() -> None:
+        raise ConnectionError
+
+    async def main() -> None:
+        task = asyncio.create_task(stoic.retry(Schedule.fixed(5).attempts(3), op, label="r", budget=budget))
+        await clock.sleep(1)  # in its first backoff
+        assert budget.tokens == pytest.approx(2.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    await clock.run(main())
+    assert budget.tokens == pytest.approx(3.2)

@@ -176,13 +176,18 @@ class RetryBudget:
                 self._earned = max(0, self._earned - self._ratio_units)
 
     def _give_back(self) -> None:
-        """Return a token :meth:`try_spend` took for an attempt that never reached the
-        dependency (a misused hedge), as an earned one (up to the earned cap)."""
+        """Return a token :meth:`try_spend` took for an attempt that never ran or never reached
+        the dependency (a retry cancelled in its backoff, a misused hedge): as an earned one
+        while under the earned cap, else to the reserve (up to its capacity)."""
         if self._kind == "unlimited":
             return
         with self._lock:
             self._fold()
-            self._earned = min(self._earned_cap, self._earned + _UNIT)
+            if self._earned + _UNIT <= self._earned_cap:
+                self._earned += _UNIT
+            else:
+                self._refill()
+                self._reserve = min(self._reserve_cap, self._reserve + _UNIT)
 
     def try_spend(self) -> bool:
         """Take one token for a retry or hedge; ``False`` (taking nothing) when there is none."""

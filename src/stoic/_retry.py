@@ -695,9 +695,16 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
             attempt = Attempt(number, attempt.call_id)
             kwargs["attempt"] = attempt
         # Cancellation here propagates as CancelledError: the backoff is not swallowed.
-        if before_backoff is not None:
-            await before_backoff()  # (within the backoff: the wake instant is already set)
-        await clock.sleep_until(run.wake_ns)
+        try:
+            if before_backoff is not None:
+                await before_backoff()  # (within the backoff: the wake instant is already set)
+            await clock.sleep_until(run.wake_ns)
+        except BaseException:
+            # Cancelled (or closed) while backing off: the retry the token paid for never runs,
+            # so a storm of callers leaving mid-backoff does not drain a budget shared with
+            # those still there.
+            bucket._give_back()
+            raise
         started = clock.now_ns()
 
 
@@ -807,9 +814,13 @@ def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any,
         if attempt is not None:
             attempt = Attempt(number, attempt.call_id)
             kwargs["attempt"] = attempt
-        if before_backoff is not None:
-            before_backoff()
-        clock.sleep_until_blocking(run.wake_ns)
+        try:
+            if before_backoff is not None:
+                before_backoff()
+            clock.sleep_until_blocking(run.wake_ns)
+        except BaseException:
+            bucket._give_back()  # (interrupted while backing off: as in _loop_async)
+            raise
         started = clock.now_ns()
 
 
