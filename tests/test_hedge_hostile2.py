@@ -72,3 +72,39 @@ async def test_a_misused_hedge_attempt_stops_the_call_and_gives_its_token_back(
     assert "hedge.attempt_failed" not in sink.names
     # The misused hedge's token came back; the first attempt, a real request, earned its 0.2.
     assert budget.tokens == pytest.approx(5.2)
+
+
+# --- a token pays for a hedge that runs: one cancelled before its first step gets it back -------
+
+async def test_a_hedge_cancelled_before_it_ever_ran_gives_its_token_back(
+    clock: VirtualClock, sink: RecordingSink
+) -> None:
+    # The first attempt's response lands in the same loop iteration as the hedge timer, ahead
+    # of the hedge task's first step (as a socket's readiness is handled before due timers on a
+    # real loop; here the hedge's own call resolves it): the hedge task is created, and the
+    # first attempt wins and cancels it before its coroutine ever starts. Seen failing before
+    # the fix: the token stayed spent, for a hedge that sent nothing.
+    budget = RetryBudget(reserve_capacity=5, reserve_per_second=0, clock=clock)
+    loop = asyncio.get_running_loop()
+    ran: list[int] = []
+
+    async def main() -> object:
+        response = loop.create_future()
+
+        async def body(number: int) -> object:
+            ran.append(number)
+            if number == 1:
+                return await response
+            await clock.sleep(1)
+            return "hedge"
+
+        def op(attempt: Any) -> Any:
+            if attempt.number == 2:
+                response.set_result("first")  # (wakes the first attempt ahead of the new task)
+            return body(attempt.number)
+
+        return await Hedge(0.1, label="h", budget=budget).execute(IDEMPOTENT, op)
+
+    assert await clock.run(main()) == "first"
+    assert ran == [1]  # the hedge never ran
+    assert budget.tokens == pytest.approx(5.2)  # its token came back; the call earned 0.2

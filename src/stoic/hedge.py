@@ -569,6 +569,9 @@ class _Call:
         if span[3] is not None:  # cancelled before it ran: the attempt's coroutine never started
             span[3].close()
             span[3] = None
+            # Nothing was sent: the token that paid for this hedge comes back (a response landing
+            # in the same loop iteration as the hedge timer, a caller cancelled just then).
+            self.policy._budget._give_back()
         error = _error_of(task)  # (also marks its exception retrieved, so asyncio does not log it)
         try:
             if error is not None and _stops_everything(error):
