@@ -108,3 +108,22 @@ async def test_a_hedge_cancelled_before_it_ever_ran_gives_its_token_back(
     assert await clock.run(main()) == "first"
     assert ran == [1]  # the hedge never ran
     assert budget.tokens == pytest.approx(5.2)  # its token came back; the call earned 0.2
+
+
+async def test_a_coroutine_object_in_place_of_the_operation_is_raised_at_once(
+    clock: VirtualClock, sink: RecordingSink
+) -> None:
+    # Seen failing before the fix: reported as hedge.attempt_failed, the deposit kept, and the
+    # coroutine left to warn "never awaited".
+    import gc
+    import warnings
+
+    budget = RetryBudget(reserve_capacity=0, clock=clock)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(TypeError, match="'coroutine' object is not callable"):
+            await clock.run(Hedge(0.1, label="h", budget=budget).execute(IDEMPOTENT, fetch(1)))  # type: ignore[arg-type]
+        gc.collect()
+    assert sink.names == []
+    assert budget.tokens == 0
+    assert [w for w in caught if "never awaited" in str(w.message)] == []

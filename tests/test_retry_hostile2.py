@@ -178,3 +178,41 @@ async def test_a_retry_cancelled_in_its_backoff_gives_its_token_back(clock: Virt
 
     await clock.run(main())
     assert budget.tokens == pytest.approx(3.2)
+
+
+# --- the commonest misuse: the operation's coroutine handed over instead of the operation ------
+
+async def _fetch_one() -> int:
+    return 1
+
+
+@pytest.mark.parametrize("form", ["retry", "stage", "pipeline", "breaker"])
+async def test_a_coroutine_object_in_place_of_the_operation_is_raised_at_once_and_never_counted(
+    form: str, clock: VirtualClock, sink: RecordingSink
+) -> None:
+    # ``retry(schedule, fetch(), ...)``: Seen failing before the fix: "'coroutine' object is not
+    # callable" was retried by a classifier retrying everything (two tokens spent), counted by a
+    # breaker as the dependency failing (one buggy call site could open the circuit for every
+    # caller), and reported as retry.attempt_failed / breaker.recorded.
+    import gc
+    import warnings
+
+    budget = RetryBudget(reserve_capacity=5, clock=clock)
+    breaker = CircuitBreaker(label="b", minimum_calls=1)
+    retrying = Retrying(THREE, label="r", classify=_retry_everything, budget=budget)
+    run = {
+        "retry": lambda c: stoic.retry(THREE, c, label="r", classify=_retry_everything, budget=budget),
+        "stage": lambda c: retrying.execute(c),
+        "pipeline": lambda c: Pipeline(retrying, breaker).execute(c),
+        "breaker": lambda c: Pipeline(breaker, Retrying(THREE, label="r2", budget=budget)).execute(c),
+    }[form]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(TypeError, match="'coroutine' object is not callable"):
+            await clock.run(run(_fetch_one()))
+        gc.collect()
+    assert [name for name in sink.names if not name.startswith("breaker.defect")] == []
+    assert breaker.snapshot.calls == 0
+    assert budget.tokens == 5
+    if form in ("retry", "stage"):  # (closed where it was handed over: no "never awaited" warning on top)
+        assert [w for w in caught if "never awaited" in str(w.message)] == []

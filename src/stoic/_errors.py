@@ -305,8 +305,10 @@ def not_bound(error: TypeError, fn: object) -> bool:
 
     Also such a refusal raised where an inner stage of stoic's called the operation (``fn`` is
     then that stage's ``execute``, in a pipeline): the innermost frame of the traceback is
-    stoic's, stopped at a call, and the message has the binding error's shape."""
-    if _refused_in_own_call(error):
+    stoic's, stopped at a call, and the message has the binding error's shape. And ``fn`` not
+    callable at all (``retry(schedule, fetch())``: the operation's coroutine handed over in
+    place of the operation), which no arguments can call."""
+    if _refused_in_own_call(error) or not callable(fn):
         return True
     code = code_of(fn)
     if not isinstance(code, types.CodeType):
@@ -324,8 +326,9 @@ def not_bound(error: TypeError, fn: object) -> bool:
 
 # Python's refusal to bind a call's arguments ("f() takes 1 positional argument but 2 were
 # given", "f() missing 1 required ...", "f() got an unexpected keyword argument 'x'", "got
-# multiple values", "len() takes exactly one argument (2 given)").
-_BINDING = re.compile(r"[\w.<>]+\(\) (?:takes |missing |got )")
+# multiple values", "len() takes exactly one argument (2 given)"), or to call at all ("'coroutine'
+# object is not callable").
+_BINDING = re.compile(r"[\w.<>]+\(\) (?:takes |missing |got )|'[\w.]+' object is not callable$")
 _CALLS = frozenset(opcode.opmap[name] for name in ("CALL", "CALL_FUNCTION_EX", "CALL_KW") if name in opcode.opmap)
 
 
@@ -352,3 +355,10 @@ def misused(error: BaseException, fn: object) -> bool:
     against the dependency, and neither earning nor spending budget tokens (the dependency was
     never asked)."""
     return type(error) is TypeError and (failed_await(error) or not_bound(error, fn))
+
+
+def close_unrun(fn: object) -> None:
+    """Close ``fn`` when it is a coroutine handed to a policy in place of the operation (refused
+    as misused): it will never run, so it must not warn "never awaited" on top of the error."""
+    if isinstance(fn, types.CoroutineType):
+        fn.close()

@@ -26,7 +26,7 @@ from ._clock import SYSTEM_CLOCK, Clock, _ambient_clock, check_clock, current_cl
 from ._deadline import Timeout, cancelled_since, remaining_ns
 from ._deadline import _current as _deadline_scope
 from ._durations import Seconds, check_label, to_ns
-from ._errors import Defect, is_defect, misused
+from ._errors import Defect, close_unrun, is_defect, misused
 from ._policy import is_async_callable, through_method_decorators
 from .events import Level, emit, error_type
 from .events._sinks import kind_floor
@@ -184,13 +184,16 @@ def _attempt_mark(mark: _Mark, number: int) -> _Mark:
     return fresh
 
 
-def _misuse_raised(mark: _Mark, bucket: RetryBudget, number: int) -> None:
-    """A misused operation (stoic._errors.misused) is about to be raised from attempt ``number``
-    of the retry of ``mark``: a first attempt's deposit, if the retry made one, is taken back.
+def _misuse_raised(fn: object, mark: _Mark, bucket: RetryBudget, number: int) -> None:
+    """A misused operation ``fn`` (stoic._errors.misused) is about to be raised from attempt
+    ``number`` of the retry of ``mark``: a first attempt's deposit, if the retry made one, is
+    taken back, and a coroutine handed over in place of the operation is closed (it will never
+    run: no "never awaited" warning on top of the error).
     It made one unless collapsed (its budget None) or in a hedge's attempt on ``bucket``
     (``_FIRST_ATTEMPT``); the misuse is raised at the call, so the marks are as they were then."""
     if number == 1 and mark[2] is not None and not _in_hedge_on(mark[1], bucket):
         bucket._take_back()
+    close_unrun(fn)
 
 
 def in_retry_attempt() -> bool:
@@ -681,7 +684,7 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
             # operation's coroutine or generator in retry_sync, whatever the classifier says;
             # raised unchanged, with no event, and the deposit of a call that never reached the
             # dependency taken back.
-            _misuse_raised(mark, bucket, number)
+            _misuse_raised(fn, mark, bucket, number)
             raise error
         if started < 0:
             started = clock.now_ns()  # no deadline and no up_to: the start matters to nothing
@@ -801,7 +804,7 @@ def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any,
             finally:
                 mark[0] = 0
         if type(error) is TypeError and misused(error, fn):
-            _misuse_raised(mark, bucket, number)  # (as in _loop_async)
+            _misuse_raised(fn, mark, bucket, number)  # (as in _loop_async)
             raise error
         if started < 0:
             started = clock.now_ns()

@@ -35,7 +35,7 @@ from ._clock import Clock, SystemClock, TimerHandle, current_clock, resolve_cloc
 from ._deadline import _current as _deadline_scope
 from ._deadline import remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
-from ._errors import DeadlineExceeded, leaves, misused
+from ._errors import DeadlineExceeded, close_unrun, leaves, misused
 from ._quantile import WindowedQuantile, _check_quantile, default_warmup
 from ._random import call_site
 from ._retry import _IDLE, _NO_MARK, _caller_task, _counted_on, _getframe, _learn_op, _reset_marks, _set_marks, _site
@@ -819,6 +819,7 @@ async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: 
                 # dependency taken back.
                 if deposit:
                     policy._budget._take_back()
+                close_unrun(fn)
                 raise
             if _SINKS.wants(Level.DEBUG) and isinstance(exc, Exception):
                 emit("hedge.attempt_failed", policy._label, Level.DEBUG, clock.now_ns(),
