@@ -216,3 +216,48 @@ async def test_a_coroutine_object_in_place_of_the_operation_is_raised_at_once_an
     assert budget.tokens == 5
     if form in ("retry", "stage"):  # (closed where it was handed over: no "never awaited" warning on top)
         assert [w for w in caught if "never awaited" in str(w.message)] == []
+
+
+# --- a deadline already passed: every policy refuses to start work that is already late --------
+
+@pytest.mark.parametrize("form", ["retry", "stage", "decorated", "timed", "sync"])
+async def test_a_retry_refuses_to_start_once_the_deadline_has_passed(
+    form: str, clock: VirtualClock, sink: RecordingSink
+) -> None:
+    # Seed 000, "Cancellation and deadlines, for every policy": a policy that finds the ambient
+    # deadline already passed rejects with deadline_exceeded rather than starting work that is
+    # already late. Seen failing before the fix: retry and Retrying ran the operation (a request
+    # sent after the caller's deadline) where a breaker, bulkhead, limiter and hedge refuse.
+    budget = RetryBudget(reserve_capacity=0, clock=clock)
+    calls: list[float] = []
+
+    async def op() -> str:
+        calls.append(clock.now())
+        return "ran"
+
+    def op_sync() -> str:
+        calls.append(clock.now())
+        return "ran"
+
+    decorated = stoic.retrying(THREE, label="r", budget=budget)(op)
+    stage = Retrying(THREE, label="r", budget=budget)
+
+    async def main() -> object:
+        async with stoic.deadline(clock.now() - 1):
+            if form == "retry":
+                return await stoic.retry(THREE, op, label="r", budget=budget)
+            if form == "stage":
+                return await stage.execute(op)
+            if form == "decorated":
+                return await decorated()
+            if form == "timed":
+                return await stoic.retry(THREE, op, label="r", budget=budget, attempt_timeout=5)
+            return stoic.retry_sync(THREE, op_sync, label="r", budget=budget)
+
+    with pytest.raises(stoic.DeadlineExceeded) as raised:
+        await clock.run(main())
+    assert calls == []
+    assert raised.value.label == "r" and not raised.value.timed_out
+    assert [(e.name, dict(e.attributes)) for e in sink.events if e.name.startswith("retry.")] == [
+        ("retry.deadline_skip", {"attempt": 0, "error.type": "DeadlineExceeded"})]
+    assert budget.tokens == 0  # no request, no deposit

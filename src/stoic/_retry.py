@@ -26,7 +26,7 @@ from ._clock import SYSTEM_CLOCK, Clock, _ambient_clock, check_clock, current_cl
 from ._deadline import Timeout, cancelled_since, remaining_ns
 from ._deadline import _current as _deadline_scope
 from ._durations import Seconds, check_label, to_ns
-from ._errors import Defect, close_unrun, is_defect, misused
+from ._errors import DeadlineExceeded, Defect, close_unrun, is_defect, misused
 from ._policy import is_async_callable, through_method_decorators
 from .events import Level, emit, error_type
 from .events._sinks import kind_floor
@@ -406,6 +406,23 @@ class _Run:
             self._event("retry.succeeded", Level.INFO, {"attempts": attempts})
 
 
+def _refuse_if_late(scope: Any, label: str) -> None:
+    """Raise :class:`stoic.DeadlineExceeded` (``timed_out`` False: nothing ran) when ``scope``,
+    the ambient deadline, or one around it has already passed as the retry is about to start
+    (seed 000, "Cancellation and deadlines, for every policy": work already late is not
+    started, as the breaker, limiter, bulkhead and hedge refuse it), reported as
+    ``retry.deadline_skip`` with ``attempt`` 0. No attempt runs and nothing is deposited."""
+    while scope is not None:
+        if scope.when_ns - scope.clock.now_ns() <= 0:
+            if _metrics.state.enabled:
+                _metrics.count_shared("retry", label, ("stoic.retry.outcomes", "deadline_skip"))
+            if _SINKS.wants(Level.INFO):
+                emit("retry.deadline_skip", label, Level.INFO, scope.clock.now_ns(),
+                     {"attempt": 0, "error.type": "DeadlineExceeded"})
+            raise DeadlineExceeded("deadline exceeded before the retried call started", label=label)
+        scope = scope.parent
+
+
 def _task_reader(module: ModuleType) -> Callable[[], asyncio.Task[Any] | None]:
     """``asyncio.current_task`` as cheaply as this Python allows: on 3.11 it is a Python
     function (a loop lookup and a dict read, ~100 ns); the same two reads, made directly, cost
@@ -523,6 +540,7 @@ cancels = 0 if task is None else task.cancelling()
 scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
 if scope is not None:
     _deadline.check_deadline_clocks(scope, clock)
+    _refuse_if_late(scope, {label})
 if {attempt_ns} is not None:
     mark = [0, None, bucket]  # (this retry's mark, not running yet: its loop counts the attempts)
     old = _set_marks(mark).old_value
@@ -739,6 +757,7 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
     if scope is not None:
         _deadline.check_deadline_clocks(scope, clock)
+        _refuse_if_late(scope, label)
     started = clock.now_ns() if schedule._timed or scope is not None else -1
     mark: _Mark = [1, None, bucket]  # (this retry's mark, the first attempt counted as running)
     old = _set_marks(mark).old_value

@@ -194,8 +194,9 @@ _SPECS: tuple[EventSpec, ...] = (
         "attempt": _a("int", "the failed attempt's number"),
         "error.type": _ERROR_TYPE,
     }),
-    EventSpec("retry.deadline_skip", Level.INFO, "Another attempt could not finish before the ambient deadline.", {
-        "attempt": _a("int", "the failed attempt's number"),
+    EventSpec("retry.deadline_skip", Level.INFO, "Another attempt could not finish before the ambient deadline (or, "
+              "with attempt 0, it had already passed when the call started: nothing ran).", {
+        "attempt": _a("int", "the failed attempt's number (0: none ran)"),
         "error.type": _ERROR_TYPE,
     }),
     EventSpec("retry.defect", Level.ERROR, "The operation raised a Defect: never retried.", {
