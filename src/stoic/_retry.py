@@ -941,11 +941,15 @@ def retry(
 
     Returns ``fn``'s result. Raises the last attempt's own exception, unchanged. The
     ``TypeError`` of an ``await`` on what cannot be awaited (``fn`` a plain function returning
-    a generator, ``None`` or another value) is a bug: re-raised at once, whatever the
-    classifier says, as ``retry_sync`` refuses a returned coroutine or generator.
+    a generator, ``None`` or another value), or of calling ``fn`` with arguments it does not
+    take (or an ``fn`` that is not callable, such as its coroutine), is a bug: re-raised at
+    once with no event, whatever the classifier says, and the call's deposit taken back
+    (stoic._errors.misused), as ``retry_sync`` refuses a returned coroutine or generator.
     ``asyncio.CancelledError`` (and every ``BaseException``) is never retried or swallowed,
-    including during the backoff sleep. Raises ``ValueError`` (before the first attempt) under
-    an ambient deadline set on another clock than the retry's. Keyword arguments named like
+    including during the backoff sleep (whose token is then given back). Raises
+    ``ValueError`` (before the first attempt) under an ambient deadline set on another clock
+    than the retry's, and :class:`stoic.DeadlineExceeded` (before the first attempt,
+    ``retry.deadline_skip`` with ``attempt`` 0) when that deadline has already passed. Keyword arguments named like
     retry's own parameters cannot be forwarded to ``fn``: bind them with ``functools.partial``.
 
     A plain function returning the coroutine (so the call site is known even under

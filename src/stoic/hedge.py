@@ -385,7 +385,10 @@ class Hedge:
         ``SystemExit`` or other ``BaseException`` that is not an ``Exception`` (bare or in a
         group; ``CancelledError`` aside) from any attempt stops the call: the other attempts
         are cancelled and awaited, then it propagates unchanged, reported as no attempt's
-        failure.
+        failure. So does a misused operation's ``TypeError`` (``fn`` called with arguments it
+        does not take, not callable, or a plain function whose value cannot be awaited:
+        stoic._errors.misused), with no ``hedge.attempt_failed``, the call's deposit or that
+        hedge's token given back.
 
         A plain method returning the coroutine (one coroutine frame per call, not two).
         """
