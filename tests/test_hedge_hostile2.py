@@ -127,3 +127,33 @@ async def test_a_coroutine_object_in_place_of_the_operation_is_raised_at_once(
     assert sink.names == []
     assert budget.tokens == 0
     assert [w for w in caught if "never awaited" in str(w.message)] == []
+
+
+# --- a Defect is never hedged past: it stops the call, as retry never retries one ---------------
+
+@pytest.mark.parametrize("defective", [1, 2], ids=["first-attempt", "hedge"])
+async def test_a_defect_in_any_attempt_stops_the_call_and_is_raised(
+    defective: int, clock: VirtualClock, sink: RecordingSink
+) -> None:
+    # Seen failing before the fix: the Defect (a bug in our code, "never retried", loud by
+    # design) was one attempt's failure like any other: the call waited for the other attempt
+    # and returned its value, the bug reported only at debug level.
+    from stoic import Defect
+
+    cancelled: list[int] = []
+
+    async def op(attempt: Any) -> str:
+        try:
+            if attempt.number == defective:
+                await clock.sleep(0.15)
+                raise Defect("a bug")
+            await clock.sleep(1.0)
+        except asyncio.CancelledError:
+            cancelled.append(attempt.number)
+            raise
+        return "other"
+
+    with pytest.raises(Defect):
+        await clock.run(Hedge(0.1, label="h", budget=RetryBudget.UNLIMITED).execute(IDEMPOTENT, op))
+    assert cancelled == [3 - defective]  # the other attempt was stopped, and awaited
+    assert clock.now() == pytest.approx(0.15 if defective == 1 else 0.25)

@@ -35,7 +35,7 @@ from ._clock import Clock, SystemClock, TimerHandle, current_clock, resolve_cloc
 from ._deadline import _current as _deadline_scope
 from ._deadline import remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
-from ._errors import DeadlineExceeded, close_unrun, leaves, misused
+from ._errors import DeadlineExceeded, close_unrun, is_defect, leaves, misused
 from ._quantile import WindowedQuantile, _check_quantile, default_warmup
 from ._random import call_site
 from ._retry import _IDLE, _NO_MARK, _caller_task, _counted_on, _getframe, _learn_op, _reset_marks, _set_marks, _site
@@ -388,7 +388,8 @@ class Hedge:
         failure. So does a misused operation's ``TypeError`` (``fn`` called with arguments it
         does not take, not callable, or a plain function whose value cannot be awaited:
         stoic._errors.misused), with no ``hedge.attempt_failed``, the call's deposit or that
-        hedge's token given back.
+        hedge's token given back; and so does a :class:`stoic.Defect` from any attempt (never
+        hedged past: another attempt's success does not stand in for the bug).
 
         A plain method returning the coroutine (one coroutine frame per call, not two).
         """
@@ -588,6 +589,8 @@ class _Call:
                 # stops as for a KeyboardInterrupt and raises it; this hedge's token comes back.
                 self.policy._budget._give_back()
                 self._stop(error)
+            elif error is not None and not self.decided and is_defect(error):
+                self._stop_on_defect(index + 2, error)
             elif not self.decided:
                 number = index + 2
                 if error is None:
@@ -628,6 +631,16 @@ class _Call:
         if self.primary_running:
             self.superseded = True
             self.task.cancel(SUPERSEDED)
+
+    def _stop_on_defect(self, number: int, error: BaseException) -> None:
+        """Attempt ``number`` raised a :class:`stoic.Defect` (a bug in our code): never hedged
+        past, as retry never retries one. Reported as its failure, then the call stops as for a
+        misused operation (every other attempt cancelled and awaited) and raises it: another
+        attempt's success must not paper over the bug."""
+        if _SINKS.wants(Level.DEBUG):
+            emit("hedge.attempt_failed", self.policy._label, Level.DEBUG, self.policy._clock.now_ns(),
+                 {"attempt": number, "running": self._running(), "error.type": error_type(error)})
+        self._stop(error)
 
     def _stop(self, error: BaseException) -> None:
         """A hedge raised ``error`` (KeyboardInterrupt, SystemExit..., or a misused operation's
@@ -917,6 +930,8 @@ async def _after_first(call: _Call, cancels: int, result: R | None, exc: BaseExc
     elif not call.decided:
         if exc is None:
             call._win(1)
+        elif is_defect(exc):
+            call._stop_on_defect(1, exc)  # (never hedged past: see _Call._stop_on_defect)
         else:
             call._fail(1, exc)
     settled_cancelled = await call.settle()
