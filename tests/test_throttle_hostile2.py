@@ -135,3 +135,19 @@ def test_a_certificate_the_client_refused_is_not_transient() -> None:
     for error in (httpx_certificate_error(), refused):
         assert stoic.RetryClassifier.transient_only(error) == stoic.RetryDecision.STOP, error
     assert stoic.RetryClassifier.transient_only(httpx.ConnectError("refused")) == stoic.RetryDecision.RETRY
+
+
+async def test_an_operation_called_with_arguments_it_does_not_take_is_not_counted(clock: VirtualClock) -> None:
+    # The misuse rule every policy shares (stoic._errors.misused): the call site's bug, which
+    # never reached the dependency, so it is neither a request nor an accept.
+    throttle = AdaptiveThrottle(label="misused", clock=clock)
+
+    async def fetch(user_id: int) -> int:
+        return user_id
+
+    for _ in range(5):
+        with pytest.raises(TypeError, match="takes 1 positional argument"):
+            await throttle.execute(fetch, 1, 2)  # type: ignore[call-arg]
+    assert (throttle.requests, throttle.accepts) == (0, 0)
+    assert await throttle.execute(fetch, 3) == 3
+    assert (throttle.requests, throttle.accepts) == (1, 1)

@@ -38,7 +38,7 @@ from ._classify import ClassifierLike, RetryClassifier, _own_decision, as_classi
 from ._clock import Clock, SystemClock, resolve_clock
 from ._deadline import deadline_cut_running_work
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
-from ._errors import Throttled, cut_by_deadline, failed_await, is_defect, is_rejection, leaves
+from ._errors import Throttled, cut_by_deadline, is_defect, is_rejection, leaves, misused
 from ._policy import is_async_callable, through_method_decorators
 from ._retune import validated
 from .events import Level, emit
@@ -102,8 +102,8 @@ class AdaptiveThrottle:
     ``DeadlineExceeded`` that cut the call, a cancellation by an enclosing ``stoic.timeout``)
     counts as a failure, and so does a server's own refusal (an HTTP 429, ``TooManyRequests``
     from stoic's HTTP integrations: it reached the server); other cancellations, defects, inner
-    policies' rejections and the
-    ``TypeError`` of awaiting what a plain ``fn`` returned (a bug at the call site) are not
+    policies' rejections and a misused ``fn`` (called with arguments it does not take, or a plain
+    function whose value was awaited: a bug at the call site) are not
     counted at all (an exception group too, judged by its leaves: only rejections, or any leaf a
     defect; a group with a leaf a deadline cut, and no defect leaf, is a timeout; otherwise a
     group counts as a failure if the classifier would retry any of its leaves, as the breaker
@@ -306,10 +306,10 @@ class AdaptiveThrottle:
             if cut_by_deadline(exc) and not is_defect(exc):
                 self._count(False)  # the work ran and took too long: the dependency failed it
             elif ((not is_rejection(exc) or getattr(exc, "_by_dependency", False)) and not is_defect(exc)
-                  and not (type(exc) is TypeError and failed_await(exc))):
-                # (A group is judged by its leaves. The TypeError of an await on what cannot be
-                # awaited, a plain function's value, is a bug: the dependency was not even asked.
-                # A server's own refusal, an HTTP 429, did reach it: not an accept.)
+                  and not misused(exc, fn)):
+                # (A group is judged by its leaves. A misused operation, fn called with arguments
+                # it does not take or a plain function's value awaited, is a bug: the dependency
+                # was not even asked. A server's own refusal, an HTTP 429, did reach it.)
                 try:
                     overloaded = self._overloaded(exc)
                 except Exception as failure:  # a user's classifier or retry_decision: keep the error

@@ -40,7 +40,7 @@ from .._errors import (
     failed_await,
     is_defect,
     is_rejection,
-    not_bound,
+    misused,
 )
 from .._policy import plain_verdict, refuse_async_callback
 from .._retune import validated
@@ -432,7 +432,7 @@ class CircuitBreaker:
                 emit("breaker.defect", self.label, _ERROR, end, {"error.type": "TypeError"})
             raise TypeError(f"CircuitBreaker.execute got a {kind}, which cannot be awaited: {hint}") from Defect(
                 f"a {kind} was passed to execute")
-        if is_defect(exc) or (type(exc) is TypeError and (failed_await(exc) or not_bound(exc, fn))):
+        if is_defect(exc) or misused(exc, fn):
             # (An inner stage's await on a plain function's value: the same bug, not the
             # dependency's failure. One in the operation's own code is its failure: failed_await.
             # So is fn called with arguments it does not take: the call site's bug, which one

@@ -33,7 +33,7 @@ from .._callbacks import callback_failed
 from .._clock import Clock, SystemClock, current_clock
 from .._deadline import caller_cancelled
 from .._durations import Seconds, check_int, to_ns
-from .._errors import CircuitOpen, Defect, failed_await, is_defect, is_rejection, not_bound
+from .._errors import CircuitOpen, Defect, failed_await, is_defect, is_rejection, misused
 from .._policy import is_async_callable, plain_verdict, through_method_decorators
 from ..breaker import BreakerSnapshot, BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
 from ..breaker._breaker import _DURATION, breaker_recorder, late
@@ -656,7 +656,7 @@ class SharedCircuitBreaker:
         may be being cancelled; judged against the task's state, never ``cancelling() > 0``)."""
         if not isinstance(exc, Exception) or (in_task and caller_cancelled(exc)):
             return None
-        if is_defect(exc) or (type(exc) is TypeError and (failed_await(exc) or not_bound(exc, fn))):
+        if is_defect(exc) or misused(exc, fn):
             # (a bug at the call site, as the local breaker says)
             if _SINKS.wants(Level.ERROR):
                 emit("breaker.defect", self._label, Level.ERROR, self._now(), {"error.type": error_type(exc)})
