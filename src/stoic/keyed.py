@@ -491,11 +491,14 @@ class Keyed(Generic[P]):
                 raise TypeError(f"{name} cannot be retuned (build another family)")
         _check_parameters(self._factory, changes)
         with self._lock:
-            config = {**self._config, **changes}
             factory, clock = self._factory, self._clock
+            in_place = isinstance(factory, type) and callable(getattr(factory, "_retune", None))
+            # Later keys are built as the held ones are retuned: a kind whose retune derives a
+            # setting from another (a limiter's burst that follows its rate) says how.
+            derive = getattr(factory, "_retuned_config", None) if in_place else None
+            config = derive(self._config, changes) if callable(derive) else {**self._config, **changes}
             factory(label=self._label, clock=clock, **config)  # validates: raises before anything changes
             slots = list(self._slots.values()) + ([self._overflow] if self._overflow is not None else [])
-            in_place = isinstance(factory, type) and callable(getattr(factory, "_retune", None))
             rebuilt: list[tuple[_Slot[P], P, bool, list[object]]] = []
             if not in_place:
                 for slot in slots:

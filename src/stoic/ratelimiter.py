@@ -26,7 +26,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
@@ -309,6 +309,16 @@ class _TokenBucket:
         burst = None if self._burst == self._rate else self._burst
         return validated(self, {"rate": self._rate, "per": to_seconds(self._per_ns), "burst": burst,
                                 "queue_limit": self._queue_limit}, changes)
+
+    @staticmethod
+    def _retuned_config(config: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+        """The constructor keywords ``config`` becomes under ``changes`` by :meth:`_retune`'s rule
+        (stoic.Keyed builds its later keys with them, as it retunes the keys it holds): a burst
+        that follows the rate (none given, or equal to ``rate``) keeps following it."""
+        retuned = {**config, **changes}
+        if "burst" not in changes and config.get("burst") is not None and config.get("burst") == config.get("rate"):
+            retuned["burst"] = None
+        return retuned
 
     def _check_retune(self, fresh: _TokenBucket) -> None:
         """Refuse a burst that a request already queued could never be served from."""
