@@ -3,10 +3,13 @@ family builds its later keys exactly as it retuned the keys it held."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from stoic import BlockingRateLimiter, ControlPlane, Keyed, RateLimiter
-from stoic.testing import VirtualClock
+from stoic import BlockingRateLimiter, ControlPlane, Keyed, RateLimiter, use_sinks
+from stoic.fleet import BlockingSharedRateLimiter, RedisStore, SharedCircuitBreaker, SharedRateLimiter
+from stoic.testing import RecordingSink, VirtualClock
 
 
 @pytest.mark.parametrize("factory", [RateLimiter, BlockingRateLimiter])
@@ -27,3 +30,25 @@ def test_a_limiter_familys_later_keys_get_the_burst_its_held_keys_were_retuned_t
     plane.retune("tenants", rate=20)
     newest = family.get("newest")
     assert [(p.rate, p.burst) for p in (held, later, newest)] == [(20, 3)] * 3
+
+
+@pytest.mark.parametrize("factory, config, change", [
+    (SharedRateLimiter, {"rate": 5}, {"rate": 10}),
+    (BlockingSharedRateLimiter, {"rate": 5}, {"rate": 10}),
+    (SharedCircuitBreaker, {}, {"minimum_calls": 3}),
+])
+@pytest.mark.parametrize("holding", [True, False])
+def test_a_family_of_fleet_policies_is_refused_a_retune_as_a_plain_one_is(
+        factory: type, config: dict[str, Any], change: dict[str, Any], holding: bool) -> None:
+    # Their configuration is the fleet's (every process's, over one store): a family rebuilding its
+    # keys with this process's own would diverge from the others', as a plain one is refused for.
+    store = RedisStore("redis://127.0.0.1:1/0")  # never reached: the refusal comes first
+    plane = ControlPlane()
+    family = plane.register(Keyed(factory, label="fleet", store=store, **config))
+    held = family.get("a") if holding else None
+    sink = RecordingSink()
+    with use_sinks(sink), pytest.raises(TypeError, match="cannot be retuned"):
+        plane.retune("fleet", **change)
+    assert dict(family.config) == {"store": store, **config}
+    assert not holding or family.get("a") is held
+    assert not sink.of("control.retuned")

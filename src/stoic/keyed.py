@@ -482,13 +482,18 @@ class Keyed(Generic[P]):
         n-th); calls in flight finish on the policy that admitted them.
 
         All or nothing: ``TypeError`` for a parameter the factory does not take (or ``label`` /
-        ``clock``), or when a new pipeline has no stage to keep a forced breaker forced in, the
+        ``clock``), for policies that cannot be retuned (stoic.fleet's), or when a new pipeline
+        has no stage to keep a forced breaker forced in, the
         factory's ``ValueError`` naming the parameter for a value out of range, and then the
         live policies and configuration are unchanged. Returns how many keys were
         retuned."""
         for name in ("label", "clock"):
             if name in changes:
                 raise TypeError(f"{name} cannot be retuned (build another family)")
+        if isinstance(self._factory, type) and getattr(self._factory, "_retune", False) is None:
+            # A kind that says so (stoic.fleet's: the configuration is the fleet's) is refused as a
+            # plain one is (stoic.ControlPlane.retune), not rebuilt with this process's own.
+            raise TypeError(f"{self._label!r} holds {self._factory.__name__} policies, which cannot be retuned")
         _check_parameters(self._factory, changes)
         with self._lock:
             factory, clock = self._factory, self._clock

@@ -26,7 +26,7 @@ import time
 import types
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any, Final, ParamSpec, TypeVar
+from typing import Any, ClassVar, Final, ParamSpec, TypeVar
 
 from .. import _admission, _deadline, _metrics, _random
 from .._callbacks import callback_failed
@@ -124,6 +124,10 @@ class SharedCircuitBreaker:
     both at once. Raises what :meth:`execute` documents. Observation as
     :class:`stoic.CircuitBreaker`'s: :attr:`state`, :attr:`snapshot`, :meth:`state_changes`.
     """
+
+    # Never retuned (stoic.ControlPlane.retune, stoic.Keyed.retune refuse it): the configuration is
+    # the fleet's, every replica's over one store, not one process's to change.
+    _retune: ClassVar[None] = None
 
     def __init__(
         self,

@@ -18,7 +18,7 @@ import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import Any, Final, ParamSpec, TypeVar
+from typing import Any, ClassVar, Final, ParamSpec, TypeVar
 
 from .. import _metrics
 from .._admission import admitted_after_wait, refused_after_wait
@@ -72,6 +72,10 @@ class _SharedBucket:
     blocking shared limiter (see :class:`SharedRateLimiter` for the parameters)."""
 
     _LOCAL: type[RateLimiter] | type[BlockingRateLimiter] = RateLimiter
+
+    # Never retuned (stoic.ControlPlane.retune, stoic.Keyed.retune refuse it): the configuration is
+    # the fleet's, every replica's over one store, not one process's to change.
+    _retune: ClassVar[None] = None
 
     __slots__ = (
         "__weakref__", "_burst", "_cap", "_clock", "_fail_open", "_key", "_label", "_local", "_p", "_per",
