@@ -7,9 +7,14 @@ from typing import Any
 
 import pytest
 
-from stoic import BlockingRateLimiter, ControlPlane, Keyed, RateLimiter, use_sinks
+from stoic import BlockingRateLimiter, CircuitBreaker, ControlPlane, Keyed, RateLimiter, use_sinks
 from stoic.fleet import BlockingSharedRateLimiter, RedisStore, SharedCircuitBreaker, SharedRateLimiter
 from stoic.testing import RecordingSink, VirtualClock
+
+
+def breaker_factory(**config: Any) -> CircuitBreaker:
+    """A family's factory of its own (its keys are rebuilt by a retune, not retuned in place)."""
+    return CircuitBreaker(**config)
 
 
 @pytest.mark.parametrize("factory", [RateLimiter, BlockingRateLimiter])
@@ -52,3 +57,20 @@ def test_a_family_of_fleet_policies_is_refused_a_retune_as_a_plain_one_is(
     assert dict(family.config) == {"store": store, **config}
     assert not holding or family.get("a") is held
     assert not sink.of("control.retuned")
+
+
+@pytest.mark.parametrize("factory", [CircuitBreaker, breaker_factory])
+def test_a_key_cleared_under_a_family_wide_force_stays_cleared_across_a_retune(
+        factory: Any, clock: VirtualClock) -> None:
+    # The incident's canary: every key forced open, one let through again; a retune then keeps
+    # each key as it is (in place or rebuilt), never re-forcing the key the operator cleared.
+    plane = ControlPlane(clock=clock)
+    family = plane.register(Keyed(factory, label="deps", clock=clock, minimum_calls=5))
+    family.get("canary"), family.get("other")
+    assert plane.force_open("deps") == 2
+    assert plane.clear_forced_open("deps", "canary") == 1
+    plane.retune("deps", minimum_calls=7)
+    assert str(family.get("canary").state) == "closed"
+    assert str(family.get("other").state) == "open"
+    assert str(family.get("new").state) == "open"  # built later: forced, until the family is cleared
+

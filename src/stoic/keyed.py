@@ -422,8 +422,10 @@ class Keyed(Generic[P]):
                 self._forced_all = True
             else:
                 targets = [self._held(key).policy]
-        for policy in targets:
-            _force(policy, self._label)
+            # Under the lock: a retune rebuilding the keys (which reads each key's forced open)
+            # must not land between the marking and the forcing, nor force the policies it replaced.
+            for policy in targets:
+                _force(policy, self._label)
         return len(targets)
 
     def clear_forced_open(self, key: str | None = None) -> int:
@@ -444,11 +446,11 @@ class Keyed(Generic[P]):
                 _switch(policy, "force_closed", self._label)
             if key is None:
                 self._forced_all = False
-        cleared = 0
-        for policy in targets:
-            if is_forced_open(policy):
-                _switch(policy, "force_closed", self._label)()
-                cleared += 1
+            cleared = 0  # (under the lock, as force_open forces)
+            for policy in targets:
+                if is_forced_open(policy):
+                    _switch(policy, "force_closed", self._label)()
+                    cleared += 1
         return cleared
 
     def _sample(self) -> object:
@@ -508,8 +510,10 @@ class Keyed(Generic[P]):
             if not in_place:
                 for slot in slots:
                     policy = factory(label=slot.label, clock=clock, **config)
+                    # A held key keeps its own state: under a family-wide force every key was
+                    # forced when built or marked, so one not forced now was cleared on its own.
                     forced = is_forced_open(slot.policy)
-                    if forced or self._forced_all:
+                    if forced:
                         _switch(policy, "force_open", self._label)  # refused here, before any key changes
                     stages = _forced_stages(slot.policy, policy, self._label)
                     rebuilt.append((slot, policy, forced, stages))
@@ -517,7 +521,7 @@ class Keyed(Generic[P]):
                 _retune_every(slots, changes)
             self._config = config
             for slot, policy, forced, stages in rebuilt:
-                if forced or self._forced_all:
+                if forced:
                     _force(policy, self._label)
                 for stage in stages:
                     _force(stage, self._label)
