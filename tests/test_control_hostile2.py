@@ -74,3 +74,22 @@ def test_a_key_cleared_under_a_family_wide_force_stays_cleared_across_a_retune(
     assert str(family.get("other").state) == "open"
     assert str(family.get("new").state) == "open"  # built later: forced, until the family is cleared
 
+
+
+@pytest.mark.parametrize("room", ["idle", "capacity"])
+async def test_a_key_dropped_to_make_room_for_one_whose_factory_fails_is_still_an_event(
+        room: str, clock: VirtualClock) -> None:
+    def factory(*, label: str, clock: Any, **config: Any) -> CircuitBreaker:
+        if label.endswith(":down"):
+            raise ConnectionError("the key's dependency cannot be reached to build its client")
+        return CircuitBreaker(label=label, clock=clock, **config)
+
+    family = Keyed(factory, label="hosts", max_keys=1, idle_after=10.0, clock=clock)
+    family.get("up")
+    if room == "idle":
+        await clock.advance(11.0)
+    sink = RecordingSink()
+    with use_sinks(sink), pytest.raises(ConnectionError):
+        family.get("down")
+    assert "up" not in family  # dropped to make room: its event says so
+    assert [(e.attributes["key"], e.attributes["reason"]) for e in sink.of("keyed.evicted")] == [("up", room)]

@@ -234,24 +234,30 @@ class Keyed(Generic[P]):
         _check_key(key)
         now = self._clock.now_ns()
         events: list[tuple[str, Level, dict[str, Any]]] = []
-        with self._lock:
-            slot = self._slots.get(key)
-            if slot is not None:
-                slot.last_used = now
-                self._slots.move_to_end(key)
+        try:
+            with self._lock:
+                slot = self._slots.get(key)
+                if slot is not None:
+                    slot.last_used = now
+                    self._slots.move_to_end(key)
+                    if claim:
+                        slot.calls.append(None)
+                    return slot
+                self._expire(now, events)
+                if len(self._slots) >= self._max_keys and not self._evict_lru(events):
+                    slot = self._overflow_slot(now, events)
+                else:
+                    slot = _Slot(self._build(self._label_locked(key, reserve=True)), "", now)
+                    slot.label = self._label_locked(key, reserve=False)
+                    self._slots[key] = slot
+                    self._full = False
                 if claim:
                     slot.calls.append(None)
-                return slot
-            self._expire(now, events)
-            if len(self._slots) >= self._max_keys and not self._evict_lru(events):
-                slot = self._overflow_slot(now, events)
-            else:
-                slot = _Slot(self._build(self._label_locked(key, reserve=True)), "", now)
-                slot.label = self._label_locked(key, reserve=False)
-                self._slots[key] = slot
-                self._full = False
-            if claim:
-                slot.calls.append(None)
+        except BaseException:
+            # The factory failed (a factory of one's own may): the keys dropped to make room are
+            # gone all the same, and their events say so.
+            self._emit(events, now)
+            raise
         if events:
             try:
                 self._emit(events, now)
