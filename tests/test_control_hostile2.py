@@ -1,5 +1,6 @@
 """A hostile production user's second review of the control plane and keyed families: a retuned
-family builds its later keys exactly as it retuned the keys it held."""
+family builds its later keys exactly as it retuned the keys it held, and what the control plane
+shows of a family is what it acts on."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from stoic import BlockingRateLimiter, CircuitBreaker, ControlPlane, Keyed, RateLimiter, use_sinks
 from stoic.fleet import BlockingSharedRateLimiter, RedisStore, SharedCircuitBreaker, SharedRateLimiter
+from stoic.keyed import OVERFLOW_KEY
 from stoic.testing import RecordingSink, VirtualClock
 
 
@@ -93,3 +95,18 @@ async def test_a_key_dropped_to_make_room_for_one_whose_factory_fails_is_still_a
         family.get("down")
     assert "up" not in family  # dropped to make room: its event says so
     assert [(e.attributes["key"], e.attributes["reason"]) for e in sink.of("keyed.evicted")] == [("up", room)]
+
+
+def test_a_real_key_named_like_the_overflow_comes_first_in_policies_and_inspect_too() -> None:
+    # A tenant id is data: "_other" may be one. The control plane acts on the real key of that
+    # name (the docs: it comes first); what it shows under that key must be the same policy.
+    family = Keyed(CircuitBreaker, label="hosts", max_keys=1)
+    real = family.get(OVERFLOW_KEY)
+    real.force_open()  # busy: the next key goes to the overflow policy
+    overflow = family.get("x")
+    assert overflow is not real
+    assert family.policies[OVERFLOW_KEY] is real
+    plane = ControlPlane()
+    plane.register(family)
+    assert [(s.key, s.state, s.forced_open) for s in plane.inspect("hosts")] == [(OVERFLOW_KEY, "open", True)]
+    assert plane.clear_forced_open("hosts", OVERFLOW_KEY) == 1  # the one inspect showed forced

@@ -195,11 +195,12 @@ class Keyed(Generic[P]):
 
     @property
     def policies(self) -> dict[str | None, P]:
-        """A copy of the policies held now, by key (the overflow policy under ``OVERFLOW_KEY``)."""
+        """A copy of the policies held now, by key (the overflow policy under ``OVERFLOW_KEY``,
+        unless a real key of that name is held: it comes first, as for the control actions)."""
         with self._lock:
             held: dict[str | None, P] = {key: slot.policy for key, slot in self._slots.items()}
             if self._overflow is not None:
-                held[OVERFLOW_KEY] = self._overflow.policy
+                held.setdefault(OVERFLOW_KEY, self._overflow.policy)
         return held
 
     def __len__(self) -> int:
