@@ -4,11 +4,21 @@ shows of a family is what it acts on."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
 
-from stoic import BlockingRateLimiter, CircuitBreaker, ControlPlane, Keyed, RateLimiter, use_sinks
+from stoic import (
+    BlockingRateLimiter,
+    CircuitBreaker,
+    ControlPlane,
+    Hedge,
+    Keyed,
+    RateLimiter,
+    RetryBudget,
+    use_sinks,
+)
 from stoic.fleet import BlockingSharedRateLimiter, RedisStore, SharedCircuitBreaker, SharedRateLimiter
 from stoic.keyed import OVERFLOW_KEY
 from stoic.testing import RecordingSink, VirtualClock
@@ -110,3 +120,33 @@ def test_a_real_key_named_like_the_overflow_comes_first_in_policies_and_inspect_
     plane.register(family)
     assert [(s.key, s.state, s.forced_open) for s in plane.inspect("hosts")] == [(OVERFLOW_KEY, "open", True)]
     assert plane.clear_forced_open("hosts", OVERFLOW_KEY) == 1  # the one inspect showed forced
+
+
+def test_a_hedge_familys_per_call_site_budget_is_the_familys_line_not_one_inside_stoic() -> None:
+    # PER_CALL_SITE is one budget for the line that constructed the hedge: for a family's keys,
+    # the line that constructed the family. Built inside stoic, every family's every key in the
+    # process would spend one bucket, named after a line of stoic/keyed.py.
+    here = f"{__file__}:{sys._getframe().f_lineno + 1}"
+    first = Keyed(Hedge, label="first", delay=0.1)
+    second = Keyed(Hedge, label="second", delay=0.1)
+    assert first.get("x").budget is first.get("y").budget
+    assert first.get("x").budget is not second.get("x").budget
+    assert first.get("x").budget.name == here
+    first.retune(budget=RetryBudget.PER_CALL_SITE, max_attempts=3)  # re-resolved at the same line
+    assert first.get("x").budget.name == here and first.get("new").budget is first.get("x").budget
+
+
+class TwoHedges:
+    """A policy class of one's own holding two hedges, each constructed on a line of its own."""
+
+    def __init__(self, *, label: str, clock: Any = None) -> None:
+        self.label = label
+        self.reads = Hedge(0.1, label=f"{label}:reads", clock=clock)
+        self.writes = Hedge(0.1, label=f"{label}:writes", clock=clock)
+
+
+def test_a_factory_class_of_ones_own_keeps_the_sites_of_its_own_lines() -> None:
+    family = Keyed(TwoHedges, label="own")
+    policy = family.get("x")
+    assert policy.reads.budget is not policy.writes.budget
+    assert policy.reads.budget.name.startswith(__file__)

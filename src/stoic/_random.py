@@ -56,6 +56,19 @@ def call_site(depth: int = 1) -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
+# The site a stoic.Keyed family is building its policies for (the line that constructed the
+# family): a policy it builds is constructed inside stoic, on one line for every family.
+building_for: ContextVar[str | None] = ContextVar("stoic.building_for", default=None)
+
+
+def construction_site(depth: int = 1) -> str:
+    """The ``"file:line"`` a policy is constructed at, for a constructor to key what is per call
+    site (a hedge's budget): its caller ``depth`` frames up, or the line that constructed the
+    :class:`stoic.Keyed` family building it."""
+    site = building_for.get()
+    return site if site is not None else call_site(depth + 1)
+
+
 def stream(site: str) -> random.Random:
     """The ambient random stream for ``site`` (a call-site key)."""
     return _ambient.get().get(site)

@@ -37,7 +37,7 @@ from ._deadline import remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import DeadlineExceeded, close_unrun, is_defect, leaves, misused
 from ._quantile import WindowedQuantile, _check_quantile, default_warmup
-from ._random import call_site
+from ._random import construction_site
 from ._retry import _IDLE, _NO_MARK, _caller_task, _counted_on, _getframe, _learn_op, _reset_marks, _set_marks, _site
 from ._retune import validated
 from .events import Level, emit, error_type
@@ -196,7 +196,7 @@ class Hedge:
         latency_digest: SharedLatency | None = None,
     ) -> None:
         self._setup(delay, max_attempts, budget, label, quantile, delay_min, delay_max, window, clock,
-                    call_site(1), latency_digest)
+                    construction_site(1), latency_digest)
 
     def _setup(
         self,

@@ -33,6 +33,7 @@ from typing import Any, Final, Generic, TypeVar
 from ._clock import Clock, SystemClock, current_clock
 from ._durations import Seconds, check_int, check_label, to_ns
 from ._metrics import encodable
+from ._random import building_for, call_site
 from .events import Level, emit
 from .events._sinks import kind_floor
 
@@ -137,7 +138,8 @@ class Keyed(Generic[P]):
     """
 
     __slots__ = ("_clock", "_config", "_factory", "_forced_all", "_full", "_idle_ns", "_label", "_labelled",
-                 "_lock", "_max_keys", "_max_labels", "_now", "_overflow", "_slots", "_touch_ns")
+                 "_lock", "_max_keys", "_max_labels", "_now", "_overflow", "_site", "_slots",
+                 "_stoic_class", "_touch_ns")
 
     def __init__(
         self,
@@ -165,6 +167,8 @@ class Keyed(Generic[P]):
         self._now: Callable[[], int] = (time.monotonic_ns if type(self._clock) is SystemClock
                                         else self._clock.now_ns)
         self._factory = factory
+        self._site = call_site(1)  # what is per call site in its policies (a hedge's budget) is this line's
+        self._stoic_class = isinstance(factory, type) and factory.__module__.partition(".")[0] == "stoic"
         _check_parameters(factory, config)
         factory(label=self._label, clock=self._clock, **config)  # validates the configuration
         self._config: dict[str, Any] = dict(config)
@@ -284,7 +288,14 @@ class Keyed(Generic[P]):
         return f"{self._label}:{OVERFLOW_KEY}"
 
     def _build(self, label: str) -> P:
-        policy = self._factory(label=label, clock=self._clock, **self._config)
+        # One of stoic's classes is constructed here, inside stoic: it is told the family's line
+        # instead. (A factory of one's own constructs its policies on lines of its own.)
+        token = building_for.set(self._site) if self._stoic_class else None
+        try:
+            policy = self._factory(label=label, clock=self._clock, **self._config)
+        finally:
+            if token is not None:
+                building_for.reset(token)
         if self._forced_all:
             _force(policy, self._label)
         return policy
