@@ -488,7 +488,9 @@ class BlockingBulkhead(_Compartment):
             admitted_after_wait(self._clock, self._clock.now_ns(), since)
             return
         # Events are emitted outside the lock: a sink never runs inside the critical section.
-        if waiting >= self._queue_limit:
+        # (Judged by whether it queued, not by the queue limit now: a retune may have lowered
+        # it below this waiter's place while it waited its whole time.)
+        if not queued:
             raise self._full(waiting)
         # Out of time in the queue: the wait was local queueing all the same.
         refused_after_wait(self._clock, self._clock.now_ns(), since)
