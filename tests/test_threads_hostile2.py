@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 
+import pytest
 from _threads import eventually, process_wide_sink  # noqa: F401  (the process-wide `sink` fixture)
 
+import stoic
 from stoic import DeadlineExceeded
 from stoic.bulkhead import BlockingBulkhead
+from stoic.ratelimiter import BlockingRateLimiter
 from stoic.testing import RecordingSink, VirtualClock
 
 SECOND_NS = 1_000_000_000
@@ -53,3 +57,67 @@ def test_waiters_timing_out_after_a_lower_queue_limit_is_retuned_fail_with_deadl
         for thread in threads:
             thread.join(5)
     assert bulkhead.active_count == 0
+
+
+async def _async_op() -> int:
+    return 1
+
+
+def _generator_op() -> Iterator[int]:
+    yield 1
+
+
+async def _async_generator_op() -> AsyncIterator[int]:
+    yield 1
+
+
+def _plain(fn: Callable[[], object]) -> Callable[[], object]:
+    return lambda: fn()  # a plain function handing back what fn returns (an async def is refused at once)
+
+
+@pytest.mark.parametrize("op", [_async_op, _generator_op, _async_generator_op], ids=lambda f: f.__name__)
+def test_blocking_bulkhead_call_refuses_an_operation_that_returns_work_still_to_run(
+        op: Callable[[], object]) -> None:
+    # Seen failing before the fix: BlockingBulkhead.call(fn) returned the coroutine (or
+    # generator) fn made, with the slot already given back: its body ran when the caller awaited
+    # (iterated) it, outside the bulkhead, so 300 threads ran it at once through a bulkhead of
+    # one, silently. CircuitBreaker.call and retry_sync refuse it with TypeError (cause a Defect).
+    bulkhead = BlockingBulkhead(1, queue_limit=None, label="unrun")
+    results: list[object] = []
+    barrier = threading.Barrier(300)
+    lock = threading.Lock()
+
+    def caller(fn: Callable[[], object]) -> None:
+        barrier.wait()
+        try:
+            outcome: object = bulkhead.call(fn)
+        except BaseException as exc:
+            outcome = exc
+        with lock:
+            results.append(outcome)
+
+    threads = [threading.Thread(target=caller, args=(op if n % 2 else _plain(op),)) for n in range(300)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert len(results) == 300
+    for outcome in results:
+        assert isinstance(outcome, TypeError), outcome
+        assert "BlockingBulkhead" in str(outcome) and isinstance(outcome.__cause__, stoic.Defect)
+    assert (bulkhead.active_count, bulkhead.queued_count) == (0, 0)  # every slot given back
+    assert bulkhead.call(lambda: 7) == 7
+
+
+@pytest.mark.parametrize("op", [_async_op, _generator_op, _async_generator_op], ids=lambda f: f.__name__)
+def test_blocking_rate_limiter_call_refuses_an_operation_that_returns_work_still_to_run(
+        op: Callable[[], object]) -> None:
+    # Seen failing before the fix: BlockingRateLimiter.call(fn) spent a permit and returned the
+    # coroutine (generator) fn made: its body ran later, whenever the caller awaited it, not
+    # when the limiter allowed it.
+    limiter = BlockingRateLimiter(1_000, burst=1_000, label="unrun")
+    for fn in (op, _plain(op)):
+        with pytest.raises(TypeError, match="BlockingRateLimiter") as caught:
+            limiter.call(fn)
+        assert isinstance(caught.value.__cause__, stoic.Defect)
+    assert limiter.call(lambda: 7) == 7

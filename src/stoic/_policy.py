@@ -6,7 +6,9 @@ import functools
 import inspect
 import types
 from collections.abc import Awaitable, Callable
-from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
+from typing import Any, Final, NoReturn, ParamSpec, Protocol, TypeVar, runtime_checkable
+
+from ._errors import Defect
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -63,6 +65,25 @@ def refuse_generator_function(fn: object, stage: str) -> None:
         kind = "an async generator function" if inspect.isasyncgenfunction(fn) else "a generator function"
         raise TypeError(f"{stage} cannot guard {kind} ({getattr(fn, '__qualname__', fn)!r}): its body runs while "
                         "the caller iterates, outside it. Guard the code that consumes the generator instead.")
+
+
+# What a plain function run through a blocking stage's ``call`` must not return: work still to
+# run (a coroutine when awaited, a generator while iterated), later and outside the stage.
+UNRUN_RESULTS: Final = frozenset({types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType})
+
+
+def refuse_unrun_result(fn: object, result: object, stage: str, async_stage: str) -> NoReturn:
+    """``fn``, run by ``stage``'s ``call``, returned ``result``, a type in :data:`UNRUN_RESULTS`:
+    close it (never run, so no "never awaited" warning) and raise ``TypeError`` whose cause is a
+    :class:`stoic.Defect` (an outer breaker does not count it; never retried), as
+    ``CircuitBreaker.call`` and ``retry_sync`` do. ``async_stage``: the class for async functions."""
+    kind = type(result).__name__
+    if not isinstance(result, types.AsyncGeneratorType):  # (an unstarted one has nothing to close)
+        result.close()  # type: ignore[attr-defined]
+    hint = (f"use {async_stage} for async functions" if kind == "coroutine"
+            else "guard the code that consumes the generator instead")
+    raise TypeError(f"{getattr(fn, '__qualname__', fn)!r} returned a {kind} through {stage}.call, whose body "
+                    f"would run later, outside it: {hint}") from Defect(f"a {kind} was returned to {stage}.call")
 
 
 def is_async_callable(fn: object) -> bool:

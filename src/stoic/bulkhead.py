@@ -31,7 +31,13 @@ from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import BulkheadFull, DeadlineExceeded, Shed
-from ._policy import is_async_callable, refuse_generator_function, through_method_decorators
+from ._policy import (
+    UNRUN_RESULTS,
+    is_async_callable,
+    refuse_generator_function,
+    refuse_unrun_result,
+    through_method_decorators,
+)
 from ._retune import validated
 from ._waitqueue import NO_DEADLINE, ManagedQueue, Parked, QueueRules, check_queue_options, shed_error, shed_event
 from ._wakeup import wake
@@ -699,7 +705,8 @@ class BlockingBulkhead(_Compartment):
         """Run ``fn(*args, **kwargs)`` in a slot (as :meth:`acquire` without a timeout).
 
         Returns what ``fn`` returns; its exceptions propagate unchanged; the slot is released
-        however it ends.
+        however it ends. ``fn`` returning a coroutine or a generator (work that would run
+        later, outside the slot) raises ``TypeError``, its cause a :class:`stoic.Defect`.
         """
         lock = self._lock
         taken = False
@@ -714,7 +721,10 @@ class BlockingBulkhead(_Compartment):
         if not taken:
             self.acquire()
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            if type(result) in UNRUN_RESULTS:  # its body would run later, outside the slot
+                refuse_unrun_result(fn, result, "BlockingBulkhead", "Bulkhead")
+            return result
         finally:
             lock.acquire()
             try:

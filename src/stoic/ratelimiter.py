@@ -37,7 +37,13 @@ from ._deadline import _current as _deadline_scope
 from ._deadline import cancelled_by_deadline, remaining_ns
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import DeadlineExceeded, RateLimited
-from ._policy import is_async_callable, refuse_generator_function, through_method_decorators
+from ._policy import (
+    UNRUN_RESULTS,
+    is_async_callable,
+    refuse_generator_function,
+    refuse_unrun_result,
+    through_method_decorators,
+)
 from ._retune import validated
 from ._wakeup import wake
 from .events import AttributeValue, Level, emit
@@ -728,6 +734,9 @@ class BlockingRateLimiter(_TokenBucket):
         """Take one permit (as :meth:`acquire` without a timeout), then return ``fn(*args, **kwargs)``.
 
         ``fn``'s exceptions propagate unchanged; a refusal raises what :meth:`acquire` raises.
+        ``fn`` returning a coroutine or a generator (work that would run later, not when the
+        permit allowed it) raises ``TypeError``, its cause a :class:`stoic.Defect` (the permit
+        is spent).
         """
         taken = False
         if not _deadline.ever_set or _deadline_scope.get() is None:
@@ -739,7 +748,10 @@ class BlockingRateLimiter(_TokenBucket):
                 lock.release()
         if not taken:
             self.acquire(1)
-        return fn(*args, **kwargs) if kwargs else fn(*args)  # type: ignore[call-arg]
+        result = fn(*args, **kwargs) if kwargs else fn(*args)  # type: ignore[call-arg]
+        if type(result) in UNRUN_RESULTS:  # its body would run later, whenever it is awaited
+            refuse_unrun_result(fn, result, "BlockingRateLimiter", "RateLimiter")
+        return result
 
     @through_method_decorators
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
