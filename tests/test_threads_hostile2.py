@@ -6,7 +6,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
-from _threads import eventually, process_wide_sink  # noqa: F401  (the process-wide `sink` fixture)
+from _threads import GateLock, eventually, process_wide_sink  # noqa: F401  (the process-wide `sink` fixture)
 
 import stoic
 from stoic import DeadlineExceeded
@@ -121,3 +121,19 @@ def test_blocking_rate_limiter_call_refuses_an_operation_that_returns_work_still
             limiter.call(fn)
         assert isinstance(caught.value.__cause__, stoic.Defect)
     assert limiter.call(lambda: 7) == 7
+
+
+def test_try_acquire_reads_the_burst_under_the_lock(sink: RecordingSink) -> None:
+    # Seen failing before the fix: try_acquire checked permits against the burst before taking
+    # the lock; a retune from another thread lowering the burst in between let it take 5
+    # permits from a bucket of 2 (its deficit then above the bucket's size), as acquire, which
+    # reads the burst again under the lock, never does.
+    clock = VirtualClock()
+    limiter = BlockingRateLimiter(10, per=1.0, burst=10, label="burst-race", clock=clock)
+    gate = GateLock(limiter._lock)
+    limiter._lock = gate  # type: ignore[assignment]
+    gate.hook = lambda: limiter._retune(burst=2)  # just before try_acquire holds the lock
+    assert limiter.try_acquire(5) is False
+    assert limiter.available_permits == 2  # nothing taken
+    assert [dict(e.attributes) for e in sink.of("ratelimiter.oversized")] == [{"permits": 5, "burst": 2}]
+    assert limiter.try_acquire(2) is True

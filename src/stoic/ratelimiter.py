@@ -611,9 +611,15 @@ class BlockingRateLimiter(_TokenBucket):
         lock = self._lock
         lock.acquire()  # (acquire/release: half the cost of ``with lock`` on CPython 3.11)
         try:
-            return not self._waiters and self._take(self._now(), permits * self._cost)
+            # The burst is read again under the lock (as acquire does): a retune from another
+            # thread may have lowered it since the check above.
+            oversized = permits > self._burst
+            if not oversized:
+                return not self._waiters and self._take(self._now(), permits * self._cost)
         finally:
             lock.release()
+        self._oversized(permits)  # (outside the lock: a sink never runs inside it)
+        return False
 
     def acquire(self, permits: int = 1, timeout: Seconds | None = None) -> None:
         """Take ``permits`` (an int >= 1), blocking in FIFO order for at most ``timeout`` (seconds
