@@ -137,3 +137,41 @@ def test_try_acquire_reads_the_burst_under_the_lock(sink: RecordingSink) -> None
     assert limiter.available_permits == 2  # nothing taken
     assert [dict(e.attributes) for e in sink.of("ratelimiter.oversized")] == [{"permits": 5, "burst": 2}]
     assert limiter.try_acquire(2) is True
+
+
+class _ReleaseGate(GateLock):
+    """A policy's lock running ``after`` once, just after it is next released: the moment
+    between a thread's decision under the lock and what it does with it outside."""
+
+    def __init__(self, real: threading.Lock) -> None:
+        super().__init__(real)
+        self.after: Callable[[], None] | None = None
+
+    def release(self) -> None:
+        self.real.release()
+        after, self.after = self.after, None
+        if after is not None:
+            after()
+
+
+def test_a_managed_caller_out_of_time_is_refused_as_decided_under_the_lock() -> None:
+    # Seen failing before the fix: a queue-managed caller that could not wait (its timeout
+    # already spent) with room in the queue was refused by a second reading of queue_limit made
+    # after the lock was released: a retune lowering the limit in between turned its
+    # DeadlineExceeded into BulkheadFull.
+    bulkhead = BlockingBulkhead(1, queue_limit=5, label="decided", prioritized=True)
+    gate = _ReleaseGate(bulkhead._lock)
+    bulkhead._lock = gate  # type: ignore[assignment]
+    bulkhead.acquire()
+    parked = threading.Thread(target=bulkhead.acquire, daemon=True)  # waits for the slot
+    parked.start()
+    eventually(lambda: bulkhead.queued_count == 1)
+    gate.after = lambda: bulkhead._retune(queue_limit=1)
+    with pytest.raises(DeadlineExceeded):
+        bulkhead.acquire(timeout=0)
+    assert bulkhead.queue_limit == 1
+    bulkhead.release()  # handed to the parked thread
+    parked.join(5)
+    assert not parked.is_alive()
+    bulkhead.release()
+    assert (bulkhead.active_count, bulkhead.queued_count) == (0, 0)

@@ -579,14 +579,15 @@ class BlockingBulkhead(_Compartment):
                     return
                 now = clock.now_ns()
                 waiting = len(waiters)
+                full = waiting >= self._queue_limit  # (decided here: a retune may change the limit after)
                 may_wait = give_up is None or give_up > now  # (one that may not wait displaces nobody)
-                if may_wait and waiting >= self._queue_limit:
+                if may_wait and full:
                     victim = rules.displaceable(waiters, tier)
                     if victim is not None:
                         waiters.remove(victim)
                         victim.queued = False
                         self._drop_locked(now, victim, rules.parked[id(victim)], "priority")
-                if may_wait and (waiting < self._queue_limit or victim is not None):
+                if may_wait and (not full or victim is not None):
                     parked = rules.park(waiters, (waiter := _Waiter()), now, tier,
                                         NO_DEADLINE if give_up is None else give_up)
                     try:
@@ -610,7 +611,7 @@ class BlockingBulkhead(_Compartment):
             admitted_after_wait(clock, clock.now_ns(), parked.since_ns)
             return
         if parked is None:
-            raise self._full(waiting) if waiting >= self._queue_limit else self._late()
+            raise self._full(waiting) if full else self._late()
         # Dropped or out of time in the queue: the wait was local queueing all the same.
         refused_after_wait(clock, clock.now_ns(), parked.since_ns)
         if parked.error is not None:
