@@ -102,3 +102,28 @@ def key(**attrs: Any) -> frozenset[tuple[str, Any]]:
 def _dotted(attrs: Mapping[str, Any]) -> dict[str, Any]:
     # keyword arguments cannot contain dots: stoic_label -> stoic.label, error_type -> error.type
     return {k.replace("stoic_label", "stoic.label").replace("error_type", "error.type"): v for k, v in attrs.items()}
+
+
+def delta_exporter() -> tuple[Any, list[Any]]:
+    """A metric exporter that asks for delta temporality everywhere, and the list of what it exported."""
+    from opentelemetry.sdk.metrics import Counter, Histogram, ObservableCounter
+    from opentelemetry.sdk.metrics.export import AggregationTemporality, MetricExporter, MetricExportResult
+
+    exported: list[Any] = []
+    delta = AggregationTemporality.DELTA
+
+    class DeltaExporter(MetricExporter):
+        def __init__(self) -> None:
+            super().__init__(preferred_temporality={Counter: delta, ObservableCounter: delta, Histogram: delta})
+
+        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+            exported.append(metrics_data)
+            return MetricExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            pass
+
+    return DeltaExporter(), exported

@@ -7,35 +7,12 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from otel_support import delta_exporter
 from stoic_opentelemetry import HistogramBridge, instrument
 from stoic_opentelemetry._instrumentor import StoicInstrumentor
 
 import stoic
 from stoic.testing import RecordingSink, VirtualClock
-
-
-def _delta_exporter() -> tuple[Any, list[Any]]:
-    from opentelemetry.sdk.metrics import Counter, Histogram, ObservableCounter
-    from opentelemetry.sdk.metrics.export import AggregationTemporality, MetricExporter, MetricExportResult
-
-    exported: list[Any] = []
-    delta = AggregationTemporality.DELTA
-
-    class DeltaExporter(MetricExporter):
-        def __init__(self) -> None:
-            super().__init__(preferred_temporality={Counter: delta, ObservableCounter: delta, Histogram: delta})
-
-        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
-            exported.append(metrics_data)
-            return MetricExportResult.SUCCESS
-
-        def force_flush(self, timeout_millis: float = 10_000) -> bool:
-            return True
-
-        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-            pass
-
-    return DeltaExporter(), exported
 
 
 def _count(exported: list[Any], label: str) -> int | None:
@@ -54,7 +31,7 @@ def test_a_delta_bridge_does_not_export_again_what_it_exported_before_an_export_
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-    exporter, exported = _delta_exporter()
+    exporter, exported = delta_exporter()
     reader = PeriodicExportingMetricReader(HistogramBridge(exporter), export_interval_millis=3_600_000)
     provider = MeterProvider(metric_readers=[reader])
     breaker = stoic.CircuitBreaker(label="h2-gap")
@@ -87,7 +64,7 @@ def test_the_instrumentor_instrumented_again_does_not_export_again_what_it_expor
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-    exporter, exported = _delta_exporter()
+    exporter, exported = delta_exporter()
     reader = PeriodicExportingMetricReader(exporter, export_interval_millis=3_600_000)
     provider = MeterProvider(metric_readers=[reader])
     breaker = stoic.CircuitBreaker(label="h2-again")

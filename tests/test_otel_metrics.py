@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import pytest
 from opentelemetry.sdk.metrics.export import Gauge, InMemoryMetricReader, Sum
-from otel_support import by_attrs, collect, key, metric_provider
+from otel_support import by_attrs, collect, delta_exporter, key, metric_provider
 from prometheus_client import CollectorRegistry, generate_latest
 from stoic_opentelemetry import METRICS, SCHEMA_URL, SECOND_BUCKETS, HistogramBridge, Instrumentation, instrument
 from stoic_opentelemetry._instrumentor import StoicInstrumentor
@@ -512,30 +512,11 @@ def test_the_bridge_follows_an_exporter_that_prefers_delta_temporality():
     # Backends that take only delta (OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta, as
     # several vendors ask) got the SDK's own metrics as deltas but stoic's histograms as cumulative
     # points in the same export. The bridge now reports them as deltas when the exporter asks.
-    from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider, ObservableCounter
-    from opentelemetry.sdk.metrics.export import (
-        AggregationTemporality,
-        MetricExporter,
-        MetricExportResult,
-        PeriodicExportingMetricReader,
-    )
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import AggregationTemporality, PeriodicExportingMetricReader
 
-    exported: list[Any] = []
+    exporter, exported = delta_exporter()
     delta = AggregationTemporality.DELTA
-
-    class DeltaExporter(MetricExporter):
-        def __init__(self) -> None:
-            super().__init__(preferred_temporality={Counter: delta, ObservableCounter: delta, Histogram: delta})
-
-        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
-            exported.append(metrics_data)
-            return MetricExportResult.SUCCESS
-
-        def force_flush(self, timeout_millis: float = 10_000) -> bool:
-            return True
-
-        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-            pass
 
     def durations() -> Any:
         (metric,) = [m for rm in exported[-1].resource_metrics for sm in rm.scope_metrics for m in sm.metrics
@@ -543,7 +524,7 @@ def test_the_bridge_follows_an_exporter_that_prefers_delta_temporality():
         (point,) = [p for p in metric.data.data_points if p.attributes.get("stoic.label") == "t8-delta"]
         return metric.data.aggregation_temporality, point
 
-    reader = PeriodicExportingMetricReader(HistogramBridge(DeltaExporter()), export_interval_millis=3_600_000)
+    reader = PeriodicExportingMetricReader(HistogramBridge(exporter), export_interval_millis=3_600_000)
     provider = MeterProvider(metric_readers=[reader])
     inst = instrument(span_events=False, meter_provider=provider)
     try:
