@@ -453,6 +453,11 @@ class BlockingBulkhead(_Compartment):
         dropped the waiter; ``ValueError`` for a ``timeout`` outside ``[0, MAX_SECONDS]``,
         ``TypeError`` for one that is not a number or ``timedelta``. Pair every successful
         ``acquire`` with one :meth:`release`.
+
+        A thread interrupted while queued (``KeyboardInterrupt``, ``SystemExit``, any exception
+        raised into its wait) leaves without a slot (one handed to it in that instant goes to
+        the next waiter), reports ``bulkhead.rejected`` with reason ``cancelled``, as a
+        cancelled asyncio waiter does, and the exception propagates unchanged.
         """
         limit = None if timeout is None else to_ns(timeout, "timeout", allow_zero=True)
         left = remaining_ns(self._clock)
@@ -486,8 +491,10 @@ class BlockingBulkhead(_Compartment):
         except BaseException:
             if queued:
                 # Interrupted in the queue (a KeyboardInterrupt, any exception out of the wait):
-                # it left unadmitted, and the wait was local queueing all the same.
+                # it left unadmitted, and the wait was local queueing all the same. Reported as
+                # a cancelled asyncio waiter is, by this thread, now outside the lock.
                 refused_after_wait(self._clock, self._clock.now_ns(), since)
+                self._left("cancelled")
             raise
         if admitted:
             # Admitted after waiting: an outer breaker leaves the wait out of the call's duration.
@@ -601,8 +608,11 @@ class BlockingBulkhead(_Compartment):
                 # Left the queue on an exception out of the wait (a KeyboardInterrupt, ...):
                 # unadmitted, and the wait was local queueing all the same.
                 refused_after_wait(clock, clock.now_ns(), parked.since_ns)
-            if parked is not None and parked.error is not None:
+            if parked is not None and parked.error is not None:  # dropped, then interrupted
                 shed_event(self, self._reason(parked.error), parked.dropped_ns - parked.since_ns, parked.tier)
+            elif parked is not None:
+                # Interrupted in the queue: reported as a cancelled asyncio waiter is.
+                shed_event(self, "cancelled", clock.now_ns() - parked.since_ns, parked.tier)
             raise
         # Events are emitted outside the lock: a sink never runs inside the critical section.
         if admitted:
