@@ -17,6 +17,7 @@ from _threads import InterruptingClock, eventually
 import stoic
 from stoic.bulkhead import BlockingBulkhead
 from stoic.events import Event, Level
+from stoic.ratelimiter import BlockingRateLimiter
 from stoic.testing import RecordingSink
 
 START = 1000.0
@@ -136,3 +137,32 @@ def test_interrupted_blocking_bulkhead_waiters_are_reported_as_cancelled(
     else:
         assert all(a == {"reason": "cancelled", "capacity": 1} for a in attributes)
 
+
+def test_interrupted_blocking_limiter_waiters_are_reported_as_cancelled(sink: LockCheckingSink) -> None:
+    clock = InterruptClock()
+    limiter = BlockingRateLimiter(1, 1.0, burst=1, queue_limit=None, label="interrupted", clock=clock)
+    sink.lock = limiter._lock
+    assert limiter.try_acquire()  # drained: one permit a second from now on
+    workers = [Worker(lambda: limiter.acquire(1, timeout=10_000), lambda: None) for _ in range(THREADS)]
+    for n, worker in enumerate(workers, start=1):
+        worker.start()
+        eventually(lambda n=n: limiter.waiter_count == n)  # FIFO, in order
+    marked, errors = interrupt_some(clock, workers)  # the head among them
+    clock.step(0)  # wakes the head (and the waiters on a timeout): the marked ones are interrupted
+    eventually(lambda: all(not w.is_alive() for w in marked))
+    for worker in marked:
+        assert worker.error is errors[worker]
+    survivors = [w for w in workers if w not in errors]
+    assert limiter.waiter_count == len(survivors)
+    for served in range(1, len(survivors) + 1):  # one permit a second, each to the next survivor
+        clock.step(1.0)
+        eventually(lambda served=served: sum(w.admitted for w in survivors) == served)
+    for worker in workers:
+        worker.join(10)
+    assert limiter.waiter_count == 0 and limiter.available_permits == 0  # nothing consumed
+    cancelled = [e for e in sink.emitted if e[0] == "ratelimiter.rejected"]
+    assert len(cancelled) == len(marked) and {e[1] for e in cancelled} == {"cancelled"}
+    assert {e[2] for e in cancelled} == set(marked)
+    assert all(e[3] for e in cancelled)
+    assert all(dict(e.attributes) == {"reason": "cancelled", "permits": 1}
+               for e in sink.of("ratelimiter.rejected"))

@@ -633,6 +633,11 @@ class BlockingRateLimiter(_TokenBucket):
         waiter is still unserved at its timeout (possible only if earlier waiters' threads were
         not scheduled in time). ``ValueError`` for ``permits`` < 1 or a ``timeout`` outside
         ``[0, MAX_SECONDS]``; ``TypeError`` for a ``timeout`` that is not a number or ``timedelta``.
+
+        A thread interrupted while queued (``KeyboardInterrupt``, ``SystemExit``, any exception
+        raised into its wait) leaves consuming nothing, reports ``ratelimiter.rejected`` with
+        reason ``cancelled``, as a cancelled asyncio waiter does, and the exception propagates
+        unchanged.
         """
         if permits is not _ONE:  # 1.0, True and int subclasses are checked (1.0 and True are refused)
             self._check_permits(permits)
@@ -645,32 +650,43 @@ class BlockingRateLimiter(_TokenBucket):
         reason = ""
         served = wait = -1
         called = None if limit is None and ambient is None else self._now()
-        with self._lock:
-            now = self._now()
-            if called is not None and now > called:
-                # Time spent waiting for the lock counts against the time limits, read before it.
-                late = now - called
-                limit = None if limit is None else limit - late
-                ambient = None if ambient is None else ambient - late
-            waiters = self._waiters
-            # The burst and the price are read under the lock: a retune from another thread may
-            # have changed them since the check above.
-            if permits > self._burst:
-                reason = "oversized"
-            elif ambient is not None and ambient <= 0:
-                # The deadline ran out while this caller waited for the lock: refused as one found
-                # passed at the call is, taking nothing (not granted after it, nor RateLimited).
-                reason = "deadline_exceeded"
-            elif self._take(now, 0 if waiters else permits * self._cost) and not waiters:
-                return
-            else:
-                wait = self._wait_ns(permits)
-                if (limit is not None and wait > limit) or (ambient is not None and wait >= ambient):
-                    reason = "would_exceed_deadline"
-                elif self._queue_limit is not None and len(waiters) >= self._queue_limit:
-                    reason = "queue_full"
+        queued = False
+        try:
+            with self._lock:
+                now = self._now()
+                if called is not None and now > called:
+                    # Time spent waiting for the lock counts against the time limits, read before it.
+                    late = now - called
+                    limit = None if limit is None else limit - late
+                    ambient = None if ambient is None else ambient - late
+                waiters = self._waiters
+                # The burst and the price are read under the lock: a retune from another thread may
+                # have changed them since the check above.
+                if permits > self._burst:
+                    reason = "oversized"
+                elif ambient is not None and ambient <= 0:
+                    # The deadline ran out while this caller waited for the lock: refused as one found
+                    # passed at the call is, taking nothing (not granted after it, nor RateLimited).
+                    reason = "deadline_exceeded"
+                elif self._take(now, 0 if waiters else permits * self._cost) and not waiters:
+                    return
                 else:
-                    served = self._wait_locked(permits, now, limit, ambient)
+                    wait = self._wait_ns(permits)
+                    if (limit is not None and wait > limit) or (ambient is not None and wait >= ambient):
+                        reason = "would_exceed_deadline"
+                    elif self._queue_limit is not None and len(waiters) >= self._queue_limit:
+                        reason = "queue_full"
+                    else:
+                        queued = True
+                        served = self._wait_locked(permits, now, limit, ambient)
+        except BaseException:
+            if queued:
+                # Interrupted in the queue (a KeyboardInterrupt, any exception out of the wait): it
+                # left consuming nothing, and is reported as a cancelled asyncio waiter is, by this
+                # thread, outside the lock; the wait was local queueing all the same.
+                refused_after_wait(self._clock, self._now(), now)
+                self._reject("cancelled", permits, None)
+            raise
         if reason == "oversized":
             raise self._oversized(permits)
         if reason == "deadline_exceeded":
