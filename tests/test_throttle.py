@@ -138,6 +138,38 @@ async def test_cancellations_and_inner_rejections_are_not_counted(clock: Virtual
     assert throttle.requests == 0
 
 
+async def test_an_error_made_of_the_callers_cancellation_is_not_counted(clock: VirtualClock):
+    # Field report 4 (only real failures count), with the breaker's rule for a cancelled caller
+    # (stoic._deadline.caller_cancelled): some clients turn the CancelledError of a caller that
+    # left into an error of their own. A hundred callers cancelled at once (a shutdown, clients
+    # disconnecting) are no evidence of overload, and must not make the throttle shed the
+    # healthy calls after them; the same error with no cancellation behind it still counts.
+    throttle = AdaptiveThrottle(label="t", clock=clock, min_throughput=10)
+
+    async def aborted_on_cancel() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise ConnectionError("upstream aborted") from None
+
+    tasks = [asyncio.ensure_future(throttle.execute(aborted_on_cancel)) for _ in range(100)]
+    await settle()
+    for task in tasks:
+        task.cancel()
+    for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+        assert isinstance(outcome, ConnectionError)
+    assert (throttle.requests, throttle.accepts, throttle.probability) == (0, 0, 0.0)
+
+    async def aborted() -> None:
+        raise ConnectionError("upstream aborted")
+
+    for _ in range(20):
+        with pytest.raises((ConnectionError, Throttled)):
+            await throttle.execute(aborted)
+    assert (throttle.requests, throttle.accepts) == (20, 0)  # not a cancelled caller: counted
+    assert throttle.probability > 0.0
+
+
 async def test_the_dependencys_own_rate_limit_refusal_counts_against_it(clock: VirtualClock):
     """A server answering 429 (stoic's HTTP layer raises it as ``TooManyRequests``, a
     ``RateLimited``) refused the request: exactly what the throttle exists to stop sending (the

@@ -36,7 +36,7 @@ from . import _metrics, _random
 from ._callbacks import callback_failed
 from ._classify import ClassifierLike, RetryClassifier, _own_decision, as_classifier
 from ._clock import Clock, SystemClock, resolve_clock
-from ._deadline import deadline_cut_running_work
+from ._deadline import caller_cancelled, deadline_cut_running_work
 from ._durations import Seconds, check_int, check_label, to_ns, to_seconds
 from ._errors import Throttled, cut_by_deadline, is_defect, is_rejection, leaves, misused
 from ._policy import is_async_callable, through_method_decorators
@@ -101,7 +101,8 @@ class AdaptiveThrottle:
     call is shed; ``fn``'s own exceptions propagate unchanged. A timeout (``TimeoutError``, a
     ``DeadlineExceeded`` that cut the call, a cancellation by an enclosing ``stoic.timeout``)
     counts as a failure, and so does a server's own refusal (an HTTP 429, ``TooManyRequests``
-    from stoic's HTTP integrations: it reached the server); other cancellations, defects, inner
+    from stoic's HTTP integrations: it reached the server); other cancellations (an error ``fn``
+    made of its caller's cancellation too, judged as the breaker judges it), defects, inner
     policies' rejections and a misused ``fn`` (called with arguments it does not take, or a plain
     function whose value was awaited: a bug at the call site) are not
     counted at all (an exception group too, judged by its leaves: only rejections, or any leaf a
@@ -303,7 +304,12 @@ class AdaptiveThrottle:
         except Exception as exc:
             # A deadline's cut, bare or as a leaf of a group with no defect leaf (whose leaves,
             # all Rejected, would otherwise read as inner refusals): the breaker's rule too.
-            if cut_by_deadline(exc) and not is_defect(exc):
+            if caller_cancelled(exc):
+                # The operation made its caller's cancellation an error of its own (some clients
+                # do): callers leaving are no evidence of overload, as a bare cancellation is
+                # none (the breaker's rule, stoic._deadline.caller_cancelled; field report 4).
+                pass
+            elif cut_by_deadline(exc) and not is_defect(exc):
                 self._count(False)  # the work ran and took too long: the dependency failed it
             elif ((not is_rejection(exc) or getattr(exc, "_by_dependency", False)) and not is_defect(exc)
                   and not misused(exc, fn)):
