@@ -244,8 +244,10 @@ async def test_the_window_rolls_bucket_by_bucket(clock: VirtualClock):
     assert throttle.requests == 0 and throttle.probability == 0.0
 
 
-async def test_recovery_after_a_total_outage_within_one_window(clock: VirtualClock):
-    window = 120.0
+async def _recovery_time(seed: int, window: float = 120.0) -> float | None:
+    """Seconds after a ten-minute total outage ends until the shed probability is below 5 %
+    (10 calls/s throughout), under ``seeded(seed)``; None if not within a window."""
+    clock = VirtualClock()
     throttle = AdaptiveThrottle(label="t", clock=clock, window=window)
     dep = Dependency()
 
@@ -257,20 +259,28 @@ async def test_recovery_after_a_total_outage_within_one_window(clock: VirtualClo
                 pass
             await clock.advance(1.0 / rate)
 
-    with seeded(4):
+    with seeded(seed):
         await traffic(60)
         dep.mode = "down"
         await traffic(600)  # ten minutes of total outage
         assert throttle.probability == pytest.approx(0.9)
         dep.mode = "ok"
-        recovered_at = None
         start = clock.now()
         for _ in range(int(window * 10)):
             await traffic(0.1)
             if throttle.probability < 0.05:
-                recovered_at = clock.now() - start
-                break
-    assert recovered_at is not None and recovered_at <= window / 4  # measured: about 20 s
+                return clock.now() - start
+    return None
+
+
+async def test_recovery_after_a_total_outage_within_one_window():
+    # The time depends on where in a 10 s bucket the recovery falls and on which calls were shed
+    # (measured over 40 seeds: 20 to 39 s, median about 26 s): asserted over several seeds, not
+    # one (a single seeded run is one draw, which moving the test file's lines changes).
+    window = 120.0
+    times = [await _recovery_time(seed, window) for seed in range(8)]
+    assert all(t is not None and t <= window / 3 for t in times), times
+    assert sorted(t for t in times if t is not None)[len(times) // 2] <= window / 4, times
 
 
 async def test_the_cap_keeps_probing_through_a_total_outage(clock: VirtualClock):

@@ -19,9 +19,10 @@ roughly as ``exp(t * k / window)`` against a window full of the outage's request
 ten-minute outage the probability falls below 5 % only after about 1.7 windows (measured in the
 tests). So the probability is also never higher than the same formula on the two latest
 buckets alone: while failures persist both agree, and after a recovery the latest buckets'
-accepts bring the shedding down within seconds, well inside one window. While the dependency
-fails as much in the latest buckets as over the window, the two rules agree up to the formula's
-``+ 1``, which weighs more on the two buckets' fewer requests (a few percent at low traffic).
+accepts bring the shedding down within two to four buckets (20 to 40 s at the default
+window), well inside one window. While the dependency fails as much in the latest buckets as
+over the window, the two rules agree up to the formula's ``+ 1``, which weighs more on the two
+buckets' fewer requests (a few percent at low traffic).
 """
 
 from __future__ import annotations
