@@ -5,23 +5,31 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pytest
 
 import stoic
 from stoic.testing import RecordingSink, VirtualClock
 
+S = TypeVar("S", bound=RecordingSink)
 
-@pytest.fixture(name="sink")
-def process_wide_sink() -> Iterator[RecordingSink]:
-    """Process-wide, so the events of worker threads (which start with a fresh context) reach it."""
-    recording = RecordingSink()
+
+def process_wide(recording: S) -> Iterator[S]:
+    """A fixture's body: ``recording`` added process-wide, so the events of worker threads
+    (which start with a fresh context) reach it; removed after the test, its contract checked."""
     stoic.add_sink(recording)
     try:
         yield recording
     finally:
         stoic.remove_sink(recording)
     recording.assert_contract()
+
+
+@pytest.fixture(name="sink")
+def process_wide_sink() -> Iterator[RecordingSink]:
+    """Process-wide, so the events of worker threads (which start with a fresh context) reach it."""
+    yield from process_wide(RecordingSink())
 
 
 def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> None:

@@ -12,9 +12,8 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from _threads import InterruptingClock, eventually
+from _threads import InterruptingClock, eventually, process_wide
 
-import stoic
 from stoic.bulkhead import BlockingBulkhead
 from stoic.events import Event, Level
 from stoic.ratelimiter import BlockingRateLimiter
@@ -65,13 +64,7 @@ class LockCheckingSink(RecordingSink):
 
 @pytest.fixture
 def sink() -> Iterator[LockCheckingSink]:
-    recording = LockCheckingSink()
-    stoic.add_sink(recording)
-    try:
-        yield recording
-    finally:
-        stoic.remove_sink(recording)
-    recording.assert_contract()
+    yield from process_wide(LockCheckingSink())
 
 
 class Worker(threading.Thread):

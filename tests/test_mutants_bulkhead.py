@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from _threads import InterruptingClock, eventually
+from _threads import InterruptingClock, eventually, process_wide
 
 import stoic
 from stoic import BulkheadFull, DeadlineExceeded
@@ -37,13 +37,7 @@ class SteppingClock(InterruptingClock):
 def events() -> Iterator[RecordingSink]:
     """Process-wide (worker threads start with a fresh context) and listening at INFO exactly,
     the level of every bulkhead event."""
-    recording = RecordingSink(level=Level.INFO)
-    stoic.add_sink(recording)
-    try:
-        yield recording
-    finally:
-        stoic.remove_sink(recording)
-    recording.assert_contract()
+    yield from process_wide(RecordingSink(level=Level.INFO))
 
 
 def rejections(sink: RecordingSink) -> list[dict[str, object]]:

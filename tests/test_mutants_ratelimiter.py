@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from _threads import InterruptingClock, eventually
+from _threads import InterruptingClock, eventually, process_wide
 
 import stoic
 from stoic import DeadlineExceeded, RateLimited
@@ -48,13 +48,7 @@ class JumpingClock(VirtualClock):
 @pytest.fixture
 def events() -> Iterator[RecordingSink]:
     """Process-wide and listening from DEBUG (``ratelimiter.waited`` is a debug event)."""
-    recording = RecordingSink(level=Level.DEBUG)
-    stoic.add_sink(recording)
-    try:
-        yield recording
-    finally:
-        stoic.remove_sink(recording)
-    recording.assert_contract()
+    yield from process_wide(RecordingSink(level=Level.DEBUG))
 
 
 def named(sink: RecordingSink, name: str) -> list[dict[str, object]]:
