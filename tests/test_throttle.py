@@ -170,7 +170,6 @@ async def test_an_error_made_of_the_callers_cancellation_is_not_counted(clock: V
     assert throttle.probability > 0.0
 
 
-
 async def test_a_caller_cancelling_a_fan_out_whose_children_fail_on_the_way_out_is_not_counted(
     clock: VirtualClock,
 ):

@@ -27,7 +27,7 @@ from ._deadline import Timeout, cancelled_since, remaining_ns
 from ._deadline import _current as _deadline_scope
 from ._durations import Seconds, check_label, to_ns
 from ._errors import DeadlineExceeded, Defect, close_unrun, is_defect, misused
-from ._policy import is_async_callable, through_method_decorators
+from ._policy import UNRUN_RESULTS, is_async_callable, through_method_decorators
 from .events import Level, emit, error_type
 from .events._sinks import kind_floor
 from .schedule import MAX_NS, BoundedSchedule, Schedule
@@ -406,21 +406,21 @@ class _Run:
             self._event("retry.succeeded", Level.INFO, {"attempts": attempts})
 
 
-def _refuse_if_late(scope: Any, label: str) -> None:
-    """Raise :class:`stoic.DeadlineExceeded` (``timed_out`` False: nothing ran) when ``scope``,
-    the ambient deadline, or one around it has already passed as the retry is about to start
-    (seed 000, "Cancellation and deadlines, for every policy": work already late is not
-    started, as the breaker, limiter, bulkhead and hedge refuse it), reported as
-    ``retry.deadline_skip`` with ``attempt`` 0. No attempt runs and nothing is deposited."""
-    while scope is not None:
-        if scope.when_ns - scope.clock.now_ns() <= 0:
-            if _metrics.state.enabled:
-                _metrics.count_shared("retry", label, ("stoic.retry.outcomes", "deadline_skip"))
-            if _SINKS.wants(Level.INFO):
-                emit("retry.deadline_skip", label, Level.INFO, scope.clock.now_ns(),
-                     {"attempt": 0, "error.type": "DeadlineExceeded"})
-            raise DeadlineExceeded("deadline exceeded before the retried call started", label=label)
-        scope = scope.parent
+def _refuse_if_late(clock: Clock, label: str) -> None:
+    """Under an ambient deadline: raise :class:`ClockMismatch` when it (or one around it) runs on
+    another clock than the retry's ``clock``, and :class:`stoic.DeadlineExceeded` (``timed_out``
+    False: nothing ran) when it has already passed as the retry is about to start (seed 000,
+    "Cancellation and deadlines, for every policy": work already late is not started, as the
+    breaker, limiter, bulkhead and hedge refuse it), reported as ``retry.deadline_skip`` with
+    ``attempt`` 0. No attempt runs and nothing is deposited."""
+    left = remaining_ns(clock)
+    if left is not None and left <= 0:
+        if _metrics.state.enabled:
+            _metrics.count_shared("retry", label, ("stoic.retry.outcomes", "deadline_skip"))
+        if _SINKS.wants(Level.INFO):
+            emit("retry.deadline_skip", label, Level.INFO, clock.now_ns(),
+                 {"attempt": 0, "error.type": "DeadlineExceeded"})
+        raise DeadlineExceeded("deadline exceeded before the retried call started", label=label)
 
 
 def _task_reader(module: ModuleType) -> Callable[[], asyncio.Task[Any] | None]:
@@ -539,8 +539,7 @@ else:
 cancels = 0 if task is None else task.cancelling()
 scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
 if scope is not None:
-    _deadline.check_deadline_clocks(scope, clock)
-    _refuse_if_late(scope, {label})
+    _refuse_if_late(clock, {label})  # (its clocks checked too)
 if {attempt_ns} is not None:
     mark = [0, None, bucket]  # (this retry's mark, not running yet: its loop counts the attempts)
     old = _set_marks(mark).old_value
@@ -696,7 +695,7 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
                 mark[0] = 0
         if _cancelled_since(cancels, error):
             raise error  # (1) the task running the retry is being cancelled: never retried, never swallowed
-        if type(error) is TypeError and misused(error, fn):
+        if misused(error, fn):
             # An await on what cannot be awaited (a plain function's generator or value), or fn
             # called with arguments it does not take: a bug at the call site, refused like a plain
             # operation's coroutine or generator in retry_sync, whatever the classifier says;
@@ -729,9 +728,9 @@ async def _loop_async(schedule: BoundedSchedule, fn: Callable[..., Awaitable[R]]
         started = clock.now_ns()
 
 
-# What a plain operation must not return: a coroutine (it wanted ``await retry``) or a generator
-# (retrying its creation retries nothing: the work, and its failures, come while it is consumed).
-_REFUSED_RESULTS = frozenset({CoroutineType, GeneratorType, AsyncGeneratorType})
+# What a plain operation must not return (stoic._policy.UNRUN_RESULTS): a coroutine (it wanted
+# ``await retry``) or a generator (retrying its creation retries nothing: the work, and its
+# failures, come while it is consumed).
 
 
 def _refuse_result(fn: Callable[..., object], result: object) -> None:
@@ -756,8 +755,7 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     (Every sync form runs this.) ``before_backoff``: as :func:`_run_async`'s, called."""
     scope = _deadline_scope.get() if _deadline.ever_set else None  # (ever_set: see _deadline)
     if scope is not None:
-        _deadline.check_deadline_clocks(scope, clock)
-        _refuse_if_late(scope, label)
+        _refuse_if_late(clock, label)  # (its clocks checked too)
     started = clock.now_ns() if schedule._timed or scope is not None else -1
     mark: _Mark = [1, None, bucket]  # (this retry's mark, the first attempt counted as running)
     old = _set_marks(mark).old_value
@@ -787,7 +785,7 @@ def _run_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any, 
     except Exception as caught:
         error = caught
     else:
-        if type(result) in _REFUSED_RESULTS:
+        if type(result) in UNRUN_RESULTS:
             _refuse_result(fn, result)
         return result
     finally:
@@ -815,14 +813,14 @@ def _loop_sync(schedule: BoundedSchedule, fn: Callable[..., R], args: tuple[Any,
             except Exception as caught:
                 error = caught
             else:
-                if type(result) in _REFUSED_RESULTS:
+                if type(result) in UNRUN_RESULTS:
                     _refuse_result(fn, result)
                 if run is not None:
                     run.succeeded(number)
                 return result
             finally:
                 mark[0] = 0
-        if type(error) is TypeError and misused(error, fn):
+        if misused(error, fn):
             _misuse_raised(fn, mark, bucket, number)  # (as in _loop_async)
             raise error
         if started < 0:

@@ -584,7 +584,7 @@ class _Call:
                 # attempt's failure: the dependency did not fail.
                 if self.fatal is None:
                     self._stop(error)
-            elif error is not None and not self.decided and type(error) is TypeError and misused(error, self.fn):
+            elif error is not None and not self.decided and misused(error, self.fn):
                 # The misuse rule: the call site's bug, not a slow or failing dependency. The call
                 # stops as for a KeyboardInterrupt and raises it; this hedge's token comes back.
                 self.policy._budget._give_back()
@@ -829,7 +829,7 @@ async def _race(policy: Hedge, fn: Callable[..., Coroutine[Any, Any, R]], args: 
             # No hedge ever started: the first attempt's outcome is the call's.
             if call.handle is not None:
                 call.handle.cancel()
-            if type(exc) is TypeError and misused(exc, fn):
+            if misused(exc, fn):
                 # The misuse rule (stoic._errors.misused): the call site's bug, raised at once
                 # with no attempt reported, and the deposit of a call that never reached the
                 # dependency taken back.

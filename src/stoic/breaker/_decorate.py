@@ -47,7 +47,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import _metrics
-from .._policy import is_async_callable, through_method_decorators
+from .._policy import UNRUN_RESULTS, is_async_callable, through_method_decorators
 from .._source import compile_source, indent
 from ..events import Level
 
@@ -66,9 +66,9 @@ else:  # imported on first use (stoic._lazy)
 _PREFIX = "stoic_"
 _BUILTINS_READ = frozenset({"BaseException", "type"})
 
-# What a plain operation must not return through the sync path: it would "succeed" without
-# running (a coroutine) or run its body later, outside the breaker (a generator).
-REFUSED_RESULTS: Final = frozenset({types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType})
+# What a plain operation must not return through the sync path (stoic._policy.UNRUN_RESULTS): it
+# would "succeed" without running (a coroutine) or run its body later, outside the breaker (a
+# generator).
 
 # The breaker's part of a call, at indent 0: ``{b}`` is the breaker, ``{p}`` prefixes its own
 # names (so several breakers fused in one pipeline cannot collide: stoic.pipeline), ``{body}``
@@ -194,7 +194,7 @@ def shared() -> tuple[object, ...]:
     """The values of :data:`SHARED_PARAMS`, in order."""
     from ._breaker import _sinks_registry, min_level  # the breaker kind's sink floor
 
-    return (_sinks_registry, min_level, _metrics.state, next, REFUSED_RESULTS, types.CoroutineType)
+    return (_sinks_registry, min_level, _metrics.state, next, UNRUN_RESULTS, types.CoroutineType)
 
 
 def method(is_async: bool, name: str, doc: str | None) -> Callable[..., Any]:

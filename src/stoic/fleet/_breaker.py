@@ -34,11 +34,10 @@ from .._clock import Clock, SystemClock, current_clock
 from .._deadline import caller_cancelled
 from .._durations import Seconds, check_int, to_ns
 from .._errors import CircuitOpen, Defect, failed_await, is_defect, is_rejection, misused
-from .._policy import is_async_callable, plain_verdict, through_method_decorators
+from .._policy import UNRUN_RESULTS, is_async_callable, plain_verdict, through_method_decorators
 from ..breaker import BreakerSnapshot, BreakerState, CircuitBreaker, CountWindow, OpenDuration, TimeWindow
 from ..breaker._breaker import _DURATION, breaker_recorder, late
 from ..breaker._config import threshold_ppm
-from ..breaker._decorate import REFUSED_RESULTS
 from ..breaker._stream import StateStream
 from ..breaker._window import FAILED, NEVER, SLOW, CountRing, TimeBuckets
 from ..events import Level, emit
@@ -896,7 +895,7 @@ class SharedCircuitBreaker:
         start = now()
         try:
             result = fn(*args, **kwargs)
-            if type(result) in REFUSED_RESULTS:
+            if type(result) in UNRUN_RESULTS:
                 CircuitBreaker._refuse_result(fn, result)
         except BaseException as exc:
             verdict = self._judge(exc, False, fn)
@@ -941,7 +940,7 @@ class SharedCircuitBreaker:
         start = self._now()
         try:
             result = fn(*args, **kwargs)
-            if type(result) in REFUSED_RESULTS:
+            if type(result) in UNRUN_RESULTS:
                 CircuitBreaker._refuse_result(fn, result)
         except BaseException as exc:
             verdict = self._judge(exc, False, fn)
